@@ -1,0 +1,170 @@
+"""Sampling parameters: the one dataclass that carries a request's sampler and constraint settings.
+
+It crosses every boundary (HTTP, Engine, DSL, scheduler, sampler, grammar backend) whole, and is
+validated once, at construction, with errors that name the bad field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+CONSTRAINT_FIELDS = ("json_schema", "regex", "choices", "json_object")
+
+
+@dataclass
+class SamplingParams:
+    """Per-request sampling and constraint settings (SGLang's names and defaults)."""
+
+    max_new_tokens: int = 128
+    min_new_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1  # -1: no top-k
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    logit_bias: dict[int, float] | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    ignore_eos: bool = False
+    no_stop_trim: bool = False
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    n: int = 1
+    # Constraints: at most one of json_schema / regex / choices / json_object.
+    json_schema: dict | str | None = None
+    regex: str | None = None
+    choices: list[str] | None = None
+    json_object: bool = False
+    strict: bool = True
+    whitespace_pattern: str | None = None
+    disable_jump_forward: bool = False
+
+    def __post_init__(self) -> None:
+        self._normalise()
+        self.validate()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
+        """Build from a JSON-like dict; unknown keys raise ``ValueError`` naming them."""
+        if d is None:
+            return cls()
+        if isinstance(d, SamplingParams):
+            return d
+        if not isinstance(d, dict):
+            raise ValueError(f"sampling_params must be an object, got {type(d).__name__}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown sampling_params field(s): {', '.join(unknown)}")
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (the inverse of ``from_dict``)."""
+        return dataclasses.asdict(self)
+
+    def copy(self, **changes: Any) -> SamplingParams:
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def constraint_kind(self) -> str | None:
+        """Which constraint this request carries, or None."""
+        for name in CONSTRAINT_FIELDS:
+            if getattr(self, name) not in (None, False):
+                return name
+        return None
+
+    def _normalise(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        elif self.stop is None:
+            self.stop = []
+        if self.stop_token_ids is None:
+            self.stop_token_ids = []
+        if isinstance(self.stop_token_ids, int):
+            self.stop_token_ids = [self.stop_token_ids]
+        if self.logit_bias is not None:
+            if not isinstance(self.logit_bias, dict):
+                raise ValueError("logit_bias must be an object mapping token id to bias")
+            try:
+                self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"logit_bias must map integer token ids to numbers: {e}") from None
+        if isinstance(self.json_schema, str):
+            try:
+                self.json_schema = json.loads(self.json_schema)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"json_schema is not valid JSON: {e}") from None
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first out-of-range or ill-typed field."""
+        _check_int("max_new_tokens", self.max_new_tokens, lo=0)
+        _check_int("min_new_tokens", self.min_new_tokens, lo=0)
+        if self.min_new_tokens > self.max_new_tokens:
+            raise ValueError("min_new_tokens must be <= max_new_tokens")
+        _check_num("temperature", self.temperature, lo=0.0)
+        _check_num("top_p", self.top_p)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        _check_int("top_k", self.top_k)
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k}")
+        _check_num("min_p", self.min_p, lo=0.0, hi=1.0)
+        _check_num("repetition_penalty", self.repetition_penalty)
+        if self.repetition_penalty <= 0.0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        _check_num("frequency_penalty", self.frequency_penalty, lo=-2.0, hi=2.0)
+        _check_num("presence_penalty", self.presence_penalty, lo=-2.0, hi=2.0)
+        if self.seed is not None:
+            _check_int("seed", self.seed)
+        if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
+            raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+        if not isinstance(self.stop_token_ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
+        ):
+            raise ValueError("stop_token_ids must be a list of non-negative integers")
+        _check_int("n", self.n, lo=1)
+        for name in ("ignore_eos", "no_stop_trim", "skip_special_tokens", "json_object", "strict",
+                     "disable_jump_forward", "spaces_between_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a boolean")
+        kinds = [n for n in CONSTRAINT_FIELDS if getattr(self, n) not in (None, False)]
+        if len(kinds) > 1:
+            raise ValueError(f"at most one constraint may be set, got {', '.join(kinds)}")
+        if self.json_schema is not None and not isinstance(self.json_schema, (dict, bool)):
+            raise ValueError("json_schema must be an object (or a JSON string of one)")
+        if self.regex is not None and (not isinstance(self.regex, str) or not self.regex):
+            raise ValueError("regex must be a non-empty string")
+        if self.choices is not None and (
+            not isinstance(self.choices, list) or not self.choices
+            or not all(isinstance(c, str) and c for c in self.choices)
+        ):
+            raise ValueError("choices must be a non-empty list of non-empty strings")
+        if self.whitespace_pattern is not None and not isinstance(self.whitespace_pattern, str):
+            raise ValueError("whitespace_pattern must be a string (a regex)")
+
+
+def _check_int(name: str, value: Any, lo: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+
+
+def _check_num(name: str, value: Any, lo: float | None = None, hi: float | None = None) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if lo is not None and value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise ValueError(f"{name} must be <= {hi}, got {value}")
