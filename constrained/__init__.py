@@ -1,1 +1,18 @@
-"""radixlm.constrained"""
+"""radixlm.constrained: JSON Schema / regex / choices / json_object constraints as token bitmasks.
+
+Three nouns: ``TokenizerVocab`` (once per tokenizer), ``CompiledGrammar`` (immutable, cached,
+shared) and ``GrammarMatcher`` (a cheap per-request cursor). ``GrammarBackend`` compiles off the
+hot path; ``jump_forward`` splices forced text. See docs/constrained.md.
+"""
+
+from .backend import GrammarBackend, compile_grammar
+from .errors import ConstraintError
+from .grammar import CompiledGrammar, GrammarMatcher
+from .json_schema import schema_to_regex
+from .jump_forward import JumpForward, jump_forward
+from .vocab import TokenizerVocab
+
+__all__ = [
+    "CompiledGrammar", "ConstraintError", "GrammarBackend", "GrammarMatcher", "JumpForward",
+    "TokenizerVocab", "compile_grammar", "jump_forward", "schema_to_regex",
+]

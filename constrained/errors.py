@@ -1,0 +1,27 @@
+"""The one exception type of the constrained package."""
+
+from __future__ import annotations
+
+
+class ConstraintError(ValueError):
+    """A constraint that cannot be compiled (bad spec, unsupported keyword, timeout).
+
+    ``pointer`` is the JSON pointer of the offending schema node (``#/properties/tags``) and
+    ``keyword`` the keyword at fault (``uniqueItems``), when the error comes from a JSON schema.
+    """
+
+    def __init__(self, message: str, pointer: str | None = None, keyword: str | None = None) -> None:
+        where = ""
+        if pointer is not None:
+            where = f"{pointer}/{keyword}" if keyword else pointer
+            message = f"{message} (at {where})"
+        super().__init__(message)
+        self.pointer = pointer
+        self.keyword = keyword
+
+    @property
+    def location(self) -> str | None:
+        """``pointer/keyword``, e.g. ``#/properties/tags/uniqueItems``."""
+        if self.pointer is None:
+            return None
+        return f"{self.pointer}/{self.keyword}" if self.keyword else self.pointer

@@ -1,0 +1,248 @@
+"""JSON Schema -> regex front end (drafts 4 .. 2020-12), our own code.
+
+The regex is *sound*: every string it matches is the serialisation of an instance that validates
+against the original schema. Where a keyword cannot be expressed exactly it is enforced by
+restriction (an under-approximation, listed in docs/constrained.md) or, when even that is
+impossible, it raises ``ConstraintError`` naming the keyword and its JSON pointer (strict mode) or
+is relaxed and recorded in ``SchemaRegex.relaxed`` (``strict=False``; the output is then validated
+after generation).
+
+Compilation walks the schema with ``_Compiler.value``: resolve ``$ref``/``allOf``/``if``/``not``
+into one canonical node (``flatten``), split ``anyOf``/``oneOf`` into alternatives, then emit the
+regex of each allowed type. ``None`` stands for an unsatisfiable sub-schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+
+from . import json_schema_types as types_
+from .errors import ConstraintError
+from .json_schema_normalize import ALL_TYPES, canonical, clean, merge
+from .json_schema_object import object_regex
+from .json_schema_pattern import escape_literal
+
+DEFAULT_MAX_REF_DEPTH = 3
+DEFAULT_ANY_DEPTH = 2
+MAX_REF_CHAIN = 16  # $ref expansions on one path, whatever the refs: bounds mutual recursion
+MAX_REGEX_CHARS = 4_000_000
+MAX_NESTING = 40  # nested schema levels on one path (keeps Python's recursion well in bounds)
+
+
+@dataclass
+class SchemaRegex:
+    """The regex for a schema and the keywords relaxed to get it (``strict=False`` only)."""
+
+    regex: str
+    relaxed: list[str] = field(default_factory=list)
+
+
+def schema_to_regex(
+    schema: dict | bool,
+    whitespace_pattern: str | None = None,
+    strict: bool = True,
+    max_ref_depth: int = DEFAULT_MAX_REF_DEPTH,
+    any_depth: int = DEFAULT_ANY_DEPTH,
+) -> SchemaRegex:
+    """Compile ``schema`` to a regex over its serialisations (compact JSON unless
+    ``whitespace_pattern`` is given). Raises ``ConstraintError`` on unsupported or unsatisfiable
+    schemas."""
+    comp = _Compiler(schema, whitespace_pattern, strict, max_ref_depth, any_depth)
+    rx = comp.value(schema, "#", ())
+    if rx is not None and len(rx) > MAX_REGEX_CHARS:
+        raise ConstraintError(f"schema expands to a regex of {len(rx)} characters (limit {MAX_REGEX_CHARS}); "
+                              "lower max_ref_depth or simplify the schema", "#")
+    if rx is None:
+        raise ConstraintError("schema is unsatisfiable (or only satisfiable past the $ref depth limit)", "#")
+    return SchemaRegex(rx, comp.relaxed)
+
+
+def any_json_regex(depth: int, ws: str = "") -> str:
+    """Regex of any JSON value nested at most ``depth`` containers deep."""
+    return _Compiler(True, ws or None, True, 0, depth).any_value(depth)
+
+
+class _Compiler:
+    def __init__(self, root: Any, ws: str | None, strict: bool, max_ref_depth: int, any_depth: int):
+        self.root = root
+        self.ws = f"({ws})" if ws else ""
+        self.strict = strict
+        self.max_ref_depth = max_ref_depth
+        self.any_depth = any_depth
+        self.relaxed: list[str] = []
+        self._memo: dict[tuple, str | None] = {}
+        self._keep: list[Any] = []  # keeps memoised nodes alive so their ids stay unique
+        self._depth = 0
+        cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {})
+        self._validator = cls(root if isinstance(root, (dict, bool)) else {},
+                              format_checker=cls.FORMAT_CHECKER)
+
+    # ---- errors -------------------------------------------------------------------------------
+    def unsupported(self, pointer: str, keyword: str, why: str) -> None:
+        """Strict: raise. Lenient: record and let the caller drop the keyword."""
+        if self.strict:
+            raise ConstraintError(f"keyword {keyword!r} {why}; it cannot be enforced by the grammar "
+                                  "(pass strict=False to relax it and validate afterwards)",
+                                  pointer, keyword)
+        self.relaxed.append(f"{pointer}/{keyword}")
+
+    def is_valid(self, sources: list, value: Any) -> bool:
+        """Exact check of ``value`` against every raw node in ``sources`` (refs resolve in root)."""
+        return all(self._validator.evolve(schema=s).is_valid(value) for s in sources)
+
+    # ---- flattening ---------------------------------------------------------------------------
+    def resolve(self, ref: str, pointer: str) -> tuple[Any, str]:
+        if not ref.startswith("#"):
+            raise ConstraintError(f"remote $ref {ref!r} is not supported", pointer, "$ref")
+        node: Any = self.root
+        for part in [p for p in ref[1:].split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            from urllib.parse import unquote
+            part = unquote(part)
+            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            elif isinstance(node, dict) and part in node:
+                node = node[part]
+            else:
+                raise ConstraintError(f"$ref {ref!r} does not resolve", pointer, "$ref")
+        return node, ref
+
+    def flatten(self, node: Any, pointer: str, refs: tuple) -> tuple[dict | None, tuple]:
+        """One canonical node without $ref/allOf/if/not, or None when unsatisfiable."""
+        if node is True or node == {}:
+            return {"_sources": [True]}, refs
+        if node is False:
+            return None, refs
+        if not isinstance(node, dict):
+            raise ConstraintError(f"a schema must be an object or a boolean, got {type(node).__name__}",
+                                  pointer)
+        out = clean(node, pointer, self.unsupported)
+        parts: list[tuple[Any, str, tuple]] = []
+        if "$ref" in node:
+            if refs.count(node["$ref"]) >= self.max_ref_depth or len(refs) >= MAX_REF_CHAIN:
+                return None, refs
+            target, tp = self.resolve(node["$ref"], pointer)
+            parts.append((target, tp, refs + (node["$ref"],)))
+        for i, sub in enumerate(node.get("allOf", [])):
+            parts.append((sub, f"{pointer}/allOf/{i}", refs))
+        if "if" in node:  # enforce if+then: sound whatever `else` says (documented restriction)
+            parts.append((node["if"], f"{pointer}/if", refs))
+            if "then" in node:
+                parts.append((node["then"], f"{pointer}/then", refs))
+        for key in ("$ref", "allOf", "if", "then", "else", "not"):
+            out.pop(key, None)
+        if "not" in node:
+            out = self.negate(out, node["not"], f"{pointer}/not", refs)
+            if out is None:
+                return None, refs
+        for sub, sub_pointer, sub_refs in parts:
+            flat, sub_refs = self.flatten(sub, sub_pointer, sub_refs)
+            if flat is None:
+                return None, refs
+            out = merge(out, flat, pointer)
+            refs = refs + tuple(r for r in sub_refs if r not in refs)
+        return out, refs
+
+    def negate(self, out: dict, neg: Any, pointer: str, refs: tuple) -> dict | None:
+        """Apply ``not``: supported when the negated schema is trivial or only restricts ``type``
+        (or ``enum``/``const``, by removing values from our own enum)."""
+        flat, _ = self.flatten(neg, pointer, refs)
+        if flat is None:
+            return out
+        keys = set(flat) - {"_sources"}
+        if not keys:
+            return None  # not {} / not true: nothing is valid
+        if keys == {"type"}:
+            banned = set(flat["type"]) | ({"integer"} if "number" in flat["type"] else set())
+            allowed = [t for t in out.get("type", ALL_TYPES) if t not in banned]
+            if "number" in allowed and "integer" in banned:
+                self.unsupported(pointer, "type", "in not removes integers from numbers")
+            out["type"] = allowed
+            return out
+        if "enum" in out:
+            out["enum"] = [v for v in out["enum"] if not self.is_valid(flat["_sources"], v)]
+            return out
+        self.unsupported(pointer.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
+        return out
+
+    # ---- values -------------------------------------------------------------------------------
+    def value(self, node: Any, pointer: str, refs: tuple) -> str | None:
+        key = (id(node), refs)
+        self._keep.append(node)
+        if key in self._memo:  # siblings referencing one definition share its regex
+            return self._memo[key]
+        if self._depth >= MAX_NESTING:
+            raise ConstraintError(f"schema nests deeper than {MAX_NESTING} levels", pointer)
+        self._depth += 1
+        try:
+            flat, refs_after = self.flatten(node, pointer, refs)
+            rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
+        finally:
+            self._depth -= 1
+        self._memo[key] = rx
+        return rx
+
+    def value_flat(self, flat: dict, pointer: str, refs: tuple) -> str | None:
+        for key in ("anyOf", "oneOf"):
+            if key in flat:
+                return self.alternatives(flat, key, pointer, refs)
+        if "enum" in flat:
+            return self.enum(flat)
+        types = types_.types_of(flat)
+        alts = [types_.typed(self, t, flat, pointer, refs) for t in types]
+        return _alt([a for a in alts if a is not None])
+
+    def alternatives(self, flat: dict, key: str, pointer: str, refs: tuple) -> str | None:
+        rest = {k: v for k, v in flat.items() if k != key}
+        branches = []
+        for i, sub in enumerate(flat[key]):
+            sub_flat, sub_refs = self.flatten(sub, f"{pointer}/{key}/{i}", refs)
+            if sub_flat is not None:
+                branches.append((merge(rest, sub_flat, pointer), sub_refs))
+        if key == "oneOf":
+            for i in range(len(branches)):
+                for j in range(i):
+                    if not types_.disjoint(self, branches[i][0], branches[j][0]):
+                        self.unsupported(pointer, "oneOf", "has branches that may overlap, so "
+                                         "'exactly one' cannot be guaranteed")
+                        break
+                else:
+                    continue
+                break
+        alts = [self.value_flat(b, pointer, r) for b, r in branches]
+        return _alt([a for a in alts if a is not None])
+
+    def enum(self, flat: dict) -> str | None:
+        seen, alts = set(), []
+        for v in flat["enum"]:
+            key = canonical(v)
+            if key not in seen and self.is_valid(flat["_sources"], v):
+                seen.add(key)
+                alts.append(escape_literal(json.dumps(v, ensure_ascii=False, separators=(",", ":"))))
+        return _alt(alts)
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - the compiler lives for one schema
+    def any_value(self, depth: int) -> str:
+        scalars = [types_.NULL, types_.BOOLEAN, types_.NUMBER, types_.STRING]
+        if depth <= 0:
+            return _alt(scalars)
+        inner, ws = self.any_value(depth - 1), self.ws
+        arr = rf"\[{ws}({inner}({ws},{ws}{inner})*)?{ws}\]"
+        member = rf"{types_.STRING}{ws}:{ws}{inner}"
+        obj = rf"\{{{ws}({member}({ws},{ws}{member})*)?{ws}\}}"
+        return _alt(scalars + [arr, obj])
+
+    def object(self, flat: dict, pointer: str, refs: tuple) -> str | None:
+        return object_regex(self, flat, pointer, refs)
+
+
+def _alt(alts: list[str]) -> str | None:
+    alts = list(dict.fromkeys(alts))
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"

@@ -1,0 +1,174 @@
+"""Regex of JSON objects for one canonical schema node.
+
+Named properties come first, in the order of ``properties``, each at most once; optional ones
+may be left out. Extra members (``additionalProperties`` true or a schema, ``patternProperties``)
+follow them, with keys that can never equal a named property. An unspecified
+``additionalProperties`` generates no extra members (a restriction, like OpenAI's strict mode).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .json_schema_normalize import merge
+from .json_schema_pattern import PLAIN_CHAR, escape_literal, is_universal, pattern_to_regex
+
+_NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
+
+
+def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
+    required = list(flat.get("required", []))
+    for name, sub in flat.get("dependentSchemas", {}).items():
+        if name in required:  # the dependency holds for sure: merge it in and start over
+            rest = dict(flat, dependentSchemas={k: v for k, v in flat["dependentSchemas"].items() if k != name})
+            sub_flat, refs = comp.flatten(sub, f"{pointer}/dependentSchemas/{name}", refs)
+            return None if sub_flat is None else object_regex(comp, merge(rest, sub_flat, pointer), pointer, refs)
+    props = flat.get("properties", {})
+    names = list(props) + [r for r in required if r not in props]
+    dropped = set(flat.get("dependentSchemas", {}))  # optional triggers of a dependent schema
+    required_set = _close_dependencies(flat.get("dependentRequired", {}), set(required), names, dropped)
+    if required_set is None:
+        return None
+    members: list[tuple[str, bool]] = []
+    for name in names:
+        if name in dropped:
+            continue
+        rx = _member_value(comp, flat, name, pointer, refs)
+        if rx is None:
+            if name in required_set:
+                return None
+            continue
+        key = escape_literal(json.dumps(name, ensure_ascii=False))
+        members.append((f"{key}{comp.ws}:{comp.ws}{rx}", name in required_set))
+    taken = set(names) | set(flat.get("dependentRequired", {})) | dropped
+    extras = _extras(comp, flat, taken, pointer, refs)
+    return _assemble(comp, flat, members, extras)
+
+
+def _close_dependencies(deps: dict, required: set, names: list[str], dropped: set) -> set | None:
+    """Required names after ``dependentRequired``: a present trigger makes its dependencies
+    required; an optional trigger whose dependencies are not all named is dropped."""
+    changed = True
+    while changed:
+        changed = False
+        for trigger, needs in deps.items():
+            if trigger in dropped or trigger not in names:
+                continue
+            if not all(n in names and n not in dropped for n in needs):
+                if trigger in required:
+                    return None
+                dropped.add(trigger)
+                changed = True
+            elif not set(needs) <= required:
+                required |= set(needs)
+                changed = True
+    return required
+
+
+def _member_value(comp, flat: dict, name: str, pointer: str, refs: tuple) -> str | None:
+    props = flat.get("properties", {})
+    subs = [props[name]] if name in props else []
+    subs += [s for p, s in flat.get("patternProperties", {}).items() if re.search(p, name)]
+    if name not in props and len(subs) == 0:
+        ap = flat.get("additionalProperties")
+        if ap is False:
+            return None
+        if ap is not None:
+            subs.append(ap)
+    if any(s is False for s in subs):
+        return None
+    node: Any = True if not subs else subs[0] if len(subs) == 1 else {"allOf": subs}
+    where = f"{pointer}/properties/{name}" if name in props else pointer
+    return comp.value(node, where, refs)
+
+
+def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple) -> str | None:
+    """One extra member (``key:value``) as a regex, or None when no extra member is allowed."""
+    patterns = flat.get("patternProperties", {})
+    every = list(patterns.values())  # an extra value satisfies every pattern's schema: sound
+    alts = []
+    for pat, sub in patterns.items():
+        where = f"{pointer}/patternProperties/{pat}"
+        rx = comp.value({"allOf": every} if len(every) > 1 else sub, where, refs)
+        if rx is None:
+            continue
+        if is_universal(pat) or pat in _NONEMPTY_UNIVERSAL:
+            key = _complement(taken, nonempty=pat in _NONEMPTY_UNIVERSAL)
+        elif not any(re.search(pat, n) for n in taken):
+            key = f'"{pattern_to_regex(pat, where, PLAIN_CHAR)}"'
+        else:
+            continue  # keys of this pattern could collide with named ones: not generated
+        alts.append(f"{key}{comp.ws}:{comp.ws}{rx}")
+    ap = flat.get("additionalProperties")
+    if ap is not None and ap is not False:
+        node: Any = {"allOf": [ap] + every} if every else ap
+        rx = comp.value(node, f"{pointer}/additionalProperties", refs)
+        if rx is not None:
+            alts.append(f"{_complement(taken, nonempty=False)}{comp.ws}:{comp.ws}{rx}")
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+
+
+def _complement(words: set, nonempty: bool) -> str:
+    """A JSON string (quotes included) of plain characters that is none of ``words``."""
+    trie: dict = {}
+    for w in words:
+        if all(0x20 <= ord(c) and c not in '"\\' for c in w):  # others never collide
+            node = trie
+            for c in w:
+                node = node.setdefault(c, {})
+            node[""] = {}
+    return '"' + _complement_node(trie, root=True, nonempty=nonempty) + '"'
+
+
+def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
+    children = sorted(c for c in node if c)
+    cls = "".join("\\" + c if c in "\\]^-[" else c for c in children)
+    other = f'[^"\\\\\\x00-\\x1f{cls}]{PLAIN_CHAR}*'
+    alts = [other] + [f"{escape_literal(c)}{_complement_node(node[c], False, False)}" for c in children]
+    body = alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+    may_end = "" not in node and not (root and nonempty)
+    return f"({body})?" if may_end else body
+
+
+def _assemble(comp, flat: dict, members: list[tuple[str, bool]], extras: str | None) -> str | None:
+    ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
+    min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
+    n_req = sum(r for _, r in members)
+    if max_p is not None:
+        if n_req > max_p:
+            return None
+        while len(members) > max_p:  # drop optional members from the end: a restriction
+            idx = max(i for i, (_, r) in enumerate(members) if not r)
+            members.pop(idx)
+    if min_p > 1:  # make optional members required in order: a restriction
+        for i, (m, r) in enumerate(members):
+            if n_req >= min_p:
+                break
+            if not r:
+                members[i], n_req = (m, True), n_req + 1
+    e_min = max(min_p - len(members), 0) if min_p > 1 else 0
+    e_max = None if max_p is None else max_p - len(members)
+    if extras is None or e_max == 0:
+        extras = None
+        if e_min > 0:
+            return None
+    rep = f"{{{e_min},{'' if e_max is None else e_max}}}"
+    first_req = next((i for i, (_, r) in enumerate(members) if r), None)
+    alts = []
+    for k in range(len(members) if first_req is None else first_req + 1):
+        tail = "".join(f"{sep}{m}" if r else f"({sep}{m})?" for m, r in members[k + 1:])
+        if extras is not None:
+            tail += f"({sep}{extras}){rep}"
+        alts.append(members[k][0] + tail)
+    if first_req is None and extras is not None:
+        first_rep = f"{{{max(e_min - 1, 0)},{'' if e_max is None else e_max - 1}}}"
+        alts.append(f"{extras}({sep}{extras}){first_rep}")
+    may_be_empty = first_req is None and e_min == 0 and min_p == 0
+    if not alts:
+        return rf"\{{{ws}\}}" if may_be_empty else None
+    body = "(" + "|".join(alts) + ")" + ("?" if may_be_empty else "")
+    return rf"\{{{ws}{body}{ws}\}}"

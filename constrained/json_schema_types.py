@@ -1,0 +1,203 @@
+"""Regexes of the JSON scalar types, strings and arrays for one canonical schema node, plus the
+type inference and ``oneOf`` disjointness test the compiler needs."""
+
+from __future__ import annotations
+
+import math
+
+from .formats import FORMAT_REGEXES
+from .int_range import INTEGER, integer_range_regex, number_range_regex
+from .json_schema_normalize import ALL_TYPES, schemas_for_key
+from .json_schema_pattern import STRING_CHAR, pattern_to_regex, sre_parse
+
+NULL = "null"
+BOOLEAN = "(true|false)"
+NUMBER = number_range_regex(None, False, None, False)
+STRING = f'"{STRING_CHAR}*"'
+
+# Large bounded repetitions make the automaton huge (one copy per count); bounds above these are
+# lowered to them (never below the minimum): a documented restriction, still sound.
+MAX_STRING_REPEAT = 100
+MAX_ITEMS_REPEAT = 10
+
+_KEYWORD_TYPES = {
+    "object": ("properties", "required", "additionalProperties", "patternProperties",
+               "minProperties", "maxProperties", "dependentRequired", "dependentSchemas"),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "uniqueItems"),
+    "string": ("minLength", "maxLength", "_patterns", "_formats"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+}
+
+
+def types_of(flat: dict) -> list[str]:
+    """The types to generate: the declared ones, else those implied by type-specific keywords
+    (a restriction: ``{"minLength": 1}`` also admits numbers, we only generate strings), else all."""
+    if "type" in flat:
+        types = list(flat["type"])
+    else:
+        types = [t for t, keys in _KEYWORD_TYPES.items() if any(k in flat for k in keys)]
+        types = types or [t for t in ALL_TYPES if t != "integer"]
+    if "number" in types and "integer" in types:
+        types.remove("integer")
+    return types
+
+
+def typed(comp, t: str, flat: dict, pointer: str, refs: tuple) -> str | None:
+    if t == "null":
+        return NULL
+    if t == "boolean":
+        return BOOLEAN
+    if t in ("integer", "number"):
+        return _number(comp, t, flat, pointer)
+    if t == "string":
+        return _string(comp, flat, pointer)
+    if t == "array":
+        return _array(comp, flat, pointer, refs)
+    return comp.object(flat, pointer, refs)
+
+
+def _number(comp, t: str, flat: dict, pointer: str) -> str | None:
+    mult = flat.get("multipleOf")
+    if mult is not None and not (mult == 1 and t == "integer"):
+        if mult == 1:
+            t = "integer"
+        else:
+            comp.unsupported(pointer, "multipleOf", f"({mult}) is not supported")
+    lo, lo_x = flat.get("minimum"), False
+    hi, hi_x = flat.get("maximum"), False
+    if "exclusiveMinimum" in flat and (lo is None or flat["exclusiveMinimum"] >= lo):
+        lo, lo_x = flat["exclusiveMinimum"], True
+    if "exclusiveMaximum" in flat and (hi is None or flat["exclusiveMaximum"] <= hi):
+        hi, hi_x = flat["exclusiveMaximum"], True
+    if t == "number":
+        return number_range_regex(lo, lo_x, hi, hi_x)
+    if lo is None and hi is None:
+        return INTEGER
+    ilo = None if lo is None else (math.floor(lo) + 1 if lo_x else math.ceil(lo))
+    ihi = None if hi is None else (math.ceil(hi) - 1 if hi_x else math.floor(hi))
+    return integer_range_regex(ilo, ihi)
+
+
+def _width(body: str) -> tuple[int, int]:
+    lo, hi = sre_parse.parse(body).getwidth()
+    return lo, hi
+
+
+def _string(comp, flat: dict, pointer: str) -> str | None:
+    lo, hi = flat.get("minLength", 0), flat.get("maxLength")
+    if hi is not None and hi < lo:
+        return None
+    constraints = [("pattern", p) for p in flat.get("_patterns", [])]
+    constraints += [("format", f) for f in flat.get("_formats", [])]
+    if len(constraints) > 1:
+        comp.unsupported(pointer, constraints[1][0], "combined with another pattern/format is not supported")
+    if not constraints:
+        if hi is not None and hi > MAX_STRING_REPEAT:
+            hi = max(lo, MAX_STRING_REPEAT)
+        count = f"{{{lo},{'' if hi is None else hi}}}" if (lo or hi is not None) else "*"
+        return f'"{STRING_CHAR}{count}"'
+    kind, value = constraints[0]
+    if kind == "format":
+        body, width_src = FORMAT_REGEXES[value], FORMAT_REGEXES[value]
+    else:
+        body, width_src = pattern_to_regex(value, pointer), value
+    if lo or hi is not None:
+        wlo, whi = _width(width_src) if kind == "format" or _anchored(value) else (0, 1 << 30)
+        if wlo < lo or (hi is not None and whi > hi):
+            comp.unsupported(pointer, "maxLength" if hi is not None else "minLength",
+                             f"together with {kind} is not supported")
+    return f'"{body}"'
+
+
+def _anchored(pattern: str) -> bool:
+    return pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")
+
+
+def _array(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
+    lo, hi = flat.get("minItems", 0), flat.get("maxItems")
+    if flat.get("uniqueItems"):
+        if lo > 1:
+            comp.unsupported(pointer, "uniqueItems", "with minItems > 1 is not supported")
+        else:  # enforced by restriction: at most one item is always unique
+            hi = 1 if hi is None else min(hi, 1)
+    if hi is not None and hi < lo:
+        return None
+    if hi is not None and hi > MAX_ITEMS_REPEAT:
+        hi = max(lo, MAX_ITEMS_REPEAT)
+    prefix = []
+    for i, sub in enumerate(flat.get("prefixItems", [])):
+        rx = comp.value(sub, f"{pointer}/prefixItems/{i}", refs)
+        if rx is None:
+            break
+        prefix.append(rx)
+    items = flat.get("items", True)
+    closed = len(prefix) < len(flat.get("prefixItems", [])) or items is False
+    rest = None if closed else (comp.any_value(comp.any_depth) if items is True
+                                else comp.value(items, f"{pointer}/items", refs))
+    if hi is not None:
+        prefix = prefix[:hi]
+    if len(prefix) < lo and rest is None:
+        return None
+    ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
+    # Tail after all prefix items: the extra items, at least lo - len(prefix) of them.
+    need = max(lo - len(prefix), 0)
+    room = None if hi is None else hi - len(prefix)
+    tail = ""
+    if rest is not None and (room is None or room > 0):
+        tail = f"({sep}{rest}){{{need},{'' if room is None else room}}}" if prefix else ""
+    body = _nest(prefix, tail, lo, sep)
+    if not prefix:
+        if rest is None or room == 0:
+            return rf"\[{ws}\]" if lo == 0 else None
+        first_hi = "" if room is None else room - 1
+        body = f"{rest}({sep}{rest}){{{max(need - 1, 0)},{first_hi}}}"
+        if lo == 0:
+            body = f"({body})?"
+    return rf"\[{ws}{body}{ws}\]"
+
+
+def _nest(prefix: list[str], tail: str, lo: int, sep: str) -> str:
+    """prefix[0] (sep prefix[1] (... tail)?)? with the first ``lo`` items mandatory."""
+    out = tail
+    for i in range(len(prefix) - 1, -1, -1):
+        lead = "" if i == 0 else sep
+        out = f"{lead}{prefix[i]}{out}"
+        if i >= lo:
+            out = f"({out})?"
+    return out
+
+
+def disjoint(comp, a: dict, b: dict) -> bool:
+    """True when no instance can satisfy both canonical nodes (a conservative proof)."""
+    for x, y in ((a, b), (b, a)):
+        if "enum" in x:
+            return not any(comp.is_valid(y["_sources"], v) for v in x["enum"])
+    ta, tb = _exact_types(a), _exact_types(b)
+    if not ta & tb:
+        return True
+    if ta <= {"object"} or tb <= {"object"}:
+        return _objects_disjoint(comp, a, b)
+    return False
+
+
+def _exact_types(flat: dict) -> set[str]:
+    types = set(flat.get("type", ALL_TYPES))
+    if "number" in types:
+        types.add("integer")
+    return types
+
+
+def _objects_disjoint(comp, a: dict, b: dict) -> bool:
+    for x, y in ((a, b), (b, a)):
+        for name in x.get("required", []):
+            ys = schemas_for_key(y, name)
+            if ys is None:
+                return True
+            xs = schemas_for_key(x, name)
+            if name in y.get("required", []) and xs and ys:
+                fx, _ = comp.flatten({"allOf": xs}, "#", ())
+                fy, _ = comp.flatten({"allOf": ys}, "#", ())
+                if fx is None or fy is None or disjoint(comp, fx, fy):
+                    return True
+    return False
+

@@ -1,0 +1,149 @@
+"""Triton decode attention over the paged KV pool: split-KV flash-decoding in two stages.
+
+Stage 1: one program per (request, KV head, split). It loads the query heads of the KV head's
+GQA group together (``[BLOCK_H, head_dim]``), so each K/V row read from the pool serves the whole
+group, and runs online softmax over its slice of the context, writing a partial output and its
+log-sum-exp. Splitting the context keeps the GPU busy when the batch is small but contexts are
+long. Stage 2: one program per (request, head) merges the splits by their log-sum-exps.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from radixlm.kernels.triton_mode import check_device, dot_in_f32
+from radixlm.kernels.validate import check_attention
+
+MAX_HEAD_DIM = 256
+MAX_KV_SPLITS = 64
+
+
+@triton.jit
+def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE,
+                   stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                   GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, PRECISION: tl.constexpr,
+                   DOT_F32: tl.constexpr):
+    req = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    kv_start = tl.load(kv_indptr + req).to(tl.int64)
+    kv_len = (tl.load(kv_indptr + req + 1) - kv_start).to(tl.int32)
+    split_len = tl.cdiv(kv_len, NUM_SPLITS)
+    lo = split * split_len
+    hi = tl.minimum(lo + split_len, kv_len)
+
+    offs_g = tl.arange(0, BLOCK_H)
+    heads = kv_head * GROUP + offs_g
+    mask_h = offs_g < GROUP
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < HEAD_DIM
+    q = tl.load(Q + req * stride_qb + heads[:, None] * stride_qh + offs_d[None, :],
+                mask=mask_h[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_H, BLOCK_D]
+    if DOT_F32:
+        q = q.to(tl.float32)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    for n0 in range(lo, hi, BLOCK_N):
+        offs_n = n0 + tl.arange(0, BLOCK_N)
+        mask_n = offs_n < hi
+        slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0).to(tl.int64)
+        kv_mask = mask_n[:, None] & mask_d[None, :]
+        k = tl.load(K + slots[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :],
+                    mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+        if DOT_F32:
+            k = k.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_H, BLOCK_N]
+        qk = tl.where(mask_n[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(V + slots[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
+                    mask=kv_mask, other=0.0)
+        p = p.to(V.dtype.element_ty)  # probabilities rounded like the values, as on the GPU
+        if DOT_F32:
+            p = p.to(tl.float32)
+            v = v.to(tl.float32)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+        m_i = m_new
+
+    # An empty split (short context) contributes weight exp(-inf) = 0 in stage 2.
+    has_keys = l_i > 0
+    lse = tl.where(has_keys, m_i + tl.log(tl.where(has_keys, l_i, 1.0)), float("-inf"))
+    out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
+    row = (req * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split  # Mid_LSE[req, head, split]
+    tl.store(Mid_LSE + row, lse, mask=mask_h)
+    tl.store(Mid_O + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=mask_h[:, None] & mask_d[None, :])
+
+
+@triton.jit
+def _decode_stage2(Mid_O, Mid_LSE, Out, stride_ob, stride_oh,
+                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    mask_s = offs_s < NUM_SPLITS
+    offs_d = tl.arange(0, BLOCK_D)
+    mask_d = offs_d < HEAD_DIM
+    row = (req * tl.num_programs(1) + head) * NUM_SPLITS + offs_s
+    lse = tl.load(Mid_LSE + row, mask=mask_s, other=float("-inf"))  # [BLOCK_S]
+    parts = tl.load(Mid_O + row[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=mask_s[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_S, BLOCK_D]
+    m = tl.max(lse, 0)
+    m = tl.where(m == float("-inf"), 0.0, m)  # a request with no keys at all: output zeros
+    w = tl.exp(lse - m)
+    total = tl.sum(w, 0)
+    out = tl.sum(parts * w[:, None], 0) / tl.where(total > 0, total, 1.0)
+    tl.store(Out + req * stride_ob + head * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=mask_d)
+
+
+def default_num_kv_splits(bs: int, num_kv_heads: int, device: torch.device) -> int:
+    """Enough splits for about two waves of programs over the GPU's SMs, between 1 and 16."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return max(1, min(16, triton.cdiv(2 * sms, max(1, bs * num_kv_heads))))
+
+
+def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                     kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float,
+                     *, num_kv_splits: int | None = None) -> torch.Tensor:
+    """One query per request over its whole pooled context (see ``attention_ref``).
+
+    q: [bs, num_heads, head_dim] -> [bs, num_heads, head_dim] in q's dtype. Each request's context
+    is cut into ``num_kv_splits`` equal slices (default: from the batch size and the GPU's SM
+    count); the split length is computed on the device, so no host sync is needed.
+    """
+    sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale)
+    check_device("q", q)
+    bs, num_heads, head_dim = q.shape
+    kv_heads = k_pool.shape[1]
+    if head_dim > MAX_HEAD_DIM:
+        raise ValueError(f"q head_dim {head_dim} exceeds the triton kernel's maximum {MAX_HEAD_DIM}")
+    if num_kv_splits is None:
+        num_kv_splits = default_num_kv_splits(bs, kv_heads, q.device)
+    if not 1 <= num_kv_splits <= MAX_KV_SPLITS:
+        raise ValueError(f"num_kv_splits must be in [1, {MAX_KV_SPLITS}], got {num_kv_splits}")
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if bs == 0:
+        return out
+    group = num_heads // kv_heads
+    block_d = max(16, triton.next_power_of_2(head_dim))
+    mid_o = torch.empty((bs, num_heads, num_kv_splits, head_dim), dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty((bs, num_heads, num_kv_splits), dtype=torch.float32, device=q.device)
+    _decode_stage1[(bs, kv_heads, num_kv_splits)](
+        q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, mid_o, mid_lse,
+        q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1),
+        GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_D=block_d,
+        BLOCK_N=32 if head_dim > 128 else 64, NUM_SPLITS=num_kv_splits,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DOT_F32=dot_in_f32(q.dtype),
+    )
+    _decode_stage2[(bs, num_heads)](
+        mid_o, mid_lse, out, out.stride(0), out.stride(1),
+        HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_kv_splits,
+        BLOCK_S=triton.next_power_of_2(num_kv_splits),
+    )
+    return out

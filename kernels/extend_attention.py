@@ -1,0 +1,120 @@
+"""Triton extend (prefill) attention over the paged KV pool.
+
+One program per (request, query head, block of BLOCK_M new tokens). Keys and values — the cached
+prefix and the new tokens alike, already stored in the pool — are read by slot index through
+``kv_indices``; nothing is copied. Online softmax (flash-attention) in float32; the loop stops at
+the last key the block's final query can see, so the causal triangle costs nothing past it.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from radixlm.kernels.triton_mode import check_device, dot_in_f32
+from radixlm.kernels.validate import check_attention
+
+MAX_HEAD_DIM = 256
+
+
+@triton.jit
+def _extend_kernel(Q, K, V, Out, qo_indptr, kv_indptr, kv_indices, sm_scale,
+                   stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
+                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+                   DOT_F32: tl.constexpr):
+    req = tl.program_id(0)
+    head = tl.program_id(1)
+    m_block = tl.program_id(2)
+    q_start = tl.load(qo_indptr + req).to(tl.int64)
+    q_len = (tl.load(qo_indptr + req + 1) - q_start).to(tl.int32)
+    if m_block * BLOCK_M < q_len:
+        kv_start = tl.load(kv_indptr + req).to(tl.int64)
+        kv_len = (tl.load(kv_indptr + req + 1) - kv_start).to(tl.int32)
+        prefix = kv_len - q_len
+        kv_head = head // GROUP
+
+        offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        mask_m = offs_m < q_len
+        mask_d = offs_d < HEAD_DIM
+        q_ptrs = Q + (q_start + offs_m)[:, None] * stride_qt + head * stride_qh + offs_d[None, :]
+        q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_M, BLOCK_D]
+        if DOT_F32:
+            q = q.to(tl.float32)
+
+        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        # Keys past the block's last query position are invisible to every row of the block.
+        kv_end = tl.minimum(kv_len, prefix + (m_block + 1) * BLOCK_M)
+        for n0 in range(0, kv_end, BLOCK_N):
+            offs_n = n0 + tl.arange(0, BLOCK_N)
+            mask_n = offs_n < kv_end
+            slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0).to(tl.int64)
+            kv_mask = mask_n[:, None] & mask_d[None, :]
+            k = tl.load(K + slots[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :],
+                        mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+            if DOT_F32:
+                k = k.to(tl.float32)
+            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_M, BLOCK_N]
+            visible = (offs_n[None, :] <= (prefix + offs_m)[:, None]) & mask_n[None, :]
+            qk = tl.where(visible, qk, float("-inf"))
+
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.exp(m_i - m_new)
+            p = tl.exp(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            v = tl.load(V + slots[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
+                        mask=kv_mask, other=0.0)
+            p = p.to(V.dtype.element_ty)  # probabilities rounded like the values, as on the GPU
+            if DOT_F32:
+                p = p.to(tl.float32)
+                v = v.to(tl.float32)
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+            m_i = m_new
+
+        out = acc / l_i[:, None]
+        o_ptrs = Out + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+
+
+def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) sized so q, k, v and acc tiles fit in registers / shared memory."""
+    if head_dim > 128 or dtype == torch.float32:
+        return 32, 32
+    return 64, 64
+
+
+def extend_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                     qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+                     sm_scale: float, *, max_q_len: int | None = None) -> torch.Tensor:
+    """Causal attention of ragged new tokens over their pooled contexts (see ``attention_ref``).
+
+    q: [num_tokens, num_heads, head_dim]; k_pool, v_pool: [num_slots, num_kv_heads, head_dim] with
+    the new tokens already stored; returns [num_tokens, num_heads, head_dim] in q's dtype.
+    ``max_q_len`` (the longest extend) sizes the grid; when omitted it is read from ``qo_indptr``
+    (one device sync).
+    """
+    sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, qo_indptr=qo_indptr)
+    check_device("q", q)
+    head_dim = q.shape[2]
+    if head_dim > MAX_HEAD_DIM:
+        raise ValueError(f"q head_dim {head_dim} exceeds the triton kernel's maximum {MAX_HEAD_DIM}")
+    bs = qo_indptr.shape[0] - 1
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if max_q_len is None:
+        max_q_len = int((qo_indptr[1:] - qo_indptr[:-1]).max()) if bs > 0 else 0
+    if bs == 0 or max_q_len <= 0 or q.shape[0] == 0:
+        return out
+    block_m, block_n = _blocks(head_dim, q.dtype)
+    grid = (bs, q.shape[1], triton.cdiv(max_q_len, block_m))
+    _extend_kernel[grid](
+        q, k_pool, v_pool, out, qo_indptr, kv_indptr, kv_indices, sm_scale,
+        q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1),
+        out.stride(0), out.stride(1),
+        GROUP=q.shape[1] // k_pool.shape[1], HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_M=block_m, BLOCK_N=block_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        DOT_F32=dot_in_f32(q.dtype),
+    )
+    return out

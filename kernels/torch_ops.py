@@ -1,0 +1,130 @@
+"""Fast pure-torch attention over the paged KV pool: the CPU engine's path.
+
+Same contracts and numerics as ``attention_ref`` (all math in float32, result cast to q's dtype),
+but batched: every request's context is gathered once into a padded ``[bs, max_kv_len]`` slot
+matrix with a validity mask, so a decode step is one batched matmul per layer and an extend step
+is one ``scaled_dot_product_attention`` call (or one per request when padding would waste more
+than it saves). GQA is handled by grouping query heads, never by repeating K/V.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from radixlm.kernels.validate import check_attention, check_bitmask, check_store_kv
+
+_BITS = {}  # device -> int32 [32] bit positions, built once per device
+
+
+def _padded_rows(indptr: torch.Tensor, lens: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row numbers ``indptr[i] + j`` for j < width as ``[bs, width]`` int64, and ``j < lens[i]``."""
+    pos = torch.arange(width, device=indptr.device)
+    valid = pos.unsqueeze(0) < lens.unsqueeze(1)  # [bs, width]
+    rows = indptr[:-1].long().unsqueeze(1) + pos.unsqueeze(0)
+    return torch.where(valid, rows, 0), valid
+
+
+def _gather_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+               kv_lens: torch.Tensor, max_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K, V as float32 ``[bs, num_kv_heads, max_kv, head_dim]`` and key validity ``[bs, max_kv]``."""
+    rows, valid = _padded_rows(kv_indptr, kv_lens, max_kv)
+    # Padding positions read row 0 of kv_indices (or slot 0 when there are no keys): masked later.
+    slots = kv_indices[rows] if kv_indices.numel() else torch.zeros_like(rows)
+    k = k_pool[slots].float().transpose(1, 2)  # [bs, kv_heads, max_kv, head_dim]
+    v = v_pool[slots].float().transpose(1, 2)
+    return k, v, valid
+
+
+def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                           kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float) -> torch.Tensor:
+    """One query per request over its whole context; q ``[bs, num_heads, head_dim]`` -> same shape."""
+    sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale)
+    bs, num_heads, head_dim = q.shape
+    if bs == 0:
+        return torch.empty_like(q)
+    kv_heads = k_pool.shape[1]
+    kv_lens = kv_indptr[1:] - kv_indptr[:-1]
+    k, v, valid = _gather_kv(k_pool, v_pool, kv_indptr, kv_indices, kv_lens, int(kv_lens.max()))
+    qg = q.float().reshape(bs, kv_heads, num_heads // kv_heads, head_dim)  # [bs, kv_heads, group, D]
+    scores = torch.matmul(qg, k.transpose(2, 3)) * sm_scale  # [bs, kv_heads, group, max_kv]
+    scores.masked_fill_(~valid[:, None, None, :], float("-inf"))
+    out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [bs, kv_heads, group, D]
+    return out.reshape(bs, num_heads, head_dim).to(q.dtype)
+
+
+def _causal_mask(q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int) -> torch.Tensor:
+    """``[bs, 1, max_q, max_kv]`` bool, True where query j may see key t: t <= prefix + j, t < kv_len."""
+    q_pos = torch.arange(max_q, device=q_lens.device)
+    k_pos = torch.arange(max_kv, device=q_lens.device)
+    last_visible = (kv_lens - q_lens).view(-1, 1, 1) + q_pos.view(1, -1, 1)  # [bs, max_q, 1]
+    mask = (k_pos.view(1, 1, -1) <= last_visible) & (k_pos.view(1, 1, -1) < kv_lens.view(-1, 1, 1))
+    return mask.unsqueeze(1)
+
+
+def _extend_padded(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, qo_indptr: torch.Tensor,
+                   kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float,
+                   q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int) -> torch.Tensor:
+    """Extend for a whole batch (or one request) padded to ``[bs, max_q]`` x ``[bs, max_kv]``."""
+    k, v, _ = _gather_kv(k_pool, v_pool, kv_indptr, kv_indices, kv_lens, max_kv)
+    rows, q_valid = _padded_rows(qo_indptr, q_lens, max_q)
+    qp = q[rows].float().transpose(1, 2)  # [bs, num_heads, max_q, head_dim]
+    mask = _causal_mask(q_lens, kv_lens, max_q, max_kv)
+    out = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, scale=sm_scale, enable_gqa=True)
+    return out.transpose(1, 2)[q_valid]  # [sum(q_lens), num_heads, head_dim], in qo_indptr order
+
+
+def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+                           qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+                           sm_scale: float, *, max_pad_ratio: float = 2.0) -> torch.Tensor:
+    """Causal attention of ragged queries over pooled contexts; q ``[num_tokens, num_heads, head_dim]``.
+
+    The batch runs as one padded SDPA call unless padding would multiply the score matrix by more
+    than ``max_pad_ratio``; then each request runs on its own.
+    """
+    sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, qo_indptr=qo_indptr)
+    out = torch.empty_like(q)
+    q_lens_t = qo_indptr[1:] - qo_indptr[:-1]
+    kv_lens_t = kv_indptr[1:] - kv_indptr[:-1]
+    q_lens, kv_lens = q_lens_t.tolist(), kv_lens_t.tolist()
+    if sum(q_lens) == 0:
+        return out
+    max_q, max_kv = max(q_lens), max(kv_lens)
+    useful = sum(a * b for a, b in zip(q_lens, kv_lens))
+    qo = qo_indptr.tolist()
+    if len(q_lens) * max_q * max_kv <= max_pad_ratio * useful:
+        res = _extend_padded(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, sm_scale,
+                             q_lens_t, kv_lens_t, max_q, max_kv)
+        out[qo[0]:qo[-1]] = res.to(q.dtype)
+        return out
+    for i, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens)):
+        if q_len == 0:
+            continue
+        res = _extend_padded(q, k_pool, v_pool, qo_indptr[i:i + 2], kv_indptr[i:i + 2], kv_indices, sm_scale,
+                             q_lens_t[i:i + 1], kv_lens_t[i:i + 1], q_len, kv_len)
+        out[qo[i]:qo[i + 1]] = res.to(q.dtype)
+    return out
+
+
+def store_kv_torch(k_pool: torch.Tensor, v_pool: torch.Tensor, loc: torch.Tensor,
+                   k: torch.Tensor, v: torch.Tensor) -> None:
+    """Scatter ``k``, ``v`` ``[num_tokens, num_kv_heads, head_dim]`` into pool rows ``loc`` (cast to the pool dtype)."""
+    check_store_kv(k_pool, v_pool, loc, k, v)
+    loc = loc.long()
+    k_pool.index_copy_(0, loc, k.to(k_pool.dtype))
+    v_pool.index_copy_(0, loc, v.to(v_pool.dtype))
+
+
+def apply_token_bitmask_torch(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """Set logits of disallowed tokens to -inf in place; bitmask ``[bs, >= ceil(vocab/32)]`` int32.
+
+    A bitmask on another device (the grammar matchers fill CPU tensors) is moved to the logits'.
+    """
+    check_bitmask(logits, bitmask)
+    bs, vocab = logits.shape
+    words = (vocab + 31) // 32
+    bitmask = bitmask[:, :words].to(logits.device, non_blocking=True)
+    bits = _BITS.get(logits.device)
+    if bits is None:
+        bits = _BITS[logits.device] = torch.arange(32, device=logits.device, dtype=torch.int32)
+    allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().reshape(bs, words * 32)[:, :vocab]
+    logits.masked_fill_(~allowed, float("-inf"))

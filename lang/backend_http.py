@@ -1,0 +1,133 @@
+"""The HTTP backend: a radixlm (or SGLang-native) server's ``/generate`` route.
+
+Uses only the standard library so that many interpreter threads can block on requests at once.
+The chat template comes from the server's model when its path is readable here (the usual case for
+a local server); otherwise ChatML is assumed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+from .backend_engine import stream_delta
+from .chat_template import RoleTemplate
+
+
+class RuntimeEndpoint:
+    """A backend talking to ``base_url`` (e.g. ``http://127.0.0.1:30000``).
+
+    ``api_key`` is sent as a bearer token. Server errors are raised as ``ValueError`` (HTTP 400:
+    bad input, e.g. an unsupported schema), ``PermissionError`` (401) or ``RuntimeError``, each
+    carrying the server's message.
+    """
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0):
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.timeout_s = timeout_s
+        self.model_info = self._request("GET", "/get_model_info")
+        self._template: RoleTemplate | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def role_template(self) -> RoleTemplate:
+        with self._lock:
+            if self._template is None:
+                self._template = self._load_template()
+            return self._template
+
+    def generate(self, text: str | list[str] | None, sampling_params: dict[str, Any],
+                 input_ids: list | None = None, return_logprob: bool = False,
+                 logprob_start_len: int | None = None, top_logprobs_num: int = 0) -> dict | list[dict]:
+        """``POST /generate``; returns what ``Engine.generate`` would."""
+        body = self._body(text, sampling_params, input_ids, return_logprob, logprob_start_len,
+                          top_logprobs_num)
+        return self._request("POST", "/generate", body)
+
+    def generate_stream(self, text: str, sampling_params: dict[str, Any],
+                        **logprob_args: Any) -> Iterator[tuple[str, dict]]:
+        """Yield ``(text_delta, meta_info)`` from the SSE stream until ``data: [DONE]``."""
+        body = self._body(text, sampling_params, None, **logprob_args)
+        body["stream"] = True
+        emitted = ""
+        with self._open("POST", "/generate", body) as resp:
+            for raw in resp:
+                line = raw.decode("utf-8").strip()
+                if not line.startswith("data:"):
+                    continue
+                payload = line[len("data:"):].strip()
+                if payload == "[DONE]":
+                    return
+                chunk = json.loads(payload)
+                if "error" in chunk:
+                    raise _error_from(400, chunk)
+                delta, emitted = stream_delta(chunk, emitted)
+                yield delta, chunk.get("meta_info", {})
+
+    def flush_cache(self) -> None:
+        self._request("POST", "/flush_cache", {})
+
+    def get_server_info(self) -> dict:
+        return self._request("GET", "/get_server_info")
+
+    def _body(self, text, sampling_params, input_ids, return_logprob=False, logprob_start_len=None,
+              top_logprobs_num=0) -> dict[str, Any]:
+        body: dict[str, Any] = {"sampling_params": dict(sampling_params)}
+        if input_ids is not None:
+            body["input_ids"] = input_ids
+        else:
+            body["text"] = text
+        if return_logprob:
+            body.update(return_logprob=True, return_text_in_logprobs=True,
+                        top_logprobs_num=top_logprobs_num or 0)
+            if logprob_start_len is not None:
+                body["logprob_start_len"] = logprob_start_len
+        return body
+
+    def _open(self, method: str, path: str, body: dict | None = None):
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
+        try:
+            return urllib.request.urlopen(req, timeout=self.timeout_s)
+        except urllib.error.HTTPError as e:
+            try:
+                payload = json.loads(e.read() or b"{}")
+            except json.JSONDecodeError:
+                payload = {}
+            raise _error_from(e.code, payload) from None
+        except urllib.error.URLError as e:
+            raise ConnectionError(f"cannot reach {self.base_url}: {e.reason}") from None
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> Any:
+        with self._open(method, path, body) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw.strip() else {}
+
+    def _load_template(self) -> RoleTemplate:
+        path = self.model_info.get("model_path") or self.model_info.get("tokenizer_path")
+        if isinstance(path, str) and os.path.isdir(path):
+            from radixlm.runtime.tokenizer import Tokenizer
+
+            return RoleTemplate.from_tokenizer(Tokenizer(path))
+        return RoleTemplate.chatml()
+
+
+def _error_from(status: int, payload: dict) -> Exception:
+    err = payload.get("error") if isinstance(payload, dict) else None
+    message = err.get("message") if isinstance(err, dict) else (err or json.dumps(payload)[:500])
+    if status == 400:
+        return ValueError(message)
+    if status == 401:
+        return PermissionError(message)
+    return RuntimeError(f"server returned HTTP {status}: {message}")

@@ -1,0 +1,236 @@
+"""The interpreter: executes a program state's expressions, in order, on a worker thread.
+
+The host thread running the user's Python only enqueues expressions, so ``s += gen(...)`` returns
+at once and many states (forks, batch members) have requests in flight together, which the engine
+batches. Reading ``s["x"]`` blocks on that variable's event. After an error the worker skips the
+rest of the queue; the error is re-raised wherever a missing variable is read.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from . import ir
+from .choices import run_select
+
+
+@dataclass(eq=False)
+class _Raise(ir.Expr):
+    """Internal: fail the state with ``error`` when reached (a joined child failed)."""
+
+    error: BaseException
+
+
+_END = object()
+
+
+class StreamExecutor:
+    """Holds one state's text, messages and variables and runs its expression queue.
+
+    ``defaults`` are the run's sampling params (SGLang names); ``logprob_defaults`` the run's
+    ``return_logprob`` family. With ``stream=True`` gens stream their text into the state.
+    """
+
+    def __init__(self, backend: Any, defaults: dict[str, Any], logprob_defaults: dict[str, Any],
+                 stream: bool = False, prefill: bool = True):
+        self.backend = backend
+        self.defaults = defaults
+        self.logprob_defaults = logprob_defaults
+        self.stream = stream
+        self.prefill = prefill
+        self.text_ = ""
+        self.messages_: list[dict[str, str]] = []
+        self.cur_role: str | None = None
+        self.role_start = 0
+        self.variables: dict[str, Any] = {}
+        self.partial: dict[str, str] = {}  # streaming values of gens still running
+        self.meta_info: dict[str, Any] = {}
+        self.events: dict[str, threading.Event] = {}
+        self.scopes: dict[str, int] = {}
+        self.new_vars: list[str] = []  # names set since this state was created (for join)
+        self.fork_start = 0
+        self.error_: BaseException | None = None
+        self.finished = False
+        self.cond = threading.Condition()
+        self._queue: queue.Queue = queue.Queue()
+        self._worker_alive = False
+        self._submit_lock = threading.Lock()
+
+    # ---- host side -------------------------------------------------------------------------
+    def submit(self, value: Any) -> None:
+        """Enqueue a string or expression; names it will define become pending at once."""
+        for expr in ir.to_exprs(value):
+            name = _defines(expr)
+            if name is not None:
+                with self.cond:
+                    self.events[name] = threading.Event()
+                    if self.error_ is not None:
+                        self.events[name].set()
+            with self._submit_lock:
+                self.finished = False
+                self._queue.put(expr)
+                if not self._worker_alive:
+                    self._worker_alive = True
+                    threading.Thread(target=self._loop, daemon=True, name="radixlm-lang").start()
+
+    def end(self) -> None:
+        """Mark the end of the program (streams finish once everything before it ran)."""
+        with self._submit_lock:
+            self._queue.put(_END)
+            if not self._worker_alive:
+                self._worker_alive = True
+                threading.Thread(target=self._loop, daemon=True, name="radixlm-lang").start()
+
+    def sync(self) -> None:
+        """Wait until every submitted expression has run."""
+        self._queue.join()
+
+    def get_var(self, name: str) -> Any:
+        """The value of ``name``, waiting for the expression that sets it; re-raises its failure."""
+        event = self.events.get(name)
+        if event is None:
+            if name in self.variables:
+                return self.variables[name]
+            known = sorted(set(self.variables) | set(self.events))
+            raise KeyError(f"unknown variable {name!r}; defined variables: {known}")
+        event.wait()
+        if getattr(event, "ok", False):
+            return self.variables[name]
+        raise self.error_ if self.error_ is not None else KeyError(f"variable {name!r} was never set")
+
+    def fork(self, n: int) -> list[StreamExecutor]:
+        """``n`` children starting from this state's text; the shared prefix is pre-filled once."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"fork size must be a positive integer, got {n!r}")
+        self.sync()
+        if self.prefill and n > 1 and self.text_ and self.error_ is None:
+            self.backend.generate(self.text_, {"max_new_tokens": 0})
+        children = []
+        for _ in range(n):
+            child = StreamExecutor(self.backend, self.defaults, self.logprob_defaults, False, self.prefill)
+            child.text_, child.fork_start = self.text_, len(self.text_)
+            child.messages_ = [dict(m) for m in self.messages_]
+            child.cur_role, child.role_start = self.cur_role, self.role_start
+            child.variables, child.meta_info = dict(self.variables), dict(self.meta_info)
+            child.scopes, child.error_ = dict(self.scopes), self.error_
+            children.append(child)
+        return children
+
+    # ---- worker side -----------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            expr = self._queue.get()
+            try:
+                if expr is _END:
+                    with self.cond:
+                        self.finished = True
+                        self.cond.notify_all()
+                elif self.error_ is None:
+                    self._execute(expr)
+            except Exception as e:  # surfaces from s[name] and s.error()
+                self._fail(e)
+            finally:
+                self._queue.task_done()
+            with self._submit_lock:
+                if self._queue.empty():
+                    self._worker_alive = False
+                    return
+
+    def _fail(self, error: BaseException) -> None:
+        with self.cond:
+            self.error_ = error
+            for event in self.events.values():
+                event.set()
+            self.cond.notify_all()
+
+    def _append(self, text: str) -> None:
+        with self.cond:
+            self.text_ += text
+            self.cond.notify_all()
+
+    def _set_var(self, name: str, value: Any, meta: Any = None) -> None:
+        with self.cond:
+            self.variables[name] = value
+            if meta is not None:
+                self.meta_info[name] = meta
+            self.partial.pop(name, None)
+            if name not in self.new_vars:
+                self.new_vars.append(name)
+            event = self.events.setdefault(name, threading.Event())
+            event.ok = True  # set by a success, not by _fail
+            event.set()
+            self.cond.notify_all()
+
+    def _execute(self, expr: ir.Expr) -> None:
+        if isinstance(expr, ir.Text):
+            self._append(expr.value)
+        elif isinstance(expr, ir.Gen):
+            self._gen(expr)
+        elif isinstance(expr, ir.Select):
+            decision = run_select(self.backend, self.text_, expr.choices, expr.method, expr.temperature)
+            self._append(decision.decision)
+            if expr.name:
+                self._set_var(expr.name, decision.decision, decision.meta_info)
+        elif isinstance(expr, ir.RoleBegin):
+            self._role_begin(expr.role)
+        elif isinstance(expr, ir.RoleEnd):
+            self._role_end(expr.role)
+        elif isinstance(expr, ir.VarScopeBegin):
+            self.scopes[expr.name] = len(self.text_)
+        elif isinstance(expr, ir.VarScopeEnd):
+            if expr.name not in self.scopes:
+                raise ValueError(f"var_scope_end({expr.name!r}) without a matching begin")
+            self._set_var(expr.name, self.text_[self.scopes.pop(expr.name):])
+        elif isinstance(expr, ir.SetVar):
+            self._set_var(expr.name, expr.value, expr.meta)
+        elif isinstance(expr, _Raise):
+            raise expr.error
+        else:
+            raise TypeError(f"cannot execute {type(expr).__name__} in a running program")
+
+    def _gen(self, expr: ir.Gen) -> None:
+        params = {**self.defaults, **expr.params}
+        logprob = {**self.logprob_defaults, **expr.logprob}
+        if not self.stream:
+            out = self.backend.generate(self.text_, params, **logprob)
+            self._append(out["text"])
+            if expr.name:
+                self._set_var(expr.name, out["text"], out["meta_info"])
+            return
+        value, meta = "", {}
+        for delta, chunk_meta in self.backend.generate_stream(self.text_, params, **logprob):
+            meta = chunk_meta
+            with self.cond:
+                self.text_ += delta
+                value += delta
+                if expr.name:
+                    self.partial[expr.name] = value
+                self.cond.notify_all()
+        if expr.name:
+            self._set_var(expr.name, value, meta)
+
+    def _role_begin(self, role: str) -> None:
+        if self.cur_role is not None:
+            raise ValueError(f"cannot begin role {role!r} inside role {self.cur_role!r}; end it first")
+        first = not self.messages_ and not self.text_
+        self._append(self.backend.role_template.prefix(role, first=first))
+        self.cur_role, self.role_start = role, len(self.text_)
+
+    def _role_end(self, role: str) -> None:
+        if self.cur_role != role:
+            raise ValueError(f"role_end({role!r}) does not match the open role {self.cur_role!r}")
+        self.messages_.append({"role": role, "content": self.text_[self.role_start:]})
+        self._append(self.backend.role_template.suffix(role))
+        self.cur_role = None
+
+
+def _defines(expr: ir.Expr) -> str | None:
+    """The variable name an expression will set, if any."""
+    if isinstance(expr, (ir.Gen, ir.Select)):
+        return expr.name
+    if isinstance(expr, (ir.VarScopeBegin, ir.SetVar)):
+        return expr.name
+    return None

@@ -1,0 +1,297 @@
+"""RadixAttention's prefix cache: a radix tree from token ids to the KV slots caching them.
+
+A node split (inserting or matching ``1 2 3 7`` where the edge ``1 2 3 4 5`` is cached)::
+
+    before                      after
+    root                        root
+     └── [1 2 3 4 5]             └── [1 2 3]        <- new parent, inherits lock_ref and stats
+           slots a b c d e             slots a b c
+                                       ├── [4 5]    <- the original node object, same children
+                                       │     slots d e
+                                       └── [7]      <- new leaf (insert only)
+                                             slots z
+
+Each edge stores its tokens as a tuple and its slots as a list of the same length; a path from a
+root spells a cached prefix. Children are found by their first token (``page_size == 1``) or
+first page tuple (``page_size > 1``), and edges are compared by slicing whole edges at once.
+
+Design choice: like SGLang, ``match_prefix`` splits a node when the match ends inside its edge,
+so that ``last_node`` covers exactly the matched prefix and locking it protects exactly that.
+The split changes the tree's shape only: the set of cached tokens, their slots and every size
+stay the same, so "match_prefix does not change what is cached" holds.
+
+With ``page_size > 1`` only whole pages are cached and matched: ``insert`` ignores the trailing
+``len(key) % page_size`` tokens (their slots stay the caller's to free) and ``match_prefix``
+returns a multiple of ``page_size`` slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .eviction import EVICTION_POLICIES, EvictionQueue
+from .inspection import check_tree, child_key_of, render_tree
+from .key_match import as_tokens, common_prefix_len
+from .tree_node import MatchResult, TreeNode
+
+
+class RadixCache:
+    """A radix tree over token ids mapping every cached prefix to its KV slots.
+
+    Not thread-safe: the scheduler owns it. No torch, no globals; ``last_access`` ticks come from
+    a per-instance counter. Keys under different ``extra_key`` values live under separate roots
+    and never share nodes (tenant / adapter isolation); a namespace's root is created on first use
+    and forgotten again once it has no children and no lock.
+    """
+
+    def __init__(self, page_size: int = 1, eviction_policy: str = "lru") -> None:
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+        if eviction_policy not in EVICTION_POLICIES:
+            raise ValueError(f"eviction_policy must be one of {EVICTION_POLICIES}, got {eviction_policy!r}")
+        self.page_size = page_size
+        self.eviction_policy = eviction_policy
+        self._queue = EvictionQueue(eviction_policy)
+        self.reset()
+
+    # ------------------------------------------------------------------ lookup and insertion
+
+    def match_prefix(self, key: Sequence[int], extra_key: str | None = None) -> MatchResult:
+        """Find the longest cached prefix of ``key`` in namespace ``extra_key``.
+
+        Returns its slots (page-aligned when ``page_size > 1``) and the node ending exactly at it
+        (the namespace root when nothing matches). Does not change what is cached; it may split a
+        node (see the module docstring), refreshes the access time (LRU) and hit count (LFU) of
+        every node on the matched path, and counts the query in :meth:`stats`.
+        """
+        key = as_tokens(key, "key")
+        self._queries += 1
+        self._queried_tokens += len(key)
+        if self.page_size > 1:
+            key = key[: len(key) - len(key) % self.page_size]
+        node = self._root(extra_key)
+        value: list[int] = []
+        i, n = 0, len(key)
+        while i < n:
+            child = node.children.get(self._child_key(key, i))
+            if child is None:
+                break
+            m = common_prefix_len(child.key, key, i, self.page_size)
+            if m < len(child.key):
+                child = self._split(child, m)
+            self._touch(child)
+            value.extend(child.value)
+            node = child
+            i += m  # after a split the loop ends: no child of `node` starts with key[i:]
+        if node.is_evictable_leaf():
+            self._queue.push(node)
+        self._hit_tokens += i
+        return MatchResult(value, node)
+
+    def insert(self, key: Sequence[int], value: Sequence[int], extra_key: str | None = None) -> int:
+        """Cache ``key -> value`` in namespace ``extra_key``; return how many leading tokens were cached already.
+
+        ``value`` holds one KV slot per token of ``key`` (``ValueError`` otherwise). For the
+        returned prefix the tree keeps its own slots: the caller frees ``value[:returned]``. With
+        ``page_size > 1`` only the page-aligned part is cached and the caller also keeps (frees)
+        the slots past ``len(key) // page_size * page_size``. Splits nodes as needed and refreshes
+        the access time and hit count of the path.
+        """
+        key = as_tokens(key, "key")
+        value = list(value)
+        if len(value) != len(key):
+            raise ValueError(f"value has {len(value)} slots but key has {len(key)} tokens")
+        n = len(key) - len(key) % self.page_size
+        key = key[:n]
+        node = self._root(extra_key)
+        i = 0
+        while i < n:
+            child = node.children.get(self._child_key(key, i))
+            if child is None:
+                self._add_leaf(node, key[i:], value[i:n])
+                return i
+            m = common_prefix_len(child.key, key, i, self.page_size)
+            if m < len(child.key):
+                child = self._split(child, m)
+            self._touch(child)
+            node = child
+            i += m
+        if node.is_evictable_leaf():
+            self._queue.push(node)
+        return i
+
+    # ------------------------------------------------------------------ locking
+
+    def lock(self, node: TreeNode) -> None:
+        """Protect ``node`` and its ancestors from eviction (one more reference on each).
+
+        ``ValueError`` if ``node`` is no longer in this cache (evicted, or from before :meth:`reset`).
+        """
+        for n in self._path_to_root(node):
+            if n.lock_ref == 0 and not n.is_root:
+                self._evictable -= len(n.key)
+                self._protected += len(n.key)
+            n.lock_ref += 1
+
+    def unlock(self, node: TreeNode) -> None:
+        """Drop one reference taken by :meth:`lock`; ``RuntimeError`` if ``node`` holds none."""
+        path = self._path_to_root(node)
+        if node.lock_ref <= 0:
+            raise RuntimeError(f"unlock without a matching lock: {node!r} has lock_ref 0")
+        for n in path:
+            n.lock_ref -= 1
+            if n.lock_ref == 0 and not n.is_root:
+                self._protected -= len(n.key)
+                self._evictable += len(n.key)
+                if not n.children:
+                    self._queue.push(n)
+        self._maybe_drop_root(path[-1])
+
+    # ------------------------------------------------------------------ eviction
+
+    def evict(self, num_tokens: int) -> list[int]:
+        """Free at least ``num_tokens`` slots, or every evictable one if fewer exist.
+
+        Removes whole unlocked leaves, least recently used first (``"lfu"``: fewest hits, i.e.
+        visits by ``match_prefix``/``insert``, first, then least recent); a parent becomes a candidate once its last child is gone. Returns the
+        freed slots, each exactly once; the caller returns them to its allocator. Costs
+        O(k log n) for k evicted nodes.
+        """
+        if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or num_tokens < 0:
+            raise ValueError(f"num_tokens must be a non-negative int, got {num_tokens!r}")
+        freed: list[int] = []
+        while len(freed) < num_tokens:
+            leaf = self._queue.pop()
+            if leaf is None:
+                break
+            parent = leaf.parent
+            del parent.children[child_key_of(leaf.key, self.page_size)]
+            leaf.parent = None
+            freed.extend(leaf.value)
+            self._evictable -= len(leaf.key)
+            if parent.is_root:
+                self._maybe_drop_root(parent)
+            elif parent.is_evictable_leaf():
+                self._queue.push(parent)
+        return freed
+
+    # ------------------------------------------------------------------ accounting
+
+    def evictable_size(self) -> int:
+        """Tokens cached by unlocked nodes."""
+        return self._evictable
+
+    def protected_size(self) -> int:
+        """Tokens cached by locked nodes (a lock also covers every ancestor)."""
+        return self._protected
+
+    def total_size(self) -> int:
+        """All cached tokens: ``evictable_size() + protected_size()``."""
+        return self._evictable + self._protected
+
+    def stats(self) -> dict[str, float]:
+        """Lookup counters since construction or :meth:`reset`.
+
+        ``queries`` (match_prefix calls), ``queried_tokens`` (their key lengths as passed),
+        ``hit_tokens`` (tokens matched) and ``hit_rate`` (hit / queried, 0.0 before any query).
+        """
+        rate = self._hit_tokens / self._queried_tokens if self._queried_tokens else 0.0
+        return {
+            "queries": self._queries,
+            "queried_tokens": self._queried_tokens,
+            "hit_tokens": self._hit_tokens,
+            "hit_rate": rate,
+        }
+
+    def reset(self) -> None:
+        """Forget every cached prefix, lock and statistic. Nodes handed out before are invalid."""
+        self._roots: dict[str | None, TreeNode] = {None: TreeNode.new_root(None)}
+        self._queue.clear()
+        self._clock = 0
+        self._evictable = 0
+        self._protected = 0
+        self._queries = 0
+        self._queried_tokens = 0
+        self._hit_tokens = 0
+
+    def check_integrity(self) -> None:
+        """Raise ``AssertionError`` describing the first broken invariant.
+
+        Checked: sizes match the locked/unlocked nodes, no empty non-root edge, edges as long as
+        their slot lists and page-aligned, children registered under their first token/page,
+        parent pointers, ``lock_ref >= 0`` and at least the sum of the children's, every
+        evictable leaf queued, and no slot cached twice. O(total tokens): for tests.
+        """
+        check_tree(self._roots, self.page_size, self._evictable, self._protected, self._queue.live_nodes())
+
+    def pretty(self) -> str:
+        """A readable picture of the tree: token count, first tokens and lock count per edge."""
+        header = (
+            f"RadixCache(page_size={self.page_size}, eviction_policy={self.eviction_policy!r}) "
+            f"total={self.total_size()} evictable={self._evictable} protected={self._protected}"
+        )
+        return render_tree(self._roots, header)
+
+    def __repr__(self) -> str:
+        return (
+            f"RadixCache(page_size={self.page_size}, eviction_policy={self.eviction_policy!r}, "
+            f"total_size={self.total_size()})"
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _root(self, extra_key: str | None) -> TreeNode:
+        if extra_key is not None and not isinstance(extra_key, str):
+            raise TypeError(f"extra_key must be a str or None, got {type(extra_key).__name__}")
+        root = self._roots.get(extra_key)
+        if root is None:
+            root = self._roots[extra_key] = TreeNode.new_root(extra_key)
+        return root
+
+    def _maybe_drop_root(self, root: TreeNode) -> None:
+        # Empty namespaces are forgotten so that many short-lived tenants do not pile up roots.
+        if root.extra_key is not None and not root.children and root.lock_ref == 0:
+            if self._roots.get(root.extra_key) is root:
+                del self._roots[root.extra_key]
+
+    def _child_key(self, key: tuple[int, ...], i: int) -> object:
+        return key[i] if self.page_size == 1 else key[i : i + self.page_size]
+
+    def _split(self, node: TreeNode, m: int) -> TreeNode:
+        """Cut ``node``'s edge after ``m`` tokens; return the new upper node (see module picture)."""
+        parent = node.parent
+        upper = TreeNode(node.key[:m], node.value[:m], parent)
+        upper.lock_ref = node.lock_ref
+        upper.last_access = node.last_access
+        upper.hit_count = node.hit_count
+        parent.children[child_key_of(upper.key, self.page_size)] = upper
+        node.key = node.key[m:]
+        node.value = node.value[m:]
+        node.parent = upper
+        upper.children[child_key_of(node.key, self.page_size)] = node
+        return upper
+
+    def _add_leaf(self, parent: TreeNode, key: tuple[int, ...], value: list[int]) -> None:
+        leaf = TreeNode(key, value, parent)
+        parent.children[child_key_of(key, self.page_size)] = leaf
+        self._evictable += len(key)
+        self._touch(leaf)
+        self._queue.push(leaf)
+
+    def _touch(self, node: TreeNode) -> None:
+        self._clock += 1
+        node.last_access = self._clock
+        node.hit_count += 1
+
+    def _path_to_root(self, node: TreeNode) -> list[TreeNode]:
+        if not isinstance(node, TreeNode):
+            raise TypeError(f"node must be a TreeNode, got {type(node).__name__}")
+        path = [node]
+        while path[-1].parent is not None:
+            path.append(path[-1].parent)
+        root = path[-1]
+        if not root.is_root or self._roots.get(root.extra_key) is not root:
+            raise ValueError(
+                f"node {node!r} is not in this cache (evicted, reset, or from another RadixCache)"
+            )
+        return path

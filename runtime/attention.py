@@ -1,0 +1,50 @@
+"""Paged attention layer: stores the new tokens' K/V in the pool, then attends over each request's
+context through the kernels chosen by name (``radixlm.kernels.get_ops``).
+
+``resolve_attention_backend("auto", device)`` is ``"triton"`` on CUDA and ``"torch"`` elsewhere;
+extend/prefill batches use ``extend_attention`` and decode batches ``decode_attention``.
+"""
+
+from __future__ import annotations
+
+import torch
+from radixlm.kernels import get_ops
+from radixlm.runtime.forward_batch import ForwardBatch
+from radixlm.runtime.kv_pool import KVPool
+
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
+
+
+def resolve_attention_backend(name: str, device: torch.device | str) -> str:
+    """``"auto"`` -> ``"triton"`` on CUDA, ``"torch"`` otherwise; ``"torch"``/``"triton"`` pass through."""
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention_backend {name!r} is not one of {', '.join(ATTENTION_BACKENDS)}")
+    if name == "auto":
+        return "triton" if torch.device(device).type == "cuda" else "torch"
+    return name
+
+
+class PagedAttention:
+    """Attention of one layer over the paged KV pool (no parameters)."""
+
+    def __init__(self, layer_id: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                 backend: str = "torch") -> None:
+        self.layer_id = layer_id
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.sm_scale = head_dim**-0.5
+        self.ops = get_ops(backend)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
+                 kv_pool: KVPool) -> torch.Tensor:
+        """q ``[num_tokens, num_heads, head_dim]``, k/v ``[num_tokens, num_kv_heads, head_dim]``
+        -> ``[num_tokens, num_heads, head_dim]``."""
+        k_pool = kv_pool.k_buffers[self.layer_id]  # [num_slots, num_kv_heads, head_dim]
+        v_pool = kv_pool.v_buffers[self.layer_id]
+        self.ops.store_kv(k_pool, v_pool, batch.out_cache_loc, k, v)
+        if batch.is_decode:
+            return self.ops.decode_attention(q, k_pool, v_pool, batch.kv_indptr, batch.kv_indices,
+                                             self.sm_scale)
+        return self.ops.extend_attention(q, k_pool, v_pool, batch.qo_indptr, batch.kv_indptr,
+                                         batch.kv_indices, self.sm_scale)

@@ -1,0 +1,155 @@
+"""What one model forward computes: ``BatchSpec`` (plain lists, from the scheduler) and
+``ForwardBatch`` (the same facts as device tensors, for the model and kernels).
+
+The new tokens of all requests are flattened into one row per token: request i owns rows
+``qo_indptr[i]:qo_indptr[i+1]``; its whole context (cached prefix + new tokens) is the KV slots
+``kv_indices[kv_indptr[i]:kv_indptr[i+1]]`` in position order.
+
+This module imports torch only inside ``ForwardBatch.from_spec``, so the scheduler can import
+``BatchSpec`` without pulling torch in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from radixlm.runtime.kv_pool import ReqToTokenTable
+
+
+@dataclass
+class BatchSpec:
+    """One step's work as plain lists (see docs/DESIGN.md).
+
+    ``input_ids`` / ``out_cache_loc`` are the new tokens of every request, flattened;
+    ``logits_indices`` are rows of that flattening whose logits are wanted (normally each request's
+    last row, ``BatchSpec.last_token_indices(extend_lens)``); ``table_writes`` are
+    ``(req_pool_index, start, slots)`` cached-prefix slots to write into the table first.
+    """
+
+    is_decode: bool
+    req_pool_indices: list[int]
+    input_ids: list[int]
+    prefix_lens: list[int]
+    extend_lens: list[int]
+    out_cache_loc: list[int]
+    logits_indices: list[int]
+    table_writes: list[tuple[int, int, list[int]]] = field(default_factory=list)
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.req_pool_indices)
+
+    @staticmethod
+    def last_token_indices(extend_lens: list[int]) -> list[int]:
+        """Row of each request's last new token in the flattened batch."""
+        rows, end = [], 0
+        for n in extend_lens:
+            end += n
+            rows.append(end - 1)
+        return rows
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the inconsistent field."""
+        bs = self.batch_size
+        if bs == 0:
+            raise ValueError("req_pool_indices is empty: a batch needs at least one request")
+        for name in ("prefix_lens", "extend_lens"):
+            if len(getattr(self, name)) != bs:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries, expected {bs} "
+                                 f"(one per request in req_pool_indices)")
+        if any(n < 1 for n in self.extend_lens):
+            raise ValueError(f"extend_lens must all be >= 1, got {self.extend_lens}")
+        if any(p < 0 for p in self.prefix_lens):
+            raise ValueError(f"prefix_lens must all be >= 0, got {self.prefix_lens}")
+        if self.is_decode and any(n != 1 for n in self.extend_lens):
+            raise ValueError(f"is_decode batch needs extend_lens all 1, got {self.extend_lens}")
+        num_tokens = sum(self.extend_lens)
+        for name in ("input_ids", "out_cache_loc"):
+            if len(getattr(self, name)) != num_tokens:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries, expected "
+                                 f"sum(extend_lens) = {num_tokens}")
+        if not self.logits_indices:
+            raise ValueError("logits_indices is empty")
+        if any(not 0 <= i < num_tokens for i in self.logits_indices):
+            raise ValueError(f"logits_indices must lie in [0, {num_tokens}), got {self.logits_indices}")
+
+
+@dataclass
+class ForwardBatch:
+    """Device tensors for one forward; build with ``ForwardBatch.from_spec``. All int64."""
+
+    is_decode: bool
+    batch_size: int
+    input_ids: torch.Tensor  # [num_tokens]
+    positions: torch.Tensor  # [num_tokens] prefix_len + j for request's j-th new token
+    out_cache_loc: torch.Tensor  # [num_tokens] KV slot each new token's K/V is stored in
+    qo_indptr: torch.Tensor  # [bs + 1]
+    kv_indptr: torch.Tensor  # [bs + 1]
+    kv_indices: torch.Tensor  # [total_kv]
+    logits_indices: torch.Tensor  # [num_logits]
+    req_pool_indices: torch.Tensor  # [bs]
+
+    @property
+    def num_tokens(self) -> int:
+        return self.input_ids.shape[0]
+
+    @classmethod
+    def from_spec(cls, spec: BatchSpec, req_to_token: ReqToTokenTable,
+                  device: torch.device | str) -> ForwardBatch:
+        """Validate ``spec``, apply its table writes, write ``out_cache_loc`` into the table, and
+        build the tensors (``kv_indices`` is gathered from the table: prefix + new slots)."""
+        import torch
+
+        spec.validate()
+        kv_lens = [p + n for p, n in zip(spec.prefix_lens, spec.extend_lens)]
+        if max(kv_lens) > req_to_token.max_context_len:
+            raise ValueError(f"prefix_lens + extend_lens {kv_lens} exceed the req_to_token table's "
+                             f"max_context_len {req_to_token.max_context_len}")
+        for req_pool_index, start, slots in spec.table_writes:
+            req_to_token.write(req_pool_index, start, slots)
+
+        def tensor(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int64).to(device, non_blocking=True)
+
+        num_tokens, total_kv = len(spec.input_ids), sum(kv_lens)
+        req_pool_indices = tensor(spec.req_pool_indices)  # [bs]
+        extend_lens = tensor(spec.extend_lens)  # [bs]
+        kv_lens_t = tensor(kv_lens)  # [bs]
+        qo_indptr = _indptr(extend_lens)  # [bs + 1]
+        kv_indptr = _indptr(kv_lens_t)  # [bs + 1]
+
+        # positions: prefix_len + (row - first row of its request)
+        offsets = tensor(spec.prefix_lens) - qo_indptr[:-1]  # [bs]
+        positions = torch.arange(num_tokens, device=device) + torch.repeat_interleave(
+            offsets, extend_lens, output_size=num_tokens)  # [num_tokens]
+        out_cache_loc = tensor(spec.out_cache_loc)  # [num_tokens]
+        token_rows = torch.repeat_interleave(req_pool_indices, extend_lens, output_size=num_tokens)
+        req_to_token.table[token_rows, positions] = out_cache_loc
+
+        kv_rows = torch.repeat_interleave(req_pool_indices, kv_lens_t, output_size=total_kv)
+        kv_cols = torch.arange(total_kv, device=device) - torch.repeat_interleave(
+            kv_indptr[:-1], kv_lens_t, output_size=total_kv)  # position within its request
+        kv_indices = req_to_token.table[kv_rows, kv_cols]  # [total_kv]
+
+        return cls(
+            is_decode=spec.is_decode,
+            batch_size=spec.batch_size,
+            input_ids=tensor(spec.input_ids),
+            positions=positions,
+            out_cache_loc=out_cache_loc,
+            qo_indptr=qo_indptr,
+            kv_indptr=kv_indptr,
+            kv_indices=kv_indices,
+            logits_indices=tensor(spec.logits_indices),
+            req_pool_indices=req_pool_indices,
+        )
+
+
+def _indptr(lens: torch.Tensor) -> torch.Tensor:
+    """[bs] lengths -> [bs + 1] exclusive prefix sums starting at 0."""
+    import torch
+
+    return torch.nn.functional.pad(torch.cumsum(lens, dim=0), (1, 0))

@@ -1,0 +1,103 @@
+"""OpenAI-shaped HTTP errors: ``{"error": {"message", "type", "param", "code"}}``.
+
+Every handler raises :class:`APIError` (or lets a ``ValueError`` escape, which means bad input);
+the server's error middleware turns both into one JSON shape, so clients see the same error body
+on the native and the OpenAI routes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from aiohttp import web
+
+# HTTP status -> OpenAI error "type"
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "request_too_large",
+    499: "client_closed_request",
+    500: "internal_server_error",
+    503: "server_overloaded",
+}
+
+
+class APIError(Exception):
+    """An error with an HTTP status, rendered as an OpenAI error object.
+
+    ``param`` names the offending request field (dotted path, e.g. ``messages[2].role``) when
+    one is to blame; ``code`` is a short machine-readable reason.
+    """
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+    @property
+    def type(self) -> str:
+        return _ERROR_TYPES.get(self.status, "invalid_request_error")
+
+    def to_dict(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+    def to_response(self) -> web.Response:
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        return web.json_response(self.to_dict(), status=self.status, headers=headers)
+
+    def to_sse(self) -> bytes:
+        """The error as one SSE event, for failures after a stream has started."""
+        return b"data: " + json.dumps(self.to_dict()).encode() + b"\n\n"
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    """A 400 error; ``param`` names the bad field."""
+    return APIError(400, message, param=param, code=code)
+
+
+def not_found(message: str, param: str | None = None, code: str = "not_found") -> APIError:
+    return APIError(404, message, param=param, code=code)
+
+
+def from_exception(exc: BaseException) -> APIError:
+    """Map an exception escaping a handler or the engine to an :class:`APIError`.
+
+    ``ValueError`` (which includes the constraint compiler's ``ConstraintError``) is bad input:
+    400, with the JSON pointer in ``param`` when the error carries one. A full waiting queue
+    (any exception class named ``QueueFullError``) is 503. Anything else is a 500.
+    """
+    if isinstance(exc, APIError):
+        return exc
+    if type(exc).__name__ == "QueueFullError":
+        return APIError(503, str(exc) or "the waiting queue is full; retry later", code="queue_full")
+    if isinstance(exc, web.HTTPException):
+        return _from_http_exception(exc)
+    if isinstance(exc, ValueError):
+        pointer = getattr(exc, "pointer", None)
+        return APIError(400, str(exc), param=pointer, code=_code_for(exc))
+    return APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
+
+
+def _code_for(exc: ValueError) -> str:
+    name = type(exc).__name__
+    if name == "ConstraintError":
+        return "unsupported_schema"
+    if "context" in str(exc).lower():
+        return "context_length_exceeded"
+    return "invalid_value"
+
+
+def _from_http_exception(exc: web.HTTPException) -> APIError:
+    status = exc.status
+    if status == 404:
+        return APIError(404, "unknown route", code="unknown_route")
+    if status == 405:
+        return APIError(405, f"method not allowed ({exc.reason})", code="method_not_allowed")
+    if status == 413:
+        return APIError(413, f"request body too large: {exc.text}", code="request_too_large")
+    return APIError(status, exc.text or exc.reason, code=None)

@@ -1,0 +1,140 @@
+"""``ServerArgs``: the one configuration dataclass, built at start-up and passed down.
+
+It holds what the user asked for, never facts found at run time: the number of KV slots the pool
+really got, the EOS ids and the context length live on the objects that compute them
+(``ModelRunner``, ``Tokenizer``, ``ModelConfig``). ``add_cli_args`` / ``from_cli_args`` expose
+every field as a command-line flag, with help text taken from the field's metadata.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
+ATTENTION_BACKENDS = ("auto", "torch", "triton")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
+EVICTION_POLICIES = ("lru", "lfu")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def _arg(default: Any, help: str, type: Any = None, choices: tuple[str, ...] | None = None) -> Any:
+    """A dataclass field whose metadata drives the CLI flag (``type`` for optional values)."""
+    return field(default=default, metadata={"help": help, "type": type, "choices": choices})
+
+
+@dataclass
+class ServerArgs:
+    """Engine configuration, validated at construction (``ValueError`` naming the field)."""
+
+    model_path: str | None = _arg(None, "HF-format checkpoint directory (default: the embedded tiny model)", str)
+    tokenizer_path: str | None = _arg(None, "tokenizer directory (default: model_path)", str)
+    dtype: str = _arg("auto", "weights and KV dtype; auto = float32 on CPU, bfloat16 on CUDA", str, DTYPES)
+    device: str = _arg("auto", "cpu, cuda or cuda:N; auto = cuda if available else cpu", str)
+    attention_backend: str = _arg("auto", "attention kernels; auto = triton on CUDA, torch on CPU", str,
+                                  ATTENTION_BACKENDS)
+    max_total_tokens: int | None = _arg(None, "KV slots in the pool (default: mem_fraction of free memory)", int)
+    mem_fraction: float = _arg(0.85, "share of free device memory the KV pool may take", float)
+    context_length: int | None = _arg(None, "override the model's context length", int)
+    max_running_requests: int = _arg(256, "most requests decoding at once", int)
+    max_prefill_tokens: int = _arg(16384, "most new tokens in one prefill batch", int)
+    chunked_prefill_size: int | None = _arg(8192, "split longer prefills into chunks; None or -1 = no chunking", int)
+    schedule_policy: str = _arg("lpm", "waiting-queue order", str, SCHEDULE_POLICIES)
+    disable_radix_cache: bool = _arg(False, "compute every prompt in full; share nothing", bool)
+    page_size: int = _arg(1, "radix-cache granularity in tokens", int)
+    radix_eviction_policy: str = _arg("lru", "which cached prefixes go first", str, EVICTION_POLICIES)
+    random_seed: int = _arg(0, "seed of the sampler for requests without their own seed", int)
+    max_queued_requests: int | None = _arg(None, "reject submissions beyond this many waiting requests", int)
+    max_req_input_len: int | None = _arg(None, "reject prompts longer than this (default: context length)", int)
+    grammar_compile_timeout_s: float = _arg(10.0, "time budget for compiling one constraint", float)
+    enable_jump_forward: bool = _arg(True, "append forced grammar text without decoding it token by token", bool)
+    log_level: str = _arg("warning", "logging level", str, LOG_LEVELS)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the first bad field."""
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            value = getattr(self, f.name)
+            if choices and value not in choices:
+                raise ValueError(f"{f.name} must be one of {', '.join(choices)}; got {value!r}")
+        if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device must be auto, cpu, cuda or cuda:N; got {self.device!r}")
+        for name in ("max_total_tokens", "context_length", "max_queued_requests", "max_req_input_len"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(name, value, lo=1)
+        if self.max_total_tokens is not None and self.max_total_tokens < 2:
+            raise ValueError(f"max_total_tokens must be >= 2, got {self.max_total_tokens}")
+        for name in ("max_running_requests", "max_prefill_tokens", "page_size"):
+            _check_int(name, getattr(self, name), lo=1)
+        if self.chunked_prefill_size is not None:
+            _check_int("chunked_prefill_size", self.chunked_prefill_size, lo=-1)
+            if self.chunked_prefill_size == 0:
+                raise ValueError("chunked_prefill_size must be >= 1, or None / -1 for no chunking")
+        _check_int("random_seed", self.random_seed)
+        _check_num("mem_fraction", self.mem_fraction)
+        if not 0.0 < self.mem_fraction <= 1.0:
+            raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
+        _check_num("grammar_compile_timeout_s", self.grammar_compile_timeout_s)
+        if self.grammar_compile_timeout_s <= 0:
+            raise ValueError(f"grammar_compile_timeout_s must be > 0, got {self.grammar_compile_timeout_s}")
+        for name in ("disable_radix_cache", "enable_jump_forward"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a boolean")
+        for name in ("model_path", "tokenizer_path"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ValueError(f"{name} must be a non-empty string")
+
+    @property
+    def chunk_size(self) -> int | None:
+        """The prefill chunk budget in tokens, or None for no chunking."""
+        size = self.chunked_prefill_size
+        return None if size is None or size == -1 else size
+
+    # ------------------------------------------------------------------ CLI
+
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        """Add one ``--kebab-case`` flag per field (booleans as ``--x/--no-x``)."""
+        for f in dataclasses.fields(ServerArgs):
+            flag = "--" + f.name.replace("_", "-")
+            help_text = f"{f.metadata['help']} (default: {f.default})"
+            if f.metadata["type"] is bool:
+                parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                                    default=f.default, help=help_text)
+            else:
+                parser.add_argument(flag, dest=f.name, type=f.metadata["type"], default=f.default,
+                                    choices=f.metadata["choices"], help=help_text)
+
+    @classmethod
+    def from_cli_args(cls, ns: argparse.Namespace) -> ServerArgs:
+        """Build from a namespace parsed with ``add_cli_args`` (other attributes are ignored)."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{n: getattr(ns, n) for n in names if hasattr(ns, n)})
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> ServerArgs:
+        """Like the constructor, but an unknown name raises ``ValueError`` naming it."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ValueError(f"unknown server argument(s): {', '.join(unknown)}")
+        return cls(**kwargs)
+
+
+def _check_int(name: str, value: Any, lo: int | None = None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise ValueError(f"{name} must be >= {lo}, got {value}")
+
+
+def _check_num(name: str, value: Any) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
+        raise ValueError(f"{name} must be a number, got {value!r}")

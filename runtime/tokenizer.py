@@ -1,0 +1,202 @@
+"""Tokenizer: a HF ``tokenizer.json`` plus the special tokens and chat template of a checkpoint directory.
+
+Works for any local HF checkpoint directory (not only ours): ``eos_token_id`` may be an int or a list,
+special tokens may be strings or ``{"content": ...}`` dicts, and the chat template may live in
+``tokenizer_config.json`` (a string or a list of named templates) or in ``chat_template.jinja``.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+
+
+class ChatTemplateError(ValueError):
+    """The checkpoint has no chat template, or the template rejected the messages."""
+
+
+@lru_cache(maxsize=1)
+def _unicode_to_byte() -> dict[str, int]:
+    """Inverse of GPT-2's byte-to-unicode table used by byte-level BPE token strings."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table = {chr(b): b for b in printable}
+    shift = 0
+    for b in range(256):
+        if b not in printable:
+            table[chr(256 + shift)] = b
+            shift += 1
+    return table
+
+
+def _raise_exception(message: str) -> None:
+    raise ChatTemplateError(message)
+
+
+def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
+    # Like HF's: no HTML escaping (jinja2's built-in tojson escapes <, >, & and ').
+    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+@lru_cache(maxsize=16)
+def _compile_template(source: str):
+    """Compile a chat template in a sandbox with the helpers HF templates expect."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env.from_string(source)
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _token_content(value: Any) -> str | None:
+    """Special tokens appear as plain strings or as serialised AddedToken dicts."""
+    if isinstance(value, dict):
+        return value.get("content")
+    return value
+
+
+def _as_id_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)]
+
+
+class Tokenizer:
+    """Encode/decode, special tokens, EOS ids and chat templating for a checkpoint directory."""
+
+    def __init__(self, model_path: str | Path):
+        path = Path(model_path)
+        if not path.is_dir():
+            raise FileNotFoundError(f"model path {str(path)!r} is not a directory")
+        tokenizer_file = path / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise FileNotFoundError(f"tokenizer.json not found in {str(path)!r}")
+        self.path = path
+        self.hf: tokenizers.Tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
+        self.config = _read_json(path / "tokenizer_config.json")
+        model_config = _read_json(path / "config.json")
+        generation_config = _read_json(path / "generation_config.json")
+
+        self.vocab_size: int = self.hf.get_vocab_size(with_added_tokens=True)
+        added = self.hf.get_added_tokens_decoder()
+        self.special_token_ids: set[int] = {i for i, tok in added.items() if tok.special}
+
+        self.bos_token: str | None = _token_content(self.config.get("bos_token"))
+        self.eos_token: str | None = _token_content(self.config.get("eos_token"))
+        self.pad_token: str | None = _token_content(self.config.get("pad_token"))
+        self.bos_token_id: int | None = self._id_of(self.bos_token)
+        if self.bos_token_id is None and "bos_token" not in self.config:
+            self.bos_token_id = generation_config.get("bos_token_id", model_config.get("bos_token_id"))
+        self.pad_token_id: int | None = self._id_of(self.pad_token)
+        if self.pad_token_id is None:
+            self.pad_token_id = generation_config.get("pad_token_id", model_config.get("pad_token_id"))
+        # generation_config.json is what HF's generate() stops on; tokenizer_config's eos is added to it.
+        eos = _as_id_list(generation_config.get("eos_token_id", model_config.get("eos_token_id")))
+        eos_from_token = self._id_of(self.eos_token)
+        if eos_from_token is not None and eos_from_token not in eos:
+            eos.append(eos_from_token)
+        self.eos_token_ids: list[int] = eos
+        self._byte_level = self._uses_byte_level()
+
+    def _id_of(self, token: str | None) -> int | None:
+        return None if token is None else self.hf.token_to_id(token)
+
+    def _uses_byte_level(self) -> bool:
+        spec = json.loads(self.hf.to_str()).get("decoder") or {}
+        decoders = spec.get("decoders", [spec]) if spec.get("type") == "Sequence" else [spec]
+        return any(d.get("type") == "ByteLevel" for d in decoders)
+
+    # --- text <-> ids -------------------------------------------------------------------------
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text``; ``add_special_tokens`` applies the post-processor (e.g. a BOS)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        """Text of ``ids``; incomplete UTF-8 sequences decode to U+FFFD."""
+        return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_bytes(self, token_id: int) -> bytes:
+        """The exact bytes token ``token_id`` contributes to the text (its content for added tokens)."""
+        token = self.hf.id_to_token(token_id)
+        if token is None:
+            raise ValueError(f"token_id {token_id} is outside the vocabulary (size {self.vocab_size})")
+        if token_id in self._added_ids:
+            return token.encode("utf-8")
+        if self._byte_level:
+            table = _unicode_to_byte()
+            return bytes(table[ch] for ch in token)
+        # SentencePiece-style vocabularies: "<0x0A>" byte-fallback pieces and "▁" for spaces.
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            return bytes([int(token[3:5], 16)])
+        return token.replace("\u2581", " ").encode("utf-8")
+
+    @cached_property
+    def _added_ids(self) -> set[int]:
+        return set(self.hf.get_added_tokens_decoder())
+
+    def all_token_bytes(self) -> list[bytes]:
+        """``id_to_bytes`` for every id in ``range(vocab_size)`` (ids with no token give b"")."""
+        out = []
+        for token_id in range(self.vocab_size):
+            out.append(b"" if self.hf.id_to_token(token_id) is None else self.id_to_bytes(token_id))
+        return out
+
+    # --- chat ---------------------------------------------------------------------------------
+
+    @cached_property
+    def chat_template(self) -> str | None:
+        """The default chat template source, or None when the checkpoint has none."""
+        template_file = self.path / "chat_template.jinja"
+        if template_file.is_file():
+            return template_file.read_text(encoding="utf-8")
+        template = self.config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
+            named = {entry["name"]: entry["template"] for entry in template}
+            template = named.get("default") or next(iter(named.values()), None)
+        return template
+
+    def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
+                            add_generation_prompt: bool = True, **kwargs: Any) -> str:
+        """Render ``messages`` (and ``tools``) with the checkpoint's Jinja chat template.
+
+        Raises ``ChatTemplateError`` when the checkpoint has no template or the template calls
+        ``raise_exception`` (e.g. an unknown role).
+        """
+        if self.chat_template is None:
+            raise ChatTemplateError(
+                f"no chat template in {str(self.path)!r} (looked for tokenizer_config.json 'chat_template' "
+                "and chat_template.jinja)"
+            )
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            raise TypeError("messages must be a list of dicts with 'role' and 'content'")
+        template = _compile_template(self.chat_template)
+        context = {
+            "bos_token": self.bos_token or "",
+            "eos_token": self.eos_token or "",
+            "pad_token": self.pad_token or "",
+            **kwargs,
+            "messages": messages,
+            "tools": tools,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        return template.render(**context)

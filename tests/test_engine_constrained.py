@@ -1,0 +1,83 @@
+"""Constrained generation through ``Engine`` (tiny Llama): schemas, regexes, jump-forward,
+per-request compile errors and lenient (``strict=False``) validation."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+import jsonschema
+import pytest
+from radixlm import Engine
+from radixlm.constrained import ConstraintError
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0,
+                                                                        "maximum": 99}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama):
+    with Engine(tiny_llama, max_total_tokens=8192) as e:
+        yield e
+
+
+@pytest.fixture(autouse=True)
+def leak_check(engine):
+    yield
+    engine.check_no_leak()
+
+
+def sample(**extra):
+    return {"temperature": 1.0, "max_new_tokens": 64, **extra}
+
+
+def test_json_schema_outputs_validate(engine):
+    outs = engine.generate(["Person:"] * 4, [sample(json_schema=SCHEMA, seed=s) for s in range(4)])
+    for out in outs:
+        assert out["meta_info"]["finish_reason"]["type"] == "stop"
+        jsonschema.validate(json.loads(out["text"]), SCHEMA)
+
+
+def test_jump_forward_saves_forward_passes(engine):
+    on = engine.generate("Person:", sample(json_schema=SCHEMA, seed=1))
+    off = engine.generate("Person:", sample(json_schema=SCHEMA, seed=1, disable_jump_forward=True))
+    for out in (on, off):
+        jsonschema.validate(json.loads(out["text"]), SCHEMA)
+    assert on["meta_info"]["forward_passes"] < off["meta_info"]["forward_passes"]
+    assert off["meta_info"]["forward_passes"] == off["meta_info"]["completion_tokens"]
+
+
+def test_regex_and_choices(engine):
+    out = engine.generate("Date:", sample(regex=r"20[0-9]{2}-(0[1-9]|1[0-2])", seed=2))
+    assert re.fullmatch(r"20[0-9]{2}-(0[1-9]|1[0-2])", out["text"])
+    pick = engine.generate("Color:", {"temperature": 0.0, "choices": ["red", "green", "blue"]})
+    assert pick["text"] in ("red", "green", "blue")
+
+
+def test_bad_schema_fails_only_that_request(engine):
+    results = {}
+
+    def good():
+        results["good"] = engine.generate("Hello", {"temperature": 0.0, "max_new_tokens": 8})
+
+    t = threading.Thread(target=good)
+    t.start()
+    with pytest.raises(ConstraintError, match="multipleOf"):
+        engine.generate("Number:", sample(json_schema={"type": "integer", "multipleOf": 3}))
+    t.join(timeout=60)
+    assert results["good"]["meta_info"]["completion_tokens"] == 8
+
+
+def test_lenient_schema_reports_violations(engine):
+    schema = {"type": "integer", "minimum": 0, "maximum": 99, "multipleOf": 3}
+    outs = engine.generate(["Number:"] * 6, [sample(json_schema=schema, strict=False, seed=s) for s in range(6)])
+    for out in outs:
+        violations = out["meta_info"]["constraint_violations"]
+        assert (json.loads(out["text"]) % 3 == 0) == (violations == []), (out["text"], violations)
+    assert any(out["meta_info"]["constraint_violations"] for out in outs)

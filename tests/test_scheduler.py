@@ -1,0 +1,257 @@
+"""Scheduler unit tests with a fake runner (no model, no torch).
+
+The fake runner keeps a fake KV pool (slot -> token id) and a req_to_token table, applies each
+batch's table writes and new slots, and computes every request's next token from the tokens it
+*reads back through its slots*. Any accounting bug (wrong prefix slots, a slot freed while in
+use and reused) changes the outputs, which are compared with the token function applied to the
+true sequence.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from radixlm.runtime.req import Req
+from radixlm.runtime.req_cache import ReqCache
+from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.schedule_batch import BatchResult, ScheduledBatch
+from radixlm.runtime.schedule_policy import dfs_weight_order, order_waiting
+from radixlm.runtime.scheduler import Scheduler
+from radixlm.runtime.stop_checker import StopChecker
+
+EOS = 1
+
+
+def next_token(seq: list[int]) -> int:
+    """A deterministic 'model': depends on the whole sequence, never EOS."""
+    return (sum(seq[-5:]) * 7 + len(seq) * 3 + seq[0]) % 90 + 5
+
+
+def expected_output(prompt: list[int], n: int) -> list[int]:
+    seq = list(prompt)
+    for _ in range(n):
+        seq.append(next_token(seq))
+    return seq[len(prompt):]
+
+
+class FakeRunner:
+    def __init__(self, max_reqs: int, context: int) -> None:
+        self.kv: dict[int, int] = {}
+        self.table = [[0] * context for _ in range(max_reqs)]
+        self.steps: list[ScheduledBatch] = []
+
+    def run(self, batch: ScheduledBatch) -> BatchResult:
+        spec = batch.spec
+        spec.validate()
+        self.steps.append(batch)
+        for row, start, slots in spec.table_writes:
+            self.table[row][start:start + len(slots)] = slots
+        off = 0
+        logits_rows: dict[int, int] = {}
+        for i, row in enumerate(spec.req_pool_indices):
+            p, e = spec.prefix_lens[i], spec.extend_lens[i]
+            for j in range(e):
+                slot = spec.out_cache_loc[off + j]
+                assert slot != 0
+                self.kv[slot] = spec.input_ids[off + j]
+                self.table[row][p + j] = slot
+            context = [self.kv[s] for s in self.table[row][:p + e]]
+            for j in range(e):
+                logits_rows[off + j] = next_token(context[:p + j + 1])
+            off += e
+        tokens = [logits_rows[spec.logits_indices[r]] for r in batch.sample_rows]
+        lps = [[-1.0] * len(s.target_ids) for s in batch.logprob_spans]
+        return BatchResult(next_token_ids=tokens, input_logprobs=lps)
+
+
+def make(num_slots=4096, max_reqs=32, policy="lpm", chunk=None, disable=False, page_size=1, max_prefill=4096):
+    cache = ReqCache(num_slots, max_reqs, page_size=page_size, disable_radix_cache=disable)
+    sched = Scheduler(cache, StopChecker([EOS], context_len=2048), schedule_policy=policy,
+                      max_running_requests=max_reqs, max_prefill_tokens=max_prefill, chunk_size=chunk)
+    return sched, FakeRunner(max_reqs, 2048)
+
+
+def run_all(sched: Scheduler, runner: FakeRunner, max_steps: int = 10000) -> list[Req]:
+    done = []
+    for _ in range(max_steps):
+        batch = sched.schedule()
+        if batch is None:
+            assert not sched.has_work(), "scheduler idles with work left (deadlock)"
+            return done
+        done += sched.process_batch_result(batch, runner.run(batch))
+    raise AssertionError("did not finish")
+
+
+def req(rid, prompt, max_new=8, **kw) -> Req:
+    return Req(rid, prompt, SamplingParams(max_new_tokens=max_new, temperature=0.0), **kw)
+
+
+def prompts(n, shared=0, distinct=20, seed=0):
+    base = [(i * 13 + seed) % 80 + 10 for i in range(shared)]
+    return [[2] + base + [(i * 31 + j * 7 + seed) % 80 + 10 for j in range(distinct)] for i in range(n)]
+
+
+def check_outputs(reqs):
+    for r in reqs:
+        assert r.finished_reason.type == "length"
+        assert r.output_ids == expected_output(r.origin_input_ids, r.params.max_new_tokens), r.rid
+
+
+@pytest.mark.parametrize("policy", ["lpm", "fcfs", "dfs-weight"])
+@pytest.mark.parametrize("disable", [False, True])
+def test_all_requests_complete_with_correct_tokens(policy, disable):
+    sched, runner = make(policy=policy, disable=disable)
+    reqs = [req(f"r{i}", p, max_new=6 + i % 3) for i, p in enumerate(prompts(12, shared=40))]
+    for r in reqs:
+        sched.add(r)
+    assert len(run_all(sched, runner)) == 12
+    check_outputs(reqs)
+    if disable:
+        assert all(r.cached_tokens == 0 for r in reqs)
+    assert sched.flush_cache()
+    sched.cache.check_no_leak()
+
+
+def test_shared_prefix_is_computed_once():
+    sched, runner = make()
+    reqs = [req(f"r{i}", p) for i, p in enumerate(prompts(8, shared=100))]
+    for r in reqs:
+        sched.add(r)
+    run_all(sched, runner)
+    check_outputs(reqs)
+    first = runner.steps[0]
+    assert len(first.reqs) == 1  # the others waited one step to hit the cache (in-batch sharing)
+    assert sorted(r.cached_tokens for r in reqs)[1:] == [101] * 7
+    prefill_tokens = sum(b.num_tokens for b in runner.steps if not b.is_decode)
+    assert prefill_tokens == 121 + 7 * 20
+    assert sched.flush_cache()
+    sched.cache.check_no_leak()
+
+
+@pytest.mark.parametrize("chunk", [7, 16, 64])
+def test_chunked_prefill_matches(chunk):
+    sched, runner = make(chunk=chunk)
+    reqs = [req(f"r{i}", p, max_new=5) for i, p in enumerate(prompts(4, shared=60, distinct=30))]
+    for r in reqs:
+        sched.add(r)
+    run_all(sched, runner)
+    check_outputs(reqs)
+    assert all(b.num_tokens <= chunk for b in runner.steps if not b.is_decode)
+    assert sched.flush_cache()
+    sched.cache.check_no_leak()
+
+
+def test_retraction_under_tiny_pool_completes_identically():
+    sched, runner = make(num_slots=160, max_reqs=16)
+    reqs = [req(f"r{i}", p, max_new=40) for i, p in enumerate(prompts(10, shared=10, distinct=12))]
+    for r in reqs:
+        sched.add(r)
+    run_all(sched, runner)
+    check_outputs(reqs)
+    assert sched.num_retractions > 0
+    assert sched.flush_cache()
+    sched.cache.check_no_leak()
+
+
+def test_retraction_without_radix_cache():
+    sched, runner = make(num_slots=120, max_reqs=16, disable=True)
+    sched.new_token_ratio = 0.05  # an optimistic estimate, so that decode runs out of slots
+    reqs = [req(f"r{i}", p, max_new=40) for i, p in enumerate(prompts(6, distinct=15))]
+    for r in reqs:
+        sched.add(r)
+    run_all(sched, runner)
+    check_outputs(reqs)
+    assert sched.num_retractions > 0
+    sched.cache.check_no_leak()
+
+
+def test_page_size_4():
+    sched, runner = make(page_size=4)
+    reqs = [req(f"r{i}", p) for i, p in enumerate(prompts(6, shared=37))]
+    for r in reqs:
+        sched.add(r)
+    run_all(sched, runner)
+    check_outputs(reqs)
+    assert all(r.cached_tokens % 4 == 0 for r in reqs)
+    assert max(r.cached_tokens for r in reqs) >= 36
+    assert sched.flush_cache()
+    sched.cache.check_no_leak()
+
+
+def test_abort_running_and_waiting_frees_slots():
+    sched, runner = make(max_reqs=2)
+    reqs = [req(f"r{i}", p, max_new=50) for i, p in enumerate(prompts(3))]
+    for r in reqs:
+        sched.add(r)
+    for _ in range(3):
+        batch = sched.schedule()
+        sched.process_batch_result(batch, runner.run(batch))
+    assert len(sched.running) == 2 and len(sched.waiting) == 1
+    assert [r.rid for r in sched.abort("r0")] == ["r0"]
+    assert [r.rid for r in sched.abort("r2")] == ["r2"]
+    assert reqs[0].finished_reason.type == "abort" and reqs[0].req_pool_idx is None
+    assert sched.abort("nope") == []
+    run_all(sched, runner)
+    assert reqs[1].output_ids == expected_output(reqs[1].origin_input_ids, 50)
+    assert sched.flush_cache()
+    sched.cache.check_no_leak()
+
+
+def test_flush_refused_while_running():
+    sched, runner = make()
+    sched.add(req("a", prompts(1)[0]))
+    batch = sched.schedule()
+    sched.process_batch_result(batch, runner.run(batch))
+    assert not sched.flush_cache()
+    run_all(sched, runner)
+    assert sched.flush_cache()
+
+
+def test_logprob_start_len_limits_the_match():
+    sched, runner = make()
+    p = prompts(1, shared=0, distinct=30)[0]
+    a = req("a", p)
+    sched.add(a)
+    run_all(sched, runner)
+    b = req("b", p, return_logprob=True, logprob_start_len=10)
+    sched.add(b)
+    batch = sched.schedule()
+    assert batch.spec.prefix_lens == [10]
+    sched.process_batch_result(batch, runner.run(batch))
+    run_all(sched, runner)
+    assert b.input_token_logprobs[0] is None and len(b.input_token_logprobs) == len(p) - 10
+    c = req("c", p)  # never the whole prompt: the last token is recomputed for its logits
+    sched.add(c)
+    assert sched.schedule().spec.extend_lens == [1]
+
+
+def test_stop_token_and_min_new_tokens():
+    sched, runner = make()
+    p = prompts(1)[0]
+    want = expected_output(p, 10)
+    r = Req("s", p, SamplingParams(max_new_tokens=10, temperature=0.0, stop_token_ids=[want[3]]))
+    sched.add(r)
+    run_all(sched, runner)
+    assert r.finished_reason.type == "stop" and r.finished_reason.matched == want[3]
+    assert r.output_ids == want[:4]
+
+
+def test_policy_orders():
+    a, b, c, d = (req(x, ids) for x, ids in
+                  [("a", [5, 1, 2]), ("b", [9, 9]), ("c", [5, 1, 3]), ("d", [5, 1, 2, 4])])
+    assert [r.rid for r in order_waiting([a, b, c, d], "fcfs", lambda r: 0)] == ["a", "b", "c", "d"]
+    plen = {"a": 1, "b": 2, "c": 0, "d": 2}
+    assert [r.rid for r in order_waiting([a, b, c, d], "lpm", lambda r: plen[r.rid])] == ["b", "d", "a", "c"]
+    # dfs-weight: the [5, 1] group (3 requests) goes before [9, 9]; inside it, [5 1 2] (2) before [5 1 3]
+    assert [r.rid for r in dfs_weight_order([b, c, a, d])] == ["a", "d", "c", "b"]
+    many = [req(f"x{i}", [i % 7 + 2]) for i in range(130)]
+    assert order_waiting(many, "lpm", lambda r: -r.arrival) == many  # long queue: fcfs
+
+
+def test_scheduler_never_imports_torch():
+    code = ("import sys; import radixlm.runtime.scheduler, radixlm.runtime.req_cache, "
+            "radixlm.runtime.schedule_policy, radixlm.runtime.stop_checker, radixlm.runtime.req; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)

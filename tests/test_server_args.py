@@ -1,0 +1,53 @@
+"""ServerArgs validation and the generated command-line flags."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import pytest
+from radixlm.runtime.server_args import ServerArgs
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"schedule_policy": "random"}, "schedule_policy"),
+    ({"page_size": 0}, "page_size"),
+    ({"max_total_tokens": 1}, "max_total_tokens"),
+    ({"mem_fraction": 1.5}, "mem_fraction"),
+    ({"chunked_prefill_size": 0}, "chunked_prefill_size"),
+    ({"attention_backend": "flash"}, "attention_backend"),
+    ({"device": "tpu"}, "device"),
+    ({"dtype": "int8"}, "dtype"),
+    ({"max_running_requests": "8"}, "max_running_requests"),
+    ({"disable_radix_cache": "yes"}, "disable_radix_cache"),
+    ({"grammar_compile_timeout_s": 0}, "grammar_compile_timeout_s"),
+])
+def test_bad_values_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        ServerArgs(**kwargs)
+
+
+def test_unknown_kwarg_is_a_value_error():
+    with pytest.raises(ValueError, match="max_tokens_total"):
+        ServerArgs.from_kwargs(max_tokens_total=5)
+
+
+def test_chunk_size():
+    assert ServerArgs(chunked_prefill_size=-1).chunk_size is None
+    assert ServerArgs(chunked_prefill_size=None).chunk_size is None
+    assert ServerArgs(chunked_prefill_size=64).chunk_size == 64
+
+
+def test_cli_round_trip_covers_every_field():
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    ns = parser.parse_args(["--max-total-tokens", "1000", "--schedule-policy", "fcfs", "--disable-radix-cache",
+                            "--no-enable-jump-forward", "--page-size", "4", "--mem-fraction", "0.5"])
+    args = ServerArgs.from_cli_args(ns)
+    assert (args.max_total_tokens, args.schedule_policy, args.disable_radix_cache) == (1000, "fcfs", True)
+    assert (args.enable_jump_forward, args.page_size, args.mem_fraction) == (False, 4, 0.5)
+    assert ServerArgs.from_cli_args(parser.parse_args([])) == ServerArgs()
+    flags = {a.dest for a in parser._actions}
+    assert {f.name for f in dataclasses.fields(ServerArgs)} <= flags
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--schedule-policy", "random"])
