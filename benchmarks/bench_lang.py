@@ -122,6 +122,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--system-repeat", type=int, default=12, help="copies of the tool text in the system prompt")
     ap.add_argument("--workloads", default="agents,tree", help="comma-separated: agents, tree")
+    ap.add_argument("--repeat", type=int, default=2, help="rounds (modes interleaved); the fastest counts")
     ap.add_argument("--json", action="store_true", help="print one JSON object per row")
     args = ap.parse_args()
 
@@ -130,10 +131,17 @@ def main() -> None:
 
     engine = Engine(model_path=checkpoint_path(args.arch, args.size), device=args.device)
     try:
-        # warm-up: first-call costs (kernels, grammar-free path) out of the measurements
-        engine.generate("warm up", {"max_new_tokens": 4})
+        engine.generate("warm up", {"max_new_tokens": 4})  # first-call costs out of the measurements
         workloads = [w for w in args.workloads.split(",") if w]
-        rows = [run_mode(engine, w, m, args) for w in workloads for m in ("compiled", "no_prefill", "one_by_one")]
+        best: dict[tuple[str, str], dict[str, Any]] = {}
+        # Interleave the modes and keep each one's fastest round: a shared machine is noisy.
+        for _ in range(args.repeat):
+            for w in workloads:
+                for m in ("compiled", "no_prefill", "one_by_one"):
+                    row = run_mode(engine, w, m, args)
+                    if (w, m) not in best or row["seconds"] < best[w, m]["seconds"]:
+                        best[w, m] = row
+        rows = list(best.values())
     finally:
         engine.shutdown()
     report(rows, args.json)

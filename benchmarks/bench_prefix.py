@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import torch
+
 from radixlm import Engine
 
 
@@ -41,7 +42,7 @@ def run_engine(path: str, prompts: list[list[int]], args: argparse.Namespace, **
         elapsed = time.perf_counter() - start
         cached = sum(o["meta_info"]["cached_tokens"] for o in outs)
         prompt_tokens = sum(o["meta_info"]["prompt_tokens"] for o in outs)
-        shared_total = args.shared_len * (len(prompts) - 1)
+        shared_total = (len(prompts[0]) - args.user_len) * (len(prompts) - 1)  # BOS + system prompt
     return {
         "time_s": elapsed,
         "output_tok_per_s": len(prompts) * args.new_tokens / elapsed,

@@ -43,7 +43,9 @@ def compile_grammar(
     elif kind == "choices":
         if not isinstance(spec, list) or not spec or not all(isinstance(c, str) and c for c in spec):
             raise ConstraintError("choices must be a non-empty list of non-empty strings")
-        regex = "(" + "|".join(escape_literal(c) for c in spec) + ")"
+        # Longest first: outlines-core alternations are leftmost-first ("a" would shadow "ab").
+        ordered = sorted(dict.fromkeys(spec), key=len, reverse=True)
+        regex = "(" + "|".join(escape_literal(c) for c in ordered) + ")"
     elif kind == "json_object":
         ws = f"({whitespace_pattern})" if whitespace_pattern else ""
         inner = any_json_regex(JSON_OBJECT_DEPTH - 1, whitespace_pattern or "")

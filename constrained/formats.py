@@ -32,7 +32,7 @@ _IPV6 = "|".join([
 ])
 _URI_CHAR = r"([a-zA-Z0-9._~!$&'()*+,;=:@-]|%[0-9a-fA-F]{2})"
 _URI = (
-    rf"[a-zA-Z][a-zA-Z0-9+.-]*:(//{_HOSTNAME}(:[0-9]{{1,5}})?)?(/{_URI_CHAR}*)*"
+    rf"[a-zA-Z][a-zA-Z0-9+.-]*:(//{_HOSTNAME}(:[0-9]{{1,5}})?)?({_URI_CHAR}|/)*"
     rf"(\?({_URI_CHAR}|/|\?)*)?(#({_URI_CHAR}|/|\?)*)?"
 )
 _EMAIL = rf"[a-zA-Z0-9_+-]+(\.[a-zA-Z0-9_+-]+)*@{_LABEL}(\.{_LABEL}){{1,2}}"

@@ -13,8 +13,8 @@ import torch
 
 from .vocab import TokenizerVocab
 
-# Bytes that never occur in UTF-8 text: a vocabulary may lack single-byte tokens for them.
-_NON_UTF8 = frozenset([0xC0, 0xC1] + list(range(0xF5, 0x100)))
+# Bytes that never occur in UTF-8 text (and NUL, the sentinel): no byte token needed for them.
+_NON_UTF8 = frozenset([0x00, 0xC0, 0xC1] + list(range(0xF5, 0x100)))
 _MAX_FORCED_BYTES = 4096
 
 
@@ -34,12 +34,16 @@ class CompiledGrammar:
         self.spec = spec
         self.relaxed = list(relaxed or [])
         try:
-            self.index = outlines_core.Index(regex, vocab.outlines)
+            # outlines-core stops exploring once a match is complete (``a(bb)?`` loses "abb"),
+            # so the regex ends in a NUL sentinel that the vocabulary spells as EOS: a state is
+            # accepting iff EOS (the sentinel) may follow, and nothing is cut short.
+            self.index = outlines_core.Index(f"({regex})\\x00", vocab.outlines)
         except (ValueError, RuntimeError) as e:
             from .errors import ConstraintError
             raise ConstraintError(f"{kind}: cannot compile regex: {str(e)[:300]}") from None
         self.initial_state: int = self.index.get_initial_state()
-        self._final = frozenset(self.index.get_final_states())
+        self._eos = vocab.eos_token_ids[0]
+        self._final: dict[int, bool] = {}
         self._probe = [(b, t) for b, t in enumerate(vocab.byte_tokens) if t >= 0]
         self._can_walk_bytes = all(t >= 0 for b, t in enumerate(vocab.byte_tokens) if b not in _NON_UTF8)
         self._forced: dict[int, str] = {}
@@ -50,7 +54,11 @@ class CompiledGrammar:
         return GrammarMatcher(self)
 
     def is_final(self, state: int) -> bool:
-        return state in self._final
+        """Whether the text so far is complete (EOS allowed)."""
+        final = self._final.get(state)
+        if final is None:
+            final = self._final[state] = self.index.get_next_state(state, self._eos) is not None
+        return final
 
     def next_state(self, state: int, token_id: int) -> int | None:
         """The state after ``token_id`` (a non-EOS token), or None if it is not allowed."""
@@ -79,7 +87,7 @@ class CompiledGrammar:
             return cached
         out = bytearray()
         s = state
-        while self._can_walk_bytes and s not in self._final and len(out) < _MAX_FORCED_BYTES:
+        while self._can_walk_bytes and not self.is_final(s) and len(out) < _MAX_FORCED_BYTES:
             nexts = []
             for b, t in self._probe:
                 ns = self.index.get_next_state(s, t)
@@ -104,7 +112,7 @@ class CompiledGrammar:
             s = self.index.get_next_state(s, self.vocab.byte_tokens[b])
             if s is None:
                 return False
-        return s in self._final
+        return self.is_final(s)
 
     def validate_output(self, text: str) -> list[str]:
         """Violations of the original constraint by a final output (empty list: valid).
@@ -237,9 +245,5 @@ class GrammarMatcher:
         if self._eos_accepted:
             bitmask_row.zero_()
         else:
+            # EOS ids are the sentinel's tokens: set exactly in accepting states.
             self._guide.write_mask_into(bitmask_row.data_ptr(), words, 4)
-        eos = self.grammar.vocab.eos_token_ids
-        if len(eos) > 1 and self.is_accepting():
-            for t in eos[1:]:  # outlines knows only the first EOS id
-                bit = 1 << (t % 32)
-                bitmask_row[t // 32] |= bit - (1 << 32) if bit >= 1 << 31 else bit

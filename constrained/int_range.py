@@ -34,6 +34,9 @@ def _same_length(lo: str, hi: str) -> list[str]:
 
 
 def _group(parts: list[str]) -> str:
+    # outlines-core compiles alternations leftmost-first: once an earlier branch completes a
+    # match, later branches die. Longer numbers (later parts) go first so "12" survives "1".
+    parts = parts[::-1]
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
 
 

@@ -140,13 +140,14 @@ class _Compiler:
             out = self.negate(out, node["not"], f"{pointer}/not", refs)
             if out is None:
                 return None, refs
+        base, grown = len(refs), refs
         for sub, sub_pointer, sub_refs in parts:
             flat, sub_refs = self.flatten(sub, sub_pointer, sub_refs)
             if flat is None:
                 return None, refs
             out = merge(out, flat, pointer)
-            refs = refs + tuple(r for r in sub_refs if r not in refs)
-        return out, refs
+            grown = grown + sub_refs[base:]  # the refs each part expanded, for its children
+        return out, grown
 
     def negate(self, out: dict, neg: Any, pointer: str, refs: tuple) -> dict | None:
         """Apply ``not``: supported when the negated schema is trivial or only restricts ``type``
@@ -188,6 +189,8 @@ class _Compiler:
         return rx
 
     def value_flat(self, flat: dict, pointer: str, refs: tuple) -> str | None:
+        if len(flat) == 1:  # only _sources: an unconstrained value, nested a bounded depth
+            return self.any_value(self.any_depth)
         for key in ("anyOf", "oneOf"):
             if key in flat:
                 return self.alternatives(flat, key, pointer, refs)
@@ -224,7 +227,7 @@ class _Compiler:
             if key not in seen and self.is_valid(flat["_sources"], v):
                 seen.add(key)
                 alts.append(escape_literal(json.dumps(v, ensure_ascii=False, separators=(",", ":"))))
-        return _alt(alts)
+        return _alt(sorted(alts, key=len, reverse=True))  # leftmost-first: "12" before "1"
 
     @functools.lru_cache(maxsize=None)  # noqa: B019 - the compiler lives for one schema
     def any_value(self, depth: int) -> str:

@@ -25,6 +25,8 @@ def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
             rest = dict(flat, dependentSchemas={k: v for k, v in flat["dependentSchemas"].items() if k != name})
             sub_flat, refs = comp.flatten(sub, f"{pointer}/dependentSchemas/{name}", refs)
             return None if sub_flat is None else object_regex(comp, merge(rest, sub_flat, pointer), pointer, refs)
+    if not any(k in flat for k in ("properties", "patternProperties", "additionalProperties", "required")):
+        flat = dict(flat, additionalProperties=True)  # a bare {"type": "object"}: any members
     props = flat.get("properties", {})
     names = list(props) + [r for r in required if r not in props]
     dropped = set(flat.get("dependentSchemas", {}))  # optional triggers of a dependent schema

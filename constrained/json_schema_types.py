@@ -106,7 +106,7 @@ def _string(comp, flat: dict, pointer: str) -> str | None:
         if wlo < lo or (hi is not None and whi > hi):
             comp.unsupported(pointer, "maxLength" if hi is not None else "minLength",
                              f"together with {kind} is not supported")
-    return f'"{body}"'
+    return f'"({body})"'
 
 
 def _anchored(pattern: str) -> bool:

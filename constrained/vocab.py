@@ -9,6 +9,18 @@ from typing import Any
 
 import outlines_core
 
+SENTINEL = b"\x00"
+
+
+def _spare_id(raw: Sequence[bytes | None], table: tuple, eos: set) -> int:
+    """An id outlines may use as its own EOS: it is only allowed past the sentinel, a state no
+    matcher ever enters, so any id that is never generated inside a grammar will do."""
+    for i, b in enumerate(table):
+        if b is None and i not in eos:
+            return i
+    raise ValueError("the vocabulary needs one token id besides EOS that grammars never produce "
+                     "(a special token, or a token containing a NUL byte)")
+
 
 @dataclass(frozen=True, eq=False)
 class TokenizerVocab:
@@ -60,12 +72,16 @@ class TokenizerVocab:
         if bad:
             raise ValueError(f"eos_token_ids {bad} are outside the tokenizer's {n} ids")
         eos_set = set(eos_token_ids)
-        table = tuple(None if i in eos_set or not b else bytes(b) for i, b in enumerate(token_bytes))
+        # NUL never occurs in JSON text: tokens holding it are dropped, and the byte itself is
+        # the end-of-text sentinel that the grammar appends to every regex (see grammar.py).
+        table = tuple(None if i in eos_set or not b or SENTINEL in b else bytes(b)
+                      for i, b in enumerate(token_bytes))
         groups: dict[bytes, list[int]] = {}
         for i, b in enumerate(table):
             if b is not None:
                 groups.setdefault(b, []).append(i)
-        voc = outlines_core.Vocabulary(int(eos_token_ids[0]), groups)
+        groups[SENTINEL] = [int(e) for e in eos_token_ids]
+        voc = outlines_core.Vocabulary(_spare_id(token_bytes, table, eos_set), groups)
         byte_tokens = [-1] * 256
         for b, ids in groups.items():
             if len(b) == 1:

@@ -12,7 +12,7 @@ import torch
 
 from .grammar import CompiledGrammar, GrammarMatcher
 
-_FINISH_BYTES = [ord(c) for c in '"}]0123456789truefalsn,:{[ .-abc'] + list(range(0x80, 0xC0))  # + UTF-8 tails
+_FINISH_BYTES = list(range(0x20, 0x7F)) + list(range(0x80, 0xC0))  # printable ASCII, UTF-8 tails
 
 
 def compact_json(value: Any) -> str:

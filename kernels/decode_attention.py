@@ -4,7 +4,9 @@ Stage 1: one program per (request, KV head, split). It loads the query heads of 
 GQA group together (``[BLOCK_H, head_dim]``), so each K/V row read from the pool serves the whole
 group, and runs online softmax over its slice of the context, writing a partial output and its
 log-sum-exp. Splitting the context keeps the GPU busy when the batch is small but contexts are
-long. Stage 2: one program per (request, head) merges the splits by their log-sum-exps.
+long. Stage 2: one program per (request, KV head) merges its group's splits by their
+log-sum-exps. With a single split (large batches), stage 1 writes the final output itself and
+stage 2 is not launched.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ MAX_KV_SPLITS = 64
 
 
 @triton.jit
-def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE,
-                   stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE, Out,
+                   stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ob, stride_oh,
                    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, PRECISION: tl.constexpr,
                    DOT_F32: tl.constexpr):
@@ -30,7 +32,7 @@ def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE,
     split = tl.program_id(2)
     kv_start = tl.load(kv_indptr + req).to(tl.int64)
     kv_len = (tl.load(kv_indptr + req + 1) - kv_start).to(tl.int32)
-    split_len = tl.cdiv(kv_len, NUM_SPLITS)
+    split_len = (kv_len + NUM_SPLITS - 1) // NUM_SPLITS
     lo = split * split_len
     hi = tl.minimum(lo + split_len, kv_len)
 
@@ -45,8 +47,8 @@ def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE,
         q = q.to(tl.float32)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_H], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_H, BLOCK_D], dtype=tl.float32)
+    l_i = tl.full([BLOCK_H], 0.0, dtype=tl.float32)
+    acc = tl.full([BLOCK_H, BLOCK_D], 0.0, dtype=tl.float32)
     for n0 in range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < hi
@@ -71,40 +73,53 @@ def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE,
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
         m_i = m_new
 
-    # An empty split (short context) contributes weight exp(-inf) = 0 in stage 2.
     has_keys = l_i > 0
-    lse = tl.where(has_keys, m_i + tl.log(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-    out = acc / tl.where(has_keys, l_i, 1.0)[:, None]
-    row = (req * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split  # Mid_LSE[req, head, split]
-    tl.store(Mid_LSE + row, lse, mask=mask_h)
-    tl.store(Mid_O + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=mask_h[:, None] & mask_d[None, :])
+    out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # a request with no keys at all: zeros
+    out_mask = mask_h[:, None] & mask_d[None, :]
+    if NUM_SPLITS == 1:
+        tl.store(Out + req * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
+                 out.to(Out.dtype.element_ty), mask=out_mask)
+    else:
+        # An empty split (short context) gets weight exp(-inf) = 0 in stage 2.
+        lse = tl.where(has_keys, m_i + tl.log(tl.where(has_keys, l_i, 1.0)), float("-inf"))
+        row = (req * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split  # Mid_LSE[req, head, split]
+        tl.store(Mid_LSE + row, lse, mask=mask_h)
+        tl.store(Mid_O + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=out_mask)
 
 
 @triton.jit
 def _decode_stage2(Mid_O, Mid_LSE, Out, stride_ob, stride_oh,
-                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
     req = tl.program_id(0)
-    head = tl.program_id(1)
+    kv_head = tl.program_id(1)
+    offs_g = tl.arange(0, BLOCK_G)
+    heads = kv_head * GROUP + offs_g
+    mask_h = offs_g < GROUP
     offs_s = tl.arange(0, BLOCK_S)
-    mask_s = offs_s < NUM_SPLITS
     offs_d = tl.arange(0, BLOCK_D)
-    mask_d = offs_d < HEAD_DIM
-    row = (req * tl.num_programs(1) + head) * NUM_SPLITS + offs_s
-    lse = tl.load(Mid_LSE + row, mask=mask_s, other=float("-inf"))  # [BLOCK_S]
-    parts = tl.load(Mid_O + row[:, None] * HEAD_DIM + offs_d[None, :],
-                    mask=mask_s[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_S, BLOCK_D]
-    m = tl.max(lse, 0)
+    mask_hs = mask_h[:, None] & (offs_s < NUM_SPLITS)[None, :]
+    row = (req * GROUP * tl.num_programs(1) + heads)[:, None] * NUM_SPLITS + offs_s[None, :]  # [BLOCK_G, BLOCK_S]
+    lse = tl.load(Mid_LSE + row, mask=mask_hs, other=float("-inf"))
+    parts = tl.load(Mid_O + row[:, :, None] * HEAD_DIM + offs_d[None, None, :],
+                    mask=mask_hs[:, :, None] & (offs_d < HEAD_DIM)[None, None, :], other=0.0)
+    m = tl.max(lse, 1)  # [BLOCK_G]
     m = tl.where(m == float("-inf"), 0.0, m)  # a request with no keys at all: output zeros
-    w = tl.exp(lse - m)
-    total = tl.sum(w, 0)
-    out = tl.sum(parts * w[:, None], 0) / tl.where(total > 0, total, 1.0)
-    tl.store(Out + req * stride_ob + head * stride_oh + offs_d, out.to(Out.dtype.element_ty), mask=mask_d)
+    w = tl.exp(lse - m[:, None])  # [BLOCK_G, BLOCK_S]
+    total = tl.sum(w, 1)
+    out = tl.sum(parts * w[:, :, None], 1) / tl.where(total > 0, total, 1.0)[:, None]  # [BLOCK_G, BLOCK_D]
+    tl.store(Out + req * stride_ob + heads[:, None] * stride_oh + offs_d[None, :], out.to(Out.dtype.element_ty),
+             mask=mask_h[:, None] & (offs_d < HEAD_DIM)[None, :])
 
 
 def default_num_kv_splits(bs: int, num_kv_heads: int, device: torch.device) -> int:
-    """Enough splits for about two waves of programs over the GPU's SMs, between 1 and 16."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    """Enough splits for about two waves of programs over the GPU's SMs, between 1 and 16.
+
+    On the CPU (the interpreter runs programs one after another) a single split is fastest.
+    """
+    if device.type != "cuda":
+        return 1
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
     return max(1, min(16, triton.cdiv(2 * sms, max(1, bs * num_kv_heads))))
 
 
@@ -132,18 +147,22 @@ def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
         return out
     group = num_heads // kv_heads
     block_d = max(16, triton.next_power_of_2(head_dim))
-    mid_o = torch.empty((bs, num_heads, num_kv_splits, head_dim), dtype=torch.float32, device=q.device)
-    mid_lse = torch.empty((bs, num_heads, num_kv_splits), dtype=torch.float32, device=q.device)
+    # Partial outputs and log-sum-exps per split; unused (1 element) when there is one split.
+    mid_shape = (bs, num_heads, num_kv_splits) if num_kv_splits > 1 else (1,)
+    mid_o = torch.empty((*mid_shape, head_dim) if num_kv_splits > 1 else (1,), dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty(mid_shape, dtype=torch.float32, device=q.device)
     _decode_stage1[(bs, kv_heads, num_kv_splits)](
-        q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, mid_o, mid_lse,
+        q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, mid_o, mid_lse, out,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1),
+        out.stride(0), out.stride(1),
         GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_D=block_d,
         BLOCK_N=32 if head_dim > 128 else 64, NUM_SPLITS=num_kv_splits,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DOT_F32=dot_in_f32(q.dtype),
     )
-    _decode_stage2[(bs, num_heads)](
-        mid_o, mid_lse, out, out.stride(0), out.stride(1),
-        HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_kv_splits,
-        BLOCK_S=triton.next_power_of_2(num_kv_splits),
-    )
+    if num_kv_splits > 1:
+        _decode_stage2[(bs, kv_heads)](
+            mid_o, mid_lse, out, out.stride(0), out.stride(1),
+            GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
+            NUM_SPLITS=num_kv_splits, BLOCK_S=triton.next_power_of_2(num_kv_splits),
+        )
     return out

@@ -1,6 +1,7 @@
 """Triton extend (prefill) attention over the paged KV pool.
 
-One program per (request, query head, block of BLOCK_M new tokens). Keys and values — the cached
+One program per (request, KV head, block of BLOCK_T new tokens); its tile holds the queries of
+those tokens for every head of the KV head's GQA group, so each K/V tile read serves them all. Keys and values — the cached
 prefix and the new tokens alike, already stored in the pool — are read by slot index through
 ``kv_indices``; nothing is copied. Online softmax (flash-attention) in float32; the loop stops at
 the last key the block's final query can see, so the causal triangle costs nothing past it.
@@ -20,34 +21,38 @@ MAX_HEAD_DIM = 256
 @triton.jit
 def _extend_kernel(Q, K, V, Out, qo_indptr, kv_indptr, kv_indices, sm_scale,
                    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
-                   GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
+                   GROUP: tl.constexpr, GROUP_P: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                   BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
                    DOT_F32: tl.constexpr):
     req = tl.program_id(0)
-    head = tl.program_id(1)
-    m_block = tl.program_id(2)
+    kv_head = tl.program_id(1)
+    t_block = tl.program_id(2)
     q_start = tl.load(qo_indptr + req).to(tl.int64)
     q_len = (tl.load(qo_indptr + req + 1) - q_start).to(tl.int32)
-    if m_block * BLOCK_M < q_len:
+    if t_block * BLOCK_T < q_len:
         kv_start = tl.load(kv_indptr + req).to(tl.int64)
         kv_len = (tl.load(kv_indptr + req + 1) - kv_start).to(tl.int32)
         prefix = kv_len - q_len
-        kv_head = head // GROUP
 
-        offs_m = m_block * BLOCK_M + tl.arange(0, BLOCK_M)
+        # Row r of the tile is (token t_block * BLOCK_T + r // GROUP_P, head kv_head * GROUP + r % GROUP_P):
+        # every query head of the GQA group shares the K/V tiles loaded below.
+        offs_r = tl.arange(0, BLOCK_T * GROUP_P)
+        token = t_block * BLOCK_T + offs_r // GROUP_P
+        head = kv_head * GROUP + offs_r % GROUP_P
+        mask_r = (token < q_len) & (offs_r % GROUP_P < GROUP)
         offs_d = tl.arange(0, BLOCK_D)
-        mask_m = offs_m < q_len
         mask_d = offs_d < HEAD_DIM
-        q_ptrs = Q + (q_start + offs_m)[:, None] * stride_qt + head * stride_qh + offs_d[None, :]
-        q = tl.load(q_ptrs, mask=mask_m[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_M, BLOCK_D]
+        row_mask = mask_r[:, None] & mask_d[None, :]
+        q_ptrs = Q + (q_start + token)[:, None] * stride_qt + head[:, None] * stride_qh + offs_d[None, :]
+        q = tl.load(q_ptrs, mask=row_mask, other=0.0)  # [BLOCK_T * GROUP_P, BLOCK_D]
         if DOT_F32:
             q = q.to(tl.float32)
 
-        m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+        m_i = tl.full([BLOCK_T * GROUP_P], float("-inf"), dtype=tl.float32)
+        l_i = tl.full([BLOCK_T * GROUP_P], 0.0, dtype=tl.float32)
+        acc = tl.full([BLOCK_T * GROUP_P, BLOCK_D], 0.0, dtype=tl.float32)
         # Keys past the block's last query position are invisible to every row of the block.
-        kv_end = tl.minimum(kv_len, prefix + (m_block + 1) * BLOCK_M)
+        kv_end = tl.minimum(kv_len, prefix + (t_block + 1) * BLOCK_T)
         for n0 in range(0, kv_end, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
             mask_n = offs_n < kv_end
@@ -57,8 +62,8 @@ def _extend_kernel(Q, K, V, Out, qo_indptr, kv_indptr, kv_indices, sm_scale,
                         mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
             if DOT_F32:
                 k = k.to(tl.float32)
-            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_M, BLOCK_N]
-            visible = (offs_n[None, :] <= (prefix + offs_m)[:, None]) & mask_n[None, :]
+            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [rows, BLOCK_N]
+            visible = (offs_n[None, :] <= (prefix + token)[:, None]) & mask_n[None, :]
             qk = tl.where(visible, qk, float("-inf"))
 
             m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -75,15 +80,17 @@ def _extend_kernel(Q, K, V, Out, qo_indptr, kv_indptr, kv_indices, sm_scale,
             m_i = m_new
 
         out = acc / l_i[:, None]
-        o_ptrs = Out + (q_start + offs_m)[:, None] * stride_ot + head * stride_oh + offs_d[None, :]
-        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=mask_m[:, None] & mask_d[None, :])
+        o_ptrs = Out + (q_start + token)[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(Out.dtype.element_ty), mask=row_mask)
 
 
-def _blocks(head_dim: int, dtype: torch.dtype) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N) sized so q, k, v and acc tiles fit in registers / shared memory."""
-    if head_dim > 128 or dtype == torch.float32:
-        return 32, 32
-    return 64, 64
+def _blocks(head_dim: int, dtype: torch.dtype, group: int) -> tuple[int, int, int]:
+    """(GROUP_P, BLOCK_T, BLOCK_N): tiles of about 64 query rows (32 for float32 or head_dim > 128,
+    to fit registers / shared memory), each BLOCK_T tokens x GROUP_P heads."""
+    rows = 32 if head_dim > 128 or dtype == torch.float32 else 64
+    group_p = triton.next_power_of_2(group)
+    block_t = max(1, rows // group_p)
+    return group_p, block_t, rows
 
 
 def extend_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
@@ -107,14 +114,15 @@ def extend_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
         max_q_len = int((qo_indptr[1:] - qo_indptr[:-1]).max()) if bs > 0 else 0
     if bs == 0 or max_q_len <= 0 or q.shape[0] == 0:
         return out
-    block_m, block_n = _blocks(head_dim, q.dtype)
-    grid = (bs, q.shape[1], triton.cdiv(max_q_len, block_m))
+    group = q.shape[1] // k_pool.shape[1]
+    group_p, block_t, block_n = _blocks(head_dim, q.dtype, group)
+    grid = (bs, k_pool.shape[1], triton.cdiv(max_q_len, block_t))
     _extend_kernel[grid](
         q, k_pool, v_pool, out, qo_indptr, kv_indptr, kv_indices, sm_scale,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1),
         out.stride(0), out.stride(1),
-        GROUP=q.shape[1] // k_pool.shape[1], HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
-        BLOCK_M=block_m, BLOCK_N=block_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        GROUP=group, GROUP_P=group_p, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        BLOCK_T=block_t, BLOCK_N=block_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         DOT_F32=dot_in_f32(q.dtype),
     )
     return out

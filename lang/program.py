@@ -26,9 +26,9 @@ LOGPROB_KEYS = ("return_logprob", "logprob_start_len", "top_logprobs_num")
 
 
 def set_default_backend(backend: Any) -> None:
-    """Use ``backend`` (an ``Engine`` or a ``RuntimeEndpoint``) when a run names none."""
+    """Use ``backend`` (an ``Engine`` or a ``RuntimeEndpoint``) when a run names none; None clears it."""
     global _default_backend
-    _default_backend = as_backend(backend)
+    _default_backend = None if backend is None else as_backend(backend)
 
 
 def resolve_backend(backend: Any) -> Any:

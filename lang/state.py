@@ -181,6 +181,7 @@ class ProgramStateGroup:
             raise ValueError(f"join mode must be 'gather_variable' or 'concate_join', got {mode!r}")
         execs = [s._exec for s in self.states]
         for ex in execs:
+            ex.end()  # the children are complete: their streams may finish
             ex.sync()
         if mode == "gather_variable":
             names = list(dict.fromkeys(n for ex in execs for n in ex.new_vars))

@@ -33,9 +33,12 @@ class Placeholder(ir.Expr):
     error_cls: type[TracingError] = TracingError
 
     def _refuse(self, what: str):
-        raise self.error_cls(
-            f"cannot {what} traced {self.kind} {self.name!r}: its value is unknown while tracing. "
-            f"Build text with + (e.g. \"Q: \" + {self.name}) or s += ... instead of f-strings or str()")
+        raise self.error_cls(f"cannot {what} traced {self.kind} {self.name!r}: its value is unknown "
+                             f"while tracing. {self.advice()}")
+
+    def advice(self) -> str:
+        return (f"Build text with + (e.g. \"Q: \" + {self.name}) or s += ... instead of f-strings or "
+                f"str(), or pass an example value: trace({self.name}=...)")
 
     def __str__(self):
         self._refuse("format")
@@ -94,6 +97,9 @@ class VarRef(Placeholder):
 
     def __repr__(self) -> str:
         return f"VarRef({self.name!r})"
+
+    def advice(self) -> str:
+        return "Host code that depends on generated text ends the trace here."
 
     def describe(self) -> str:
         return f"var {self.name}"

@@ -1,7 +1,8 @@
 """The tokenizer of the locally built test checkpoints: a byte-level BPE trained on a committed corpus.
 
-Training is deterministic (single-threaded, fixed corpus, fixed special tokens), so the same target
-vocabulary size always yields a byte-identical ``tokenizer.json``. When the corpus cannot supply enough
+Training is deterministic (fixed corpus and special tokens; the trainer breaks count ties by pair,
+independent of the thread count, which a test checks), so the same target vocabulary size always
+yields a byte-identical ``tokenizer.json``. When the corpus cannot supply enough
 merges to reach the target, the vocabulary is padded with ``<|reserved_special_token_N|>`` entries, as
 Llama 3 does, so that every row of the model's embedding has a token.
 """
@@ -9,7 +10,6 @@ Llama 3 does, so that every row of the model's embedding has a token.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -39,8 +39,6 @@ def train_tokenizer(vocab_size: int, add_bos: bool):
     ``add_bos``: whether ``encode(..., add_special_tokens=True)`` prepends ``<|begin_of_text|>``
     (Llama/Mistral style; Qwen tokenizers add nothing).
     """
-    # Rayon reads this when its pool starts; single-threaded counting keeps merge tie-breaks fixed.
-    os.environ.setdefault("RAYON_NUM_THREADS", "1")
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())

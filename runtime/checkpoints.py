@@ -6,10 +6,13 @@ come from numpy's PCG64 seeded by ``seed`` and the CRC32 of each tensor name, so
 byte-identical on every machine. ``checkpoint_path`` builds a checkpoint once under
 ``$RADIXLM_CACHE`` (default ``~/.cache/radixlm``) and returns the cached directory.
 
-The random weights have a little structure so that greedy decoding is useful in tests: the residual
-stream carries the current token's embedding, an untied LM head maps it to a fixed "successor"
-pattern, and the layers add a context-dependent term large enough that the KV cache matters.
-Logits have a spread of several units, so top-1/top-2 gaps are far above float32 noise.
+The random weights are scaled so that greedy decoding is useful in tests: the residual stream keeps
+the current token's embedding, so the untied random LM head gives every token its own likely
+successors (no collapse into one repeated token), while the layers add a context-dependent term of
+the same size, so the KV cache matters. Logits spread by ~10, so top-1/top-2 gaps sit far above
+float32 noise. Reserved vocabulary rows (see ``checkpoint_tokenizer``) are zero, as untrained rows
+of real padded vocabularies are; the LM head rows of BOS, ``<|im_start|>`` and PAD are zero too, so
+only text, tool and EOS tokens are ever predicted.
 """
 
 from __future__ import annotations
@@ -213,6 +216,7 @@ def make_checkpoint(path: str | os.PathLike, arch: str = "llama", size: str = "t
     _write_json(out / "generation_config.json", _generation_config(token_ids, add_bos))
     weights = make_weights(config, seed, token_ids)
     save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+    os.chmod(out / "model.safetensors", 0o644)  # safetensors writes 0600; the cache may be shared
     return out
 
 

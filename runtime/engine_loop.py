@@ -115,31 +115,36 @@ class EngineLoop:
     # ------------------------------------------------------------------ the loop
 
     def _run(self) -> None:
+        progress = True
         while True:
             with self._wake:
                 if self._stopped:
                     break
-                if not self._has_ready_work():
-                    self._wake.wait(timeout=0.005 if self._pending else None)
+                if not self._has_ready_work(progress):
+                    # pending grammars are polled; otherwise sleep until a door is used
+                    self._wake.wait(timeout=0.005 if self._pending or self.scheduler.has_work() else None)
                     if self._stopped:
                         break
             try:
-                self._step()
+                progress = self._step()
             except Exception as e:  # noqa: BLE001 - a failed step must not hang callers
                 logger.exception("engine step failed")
+                progress = True
                 self._fail_all(RuntimeError(f"engine step failed: {type(e).__name__}: {e}"))
         self._fail_all(RuntimeError("engine is shut down"))
 
-    def _has_ready_work(self) -> bool:
-        return bool(self._inbox or self._aborts or self._calls or self.scheduler.has_work())
+    def _has_ready_work(self, progress: bool) -> bool:
+        """New doors were used, or the scheduler has work and the last step ran a batch."""
+        return bool(self._inbox or self._aborts or self._calls or (progress and self.scheduler.has_work()))
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """One step; False when no batch could run."""
         start = time.perf_counter()
         self._drain_doors()
         self._pending = [r for r in self._pending if not self.grammar.poll(r, self._admit, self._emit_final)]
         batch = self.scheduler.schedule()
         if batch is None:
-            return
+            return False
         self._inflight = batch.reqs
         result = self.runner.run(batch)
         finished = self.scheduler.process_batch_result(batch, result)
@@ -155,6 +160,7 @@ class EngineLoop:
                 if chunk is not None:
                     req.handle.put(req.handle_index, "chunk", chunk)
         self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s)
+        return True
 
     def _drain_doors(self) -> None:
         with self._wake:

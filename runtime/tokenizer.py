@@ -119,7 +119,9 @@ class Tokenizer:
         return None if token is None else self.hf.token_to_id(token)
 
     def _uses_byte_level(self) -> bool:
-        spec = json.loads(self.hf.to_str()).get("decoder") or {}
+        if self.hf.decoder is None:
+            return False
+        spec = json.loads(self.hf.decoder.__getstate__())
         decoders = spec.get("decoders", [spec]) if spec.get("type") == "Sequence" else [spec]
         return any(d.get("type") == "ByteLevel" for d in decoders)
 
@@ -144,7 +146,8 @@ class Tokenizer:
             return token.encode("utf-8")
         if self._byte_level:
             table = _unicode_to_byte()
-            return bytes(table[ch] for ch in token)
+            if all(ch in table for ch in token):
+                return bytes(table[ch] for ch in token)
         # SentencePiece-style vocabularies: "<0x0A>" byte-fallback pieces and "▁" for spaces.
         if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
             return bytes([int(token[3:5], 16)])

@@ -6,6 +6,10 @@ import os
 
 import pytest
 
+# One intra-op thread: test tensors are tiny, and test processes (engines, server subprocesses)
+# share two cores in CI, where oversubscribed OpenMP threads run 20x slower.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Keep tests off the user's real cache unless they point RADIXLM_CACHE somewhere themselves.
 os.environ.setdefault("RADIXLM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "radixlm"))
 

@@ -17,7 +17,11 @@ from radixlm.runtime.checkpoints import ARCHS, checkpoint_path, make_checkpoint,
 # sha256 of every file of make_checkpoint(path, "llama", "tiny", seed=0). Regenerate (and say why in
 # the commit) only when the generator, corpus or chat template change on purpose.
 TINY_LLAMA_SHA256 = {
-    "config.json": "TBD",
+    "config.json": "09f8ffde69264566465a40801b41a1f237edacda94dd00d612ba80f9a5e4692e",
+    "generation_config.json": "a2743d70682eecc64dde41ac25be53a9a1134d36ed5777fc9f9a1a29d58dec55",
+    "model.safetensors": "3a702df58ef87ffec0425d4017fc2603dac7e6b1e81922602326139a21c12175",
+    "tokenizer.json": "c319195285abe6f1a17765b23e1569f75447b14af295ee935111e64760c83ae2",
+    "tokenizer_config.json": "226eed80859bdd61768534b64fb328effdc6960ecaa42f14b3b5511a370e2d1a",
 }
 
 
@@ -52,8 +56,13 @@ def test_seed_changes_weights_but_not_tokenizer(tmp_path):
 
 @pytest.fixture(scope="module")
 def hf():
-    """(torch, transformers), imported once for this module."""
-    return pytest.importorskip("torch"), pytest.importorskip("transformers")
+    """(torch, transformers); one intra-op thread, since on a busy 2-core box more threads spin (~20x slower)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield torch, transformers
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -222,3 +222,64 @@ def test_ir_expression_concatenation():
     assert [type(e) for e in expr.items] == [ir.Text, ir.Gen, ir.Text]
     with pytest.raises(TypeError, match="cannot append"):
         ir.to_exprs(3)
+
+
+def test_public_names_default_backend_bind_and_direct_call():
+    from radixlm.lang import api
+
+    import radixlm
+
+    for name in ("function", "gen", "gen_int", "gen_string", "select", "image", "system", "user", "assistant",
+                 "system_begin", "system_end", "user_begin", "user_end", "assistant_begin", "assistant_end",
+                 "set_default_backend", "RuntimeEndpoint", "ProgramState", "token_length_normalized",
+                 "greedy_token_selection", "unconditional_likelihood_normalized"):
+        assert getattr(api, name) is getattr(radixlm, name)
+
+    @sgl.function()
+    def greet(s, who, punct):
+        s += "Hi " + who + punct + sgl.gen("r", 2)
+
+    sgl.set_default_backend(ToyBackend())
+    try:
+        s = greet.bind(punct="!")(who="Ann")  # calling a program runs it on the default backend
+        assert s.text() == "Hi Ann!xx" and isinstance(s, sgl.ProgramState)
+    finally:
+        sgl.set_default_backend(None)
+    with pytest.raises(ValueError, match="no backend"):
+        greet.run(who="Bo", punct=".")
+    with pytest.raises(TypeError, match="backend must be"):
+        greet.run(who="Bo", punct=".", backend=object())
+
+
+def test_bad_arguments_raise_precise_errors():
+    with pytest.raises(ValueError, match="image"):
+        sgl.image("cat.png")
+    with pytest.raises(ValueError, match="dtype"):
+        sgl.gen("x", dtype=list)
+    with pytest.raises(ValueError, match="temperature"):
+        sgl.gen("x", temperature=-1)
+    with pytest.raises(ValueError, match="json_schema"):
+        sgl.gen("x", json_schema="{not json")
+    with pytest.raises(TypeError, match="json_schema"):
+        sgl.gen("x", json_schema=3)
+    with pytest.raises(ValueError, match="choices"):
+        sgl.select("x", [])
+    with pytest.raises(TypeError, match="run_batch got unknown keyword"):
+        sgl.function(lambda s: None).run_batch([{}], backend=ToyBackend(), temprature=0)
+
+
+def test_async_stream_with_meta_data():
+    import asyncio
+
+    @sgl.function
+    def prog(s):
+        s += "q:" + sgl.gen("a", max_tokens=3)
+
+    s = prog.run(stream=True, backend=ToyBackend(delay_s=0.01))
+
+    async def collect():
+        return [item async for item in s.text_async_iter("a", return_meta_data=True)]
+
+    items = asyncio.run(collect())
+    assert "".join(chunk for chunk, _ in items) == "xxx"
+    assert items[-1][1]["completion_tokens"] == 3

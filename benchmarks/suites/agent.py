@@ -1,0 +1,48 @@
+"""Agent suite: N tool-calling requests sharing a ~1,500-token tool-definition system prompt.
+
+Each request is the same system turn (tools rendered by the chat template) plus a distinct user
+turn; every system decodes ``new_tokens`` tokens greedily with EOS ignored (the same token work
+everywhere; constrained tool-call JSON is measured in the ``json`` suite). Throughput is output
+tokens per second over the whole batch, caches flushed before each repetition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .context import SuiteContext
+from .measure import alternate, summarize, target
+from .workloads import agent_prompts
+
+SYSTEMS = ("radixlm", "radixlm-nocache", "hf", "hf-prefix", "llama.cpp")
+
+
+def token_trial(system: Any, prompts: list[list[int]], new_tokens: int):
+    """A trial running ``prompts`` through ``system`` once."""
+    def trial() -> dict[str, Any]:
+        gen = system.generate(prompts, new_tokens)
+        return {"output_tokens": gen.output_tokens, "prompt_tokens": gen.prompt_tokens,
+                "cached_tokens": gen.cached_tokens, "requests": len(prompts)}
+    return trial
+
+
+def run(ctx: SuiteContext) -> dict[str, Any]:
+    num = ctx.scale(64, 8)
+    new_tokens = ctx.scale(32, 8)
+    system_tokens = ctx.scale(1500, 400)
+    prompts = agent_prompts(ctx.tokenizer, num, system_tokens)
+    ready, missing = ctx.pick(SYSTEMS)
+    ctx.log(f"agent: {num} requests, prompt {len(prompts[0])} tokens, {new_tokens} new tokens each")
+    trials = {n: token_trial(s, prompts, new_tokens) for n, s in ready.items()}
+    warm = {n: token_trial(s, prompts[:2], 2) for n, s in ready.items()}
+    runs = alternate(trials, ctx.reps, warmups=warm, resets={n: s.reset for n, s in ready.items()}, log=ctx.log)
+    systems = summarize(runs, "radixlm", unavailable=missing)
+    speedup = {n: systems[n].get("radixlm_speedup") for n in ("hf", "radixlm-nocache", "llama.cpp")
+               if n in systems}
+    targets = [target("radixlm / hf output tok/s", speedup.get("hf"), 6.0),
+               target("radixlm / radixlm-nocache output tok/s", speedup.get("radixlm-nocache"), 3.0)]
+    if systems.get("llama.cpp", {}).get("status") == "ok":
+        targets.append(target("radixlm / llama.cpp output tok/s", speedup.get("llama.cpp"), 2.0))
+    return {"workload": {"requests": num, "prompt_tokens_each": [len(p) for p in prompts][:4],
+                         "shared_system_tokens": system_tokens, "new_tokens": new_tokens},
+            "metric": "output_tok_per_s", "systems": systems, "targets": targets}

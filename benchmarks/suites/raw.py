@@ -1,0 +1,93 @@
+"""Raw suite: prefill and decode throughput at batch 1 / 16 / 64 against the measured roofline.
+
+Decode tokens/s at batch B is ``B * D / (t(N + D) - t(N))``: two runs of the same distinct random
+prompts differing only in ``D`` extra new tokens, so prefill and admission cancel out. The decode
+roofline is ``min(B * bandwidth / bytes_per_step, flops / flops_per_token)`` with
+``bytes_per_step = weight_bytes + B * mean_context * kv_bytes_per_token`` (a decode step streams
+every weight once); prefill's is ``flops / (2 * params)``. Fractions are measured / roofline.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from . import roofline
+from .context import SuiteContext
+from .measure import alternate, target
+from .workloads import random_prompts
+
+BATCHES = (1, 16, 64)
+
+
+def _weight_bytes(model_path: str) -> int:
+    return sum(os.path.getsize(os.path.join(model_path, f)) for f in os.listdir(model_path)
+               if f.endswith(".safetensors"))
+
+
+def decode_trial(system: Any, prompts: list[list[int]], base: int, extra: int):
+    def trial() -> dict[str, Any]:
+        start = time.perf_counter()
+        system.generate(prompts, base)
+        short = time.perf_counter() - start
+        system.reset()
+        start = time.perf_counter()
+        system.generate(prompts, base + extra)
+        long = time.perf_counter() - start
+        system.reset()
+        return {"output_tokens": len(prompts) * extra, "decode_tok_per_s": len(prompts) * extra / (long - short)}
+    return trial
+
+
+def prefill_trial(system: Any, prompts: list[list[int]]):
+    def trial() -> dict[str, Any]:
+        start = time.perf_counter()
+        system.generate(prompts, 1)
+        seconds = time.perf_counter() - start
+        system.reset()
+        n = sum(len(p) for p in prompts)
+        return {"output_tokens": len(prompts), "prefill_tokens": n, "prefill_tok_per_s": n / seconds}
+    return trial
+
+
+def run(ctx: SuiteContext) -> dict[str, Any]:
+    system = ctx.pool.get("radixlm")
+    cfg = system.engine.model_config
+    vocab = system.engine.tokenizer.vocab_size
+    batches = (1, 16) if ctx.quick else BATCHES
+    prompt_len, base, extra = 32, 2, ctx.scale(32, 4)
+    prefill_len = ctx.scale(256, 32)
+    trials: dict[str, Any] = {}
+    for b in batches:
+        trials[f"decode-b{b}"] = decode_trial(system, random_prompts(vocab, b, prompt_len, seed=b), base, extra)
+        trials[f"prefill-b{b}"] = prefill_trial(system, random_prompts(vocab, b, prefill_len, seed=100 + b))
+    ctx.log(f"raw: batches {batches}, decode +{extra} tokens, prefill {prefill_len} tokens; measuring roofline")
+    limits = roofline.measure(quick=ctx.quick)
+    ctx.log(f"  roofline: {limits}")
+    runs = alternate(trials, ctx.reps, warmups={"decode-b1": decode_trial(system, random_prompts(vocab, 1, 8), 1, 1)},
+                     log=ctx.log)
+    weight_bytes = _weight_bytes(ctx.model_path)
+    params = weight_bytes / 4 if cfg.torch_dtype == "float32" else weight_bytes / 2
+    kv_token = cfg.num_layers * 2 * cfg.num_kv_heads * cfg.head_dim * 4
+    flops = limits["matmul_gflop_per_s"] * 1e9
+    bandwidth = limits["read_gb_per_s"] * 1e9
+    rows: dict[str, Any] = {}
+    for name, reps in runs.items():
+        kind, b = name.split("-b")[0], int(name.split("-b")[1])
+        key = f"{kind}_tok_per_s"
+        measured = sorted(r[key] for r in reps)[len(reps) // 2]
+        if kind == "decode":
+            step_bytes = weight_bytes + b * (prompt_len + base + extra / 2) * kv_token
+            roof = min(b * bandwidth / step_bytes, flops / (2 * params))
+        else:
+            roof = flops / (2 * params)
+        rows[name] = {"status": "ok", "runs": reps, "median": {key: measured}, "roofline_tok_per_s": roof,
+                      "roofline_fraction": measured / roof, "batch": b, "kind": kind}
+    b64 = rows.get("decode-b64", {}).get("roofline_fraction")
+    return {"workload": {"batches": list(batches), "decode_prompt_len": prompt_len, "decode_extra_tokens": extra,
+                         "prefill_len": prefill_len},
+            "machine": limits, "model": {"weight_bytes": weight_bytes, "params": params,
+                                         "kv_bytes_per_token": kv_token},
+            "metric": "roofline_fraction", "systems": rows,
+            "targets": [target("decode batch 64 fraction of roofline", b64, 0.5, unit="")]}

@@ -1,0 +1,100 @@
+"""Suite results to disk: ``<suite>.json``, a Markdown table (``<suite>.md``, ``summary.md``), PNG plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+UNITS = {"output_tok_per_s": "output tok/s", "items_per_s": "items/s", "roofline_fraction": "of roofline"}
+
+
+def write_json(result: dict[str, Any], out: Path) -> Path:
+    """``<out>/<suite>.json`` with everything the suite returned."""
+    path = out / f"{result['suite']}.json"
+    path.write_text(json.dumps(result, indent=2, default=str))
+    return path
+
+
+def _fmt(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return str(x)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """One Markdown table: a row per system with its median metric, time, ratio and cache hits."""
+    metric, suite = result["metric"], result["suite"]
+    lines = [f"### {suite}", "", f"{result.get('description', '')}", ""]
+    if suite == "raw":
+        lines += ["| config | median tok/s | roofline tok/s | fraction |", "|---|---:|---:|---:|"]
+        for name, row in result["systems"].items():
+            value = next(iter(row["median"].values()))
+            lines.append(f"| {name} | {_fmt(value, 1)} | {_fmt(row['roofline_tok_per_s'], 1)} "
+                         f"| {row['roofline_fraction']:.1%} |")
+    else:
+        base = next(iter(result["systems"]))
+        lines += [f"| system | median {UNITS.get(metric, metric)} | median s | {base} speed-up | cache hit |",
+                  "|---|---:|---:|---:|---:|"]
+        for name, row in result["systems"].items():
+            if row.get("status") != "ok":
+                lines.append(f"| {name} | {row.get('status')}: {row.get('reason', '')} | | | |")
+                continue
+            med = row["median"]
+            hit = med["cached_tokens"] / med["prompt_tokens"] if med.get("prompt_tokens") and "cached_tokens" in med else None
+            lines.append(f"| {name} | {_fmt(med.get(metric))} | {_fmt(med.get('seconds'))} "
+                         f"| {_fmt(row.get(f'{base}_speedup'))}x | {_fmt(hit and hit * 100, 1)}% |")
+    for t in result.get("targets", []):
+        state = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        lines.append(f"\nTarget: {t['name']} = {_fmt(t['value'])}{t['unit']} (>= {t['threshold']}{t['unit']}): "
+                     f"**{state}**")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], out: Path) -> Path | None:
+    """``<out>/<suite>.png``: median metric per system (raw: measured vs roofline per config)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = {n: r for n, r in result["systems"].items() if r.get("status") == "ok"}
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    names = list(rows)
+    if result["suite"] == "raw":
+        measured = [next(iter(rows[n]["median"].values())) for n in names]
+        roof = [rows[n]["roofline_tok_per_s"] for n in names]
+        xs = range(len(names))
+        ax.bar([x - 0.2 for x in xs], measured, 0.4, label="measured")
+        ax.bar([x + 0.2 for x in xs], roof, 0.4, label="roofline", alpha=0.5)
+        ax.set_yscale("log")
+        ax.set_ylabel("tokens/s")
+        ax.legend()
+        ax.set_xticks(list(xs), names)
+    else:
+        metric = result["metric"]
+        values = [rows[n]["median"].get(metric, 0.0) for n in names]
+        bars = ax.bar(names, values, color=["tab:blue"] + ["tab:gray"] * (len(names) - 1))
+        for bar, v in zip(bars, values):
+            ax.annotate(f"{v:,.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                        va="bottom", fontsize=8)
+        ax.set_ylabel(UNITS.get(metric, metric) + " (median)")
+    ax.set_title(f"{result['suite']} ({result['model']['size']}, {result['reps']} reps)")
+    fig.tight_layout()
+    path = out / f"{result['suite']}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_all(result: dict[str, Any], out: Path) -> dict[str, str]:
+    """Write the JSON, Markdown and PNG of one suite; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / f"{result['suite']}.md"
+    md.write_text(markdown(result))
+    png = plot(result, out)
+    return {"json": str(write_json(result, out)), "markdown": str(md), "png": str(png) if png else ""}

@@ -1,0 +1,176 @@
+"""Table-driven tests of the JSON Schema front end: schema -> accepted / rejected instances, each
+format, and each strict-mode rejection with its JSON pointer."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
+from radixlm.constrained.walks import compact_json
+
+# (schema, instances that must be accepted, instances that must be rejected)
+CASES = [
+    ({"type": "integer", "minimum": -3, "maximum": 12}, [-3, 0, 9, 12], [-4, 13, 1.5, "1"]),
+    ({"type": "integer", "exclusiveMinimum": 5, "exclusiveMaximum": 100}, [6, 99], [5, 100]),
+    ({"type": "integer", "minimum": 5, "exclusiveMinimum": True}, [6], [5]),  # draft 4 form
+    ({"type": "number", "minimum": 0.5, "maximum": 3}, [1, 2.75, 3], [0.25, 3.5, -1]),
+    ({"type": "number"}, [0, -1.5, 2e10, 1.25], ["x", None]),
+    ({"type": "string", "minLength": 2, "maxLength": 4}, ["ab", "abcd", "é漢字"], ["a", "abcde"]),
+    ({"type": "string", "pattern": "^[a-z]+-[0-9]{2}$"}, ["ab-12"], ["ab-1", "AB-12"]),
+    ({"type": "string", "pattern": "ab"}, ["xaby", "ab"], ["ba"]),
+    ({"type": "string", "pattern": '^"q"$'}, ['"q"'], ["q"]),
+    ({"enum": ["a", 1, None, [1, 2], {"k": True}]}, ["a", 1, None, [1, 2], {"k": True}], ["b", 2, []]),
+    ({"const": {"x": [1, "y"]}}, [{"x": [1, "y"]}], [{"x": [1]}]),
+    ({"type": ["string", "null"]}, ["s", None], [1, True]),
+    ({"type": "boolean"}, [True, False], [0, "true"]),
+    (True, [1, "x", None, [1], {"a": {}}], []),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+     [[1], [1, 2, 3]], [[], [1, 2, 3, 4], ["a"]]),
+    ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},
+     [["a", 1], ["a"], []], [["a", 1, 2], [1]]),
+    ({"$schema": "http://json-schema.org/draft-07/schema#",
+      "type": "array", "items": [{"type": "string"}], "additionalItems": {"type": "boolean"}},
+     [["a", True, False]], [["a", 1]]),  # draft 4-2019 tuple form
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}, "required": ["b"]},
+     [{"b": "x"}, {"a": 1, "b": "x"}], [{"a": 1}, {"b": 1}, {"b": "x", "c": 1}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "string"}},
+     [{"a": 1, "zz": "s"}, {"q": "s"}, {}], [{"a": "s"}, {"zz": 1}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": False},
+     [{"a": 1}, {}], [{"b": 1}]),
+    ({"type": "object", "patternProperties": {"^x-[a-z]+$": {"type": "integer"}}, "additionalProperties": False},
+     [{"x-ab": 1}, {}], [{"x-ab": "s"}, {"y": 1}]),
+    ({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+      "minProperties": 1}, [{"a": "x"}, {"b": "y"}], [{}]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "dependentRequired": {"a": ["b"]}}, [{"a": 1, "b": 2}, {"b": 2}], [{"a": 1}]),
+    ({"anyOf": [{"type": "string", "maxLength": 2}, {"type": "integer", "minimum": 10}]},
+     ["ab", 10], ["abc", 9]),
+    ({"oneOf": [{"type": "string"}, {"type": "object", "properties": {"k": {"const": 1}}, "required": ["k"]}]},
+     ["s", {"k": 1}], [1, {"k": 2}]),
+    ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                {"properties": {"a": {"minimum": 5}, "b": {"type": "boolean"}}}]},
+     [{"a": 5}, {"a": 7, "b": True}], [{"a": 4}, {"b": True}]),
+    ({"$defs": {"pos": {"type": "integer", "minimum": 1}}, "type": "array", "items": {"$ref": "#/$defs/pos"}},
+     [[1, 2]], [[0]]),
+    ({"definitions": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+                                                                "next": {"$ref": "#/definitions/node"}},
+                                "required": ["v"]}},
+      "$ref": "#/definitions/node"}, [{"v": 1}, {"v": 1, "next": {"v": 2}}], [{"next": {"v": 1}}]),
+    ({"type": "object", "properties": {"t": {"not": {}}, "u": {"type": "integer"}}},
+     [{"u": 1}], [{"t": 1, "u": 1}]),
+    ({"not": {"type": "string"}, "enum": ["a", 1]}, [1], ["a"]),
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [[], [4]], [[4, 4]]),
+    ({"title": "T", "description": "d", "examples": [1], "default": 2, "$comment": "c", "type": "integer",
+      "deprecated": True, "readOnly": True}, [1], ["x"]),
+    ({"if": {"properties": {"k": {"const": 1}}}, "then": {"required": ["v"]},
+      "type": "object", "properties": {"k": {"type": "integer"}, "v": {"type": "string"}}, "required": ["k"]},
+     [{"k": 1, "v": "x"}], [{"k": 1}]),
+]
+
+FORMAT_CASES = {
+    "date": (["2024-02-28", "1999-12-31"], ["2024-02-30", "2024-13-01", "24-01-01"]),
+    "time": (["12:30:59Z", "23:59:00.5+02:00"], ["24:00:00Z", "12:30"]),
+    "date-time": (["2024-01-31T08:00:00Z"], ["2024-01-31 08:00:00Z", "2024-01-32T08:00:00Z"]),
+    "email": (["a.b@example.com", "x+y@mail.co.uk"], ["a@b", "@example.com", "a b@x.com"]),
+    "uuid": (["123e4567-e89b-12d3-a456-426614174000"], ["123e4567e89b12d3a456426614174000"]),
+    "uri": (["https://example.com/a/b?x=1#f", "urn:isbn:123"], ["example.com", "http://a b"]),
+    "ipv4": (["192.168.0.1", "0.0.0.0"], ["256.1.1.1", "01.2.3.4", "1.2.3"]),
+    "ipv6": (["::1", "2001:db8::ff00:42:8329", "1:2:3:4:5:6:7:8"], ["1:2:3", "12345::1"]),
+    "hostname": (["example.com", "a-b.c"], ["-a.com", "a..b"]),
+}
+
+# (schema, the JSON pointer + keyword that strict mode must name)
+STRICT_CASES = [
+    ({"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True, "minItems": 2}}},
+     "#/properties/tags/uniqueItems"),
+    ({"type": "integer", "multipleOf": 3}, "#/multipleOf"),
+    ({"type": "array", "contains": {"type": "integer"}}, "#/contains"),
+    ({"type": "object", "propertyNames": {"maxLength": 3}}, "#/propertyNames"),
+    ({"properties": {"a": {"not": {"type": "string", "minLength": 2}}}}, "#/properties/a/not"),
+    ({"type": "string", "pattern": "^(?=a)"}, "#/pattern"),
+    ({"type": "string", "pattern": "^a+$", "maxLength": 3}, "#/maxLength"),
+    ({"type": "string", "format": "email", "pattern": "^a"}, "#/format"),
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "#/oneOf"),
+    ({"$ref": "https://example.com/schema.json"}, "#/$ref"),
+    ({"$defs": {"a": {"type": "array", "contains": {}}}, "$ref": "#/$defs/a"}, "#/$defs/a/contains"),
+]
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_llama) -> TokenizerVocab:
+    from radixlm.runtime.tokenizer import Tokenizer
+
+    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
+
+
+def _validator(schema):
+    cls = jsonschema.validators.validator_for(schema if isinstance(schema, dict) else {})
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+@pytest.mark.parametrize("schema,good,bad", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_schema_accepts_and_rejects(vocab, schema, good, bad):
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    validator = _validator(schema)
+    for inst in good:
+        assert validator.is_valid(inst), f"table error: {inst!r} is not valid"
+        assert grammar.matches(compact_json(inst)), f"{inst!r} should be accepted by {grammar.regex[:200]}"
+    for inst in bad:
+        assert not grammar.matches(compact_json(inst)), f"{inst!r} should be rejected"
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMAT_CASES))
+def test_formats(vocab, fmt):
+    schema = {"type": "string", "format": fmt}
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    good, bad = FORMAT_CASES[fmt]
+    for s in good:
+        assert grammar.matches(compact_json(s)), f"{fmt}: {s!r} should be accepted"
+        assert grammar.validate_output(compact_json(s)) == []
+    for s in bad:
+        assert not grammar.matches(compact_json(s)), f"{fmt}: {s!r} should be rejected"
+
+
+@pytest.mark.parametrize("schema,where", STRICT_CASES, ids=[w for _, w in STRICT_CASES])
+def test_strict_rejections_name_keyword_and_pointer(schema, where):
+    with pytest.raises(ConstraintError) as info:
+        schema_to_regex(schema)
+    assert info.value.location == where
+    assert where in str(info.value)
+
+
+def test_lenient_mode_relaxes_and_reports(vocab):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}, "required": ["n"]}
+    grammar = compile_grammar(vocab, "json_schema", schema, strict=False)
+    assert grammar.relaxed == ["#/properties/n/multipleOf"]
+    assert grammar.matches('{"n":4}')  # relaxed: generated, then reported
+    assert grammar.validate_output('{"n":4}') and grammar.validate_output('{"n":3}') == []
+    assert grammar.validate_output("{") and grammar.validate_output('{"n":"x"}')
+
+
+def test_whitespace_pattern(vocab):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    compact = compile_grammar(vocab, "json_schema", schema)
+    spaced = compile_grammar(vocab, "json_schema", schema, whitespace_pattern="[ ]?")
+    assert compact.matches('{"a":1}') and not compact.matches('{ "a": 1 }')
+    assert spaced.matches('{ "a": 1 }') and spaced.matches('{"a":1}')
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(ConstraintError, match="unsatisfiable"):
+        schema_to_regex({"type": "integer", "minimum": 5, "maximum": 1})
+    with pytest.raises(ConstraintError, match="does not resolve"):
+        schema_to_regex({"$ref": "#/definitions/missing"})
+    with pytest.raises(ConstraintError, match="unknown type"):
+        schema_to_regex({"type": "strin"})
+    with pytest.raises(ConstraintError, match="must be an object or a boolean"):
+        schema_to_regex({"properties": {"a": 3}})
+
+
+def test_recursion_depth_is_bounded():
+    schema = {"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}},
+              "$ref": "#/$defs/t"}
+    shallow = schema_to_regex(schema, max_ref_depth=1).regex
+    deep = schema_to_regex(schema, max_ref_depth=3).regex
+    assert len(deep) > len(shallow)
