@@ -16,7 +16,7 @@ from .json_schema import DEFAULT_MAX_REF_DEPTH, any_json_regex, schema_to_regex
 from .json_schema_pattern import escape_literal
 from .vocab import TokenizerVocab
 
-JSON_OBJECT_DEPTH = 3  # nesting depth of values inside a json_object-mode object
+JSON_OBJECT_DEPTH = 2  # the object plus one container level inside it: {"a": [1], "b": {"c": 2}}
 
 
 def compile_grammar(

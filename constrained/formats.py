@@ -10,9 +10,9 @@ from __future__ import annotations
 _OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _HEX4 = r"[0-9a-fA-F]{1,4}"
 _LABEL = r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
-# 31 days: Jan Mar May Jul Aug Oct Dec; 30 days: Apr Jun Sep Nov; February stops at 28 (no leap rule).
+# Years 0001-9999 (Python's datetime has no year 0). 31 days: Jan Mar May Jul Aug Oct Dec; 30 days: Apr Jun Sep Nov; February stops at 28 (no leap rule).
 _DATE = (
-    r"[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
+    r"([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
     r"|02-(0[1-9]|1[0-9]|2[0-8]))"
 )
 _TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"

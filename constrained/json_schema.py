@@ -28,9 +28,9 @@ from .json_schema_object import object_regex
 from .json_schema_pattern import escape_literal
 
 DEFAULT_MAX_REF_DEPTH = 3
-DEFAULT_ANY_DEPTH = 2
+DEFAULT_ANY_DEPTH = 1
 MAX_REF_CHAIN = 16  # $ref expansions on one path, whatever the refs: bounds mutual recursion
-MAX_REGEX_CHARS = 4_000_000
+MAX_REGEX_CHARS = 1_000_000
 MAX_NESTING = 40  # nested schema levels on one path (keeps Python's recursion well in bounds)
 
 
@@ -54,9 +54,6 @@ def schema_to_regex(
     schemas."""
     comp = _Compiler(schema, whitespace_pattern, strict, max_ref_depth, any_depth)
     rx = comp.value(schema, "#", ())
-    if rx is not None and len(rx) > MAX_REGEX_CHARS:
-        raise ConstraintError(f"schema expands to a regex of {len(rx)} characters (limit {MAX_REGEX_CHARS}); "
-                              "lower max_ref_depth or simplify the schema", "#")
     if rx is None:
         raise ConstraintError("schema is unsatisfiable (or only satisfiable past the $ref depth limit)", "#")
     return SchemaRegex(rx, comp.relaxed)
@@ -185,8 +182,16 @@ class _Compiler:
             rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
         finally:
             self._depth -= 1
+        if rx is not None:
+            self.check_size(len(rx), pointer)
         self._memo[key] = rx
         return rx
+
+    def check_size(self, chars: int, pointer: str) -> None:
+        """Fail early (before memory runs out) when a regex grows past the limit."""
+        if chars > MAX_REGEX_CHARS:
+            raise ConstraintError(f"schema expands to a regex of more than {MAX_REGEX_CHARS} characters; "
+                                  "lower max_ref_depth or simplify the schema", pointer)
 
     def value_flat(self, flat: dict, pointer: str, refs: tuple) -> str | None:
         if len(flat) == 1:  # only _sources: an unconstrained value, nested a bounded depth
@@ -229,7 +234,7 @@ class _Compiler:
                 alts.append(escape_literal(json.dumps(v, ensure_ascii=False, separators=(",", ":"))))
         return _alt(sorted(alts, key=len, reverse=True))  # leftmost-first: "12" before "1"
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - the compiler lives for one schema
+    @functools.cache  # noqa: B019 - the compiler lives for one schema
     def any_value(self, depth: int) -> str:
         scalars = [types_.NULL, types_.BOOLEAN, types_.NUMBER, types_.STRING]
         if depth <= 0:

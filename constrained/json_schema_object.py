@@ -46,7 +46,7 @@ def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
         members.append((f"{key}{comp.ws}:{comp.ws}{rx}", name in required_set))
     taken = set(names) | set(flat.get("dependentRequired", {})) | dropped
     extras = _extras(comp, flat, taken, pointer, refs)
-    return _assemble(comp, flat, members, extras)
+    return _assemble(comp, flat, members, extras, pointer)
 
 
 def _close_dependencies(deps: dict, required: set, names: list[str], dropped: set) -> set | None:
@@ -136,7 +136,8 @@ def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
     return f"({body})?" if may_end else body
 
 
-def _assemble(comp, flat: dict, members: list[tuple[str, bool]], extras: str | None) -> str | None:
+def _assemble(comp, flat: dict, members: list[tuple[str, bool]], extras: str | None,
+              pointer: str) -> str | None:
     ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
     min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
     n_req = sum(r for _, r in members)
@@ -160,8 +161,10 @@ def _assemble(comp, flat: dict, members: list[tuple[str, bool]], extras: str | N
             return None
     rep = f"{{{e_min},{'' if e_max is None else e_max}}}"
     first_req = next((i for i, (_, r) in enumerate(members) if r), None)
+    starts = len(members) if first_req is None else first_req + 1
+    comp.check_size(starts * (sum(len(m) for m, _ in members) + 2 * len(extras or "")), pointer)
     alts = []
-    for k in range(len(members) if first_req is None else first_req + 1):
+    for k in range(starts):
         tail = "".join(f"{sep}{m}" if r else f"({sep}{m})?" for m, r in members[k + 1:])
         if extras is not None:
             tail += f"({sep}{extras}){rep}"

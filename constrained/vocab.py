@@ -84,6 +84,6 @@ class TokenizerVocab:
         voc = outlines_core.Vocabulary(_spare_id(token_bytes, table, eos_set), groups)
         byte_tokens = [-1] * 256
         for b, ids in groups.items():
-            if len(b) == 1:
+            if len(b) == 1 and b != SENTINEL:
                 byte_tokens[b[0]] = ids[0]
         return cls(table, tuple(int(e) for e in eos_token_ids), vocab_size, voc, tuple(byte_tokens))

@@ -25,14 +25,15 @@ MAX_KV_SPLITS = 64
 def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE, Out,
                    stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ob, stride_oh,
                    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                   BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, PRECISION: tl.constexpr,
+                   BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr,
                    DOT_F32: tl.constexpr):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
     kv_start = tl.load(kv_indptr + req).to(tl.int64)
     kv_len = (tl.load(kv_indptr + req + 1) - kv_start).to(tl.int32)
-    split_len = (kv_len + NUM_SPLITS - 1) // NUM_SPLITS
+    num_splits = tl.num_programs(2)
+    split_len = (kv_len + num_splits - 1) // num_splits
     lo = split * split_len
     hi = tl.minimum(lo + split_len, kv_len)
 
@@ -76,21 +77,21 @@ def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE, Out
     has_keys = l_i > 0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # a request with no keys at all: zeros
     out_mask = mask_h[:, None] & mask_d[None, :]
-    if NUM_SPLITS == 1:
+    if SINGLE_SPLIT:
         tl.store(Out + req * stride_ob + heads[:, None] * stride_oh + offs_d[None, :],
                  out.to(Out.dtype.element_ty), mask=out_mask)
     else:
         # An empty split (short context) gets weight exp(-inf) = 0 in stage 2.
         lse = tl.where(has_keys, m_i + tl.log(tl.where(has_keys, l_i, 1.0)), float("-inf"))
-        row = (req * GROUP * tl.num_programs(1) + heads) * NUM_SPLITS + split  # Mid_LSE[req, head, split]
+        row = (req * GROUP * tl.num_programs(1) + heads) * num_splits + split  # Mid_LSE[req, head, split]
         tl.store(Mid_LSE + row, lse, mask=mask_h)
         tl.store(Mid_O + row[:, None] * HEAD_DIM + offs_d[None, :], out, mask=out_mask)
 
 
 @triton.jit
-def _decode_stage2(Mid_O, Mid_LSE, Out, stride_ob, stride_oh,
+def _decode_stage2(Mid_O, Mid_LSE, Out, stride_ob, stride_oh, num_splits,
                    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                   NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr):
+                   BLOCK_S: tl.constexpr):
     req = tl.program_id(0)
     kv_head = tl.program_id(1)
     offs_g = tl.arange(0, BLOCK_G)
@@ -98,8 +99,8 @@ def _decode_stage2(Mid_O, Mid_LSE, Out, stride_ob, stride_oh,
     mask_h = offs_g < GROUP
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
-    mask_hs = mask_h[:, None] & (offs_s < NUM_SPLITS)[None, :]
-    row = (req * GROUP * tl.num_programs(1) + heads)[:, None] * NUM_SPLITS + offs_s[None, :]  # [BLOCK_G, BLOCK_S]
+    mask_hs = mask_h[:, None] & (offs_s < num_splits)[None, :]
+    row = (req * GROUP * tl.num_programs(1) + heads)[:, None] * num_splits + offs_s[None, :]  # [BLOCK_G, BLOCK_S]
     lse = tl.load(Mid_LSE + row, mask=mask_hs, other=float("-inf"))
     parts = tl.load(Mid_O + row[:, :, None] * HEAD_DIM + offs_d[None, None, :],
                     mask=mask_hs[:, :, None] & (offs_d < HEAD_DIM)[None, None, :], other=0.0)
@@ -148,21 +149,23 @@ def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
     group = num_heads // kv_heads
     block_d = max(16, triton.next_power_of_2(head_dim))
     # Partial outputs and log-sum-exps per split; unused (1 element) when there is one split.
-    mid_shape = (bs, num_heads, num_kv_splits) if num_kv_splits > 1 else (1,)
-    mid_o = torch.empty((*mid_shape, head_dim) if num_kv_splits > 1 else (1,), dtype=torch.float32, device=q.device)
-    mid_lse = torch.empty(mid_shape, dtype=torch.float32, device=q.device)
+    split = num_kv_splits > 1
+    mid_o = torch.empty((bs, num_heads, num_kv_splits, head_dim) if split else (1,),
+                        dtype=torch.float32, device=q.device)
+    mid_lse = torch.empty((bs, num_heads, num_kv_splits) if split else (1,), dtype=torch.float32, device=q.device)
     _decode_stage1[(bs, kv_heads, num_kv_splits)](
         q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, mid_o, mid_lse, out,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1),
         out.stride(0), out.stride(1),
         GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_D=block_d,
-        BLOCK_N=32 if head_dim > 128 else 64, NUM_SPLITS=num_kv_splits,
+        BLOCK_N=32 if head_dim > 128 else 64, SINGLE_SPLIT=not split,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", DOT_F32=dot_in_f32(q.dtype),
+        num_warps=4, num_stages=1 if head_dim > 128 else 2,
     )
-    if num_kv_splits > 1:
+    if split:
         _decode_stage2[(bs, kv_heads)](
-            mid_o, mid_lse, out, out.stride(0), out.stride(1),
+            mid_o, mid_lse, out, out.stride(0), out.stride(1), num_kv_splits,
             GROUP=group, BLOCK_G=triton.next_power_of_2(group), HEAD_DIM=head_dim, BLOCK_D=block_d,
-            NUM_SPLITS=num_kv_splits, BLOCK_S=triton.next_power_of_2(num_kv_splits),
+            BLOCK_S=triton.next_power_of_2(num_kv_splits),
         )
     return out

@@ -123,6 +123,6 @@ def extend_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
         out.stride(0), out.stride(1),
         GROUP=group, GROUP_P=group_p, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_T=block_t, BLOCK_N=block_n, PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        DOT_F32=dot_in_f32(q.dtype),
+        DOT_F32=dot_in_f32(q.dtype), num_warps=4, num_stages=1 if block_n == 32 else 2,
     )
     return out

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from radixlm.kernels.validate import check_attention, check_bitmask, check_store_kv
 
-_BITS = {}  # device -> int32 [32] bit positions, built once per device
+_BYTE_BITS: dict[torch.device, torch.Tensor] = {}  # device -> [256, 8] bool: bit j of byte b is clear
 
 
 def _padded_rows(indptr: torch.Tensor, lens: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -29,10 +29,16 @@ def _gather_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, kv_indptr: torch.Tens
     """K, V as float32 ``[bs, num_kv_heads, max_kv, head_dim]`` and key validity ``[bs, max_kv]``."""
     rows, valid = _padded_rows(kv_indptr, kv_lens, max_kv)
     # Padding positions read row 0 of kv_indices (or slot 0 when there are no keys): masked later.
-    slots = kv_indices[rows] if kv_indices.numel() else torch.zeros_like(rows)
-    k = k_pool[slots].float().transpose(1, 2)  # [bs, kv_heads, max_kv, head_dim]
-    v = v_pool[slots].float().transpose(1, 2)
-    return k, v, valid
+    flat = rows.view(-1)
+    slots = kv_indices.index_select(0, flat) if kv_indices.numel() else torch.zeros_like(flat)
+    bs, kv_heads, head_dim = rows.shape[0], k_pool.shape[1], k_pool.shape[2]
+    out = []
+    for pool in (k_pool, v_pool):
+        rows_kv = pool.index_select(0, slots).view(bs, max_kv, kv_heads, head_dim)
+        # One copy does both the head-major transpose and the cast to float32.
+        dense = torch.empty((bs, kv_heads, max_kv, head_dim), dtype=torch.float32, device=pool.device)
+        out.append(dense.copy_(rows_kv.transpose(1, 2)))
+    return out[0], out[1], valid
 
 
 def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
@@ -122,9 +128,11 @@ def apply_token_bitmask_torch(logits: torch.Tensor, bitmask: torch.Tensor) -> No
     check_bitmask(logits, bitmask)
     bs, vocab = logits.shape
     words = (vocab + 31) // 32
-    bitmask = bitmask[:, :words].to(logits.device, non_blocking=True)
-    bits = _BITS.get(logits.device)
-    if bits is None:
-        bits = _BITS[logits.device] = torch.arange(32, device=logits.device, dtype=torch.int32)
-    allowed = ((bitmask.unsqueeze(-1) >> bits) & 1).bool().reshape(bs, words * 32)[:, :vocab]
-    logits.masked_fill_(~allowed, float("-inf"))
+    bitmask = bitmask[:, :words].to(logits.device, non_blocking=True).contiguous()
+    table = _BYTE_BITS.get(logits.device)
+    if table is None:
+        byte = torch.arange(256, device=logits.device).unsqueeze(1)
+        table = _BYTE_BITS[logits.device] = ((byte >> torch.arange(8, device=logits.device)) & 1) == 0
+    # Little-endian: byte j of word w holds tokens 32w + 8j .. 32w + 8j + 7, low bit first.
+    blocked = table.index_select(0, bitmask.view(torch.uint8).view(-1).long())  # [bs * words * 4, 8]
+    logits.masked_fill_(blocked.view(bs, words * 32)[:, :vocab], float("-inf"))  # True = disallowed

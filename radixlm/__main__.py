@@ -75,8 +75,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as e:
         args.parser.error(str(e))
     logging.basicConfig(level=server_args.log_level.upper(), format=LOG_FORMAT)
-    if args.log_requests:
-        logging.getLogger("radixlm.server").setLevel(logging.INFO)
+    logging.getLogger("radixlm.server").setLevel(logging.INFO)  # start-up and shutdown lines
+    if not args.log_requests:
+        logging.getLogger("radixlm.server.requests").setLevel(logging.WARNING)
     engine = _make_engine(server_args)
     try:
         _run(serve(engine, config))

@@ -1,27 +1,26 @@
 """Paged attention layer: stores the new tokens' K/V in the pool, then attends over each request's
 context through the kernels chosen by name (``radixlm.kernels.get_ops``).
 
-``resolve_attention_backend("auto", device)`` is ``"triton"`` on CUDA and ``"torch"`` elsewhere;
-extend/prefill batches use ``extend_attention`` and decode batches ``decode_attention``.
+``resolve_attention_backend("auto", device)`` is ``"triton"`` on CUDA and ``"torch"`` elsewhere
+(the rules live in ``radixlm.kernels.select_backend``); extend/prefill batches use
+``extend_attention`` and decode batches ``decode_attention``.
 """
 
 from __future__ import annotations
 
 import torch
-from radixlm.kernels import get_ops
+from radixlm.kernels import get_ops, select_backend
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.kv_pool import KVPool
 
-ATTENTION_BACKENDS = ("auto", "torch", "triton")
-
 
 def resolve_attention_backend(name: str, device: torch.device | str) -> str:
-    """``"auto"`` -> ``"triton"`` on CUDA, ``"torch"`` otherwise; ``"torch"``/``"triton"`` pass through."""
-    if name not in ATTENTION_BACKENDS:
-        raise ValueError(f"attention_backend {name!r} is not one of {', '.join(ATTENTION_BACKENDS)}")
-    if name == "auto":
-        return "triton" if torch.device(device).type == "cuda" else "torch"
-    return name
+    """``"auto"`` -> ``"triton"`` on CUDA (when triton imports), ``"torch"`` otherwise.
+
+    ``"torch"`` passes through; ``"triton"`` on a CPU device needs ``TRITON_INTERPRET=1``.
+    Anything else raises ``ValueError`` naming ``attention_backend``.
+    """
+    return select_backend(name, device)
 
 
 class PagedAttention:

@@ -12,6 +12,7 @@ route turns each into a chunk, the other accumulates them into one message.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,7 @@ class ChoiceRunner:
         self.budget = int(plan.sampling["max_new_tokens"])
         self.ids = list(plan.prompt_ids)
         self.calls = 0
+        self.call_end = "length"  # OpenAI finish_reason of the last call phase, if it did not complete
         self.first_phase = index == 0  # usage counts the prompt once, not once per choice
         tok = state.tokenizer
         self.start_ids = tok.encode(TOOL_CALL_START, add_special_tokens=False)
@@ -100,7 +102,7 @@ class ChoiceRunner:
             self.ids += self.start_ids
             async for ev in self._call_phase(choice.name):
                 yield ev
-            yield ChoiceEvent("finish", finish_reason="tool_calls" if self.calls else "length")
+            yield ChoiceEvent("finish", finish_reason="tool_calls" if self.calls else self.call_end)
             return
         stops = list(self.plan.sampling.get("stop") or [])
         if choice.mode == "auto":
@@ -116,10 +118,14 @@ class ChoiceRunner:
                 yield ChoiceEvent("finish", finish_reason=reason)
                 return
             self.ids += self._through_marker(phase)
+            calls_before = self.calls
             async for ev in self._call_phase(None):
                 yield ev
-            if self.budget <= 0 or self.calls == 0:
-                yield ChoiceEvent("finish", finish_reason="tool_calls" if self.calls else "length")
+            if self.calls == calls_before:  # the call was cut off: say why
+                yield ChoiceEvent("finish", finish_reason=self.call_end)
+                return
+            if self.budget <= 0:
+                yield ChoiceEvent("finish", finish_reason="tool_calls")
                 return
 
     def _through_marker(self, phase: _Phase) -> list[int]:
@@ -146,6 +152,7 @@ class ChoiceRunner:
                 yield ChoiceEvent("call_args", text=args, call_index=self.calls)
         done = extractor.finish()
         if done is None:  # cut off by max_tokens (or aborted): not a call
+            self.call_end = _openai_reason(phase.finish)
             if not started:
                 yield ChoiceEvent("content", text=TOOL_CALL_START + phase.text)
             return
@@ -161,12 +168,17 @@ class ChoiceRunner:
         """One engine request continuing ``self.ids``; yields content events (text phases) or raw
         text events (call phases), and fills ``phase``."""
         want_lp = self.plan.logprobs and is_text
+        if self.state.context_len:  # later phases have longer prompts: stay inside the context
+            sampling["max_new_tokens"] = max(min(sampling["max_new_tokens"],
+                                                 self.state.context_len - len(self.ids)), 0)
         kwargs = {"input_ids": list(self.ids), "sampling_params": sampling, "return_logprob": want_lp,
                   "top_logprobs_num": self.plan.top_logprobs if want_lp else 0}
         rid = self.state.new_rid(self.record, f"-c{self.index}")
         if self.plan.stream:
-            async for chunk in self.state.stream(rid, **kwargs):
-                yield self._absorb(phase, chunk, want_lp)
+            chunks = self.state.stream(rid, observe_ttft=self.first_phase or self.index > 0, **kwargs)
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    yield self._absorb(phase, chunk, want_lp)
         else:
             yield self._absorb(phase, await self.state.generate(rid, **kwargs), want_lp)
         self.record.add(phase.meta, prompt=self.first_phase)

@@ -2,8 +2,9 @@
 
 Weights are read tensor by tensor with ``safetensors.safe_open`` and copied straight into the
 (uninitialised) parameters, fusing q/k/v and gate/up on the way; no whole state dict is ever held.
-Every parameter must be filled exactly by the checkpoint: unknown, missing and misshapen tensors
-raise errors that name them.
+Under tensor parallelism each rank reads only its slice of each tensor (``get_slice(name)[rows]``),
+as ``checkpoint_layout()`` names it. Every parameter must be filled exactly by the checkpoint:
+unknown, missing and misshapen tensors raise errors that name them.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import os
 
 import torch
 from radixlm.runtime.attention import resolve_attention_backend
+from radixlm.runtime.distributed import TPGroup
 from radixlm.runtime.model_config import ModelConfig
-from radixlm.runtime.models.llama import LlamaForCausalLM
+from radixlm.runtime.models.llama import LlamaForCausalLM, TensorTarget
 from safetensors import safe_open
 
 SINGLE_FILE = "model.safetensors"
@@ -73,12 +75,14 @@ def weight_files(path: str | os.PathLike) -> list[str]:
 
 def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto",
                device: torch.device | str = "cpu", *,
-               attention_backend: str = "auto") -> tuple[LlamaForCausalLM, ModelConfig]:
+               attention_backend: str = "auto", tp: TPGroup | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
     """Build the model for ``path``'s ``config.json`` and fill it from its safetensors weights.
 
     ``dtype``: see ``resolve_dtype``. ``attention_backend``: ``auto`` (triton on CUDA, torch
-    otherwise), ``torch`` or ``triton``. Raises ``FileNotFoundError`` for a missing directory,
-    config or weight file, ``ValueError`` for an unsupported architecture or bad tensors.
+    otherwise), ``torch`` or ``triton``. ``tp``: build and read only this rank's shard (default:
+    the whole model). Raises ``FileNotFoundError`` for a missing directory, config or weight file,
+    ``ValueError`` for an unsupported architecture, a ``tp`` size the model cannot be split by,
+    or bad tensors.
     """
     path = os.fspath(path)
     if not os.path.isdir(path):
@@ -88,7 +92,7 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
     device = torch.device(device)
     run_dtype = resolve_dtype(dtype, device, config.torch_dtype)
     backend = resolve_attention_backend(attention_backend, device)
-    model = LlamaForCausalLM(config, dtype=run_dtype, device=device, attention_backend=backend)
+    model = LlamaForCausalLM(config, dtype=run_dtype, device=device, attention_backend=backend, tp=tp)
     load_weights(model, files)
     return model.eval(), config
 
@@ -105,18 +109,29 @@ def load_weights(model: LlamaForCausalLM, files: list[str]) -> None:
                 if name not in layout:
                     raise ValueError(f"unexpected tensor {name!r} in {os.path.basename(file)}: not part of "
                                      f"a {model.config.architecture} with {model.config.num_layers} layers")
-                param, start, rows = layout[name]
-                expected = (rows, *param.shape[1:])
-                actual = tuple(f.get_slice(name).get_shape())
-                if actual != expected:
+                target = layout[name]
+                tensor_slice = f.get_slice(name)
+                actual = tuple(tensor_slice.get_shape())
+                if actual != target.shape:
                     raise ValueError(f"shape mismatch for tensor {name!r} in {os.path.basename(file)}: "
-                                     f"checkpoint has {list(actual)}, model expects {list(expected)}")
-                param.data[start:start + rows].copy_(f.get_tensor(name))
+                                     f"checkpoint has {list(actual)}, model expects {list(target.shape)}")
+                data = _read(f, name, tensor_slice, target)
+                target.param.data[target.row:target.row + data.shape[0]].copy_(data)
                 loaded.add(name)
     missing = sorted(set(layout) - loaded)
     if missing:
         shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
         raise ValueError(f"checkpoint is missing tensor(s): {shown}")
+
+
+def _read(f, name: str, tensor_slice, target: TensorTarget) -> torch.Tensor:
+    """The part of tensor ``name`` this rank needs; a slice reads only its own bytes."""
+    if target.dim is None:
+        return f.get_tensor(name)
+    end = target.start + target.length
+    if target.dim == 0:
+        return tensor_slice[target.start:end]
+    return tensor_slice[:, target.start:end]
 
 
 def _ignored(name: str, model: LlamaForCausalLM) -> bool:

@@ -10,6 +10,7 @@ tool calls are described in :mod:`radixlm.runtime.tool_calls`.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
@@ -113,23 +114,31 @@ class OpenAIRoutes:
         streams = [self.state.stream(self.state.new_rid(record, f"-{k}"), **self._completion_kwargs(req, p, j))
                    for k, (p, j) in enumerate(jobs)]
         started: set[int] = set()
-        async for k, chunk in merge_streams(streams):
-            p, j = jobs[k]
-            meta = chunk.get("meta_info", {})
-            reason = finish_reason(meta)
-            if reason is not None:
-                record.add(meta, prompt=j == 0)
-            text = chunk.get("text", "")
-            if req.echo and k not in started:
-                text = self._prompt_text(req, p) + text
-            lps = self._completion_lps(req, p, chunk, first=k not in started)
-            started.add(k)
-            if text or reason or lps:
-                choice = {"index": k, "text": text, "logprobs": lps, "finish_reason": reason}
-                yield self._chunk("text_completion", rid, [choice], req.include_usage)
+        async with aclosing(merge_streams(streams)) as merged:
+            async for k, chunk in merged:
+                for out in self._completion_chunk(req, jobs, rid, record, started, k, chunk):
+                    yield out
         if req.include_usage:
             usage = usage_dict(record.prompt, record.completion, record.cached)
             yield envelope("text_completion", rid, self.state.model_name, [], usage)
+
+    def _completion_chunk(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
+                          record: RequestRecord, started: set[int], k: int, chunk: dict) -> list[dict]:
+        """The OpenAI chunk (if any) for engine chunk ``chunk`` of job ``k``."""
+        p, j = jobs[k]
+        meta = chunk.get("meta_info", {})
+        reason = finish_reason(meta)
+        if reason is not None:
+            record.add(meta, prompt=j == 0)
+        text = chunk.get("text", "")
+        if req.echo and k not in started:
+            text = self._prompt_text(req, p) + text
+        lps = self._completion_lps(req, p, chunk, first=k not in started)
+        started.add(k)
+        if not (text or reason or lps):
+            return []
+        choice = {"index": k, "text": text, "logprobs": lps, "finish_reason": reason}
+        return [self._chunk("text_completion", rid, [choice], req.include_usage)]
 
     def _chunk(self, obj: str, rid: str, choices: list[dict], include_usage: bool) -> dict:
         out = envelope(obj, rid, self.state.model_name, choices)
@@ -197,23 +206,23 @@ class OpenAIRoutes:
 
     async def _chat_chunks(self, req: ChatRequest, runners: list[ChoiceRunner], rid: str,
                            record: RequestRecord) -> AsyncIterator[dict]:
-        merged = merge_streams([r.events() for r in runners])
-        try:
-            first = await anext(merged)  # engine errors surface before any byte is sent
-        except StopAsyncIteration:
-            return
-        except ValueError as e:
-            raise self._schema_error(req, e) from None
-        for r in runners:
-            yield self._chat_chunk(req, rid, r.index, {"role": "assistant", "content": ""})
-        k, ev = first
-        chunk = self._event_chunk(req, rid, k, ev)
-        if chunk is not None:
-            yield chunk
-        async for k, ev in merged:
+        async with aclosing(merge_streams([r.events() for r in runners])) as merged:
+            try:
+                first = await anext(merged)  # engine errors surface before any byte is sent
+            except StopAsyncIteration:
+                return
+            except ValueError as e:
+                raise self._schema_error(req, e) from None
+            for r in runners:
+                yield self._chat_chunk(req, rid, r.index, {"role": "assistant", "content": ""})
+            k, ev = first
             chunk = self._event_chunk(req, rid, k, ev)
             if chunk is not None:
                 yield chunk
+            async for k, ev in merged:
+                chunk = self._event_chunk(req, rid, k, ev)
+                if chunk is not None:
+                    yield chunk
         if req.include_usage:
             usage = usage_dict(record.prompt, record.completion, record.cached)
             yield envelope("chat.completion.chunk", rid, self.state.model_name, [], usage)

@@ -186,13 +186,16 @@ class Router:
             await response.write(err.to_sse())  # the stream had started: end it with an error event
             return response
 
-    async def _broadcast(self, path: str, raw: bytes) -> dict[str, bool]:
+    async def _broadcast(self, request: web.Request, path: str) -> dict[str, bool]:
         healthy = [r for r in self.policy.replicas.values() if r.healthy]
+        raw = await request.read()
+        headers = {"Content-Type": "application/json"}
+        if "Authorization" in request.headers:  # the replicas check the API key
+            headers["Authorization"] = request.headers["Authorization"]
 
         async def post(r: ReplicaState) -> bool:
             try:
-                async with self.session.post(r.url + path, data=raw,
-                                             headers={"Content-Type": "application/json"}) as resp:
+                async with self.session.post(r.url + path, data=raw, headers=headers) as resp:
                     return resp.status == 200
             except (aiohttp.ClientError, asyncio.TimeoutError):
                 return False
@@ -202,13 +205,13 @@ class Router:
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         """Broadcast ``/flush_cache``; succeeds only if every healthy replica flushed."""
-        results = await self._broadcast("/flush_cache", await request.read())
+        results = await self._broadcast(request, "/flush_cache")
         self.policy.forget()
         return web.json_response({"flushed": results}, status=200 if all(results.values()) else 400)
 
     async def abort_request(self, request: web.Request) -> web.Response:
         """Broadcast ``/abort_request``: the router does not remember where each rid went."""
-        results = await self._broadcast("/abort_request", await request.read())
+        results = await self._broadcast(request, "/abort_request")
         return web.json_response({"aborted": results}, status=200 if any(results.values()) else 404)
 
     async def health(self, _request: web.Request) -> web.Response:

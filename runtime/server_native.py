@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,7 @@ from .request_fields import FieldReader, check_token_ids, parse_json_body
 from .sampling_params import SamplingParams
 from .server_state import RequestRecord, ServerState
 from .sse import gather_all, merge_streams, write_stream
+from .tool_calls import error_pointer
 
 _LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs")
 _TOP_LOGPROB_KEYS = ("input_top_logprobs", "output_top_logprobs")
@@ -117,9 +119,15 @@ class NativeRoutes:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/generate") as record:
             req = parse_generate_request(parse_json_body(await request.read()))
-            if req.stream:
-                return await write_stream(request, self._events(req, record))
-            results = await gather_all([self._one(req, i, record) for i in range(len(req.prompts))])
+            try:
+                if req.stream:
+                    return await write_stream(request, self._events(req, record))
+                results = await gather_all([self._one(req, i, record) for i in range(len(req.prompts))])
+            except ValueError as e:
+                if error_pointer(e) is None:
+                    raise
+                raise APIError(400, f"sampling_params.json_schema: {e}", param="sampling_params.json_schema",
+                               code="unsupported_schema") from None
             return web.json_response(results if req.is_batch else results[0])
 
     def _kwargs(self, req: GenerateRequest, i: int, record: RequestRecord) -> dict[str, Any]:
@@ -145,15 +153,16 @@ class NativeRoutes:
         for i in range(len(req.prompts)):
             kwargs = self._kwargs(req, i, record)
             streams.append(self.state.stream(kwargs.pop("rid"), **kwargs))
-        async for i, chunk in merge_streams(streams):
-            meta = chunk.get("meta_info", {})
-            if meta.get("finish_reason") is not None:
-                record.add(meta)
-            if req.return_text_in_logprobs:
-                add_logprob_text(meta, self.state.tokenizer)
-            if req.is_batch:
-                chunk = {**chunk, "index": i}
-            yield chunk
+        async with aclosing(merge_streams(streams)) as merged:
+            async for i, chunk in merged:
+                meta = chunk.get("meta_info", {})
+                if meta.get("finish_reason") is not None:
+                    record.add(meta)
+                if req.return_text_in_logprobs:
+                    add_logprob_text(meta, self.state.tokenizer)
+                if req.is_batch:
+                    chunk = {**chunk, "index": i}
+                yield chunk
 
     # ------------------------------------------------------------------ the rest
 

@@ -23,7 +23,7 @@ from typing import Any
 from .http_errors import APIError, from_exception
 from .metrics import ServerMetrics
 
-logger = logging.getLogger("radixlm.server")
+logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -128,8 +128,10 @@ class ServerState:
         finally:
             self.inflight.discard(rid)
 
-    async def stream(self, rid: str, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
-        """One streamed engine request: incremental dicts. Leaving early aborts it in the engine."""
+    async def stream(self, rid: str, observe_ttft: bool = True, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        """One streamed engine request: incremental dicts. Leaving early aborts it in the engine.
+
+        ``observe_ttft=False`` for continuation phases, whose first token is not the request's."""
         self.inflight.add(rid)
         finished = False
         start = last = time.perf_counter()
@@ -143,7 +145,8 @@ class ServerState:
                 new = _new_tokens(chunk, sent_tokens)
                 if new:
                     if sent_tokens == 0:
-                        self.metrics.ttft.observe(now - start)
+                        if observe_ttft:
+                            self.metrics.ttft.observe(now - start)
                     else:
                         for _ in range(new):
                             self.metrics.itl.observe((now - last) / new)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable
+from contextlib import aclosing
 from typing import Any, TypeVar
 
 from aiohttp import web
@@ -43,6 +44,9 @@ async def write_stream(request: web.Request, events: AsyncIterator[Any]) -> web.
         first = await anext(events)
     except StopAsyncIteration:
         first = None
+    except BaseException:
+        await _close(events)
+        raise
     resp = await open_stream(request)
     try:
         if first is not None:
@@ -84,15 +88,17 @@ async def merge_streams(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[
     The first error is re-raised; leaving early (or an error) cancels and closes every stream.
     """
     if len(streams) == 1:  # the common case needs no tasks
-        async for item in streams[0]:
-            yield 0, item
+        async with aclosing(streams[0]) as only:
+            async for item in only:
+                yield 0, item
         return
     queue: asyncio.Queue = asyncio.Queue()
 
     async def pump(i: int, it: AsyncIterator[T]) -> None:
         try:
-            async for item in it:
-                await queue.put((i, item, None))
+            async with aclosing(it):
+                async for item in it:
+                    await queue.put((i, item, None))
             await queue.put((i, None, None))
         except Exception as e:
             await queue.put((i, None, e))
@@ -112,5 +118,3 @@ async def merge_streams(streams: list[AsyncIterator[T]]) -> AsyncIterator[tuple[
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for s in streams:
-            await _close(s)

@@ -13,9 +13,9 @@ import time
 import urllib.request
 
 import pytest
+from radixlm.runtime.server_args import ServerArgs
 
 from radixlm.__main__ import main
-from radixlm.runtime.server_args import ServerArgs
 
 
 def test_help_lists_subcommands_and_every_server_arg(capsys):

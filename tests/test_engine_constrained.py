@@ -9,8 +9,9 @@ import threading
 
 import jsonschema
 import pytest
-from radixlm import Engine
 from radixlm.constrained import ConstraintError
+
+from radixlm import Engine
 
 SCHEMA = {
     "type": "object",

@@ -5,6 +5,7 @@ float32). Every engine ends with the leak check."""
 from __future__ import annotations
 
 import pytest
+
 from radixlm import Engine
 
 PARAMS = {"temperature": 0.0, "max_new_tokens": 10}

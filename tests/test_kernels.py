@@ -151,8 +151,8 @@ def test_torch_extend_matches_reference(group, head_dim, max_pad_ratio):
     _close(out, extend_attention_ref(*b.extend_args()), TOL[torch.float32])
 
 
-@pytest.mark.parametrize("group", [1, 2, 4, 8])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("group,dtype", [(1, torch.float32), (2, torch.float32), (4, torch.float32),
+                                         (8, torch.float32), (2, torch.bfloat16), (8, torch.bfloat16)])
 def test_torch_decode_matches_reference(group, dtype):
     rng = random.Random(group)
     kv = [1, 2] + [rng.randint(1, 400) for _ in range(6)]
@@ -171,6 +171,17 @@ def test_torch_ops_empty_batch_and_bf16_extend():
     assert ops.decode_attention(*b.decode_args()).shape == (0, 2, 16)
     b = random_paged_batch([0, 30], [17, 5], num_heads=4, num_kv_heads=2, head_dim=32, dtype=torch.bfloat16)
     _close(ops.extend_attention(*b.extend_args()), extend_attention_ref(*b.extend_args()), TOL[torch.bfloat16])
+
+
+@pytest.mark.parametrize("vocab,words", [(1000, 32), (4100, 129), (64, 3)])
+def test_torch_bitmask_matches_reference(vocab, words):
+    gen = torch.Generator().manual_seed(vocab)
+    logits = torch.randn(3, vocab, generator=gen)
+    bitmask = torch.randint(-2 ** 31, 2 ** 31 - 1, (3, words), dtype=torch.int32, generator=gen)
+    expected = logits.clone()
+    apply_token_bitmask_ref(expected, bitmask)
+    get_ops("torch").apply_token_bitmask(logits, bitmask)
+    assert torch.equal(logits, expected)
 
 
 def test_torch_store_kv_and_bitmask_match_reference():

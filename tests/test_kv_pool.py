@@ -7,7 +7,6 @@ import sys
 
 import pytest
 import torch
-
 from radixlm.runtime.forward_batch import BatchSpec, ForwardBatch
 from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.slot_allocator import ReqSlotAllocator, SlotAllocator

@@ -13,12 +13,12 @@ import random
 import pytest
 import torch
 import transformers
-from transformers import AutoModelForCausalLM
-
+from radixlm.runtime.attention import resolve_attention_backend
 from radixlm.runtime.forward_batch import BatchSpec, ForwardBatch
 from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model_loader import load_model
 from radixlm.runtime.slot_allocator import ReqSlotAllocator, SlotAllocator
+from transformers import AutoModelForCausalLM
 
 ATOL = 1e-4
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
@@ -78,11 +78,13 @@ def hf_logits(ref, ids: list[int]) -> torch.Tensor:
 class Paged:
     """A KV pool, table and allocators, with slots handed out in a shuffled (scattered) order."""
 
-    def __init__(self, model, num_slots: int = 512, max_reqs: int = 8, max_len: int = 128) -> None:
+    def __init__(self, model, num_slots: int = 512, max_reqs: int = 8, max_len: int = 128,
+                 device: str = "cpu") -> None:
         c = model.config
-        self.model = model
-        self.pool = KVPool(num_slots, c.num_layers, c.num_kv_heads, c.head_dim, torch.float32, "cpu")
-        self.table = ReqToTokenTable(max_reqs, max_len, "cpu")
+        self.model, self.device = model, device
+        dtype = model.embed_tokens.dtype
+        self.pool = KVPool(num_slots, c.num_layers, c.num_kv_heads, c.head_dim, dtype, device)
+        self.table = ReqToTokenTable(max_reqs, max_len, device)
         self.slots = SlotAllocator(num_slots)
         self.rows = ReqSlotAllocator(max_reqs)
         everything = self.slots.alloc(self.slots.num_free)
@@ -98,7 +100,7 @@ class Paged:
             prefix_lens=prefix_lens, extend_lens=extend_lens, out_cache_loc=self.slots.alloc(num_tokens),
             logits_indices=list(range(num_tokens)) if all_logits else BatchSpec.last_token_indices(extend_lens),
             table_writes=list(table_writes))
-        logits = self.model.forward(ForwardBatch.from_spec(spec, self.table, "cpu"), self.pool)
+        logits = self.model.forward(ForwardBatch.from_spec(spec, self.table, self.device), self.pool)
         assert logits.dtype == torch.float32
         assert logits.shape == (len(spec.logits_indices), self.model.config.vocab_size)
         return logits
@@ -118,8 +120,9 @@ def assert_close(ours: torch.Tensor, ref: torch.Tensor) -> None:
 def test_single_prompt(models):
     ours, ref = models
     (ids,) = prompts(ours.config.vocab_size, [19])
-    paged = Paged(ours)
-    assert_close(paged.run([0], [0], [ids]), hf_logits(ref, ids))
+    logits = Paged(ours).run([0], [0], [ids])
+    assert_close(logits, hf_logits(ref, ids))
+    logits[:, 0] = float("-inf")  # the sampler masks returned logits in place
 
 
 def test_ragged_batch_of_three(models):
@@ -174,3 +177,36 @@ def test_decode_twenty_steps_batch_of_four(models):
     ours_steps = torch.stack(step_logits, dim=1)  # [4, 21, vocab]: prefill's last row, then 20 decodes
     for i, seq in enumerate(seqs):
         assert_close(ours_steps[i], hf_logits(ref, seq)[-21:])
+
+
+@pytest.mark.parametrize("name, device, expected", [("auto", "cpu", "torch"), ("torch", "cpu", "torch")])
+def test_resolve_attention_backend(name, device, expected):
+    assert resolve_attention_backend(name, device) == expected
+
+
+def test_resolve_attention_backend_rejects_unknown():
+    with pytest.raises(ValueError, match="attention_backend"):
+        resolve_attention_backend("flashinfer", "cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_default_dtype_and_backend_match_cpu(checkpoint):
+    """On CUDA: dtype auto -> bfloat16, backend auto -> triton; logits track the float32 CPU run."""
+    path = checkpoint("llama", "tiny")
+    gpu, _ = load_model(path, device="cuda")
+    assert gpu.embed_tokens.dtype == torch.bfloat16 and resolve_attention_backend("auto", "cuda") == "triton"
+    cpu, _ = load_model(path, dtype="float32", device="cpu")
+    batch = prompts(cpu.config.vocab_size, [5, 23, 11])
+    cpu_paged, gpu_paged = Paged(cpu), Paged(gpu, device="cuda")
+    expected = cpu_paged.run([0, 1, 2], [0, 0, 0], batch, all_logits=False)
+    logits = gpu_paged.run([0, 1, 2], [0, 0, 0], batch, all_logits=False).cpu()
+    for _ in range(3):  # decode steps exercise decode_attention
+        step = [[t] for t in expected.argmax(-1).tolist()]
+        prefix_lens = [len(ids) for ids in batch]
+        batch = [ids + t for ids, t in zip(batch, step)]
+        expected = torch.cat([expected, cpu_paged.run([0, 1, 2], prefix_lens, step, is_decode=True)])
+        logits = torch.cat([logits, gpu_paged.run([0, 1, 2], prefix_lens, step, is_decode=True).cpu()])
+    scale = expected.abs().max().item()
+    assert (logits - expected).abs().max().item() < 0.05 * scale  # bfloat16 weights and activations
+    assert (logits.argmax(-1) == expected.argmax(-1)).float().mean().item() > 0.9

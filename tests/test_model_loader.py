@@ -8,15 +8,14 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
-from transformers import LlamaConfig, LlamaForCausalLM
-from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
 from radixlm.runtime.forward_batch import BatchSpec, ForwardBatch
 from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
 from radixlm.runtime.model_loader import load_model, resolve_dtype
 from radixlm.runtime.rotary import rope_inv_freq
+from safetensors.torch import load_file, save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 SMALL = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2}
@@ -117,6 +116,7 @@ def test_config_rejects_unsupported_rope(scaling, match):
 
 @pytest.mark.parametrize("change, match", [
     ({"architectures": ["GPT2LMHeadModel"]}, "unsupported architecture GPT2LMHeadModel; supported: LlamaForCausalLM"),
+    ({"architectures": None, "model_type": "gpt2"}, r"unsupported architecture none \(model_type='gpt2'\)"),
     ({"hidden_size": None}, "missing required field 'hidden_size'"),
     ({"num_key_value_heads": 3}, "num_key_value_heads"),
     ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),

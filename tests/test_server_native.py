@@ -8,7 +8,6 @@ import time
 
 import aiohttp
 import pytest
-
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server import BackgroundServer
 from radixlm.runtime.server_state import ServerConfig

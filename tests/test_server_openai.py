@@ -7,10 +7,10 @@ import json
 import jsonschema
 import openai
 import pytest
-
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server import BackgroundServer
 from radixlm.runtime.server_state import ServerConfig
+from radixlm.runtime.tool_calls import MAX_CALLS_PER_TURN
 
 MODEL = "default"
 WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Tokyo", "Lima"]},
@@ -154,27 +154,43 @@ def test_tools_required_and_named(client):
     _check_calls(named.choices[0].message.tool_calls, {"get_time"})
 
 
-def test_tools_streamed_like_openai(client):
-    kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 60,
+@pytest.mark.parametrize("mode", ["required", "auto"])
+def test_tools_streamed_like_openai(client, server, mode):
+    kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": mode, "max_tokens": 60,
               "temperature": 0}
-    full = client.chat.completions.create(**kwargs).choices[0].message.tool_calls[0]
+    if mode == "auto":  # force the model to open calls (see the auto test); two fit in 60 tokens
+        kwargs["logit_bias"] = {str(server.engine.tokenizer.encode("<tool_call>")[0]): 100}
+    full = client.chat.completions.create(**kwargs).choices[0]
     content, calls, reason, _ = _collect_stream(client.chat.completions.create(**kwargs, stream=True))
-    assert reason == "tool_calls" and content == "" and list(calls) == [0]
-    assert calls[0]["name"] == full.function.name and calls[0]["arguments"] == full.function.arguments
-    assert calls[0]["id"].startswith("call_")
+    assert reason == full.finish_reason and content == (full.message.content or "")
+    assert list(calls) == list(range(len(full.message.tool_calls)))
+    for i, want in enumerate(full.message.tool_calls):
+        assert calls[i]["name"] == want.function.name and calls[i]["arguments"] == want.function.arguments
+        assert calls[i]["id"].startswith("call_")
 
 
 def test_tools_auto_detects_and_constrains_a_call(client, server):
     marker = server.engine.tokenizer.encode("<tool_call>")
     assert len(marker) == 1
-    # The tiny random model never chooses to call; a logit bias makes it open a call, and the
-    # constrained phase must then produce a valid one.
+    # The tiny random model never chooses to call; a logit bias makes it open a call at every
+    # free-text turn, and each constrained call phase must produce a valid call (parallel calls,
+    # up to the cap of 8 per turn).
     out = client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="auto",
-                                         max_tokens=80, temperature=0, logit_bias={str(marker[0]): 100})
+                                         max_tokens=400, temperature=0, logit_bias={str(marker[0]): 100})
     choice = out.choices[0]
-    assert choice.finish_reason == "tool_calls"
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    assert len(choice.message.tool_calls) == MAX_CALLS_PER_TURN
     _check_calls(choice.message.tool_calls, {"get_weather", "get_time"})
-    assert "<tool_call>" not in (choice.message.content or "")
+    # cut off by max_tokens inside the second call: the first call stands, the reason is "length"
+    per_call = out.usage.completion_tokens // MAX_CALLS_PER_TURN
+    short = client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, max_tokens=per_call + 10,
+                                           temperature=0, logit_bias={str(marker[0]): 100})
+    msg = short.choices[0].message
+    assert short.choices[0].finish_reason == "length"
+    _check_calls(msg.tool_calls[:1], {"get_weather", "get_time"})
+    # the unfinished call is reported as OpenAI does (partial arguments), or as text if its name
+    # was not complete yet
+    assert len(msg.tool_calls) == 2 or msg.content.startswith("<tool_call>")
     plain = client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, max_tokens=8, temperature=0)
     assert plain.choices[0].finish_reason in ("stop", "length", "tool_calls")
     if plain.choices[0].message.tool_calls:
@@ -191,3 +207,29 @@ def test_chat_history_with_tool_results(client):
     out = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, tool_choice="none",
                                          max_tokens=5, temperature=0)
     assert out.choices[0].message.tool_calls is None and out.usage.prompt_tokens > 20
+
+
+@pytest.mark.parametrize("text", [
+    '{"name": "get_time", "arguments": {"zone": "UTC"}}',
+    '{"name":"get_weather","arguments":{"city":"Lima","metric":true}}',
+    '{ "name" : "f" , "arguments" : { "a" : { "b" : [1, {}] } } }',
+])
+def test_call_extractor_deltas_concatenate_to_the_arguments(text):
+    """However the generated call text is split into deltas, the streamed argument pieces
+    concatenate to the final ``arguments`` string, which is the generated JSON."""
+    from radixlm.runtime.tool_calls import CallExtractor
+
+    want_name, want_args = json.loads(text)["name"], json.loads(text)["arguments"]
+    for step in (1, 2, 3, 7, len(text)):
+        ex, names, pieces = CallExtractor(), [], []
+        for i in range(0, len(text), step):
+            name, args = ex.feed(text[i:i + step])
+            names += [name] if name else []
+            pieces.append(args)
+        name, args = ex.finish()
+        assert names == [want_name] and name == want_name
+        assert args.startswith("".join(pieces)) and json.loads(args) == want_args
+    assert CallExtractor().finish() is None
+    truncated = CallExtractor()
+    truncated.feed(text[:-3])
+    assert truncated.finish() is None

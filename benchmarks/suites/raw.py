@@ -1,7 +1,7 @@
 """Raw suite: prefill and decode throughput at batch 1 / 16 / 64 against the measured roofline.
 
-Decode tokens/s at batch B is ``B * D / (t(N + D) - t(N))``: two runs of the same distinct random
-prompts differing only in ``D`` extra new tokens, so prefill and admission cancel out. The decode
+Decode tokens/s at batch B is decode tokens over the time spent in decode steps (the engine's step
+timers, which include scheduling and sampling but not prefill) for B distinct random prompts. The decode
 roofline is ``min(B * bandwidth / bytes_per_step, flops / flops_per_token)`` with
 ``bytes_per_step = weight_bytes + B * mean_context * kv_bytes_per_token`` (a decode step streams
 every weight once); prefill's is ``flops / (2 * params)``. Fractions are measured / roofline.
@@ -26,17 +26,16 @@ def _weight_bytes(model_path: str) -> int:
                if f.endswith(".safetensors"))
 
 
-def decode_trial(system: Any, prompts: list[list[int]], base: int, extra: int):
+def decode_trial(system: Any, prompts: list[list[int]], new_tokens: int):
+    """Decode rate from the engine's step timers: decode tokens / time in decode steps."""
     def trial() -> dict[str, Any]:
-        start = time.perf_counter()
-        system.generate(prompts, base)
-        short = time.perf_counter() - start
+        before = system.engine.get_stats()["timers"]
+        system.generate(prompts, new_tokens)
+        after = system.engine.get_stats()["timers"]
         system.reset()
-        start = time.perf_counter()
-        system.generate(prompts, base + extra)
-        long = time.perf_counter() - start
-        system.reset()
-        return {"output_tokens": len(prompts) * extra, "decode_tok_per_s": len(prompts) * extra / (long - short)}
+        tokens = after["decode_tokens"] - before["decode_tokens"]
+        return {"output_tokens": len(prompts) * new_tokens,
+                "decode_tok_per_s": tokens / (after["decode_step_s"] - before["decode_step_s"])}
     return trial
 
 
@@ -56,16 +55,16 @@ def run(ctx: SuiteContext) -> dict[str, Any]:
     cfg = system.engine.model_config
     vocab = system.engine.tokenizer.vocab_size
     batches = (1, 16) if ctx.quick else BATCHES
-    prompt_len, base, extra = 32, 2, ctx.scale(32, 4)
+    prompt_len, extra = 32, ctx.scale(32, 8)
     prefill_len = ctx.scale(256, 32)
     trials: dict[str, Any] = {}
     for b in batches:
-        trials[f"decode-b{b}"] = decode_trial(system, random_prompts(vocab, b, prompt_len, seed=b), base, extra)
+        trials[f"decode-b{b}"] = decode_trial(system, random_prompts(vocab, b, prompt_len, seed=b), extra)
         trials[f"prefill-b{b}"] = prefill_trial(system, random_prompts(vocab, b, prefill_len, seed=100 + b))
-    ctx.log(f"raw: batches {batches}, decode +{extra} tokens, prefill {prefill_len} tokens; measuring roofline")
+    ctx.log(f"raw: batches {batches}, decode {extra} tokens, prefill {prefill_len} tokens; measuring roofline")
     limits = roofline.measure(quick=ctx.quick)
     ctx.log(f"  roofline: {limits}")
-    runs = alternate(trials, ctx.reps, warmups={"decode-b1": decode_trial(system, random_prompts(vocab, 1, 8), 1, 1)},
+    runs = alternate(trials, ctx.reps, warmups={"decode-b1": decode_trial(system, random_prompts(vocab, 1, 8), 2)},
                      log=ctx.log)
     weight_bytes = _weight_bytes(ctx.model_path)
     params = weight_bytes / 4 if cfg.torch_dtype == "float32" else weight_bytes / 2
@@ -78,7 +77,7 @@ def run(ctx: SuiteContext) -> dict[str, Any]:
         key = f"{kind}_tok_per_s"
         measured = sorted(r[key] for r in reps)[len(reps) // 2]
         if kind == "decode":
-            step_bytes = weight_bytes + b * (prompt_len + base + extra / 2) * kv_token
+            step_bytes = weight_bytes + b * (prompt_len + extra / 2) * kv_token
             roof = min(b * bandwidth / step_bytes, flops / (2 * params))
         else:
             roof = flops / (2 * params)

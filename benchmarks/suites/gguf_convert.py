@@ -1,0 +1,102 @@
+"""Convert a Llama-family HF checkpoint (float32 safetensors, byte-level BPE ``tokenizer.json``) to GGUF.
+
+Only what ``llama.cpp`` needs to run the locally built checkpoints: hyper-parameters, the BPE
+vocabulary and merges, and the tensors renamed to GGUF's names. Q and K projections are permuted
+from HF's rotate-half RoPE layout to llama.cpp's interleaved one.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+LAYER_NAMES = {
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+
+
+def _permute_rope(w: np.ndarray, heads: int) -> np.ndarray:
+    # [heads * head_dim, hidden]: halves of each head -> interleaved pairs
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def gguf_name(hf_name: str) -> str:
+    """The GGUF tensor name of an HF Llama tensor name (``ValueError`` for an unknown one)."""
+    if hf_name in TOP_NAMES:
+        return TOP_NAMES[hf_name]
+    parts = hf_name.split(".", 3)  # model, layers, N, rest
+    if len(parts) == 4 and parts[:2] == ["model", "layers"] and parts[3] in LAYER_NAMES:
+        return f"blk.{parts[2]}.{LAYER_NAMES[parts[3]]}"
+    raise ValueError(f"tensor {hf_name!r} has no GGUF name (only Llama-style checkpoints convert)")
+
+
+def _add_tokenizer(writer, model_dir: Path, config: dict) -> None:
+    tok = json.loads((model_dir / "tokenizer.json").read_text())
+    vocab: dict[str, int] = dict(tok["model"]["vocab"])
+    special = {t["content"]: t["id"] for t in tok.get("added_tokens", [])}
+    vocab.update(special)
+    size = config["vocab_size"]
+    by_id = {i: t for t, i in vocab.items()}
+    tokens = [by_id.get(i, f"<|unused_{i}|>") for i in range(size)]
+    types = [3 if t in special else (5 if i not in by_id else 1) for i, t in enumerate(tokens)]  # control/unused/normal
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"].get("merges", [])]
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    if config.get("bos_token_id") is not None:
+        writer.add_bos_token_id(config["bos_token_id"])
+    eos = config.get("eos_token_id")
+    if eos is not None:
+        writer.add_eos_token_id(eos[0] if isinstance(eos, list) else eos)
+    writer.add_add_bos_token(config.get("bos_token_id") is not None)
+
+
+def convert(model_dir: str | Path, out_path: str | Path) -> Path:
+    """Write ``out_path`` (a float32 GGUF) from the HF checkpoint in ``model_dir``; returns the path."""
+    import gguf
+    from safetensors.numpy import load_file
+
+    model_dir, out_path = Path(model_dir), Path(out_path)
+    config = json.loads((model_dir / "config.json").read_text())
+    if config.get("model_type") not in ("llama", "mistral"):
+        raise ValueError(f"model_type {config.get('model_type')!r}: only llama/mistral checkpoints convert")
+    heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
+    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(config.get("head_dim", config["hidden_size"] // heads))
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_rope_freq_base(config.get("rope_theta", 10000.0))
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    _add_tokenizer(writer, model_dir, config)
+    tensors: dict[str, np.ndarray] = {}
+    for shard in sorted(model_dir.glob("*.safetensors")):
+        tensors.update(load_file(str(shard)))
+    if "lm_head.weight" not in tensors:
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    for name, w in tensors.items():
+        w = w.astype(np.float32)
+        if name.endswith("q_proj.weight"):
+            w = _permute_rope(w, heads)
+        elif name.endswith("k_proj.weight"):
+            w = _permute_rope(w, kv_heads)
+        writer.add_tensor(gguf_name(name), np.ascontiguousarray(w))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out_path

@@ -1,0 +1,44 @@
+"""Smoke test of ``benchmarks/run.py --quick``: the suites run and write JSON / Markdown / PNG results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+
+
+@pytest.mark.slow
+def test_quick_run_writes_results(tmp_path: Path, tiny_llama: str) -> None:
+    out = tmp_path / "results"
+    cmd = [sys.executable, str(RUN), "--suite", "agent", "--suite", "raw", "--quick", "--size", "tiny",
+           "--reps", "1", "--systems", "radixlm,radixlm-nocache,llama.cpp", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    agent = json.loads((out / "agent.json").read_text())
+    assert agent["suite"] == "agent" and agent["metric"] == "output_tok_per_s"
+    for name in ("radixlm", "radixlm-nocache"):
+        row = agent["systems"][name]
+        assert row["status"] == "ok" and len(row["runs"]) == 1
+        assert row["median"]["output_tokens"] == agent["workload"]["requests"] * agent["workload"]["new_tokens"]
+    assert agent["systems"]["radixlm"]["median"]["cached_tokens"] > 0  # the shared system prompt was reused
+    assert agent["systems"]["radixlm-nocache"]["median"]["cached_tokens"] == 0
+    assert "radixlm_speedup" in agent["systems"]["radixlm-nocache"]
+    assert {t["name"] for t in agent["targets"]} >= {"radixlm / radixlm-nocache output tok/s"}
+    raw = json.loads((out / "raw.json").read_text())
+    assert raw["machine"]["read_gb_per_s"] > 0 and raw["machine"]["matmul_gflop_per_s"] > 0
+    for config in ("decode-b1", "prefill-b1", "decode-b16", "prefill-b16"):
+        assert 0 < raw["systems"][config]["roofline_fraction"]
+    for name in ("agent.md", "raw.md", "summary.md", "agent.png", "raw.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert "| radixlm |" in (out / "agent.md").read_text()
+
+
+def test_unknown_suite_is_rejected(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(RUN), "--suite", "nope", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "suite must be one of" in proc.stderr
