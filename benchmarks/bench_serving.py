@@ -165,8 +165,8 @@ async def bench_engine(args, prompts: list[list[int]], params: dict) -> dict:
 
 async def bench_http(args, prompts: list[list[int]], params: dict) -> dict:
     cmd = [sys.executable, "-m", "radixlm", "serve", "--port", "0", "--no-log-requests", *engine_args(args)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(args.threads)}
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
     try:
         url = await asyncio.get_running_loop().run_in_executor(None, _wait_for_url, proc)
         connector = aiohttp.TCPConnector(limit=args.clients + 4)
@@ -201,8 +201,14 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--max-total-tokens", type=int, default=65536)
     p.add_argument("--api", choices=("generate", "completions"), default="generate")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch intra-op threads in both modes (leave a core for the HTTP layer and clients)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     args = p.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
 
     from radixlm.runtime.checkpoints import default_model_path
     from radixlm.runtime.tokenizer import Tokenizer

@@ -18,6 +18,7 @@ import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 import jsonschema
 
@@ -98,9 +99,7 @@ class _Compiler:
             raise ConstraintError(f"remote $ref {ref!r} is not supported", pointer, "$ref")
         node: Any = self.root
         for part in [p for p in ref[1:].split("/") if p]:
-            part = part.replace("~1", "/").replace("~0", "~")
-            from urllib.parse import unquote
-            part = unquote(part)
+            part = unquote(part.replace("~1", "/").replace("~0", "~"))
             if isinstance(node, list) and part.isdigit() and int(part) < len(node):
                 node = node[int(part)]
             elif isinstance(node, dict) and part in node:
@@ -133,10 +132,6 @@ class _Compiler:
                 parts.append((node["then"], f"{pointer}/then", refs))
         for key in ("$ref", "allOf", "if", "then", "else", "not"):
             out.pop(key, None)
-        if "not" in node:
-            out = self.negate(out, node["not"], f"{pointer}/not", refs)
-            if out is None:
-                return None, refs
         base, grown = len(refs), refs
         for sub, sub_pointer, sub_refs in parts:
             flat, sub_refs = self.flatten(sub, sub_pointer, sub_refs)
@@ -144,6 +139,10 @@ class _Compiler:
                 return None, refs
             out = merge(out, flat, pointer)
             grown = grown + sub_refs[base:]  # the refs each part expanded, for its children
+        if "not" in node:
+            out = self.negate(out, node["not"], f"{pointer}/not", refs)
+            if out is None:
+                return None, refs
         return out, grown
 
     def negate(self, out: dict, neg: Any, pointer: str, refs: tuple) -> dict | None:
@@ -165,6 +164,19 @@ class _Compiler:
         if "enum" in out:
             out["enum"] = [v for v in out["enum"] if not self.is_valid(flat["_sources"], v)]
             return out
+        if keys == {"required"} and out.get("additionalProperties") is not True:
+            # not {required: [a, b]}: at least one is absent; we never generate the first one
+            name = flat["required"][0] if flat["required"] else None
+            if name is None or name in out.get("required", []):
+                return None if name is None else self._unsupported_not(pointer, out)
+            out.setdefault("properties", {})
+            out["properties"] = dict(out["properties"], **{name: False})
+            return out
+        if types_.disjoint(self, out, flat):
+            return out  # nothing we generate can satisfy the negated schema anyway
+        return self._unsupported_not(pointer, out)
+
+    def _unsupported_not(self, pointer: str, out: dict) -> dict:
         self.unsupported(pointer.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
         return out
 

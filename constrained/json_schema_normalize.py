@@ -185,7 +185,7 @@ _OBJECT_KEYS = {"properties", "patternProperties", "additionalProperties", "requ
                 "dependentRequired", "dependentSchemas"}
 
 
-def merge(a: dict, b: dict, pointer: str, max_product: int = 64) -> dict:
+def merge(a: dict, b: dict, pointer: str, max_product: int = 256) -> dict:
     """Canonical node whose instances are those valid under both canonical nodes ``a`` and ``b``."""
     out: dict[str, Any] = {"_sources": a["_sources"] + b["_sources"]}
     keys = set(a) | set(b)

@@ -16,6 +16,7 @@ from .json_schema_normalize import merge
 from .json_schema_pattern import PLAIN_CHAR, escape_literal, is_universal, pattern_to_regex
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
+MAX_OBJECT_CHARS = 200_000
 
 
 def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
@@ -162,14 +163,17 @@ def _assemble(comp, flat: dict, members: list[tuple[str, bool]], extras: str | N
     rep = f"{{{e_min},{'' if e_max is None else e_max}}}"
     first_req = next((i for i, (_, r) in enumerate(members) if r), None)
     starts = len(members) if first_req is None else first_req + 1
-    comp.check_size(starts * (sum(len(m) for m, _ in members) + 2 * len(extras or "")), pointer)
+    size = sum(len(m) for m, _ in members) + 2 * len(extras or "")
+    if starts * size > MAX_OBJECT_CHARS:  # quadratic in optional members: only the first few may
+        starts = max(1, MAX_OBJECT_CHARS // max(size, 1))  # open the object (a restriction)
+    comp.check_size(starts * size, pointer)
     alts = []
     for k in range(starts):
         tail = "".join(f"{sep}{m}" if r else f"({sep}{m})?" for m, r in members[k + 1:])
         if extras is not None:
             tail += f"({sep}{extras}){rep}"
         alts.append(members[k][0] + tail)
-    if first_req is None and extras is not None:
+    if first_req is None and extras is not None and starts == len(members):
         first_rep = f"{{{max(e_min - 1, 0)},{'' if e_max is None else e_max - 1}}}"
         alts.append(f"{extras}({sep}{extras}){first_rep}")
     may_be_empty = first_req is None and e_min == 0 and min_p == 0

@@ -35,7 +35,7 @@ def extend_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Te
 
     q: [num_q_tokens, num_heads, head_dim] -> returns [num_q_tokens, num_heads, head_dim] in q.dtype.
     """
-    num_heads, head_dim = q.shape[1], q.shape[2]
+    num_heads = q.shape[1]
     group = num_heads // k_pool.shape[1]
     out = torch.empty_like(q)
     qo = qo_indptr.tolist()

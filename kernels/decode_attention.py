@@ -11,6 +11,8 @@ stage 2 is not launched.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -120,8 +122,13 @@ def default_num_kv_splits(bs: int, num_kv_heads: int, device: torch.device) -> i
     """
     if device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _sm_count(device.index if device.index is not None else torch.cuda.current_device())
     return max(1, min(16, triton.cdiv(2 * sms, max(1, bs * num_kv_heads))))
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
 def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,

@@ -75,8 +75,8 @@ class OpenAIRoutes:
                 meta = res.get("meta_info", {})
                 record.add(meta, prompt=j == 0)
                 text = (self._prompt_text(req, p) if req.echo else "") + res.get("text", "")
-                choices.append({"index": k, "text": text, "finish_reason": finish_reason(meta),
-                                "logprobs": self._completion_lps(req, p, res, first=True)})
+                lps = self._completion_lps(req, res, req.echo, len(text) - len(res.get("text", "")))
+                choices.append({"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps})
             usage = usage_dict(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage))
 
@@ -97,15 +97,13 @@ class OpenAIRoutes:
         prompt = req.prompts[p]
         return prompt if isinstance(prompt, str) else self.state.tokenizer.decode(prompt)
 
-    def _completion_lps(self, req: CompletionRequest, p: int, res: dict, first: bool) -> dict | None:
-        """Logprobs of one result or chunk; with echo, the first one also carries the prompt's."""
+    def _completion_lps(self, req: CompletionRequest, res: dict, with_prompt: bool, offset: int) -> dict | None:
+        """Logprobs of one result or chunk whose generated text starts at character ``offset`` of the
+        choice's text; ``with_prompt`` (echo, first chunk) prepends the prompt's, from offset 0."""
         if req.logprobs is None:
             return None
         tok, meta = self.state.tokenizer, res.get("meta_info", {})
-        out = None
-        if req.echo and first:
-            out = completion_logprobs(tok, extract(meta, None, "input"))
-        offset = len(self._prompt_text(req, p)) if req.echo else 0
+        out = completion_logprobs(tok, extract(meta, None, "input")) if with_prompt else None
         return merge_completion_logprobs(out, completion_logprobs(tok, extract(meta, res.get("output_ids")),
                                                                   offset))
 
@@ -113,28 +111,28 @@ class OpenAIRoutes:
                                  record: RequestRecord) -> AsyncIterator[dict]:
         streams = [self.state.stream(self.state.new_rid(record, f"-{k}"), **self._completion_kwargs(req, p, j))
                    for k, (p, j) in enumerate(jobs)]
-        started: set[int] = set()
+        sent: dict[int, int] = {}  # characters of each choice's text sent so far
         async with aclosing(merge_streams(streams)) as merged:
             async for k, chunk in merged:
-                for out in self._completion_chunk(req, jobs, rid, record, started, k, chunk):
+                for out in self._completion_chunk(req, jobs, rid, record, sent, k, chunk):
                     yield out
         if req.include_usage:
             usage = usage_dict(record.prompt, record.completion, record.cached)
             yield envelope("text_completion", rid, self.state.model_name, [], usage)
 
     def _completion_chunk(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
-                          record: RequestRecord, started: set[int], k: int, chunk: dict) -> list[dict]:
+                          record: RequestRecord, sent: dict[int, int], k: int, chunk: dict) -> list[dict]:
         """The OpenAI chunk (if any) for engine chunk ``chunk`` of job ``k``."""
         p, j = jobs[k]
         meta = chunk.get("meta_info", {})
         reason = finish_reason(meta)
         if reason is not None:
             record.add(meta, prompt=j == 0)
-        text = chunk.get("text", "")
-        if req.echo and k not in started:
-            text = self._prompt_text(req, p) + text
-        lps = self._completion_lps(req, p, chunk, first=k not in started)
-        started.add(k)
+        first = k not in sent
+        text = (self._prompt_text(req, p) if req.echo and first else "") + chunk.get("text", "")
+        lps = self._completion_lps(req, chunk, req.echo and first,
+                                   sent.get(k, 0) + len(text) - len(chunk.get("text", "")))
+        sent[k] = sent.get(k, 0) + len(text)
         if not (text or reason or lps):
             return []
         choice = {"index": k, "text": text, "logprobs": lps, "finish_reason": reason}

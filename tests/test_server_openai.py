@@ -75,14 +75,21 @@ def test_models(client, server):
         client.models.retrieve("no-such-model")
 
 
-def test_completions_stream_matches_non_stream(client):
-    kwargs = {"model": MODEL, "prompt": "The keeper climbed", "max_tokens": 10, "temperature": 0}
+@pytest.mark.parametrize("extra", [{}, {"echo": True, "logprobs": 2}])
+def test_completions_stream_matches_non_stream(client, extra):
+    kwargs = {"model": MODEL, "prompt": "The keeper climbed", "max_tokens": 10, "temperature": 0, **extra}
     full = client.completions.create(**kwargs)
     assert full.object == "text_completion" and full.usage.completion_tokens <= 10
     assert full.choices[0].finish_reason in ("stop", "length")
     chunks = list(client.completions.create(**kwargs, stream=True, stream_options={"include_usage": True}))
     assert "".join(c.choices[0].text for c in chunks if c.choices) == full.choices[0].text
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    if extra:
+        merged = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for c in chunks:
+            for key in merged:
+                merged[key] += getattr(c.choices[0].logprobs, key) if c.choices and c.choices[0].logprobs else []
+        assert merged == full.choices[0].logprobs.model_dump()
 
 
 def test_completions_n_echo_logprobs_and_batch(client):
