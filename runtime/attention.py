@@ -34,6 +34,8 @@ class PagedAttention:
         self.head_dim = head_dim
         self.sm_scale = head_dim**-0.5
         self.ops = get_ops(backend)
+        # the Triton extend kernel sizes its grid from the longest extend; the host knows it
+        self._pass_max_q_len = backend == "triton"
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
                  kv_pool: KVPool) -> torch.Tensor:
@@ -45,5 +47,6 @@ class PagedAttention:
         if batch.is_decode:
             return self.ops.decode_attention(q, k_pool, v_pool, batch.kv_indptr, batch.kv_indices,
                                              self.sm_scale)
+        kwargs = {"max_q_len": batch.max_extend_len} if self._pass_max_q_len else {}
         return self.ops.extend_attention(q, k_pool, v_pool, batch.qo_indptr, batch.kv_indptr,
-                                         batch.kv_indices, self.sm_scale)
+                                         batch.kv_indices, self.sm_scale, **kwargs)

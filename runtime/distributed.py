@@ -14,6 +14,7 @@ the identity, so a single-device model pays nothing.
 
 from __future__ import annotations
 
+import os
 import socket
 from datetime import timedelta
 
@@ -75,6 +76,8 @@ class TPGroup:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
+        else:  # the ranks share the cores: oversubscribed intra-op threads run many times slower
+            torch.set_num_threads(min(torch.get_num_threads(), max(1, (os.cpu_count() or 1) // size)))
         dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                                 world_size=size, timeout=timedelta(seconds=timeout_s))
         ranks = list(range(size))

@@ -91,6 +91,7 @@ class ForwardBatch:
     kv_indices: torch.Tensor  # [total_kv]
     logits_indices: torch.Tensor  # [num_logits]
     req_pool_indices: torch.Tensor  # [bs]
+    max_extend_len: int = 1  # host copy of max(extend_lens): sizes kernel grids without a device sync
 
     @property
     def num_tokens(self) -> int:
@@ -145,6 +146,7 @@ class ForwardBatch:
             kv_indices=kv_indices,
             logits_indices=tensor(spec.logits_indices),
             req_pool_indices=req_pool_indices,
+            max_extend_len=max(spec.extend_lens),
         )
 
 
