@@ -118,17 +118,19 @@ def main() -> None:
     prompts = build_workload(tok.vocab_size, tok.bos_token_id, args)
     print(f"checkpoint {path}; {len(prompts)} requests x ({args.shared_len} shared + {args.user_len}) tokens, "
           f"{args.new_tokens} new, threads={torch.get_num_threads()}")
-    results = {"cache_on": run_engine(path, prompts, args),
-               "cache_off": run_engine(path, prompts, args, disable_radix_cache=True)}
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_ids[0]
+    systems = [("cache_on", lambda: run_engine(path, prompts, args)),
+               ("cache_off", lambda: run_engine(path, prompts, args, disable_radix_cache=True))]
     if not args.skip_hf:
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_ids[0]
-        results["hf_transformers"] = run_hf(path, prompts, args, pad)
-    ref = results["cache_on"]
+        systems.append(("hf_transformers", lambda: run_hf(path, prompts, args, pad)))
+    results: dict[str, dict] = {}
     print(f"{'system':<16}{'time s':>9}{'out tok/s':>11}{'total tok/s':>13}{'hit rate':>10}{'same out':>10}")
-    for name, r in results.items():
-        same = sum(a == b for a, b in zip(r["outputs"], ref["outputs"]))
+    for name, run in systems:  # each row is printed as soon as it is measured
+        r = results[name] = run()
+        same = sum(a == b for a, b in zip(r["outputs"], results["cache_on"]["outputs"]))
         print(f"{name:<16}{r['time_s']:>9.2f}{r['output_tok_per_s']:>11.1f}{r['total_tok_per_s']:>13.1f}"
-              f"{r['cache_hit_rate']:>10.3f}{same:>7}/{len(prompts)}")
+              f"{r['cache_hit_rate']:>10.3f}{same:>7}/{len(prompts)}", flush=True)
+    ref = results["cache_on"]
     print(f"shared-prefix tokens served from cache: {ref['shared_tokens_hit']:.1%}")
     for name in results:
         if name != "cache_on":

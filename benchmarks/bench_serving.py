@@ -5,14 +5,18 @@ prompt + a distinct U-token user turn each, G new tokens each (greedy, ``ignore_
 concurrent clients (each client sends its share of requests one after another). Every request
 streams, so time-to-first-token (TTFT) and inter-token latency (ITL) are measured at the client.
 
-Modes, run one after the other with the radix cache flushed and a warm-up request before each:
+Modes, alternated for ``--rounds`` rounds (the cache flushed and a warm-up request before each
+run; the server subprocess and the in-process engine are both started once and idle while the
+other runs), so that background load hits both alike:
 
 - ``engine``: N asyncio tasks calling ``Engine.async_generate(stream=True)`` in this process;
 - ``http``: N aiohttp clients streaming ``POST /generate`` (or ``/v1/completions``) from a
   ``radixlm serve`` subprocess with the same server arguments.
 
-Reports wall time, request and output-token throughput, TTFT and ITL p50/p99, and the server
-overhead ``http_time / engine_time - 1`` (target <= 10%).
+Reports the median round's wall time, request and output-token throughput, TTFT and ITL p50/p99,
+and the server overhead: the median over rounds of ``http_wall / engine_wall - 1`` (target <= 10%).
+``--threads`` (default 1) sets torch's intra-op threads in both modes, leaving a core for the HTTP
+layer and the clients on small machines.
 
     python3 benchmarks/bench_serving.py                        # tiny checkpoint, CPU
     python3 benchmarks/bench_serving.py --clients 16 --requests 64 --system-tokens 1500 --api completions
@@ -140,47 +144,63 @@ def summarize(name: str, wall: float, samples: list[Sample]) -> dict:
             "ttft_mean_ms": statistics.fmean(ttfts) * 1e3 if ttfts else float("nan")}
 
 
-def engine_args(args) -> list[str]:
-    out = ["--max-total-tokens", str(args.max_total_tokens), "--random-seed", "0"]
-    if args.model_path:
-        out += ["--model-path", args.model_path]
-    return out
-
-
-async def bench_engine(args, prompts: list[list[int]], params: dict) -> dict:
-    from radixlm.runtime.engine import Engine
-
+def engine_kwargs(args) -> dict:
     kwargs = {"max_total_tokens": args.max_total_tokens, "random_seed": 0}
     if args.model_path:
         kwargs["model_path"] = args.model_path
-    engine = Engine(**kwargs)
-    try:
-        await engine.async_generate(input_ids=prompts[0][:8], sampling_params={"max_new_tokens": 4})
-        engine.flush_cache()
-        wall, samples = await run_clients(prompts, args.clients, engine_request(engine, params))
-        return summarize("engine", wall, samples)
-    finally:
-        engine.shutdown()
+    return kwargs
 
 
-async def bench_http(args, prompts: list[list[int]], params: dict) -> dict:
-    cmd = [sys.executable, "-m", "radixlm", "serve", "--port", "0", "--no-log-requests", *engine_args(args)]
+def start_server(args) -> tuple[subprocess.Popen, str]:
+    """A ``radixlm serve`` subprocess with the same engine arguments; returns (process, url)."""
+    flags = [x for k, v in engine_kwargs(args).items() for x in ("--" + k.replace("_", "-"), str(v))]
+    cmd = [sys.executable, "-m", "radixlm", "serve", "--port", "0", "--no-log-requests", *flags]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": str(args.threads)}
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env)
+    return proc, _wait_for_url(proc)
+
+
+async def run_engine(engine, args, prompts: list[list[int]], params: dict) -> dict:
+    await engine.async_generate(input_ids=prompts[0][:8], sampling_params={"max_new_tokens": 4})
+    engine.flush_cache()
+    wall, samples = await run_clients(prompts, args.clients, engine_request(engine, params))
+    return summarize("engine", wall, samples)
+
+
+async def run_http(url: str, args, prompts: list[list[int]], params: dict) -> dict:
+    connector = aiohttp.TCPConnector(limit=args.clients + 4)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async with session.post(url + "/generate", json={"input_ids": prompts[0][:8],
+                                                         "sampling_params": {"max_new_tokens": 4}}) as r:
+            r.raise_for_status()
+        async with session.post(url + "/flush_cache", json={}) as r:
+            r.raise_for_status()
+        wall, samples = await run_clients(prompts, args.clients, http_request(session, url, args.api, params))
+    return summarize(f"http ({args.api})", wall, samples)
+
+
+def bench(args, prompts: list[list[int]], params: dict) -> tuple[list[dict], list[dict]]:
+    """Alternate engine and HTTP runs ``rounds`` times (both idle while the other runs), so that
+    background load on the machine hits both modes alike."""
+    from radixlm.runtime.engine import Engine
+
+    proc, url = start_server(args)
+    engine = Engine(**engine_kwargs(args))
+    runs: tuple[list[dict], list[dict]] = ([], [])
     try:
-        url = await asyncio.get_running_loop().run_in_executor(None, _wait_for_url, proc)
-        connector = aiohttp.TCPConnector(limit=args.clients + 4)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            async with session.post(url + "/generate", json={"input_ids": prompts[0][:8],
-                                                             "sampling_params": {"max_new_tokens": 4}}) as r:
-                r.raise_for_status()
-            async with session.post(url + "/flush_cache", json={}) as r:
-                r.raise_for_status()
-            wall, samples = await run_clients(prompts, args.clients, http_request(session, url, args.api, params))
-        return summarize(f"http ({args.api})", wall, samples)
+        for _ in range(args.rounds):
+            runs[0].append(asyncio.run(run_engine(engine, args, prompts, params)))
+            runs[1].append(asyncio.run(run_http(url, args, prompts, params)))
     finally:
+        engine.shutdown()
         proc.terminate()
         proc.wait(timeout=60)
+    return runs
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median wall time (its latency figures come with it)."""
+    return sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
 
 
 def _wait_for_url(proc: subprocess.Popen) -> str:
@@ -201,6 +221,7 @@ def main() -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--max-total-tokens", type=int, default=65536)
     p.add_argument("--api", choices=("generate", "completions"), default="generate")
+    p.add_argument("--rounds", type=int, default=3, help="alternating engine/HTTP rounds")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads in both modes (leave a core for the HTTP layer and clients)")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -216,21 +237,24 @@ def main() -> None:
     tokenizer = Tokenizer(args.model_path or default_model_path())
     prompts = make_workload(tokenizer, args.requests, args.system_tokens, args.user_tokens)
     params = {"max_new_tokens": args.max_new_tokens, "temperature": 0.0, "ignore_eos": True}
-    engine = asyncio.run(bench_engine(args, prompts, params))
-    http = asyncio.run(bench_http(args, prompts, params))
-    overhead = http["wall_s"] / engine["wall_s"] - 1.0
+    engine_runs, http_runs = bench(args, prompts, params)
+    ratios = sorted(h["wall_s"] / e["wall_s"] for e, h in zip(engine_runs, http_runs))
+    overhead = ratios[len(ratios) // 2] - 1.0
+    engine, http = median_run(engine_runs), median_run(http_runs)
     if args.json:
-        print(json.dumps({"engine": engine, "http": http, "overhead": overhead}, indent=2))
+        print(json.dumps({"engine": engine_runs, "http": http_runs, "overhead": overhead}, indent=2))
         return
     print(f"agent workload: {args.requests} requests x ({args.system_tokens} shared + {args.user_tokens} "
-          f"own prompt tokens, {args.max_new_tokens} new), {args.clients} concurrent clients")
+          f"own prompt tokens, {args.max_new_tokens} new), {args.clients} concurrent clients, "
+          f"{args.rounds} alternating rounds (median shown)")
     header = f"{'mode':<20}{'wall s':>8}{'req/s':>8}{'tok/s':>9}{'TTFT p50':>10}{'TTFT p99':>10}" \
              f"{'ITL p50':>9}{'ITL p99':>9}   (ms)"
     print(header)
     for r in (engine, http):
         print(f"{r['mode']:<20}{r['wall_s']:>8.2f}{r['req_per_s']:>8.1f}{r['out_tok_per_s']:>9.0f}"
               f"{r['ttft_p50_ms']:>10.1f}{r['ttft_p99_ms']:>10.1f}{r['itl_p50_ms']:>9.2f}{r['itl_p99_ms']:>9.2f}")
-    print(f"server overhead (http wall / engine wall - 1): {overhead * 100:+.1f}%  (target <= 10%)")
+    print("per-round http/engine wall ratios: " + ", ".join(f"{x:.3f}" for x in ratios))
+    print(f"server overhead (median http/engine wall - 1): {overhead * 100:+.1f}%  (target <= 10%)")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from .chat_generation import ChatPlan, ChoiceEvent, ChoiceRunner
 from .http_errors import APIError, bad_request
-from .openai_logprobs import completion_logprobs, extract, merge_completion_logprobs
+from .openai_logprobs import TextCursor, completion_logprobs, extract, merge_completion_logprobs
 from .openai_protocol import (
     ChatRequest,
     CompletionRequest,
@@ -75,7 +75,7 @@ class OpenAIRoutes:
                 meta = res.get("meta_info", {})
                 record.add(meta, prompt=j == 0)
                 text = (self._prompt_text(req, p) if req.echo else "") + res.get("text", "")
-                lps = self._completion_lps(req, res, req.echo, len(text) - len(res.get("text", "")))
+                lps = self._completion_lps(req, res, req.echo, self._cursor(len(text) - len(res.get("text", ""))))
                 choices.append({"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps})
             usage = usage_dict(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage))
@@ -97,21 +97,25 @@ class OpenAIRoutes:
         prompt = req.prompts[p]
         return prompt if isinstance(prompt, str) else self.state.tokenizer.decode(prompt)
 
-    def _completion_lps(self, req: CompletionRequest, res: dict, with_prompt: bool, offset: int) -> dict | None:
-        """Logprobs of one result or chunk whose generated text starts at character ``offset`` of the
-        choice's text; ``with_prompt`` (echo, first chunk) prepends the prompt's, from offset 0."""
+    def _cursor(self, offset: int) -> TextCursor:
+        return TextCursor(self.state.tokenizer, offset)
+
+    def _completion_lps(self, req: CompletionRequest, res: dict, with_prompt: bool,
+                        cursor: TextCursor) -> dict | None:
+        """Logprobs of one result or chunk, placed in the choice's text by ``cursor``; ``with_prompt``
+        (echo, first chunk) prepends the prompt's, from offset 0."""
         if req.logprobs is None:
             return None
         tok, meta = self.state.tokenizer, res.get("meta_info", {})
-        out = completion_logprobs(tok, extract(meta, None, "input")) if with_prompt else None
+        out = completion_logprobs(tok, extract(meta, None, "input"), self._cursor(0)) if with_prompt else None
         return merge_completion_logprobs(out, completion_logprobs(tok, extract(meta, res.get("output_ids")),
-                                                                  offset))
+                                                                  cursor))
 
     async def _completion_chunks(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
                                  record: RequestRecord) -> AsyncIterator[dict]:
         streams = [self.state.stream(self.state.new_rid(record, f"-{k}"), **self._completion_kwargs(req, p, j))
                    for k, (p, j) in enumerate(jobs)]
-        sent: dict[int, int] = {}  # characters of each choice's text sent so far
+        sent: dict[int, TextCursor] = {}  # where each choice's next token starts in its text
         async with aclosing(merge_streams(streams)) as merged:
             async for k, chunk in merged:
                 for out in self._completion_chunk(req, jobs, rid, record, sent, k, chunk):
@@ -121,7 +125,7 @@ class OpenAIRoutes:
             yield envelope("text_completion", rid, self.state.model_name, [], usage)
 
     def _completion_chunk(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
-                          record: RequestRecord, sent: dict[int, int], k: int, chunk: dict) -> list[dict]:
+                          record: RequestRecord, sent: dict[int, TextCursor], k: int, chunk: dict) -> list[dict]:
         """The OpenAI chunk (if any) for engine chunk ``chunk`` of job ``k``."""
         p, j = jobs[k]
         meta = chunk.get("meta_info", {})
@@ -130,9 +134,9 @@ class OpenAIRoutes:
             record.add(meta, prompt=j == 0)
         first = k not in sent
         text = (self._prompt_text(req, p) if req.echo and first else "") + chunk.get("text", "")
-        lps = self._completion_lps(req, chunk, req.echo and first,
-                                   sent.get(k, 0) + len(text) - len(chunk.get("text", "")))
-        sent[k] = sent.get(k, 0) + len(text)
+        if first:
+            sent[k] = self._cursor(len(text) - len(chunk.get("text", "")))
+        lps = self._completion_lps(req, chunk, req.echo and first, sent[k])
         if not (text or reason or lps):
             return []
         choice = {"index": k, "text": text, "logprobs": lps, "finish_reason": reason}

@@ -62,18 +62,32 @@ def _token_bytes(tokenizer: Any, token_id: int) -> list[int]:
     return list(data)
 
 
-def completion_logprobs(tokenizer: Any, entries: list[TokenLogprob], text_offset: int = 0) -> dict[str, Any]:
+class TextCursor:
+    """Where each token starts in a choice's text: ``offset`` advances by the token's share of the
+    incrementally decoded text (a token ending inside a UTF-8 character adds nothing until the
+    character completes; special tokens add nothing), so offsets agree streamed or not."""
+
+    def __init__(self, tokenizer: Any, offset: int = 0):
+        from .detokenizer import IncrementalDetokenizer
+
+        self.detok = IncrementalDetokenizer(tokenizer)
+        self.offset = offset
+
+    def advance(self, token_id: int) -> int:
+        """The offset of ``token_id``, then move past it."""
+        start = self.offset
+        self.offset += len(self.detok.step([token_id]))
+        return start
+
+
+def completion_logprobs(tokenizer: Any, entries: list[TokenLogprob], cursor: TextCursor) -> dict[str, Any]:
     """The legacy ``/v1/completions`` shape: tokens, token_logprobs, top_logprobs, text_offset."""
     tokens, token_lps, top, offsets = [], [], [], []
-    offset = text_offset
-    hidden = getattr(tokenizer, "special_token_ids", set())  # absent from the decoded text
     for e in entries:
-        text = token_text(tokenizer, e.token_id)
-        tokens.append(text)
+        tokens.append(token_text(tokenizer, e.token_id))
         token_lps.append(e.logprob)
         top.append({token_text(tokenizer, t): lp for t, lp in e.top} if e.top else None)
-        offsets.append(offset)
-        offset += 0 if e.token_id in hidden else len(text)
+        offsets.append(cursor.advance(e.token_id))
     return {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": top, "text_offset": offsets}
 
 
