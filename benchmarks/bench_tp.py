@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from radixlm import Engine
 from radixlm.runtime.checkpoints import checkpoint_path
+
+from radixlm import Engine
 
 
 def run(path: str, tp_size: int, args: argparse.Namespace) -> tuple[dict, list]:

@@ -234,6 +234,7 @@ class Engine:
             self._closed = True
             self._loop.stop()
             self._grammar.close()
+            self.runner.close()  # tensor parallelism: stops the worker processes
 
     def __enter__(self) -> Engine:
         return self

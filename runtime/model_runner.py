@@ -4,6 +4,11 @@ This and ``forward_batch`` are the only places the scheduler's lists become tens
 ``run(batch)`` builds the ``ForwardBatch``, runs the forward, computes logprobs (``log_softmax`` of
 the raw float32 logits, before any processing), applies the sampler's logit processors, the
 grammar bitmasks and the tokenizer-vocabulary mask, samples, and returns plain lists.
+
+Tensor parallelism (``tp_size > 1``): the engine's runner is rank 0; it spawns ranks 1..N-1
+(``tp_worker``), each of which builds its own ``ModelRunner`` and ``follow()``s: rank 0 broadcasts
+every step's ``BatchSpec`` before its forward, all ranks run the same forward on their shard, and
+rank 0 alone samples from the gathered logits. ``close()`` stops the workers.
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ from collections.abc import Sequence
 import torch
 from radixlm.kernels import get_ops
 from radixlm.runtime.attention import resolve_attention_backend
+from radixlm.runtime.distributed import TPGroup, free_port, tp_device
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
+from radixlm.runtime.model_config import ModelConfig
 from radixlm.runtime.model_loader import load_model
+from radixlm.runtime.parallel_layers import check_tp_size
 from radixlm.runtime.req import Req
 from radixlm.runtime.sampler import Sampler, SamplingInfo, apply_logit_processors
 from radixlm.runtime.schedule_batch import BatchResult, ScheduledBatch
 from radixlm.runtime.server_args import ServerArgs
+from radixlm.runtime.tp_worker import TPWorkerError, TPWorkers
 
 CPU_MAX_DEFAULT_SLOTS = 32768  # without max_total_tokens, a CPU pool stays modest
 
@@ -35,21 +44,56 @@ def resolve_device(name: str) -> torch.device:
 
 
 class ModelRunner:
-    """Loads the model and runs batches. ``num_slots`` and ``context_len`` are facts found here."""
+    """Loads the model and runs batches. ``num_slots`` and ``context_len`` are facts found here.
+
+    ``tp_rank``/``tp_port``: set only in spawned tensor-parallel workers (ranks > 0).
+    """
 
     def __init__(self, args: ServerArgs, model_path: str, token_vocab_size: int,
-                 eos_token_ids: Sequence[int]) -> None:
-        self.device = resolve_device(args.device)
+                 eos_token_ids: Sequence[int], tp_rank: int = 0, tp_port: int | None = None) -> None:
+        self.workers: TPWorkers | None = None
+        self._broken: TPWorkerError | None = None
+        self.tp = self._init_tp(args, model_path, token_vocab_size, eos_token_ids, tp_rank, tp_port)
+        try:
+            self._build(args, model_path, token_vocab_size, eos_token_ids)
+        except BaseException as e:
+            workers = self.workers
+            self.close(graceful=False)
+            if workers is not None:
+                workers.check_alive()  # a worker that died while loading explains the failure best
+            raise e
+
+    def _init_tp(self, args: ServerArgs, model_path: str, token_vocab_size: int, eos_token_ids: Sequence[int],
+                 tp_rank: int, tp_port: int | None) -> TPGroup:
+        """Rank 0 of ``tp_size > 1`` checks the split, spawns the workers; every rank joins the group."""
+        device = resolve_device(args.device)
+        if args.tp_size == 1:
+            return TPGroup.single(device)
+        device = tp_device(device, tp_rank, args.tp_size)
+        if tp_rank == 0:
+            check_tp_size(ModelConfig.from_path(model_path), args.tp_size)
+            tp_port = free_port()
+            self.workers = TPWorkers.start(args, model_path, token_vocab_size, eos_token_ids, tp_port)
+        try:
+            return TPGroup.init(tp_rank, args.tp_size, tp_port, device)
+        except BaseException:
+            if self.workers is not None:
+                self.workers.join(timeout_s=0.5)
+            raise
+
+    def _build(self, args: ServerArgs, model_path: str, token_vocab_size: int,
+               eos_token_ids: Sequence[int]) -> None:
+        self.device = self.tp.device
         self.model, self.model_config = load_model(model_path, args.dtype, self.device,
-                                                   attention_backend=args.attention_backend)
+                                                   attention_backend=args.attention_backend, tp=self.tp)
         self.dtype = self.model.embed_tokens.dtype
         self.context_len = args.context_length or self.model_config.context_len
         self.vocab_size = self.model_config.vocab_size  # logit width (may exceed the tokenizer's)
         self.token_vocab_size = min(token_vocab_size, self.vocab_size)
         self.eos_token_ids = list(eos_token_ids)
-        self.num_slots = self._num_slots(args)
+        self.num_slots = self.tp.min_int(self._num_slots(args))  # every rank's pool has the same slots
         cfg = self.model_config
-        self.kv_pool = KVPool(self.num_slots, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
+        self.kv_pool = KVPool(self.num_slots, cfg.num_layers, self.model.num_kv_heads, cfg.head_dim,
                               self.dtype, self.device)
         self.req_to_token = ReqToTokenTable(args.max_running_requests, self.context_len, self.device)
         self.ops = get_ops(resolve_attention_backend(args.attention_backend, self.device))
@@ -59,7 +103,7 @@ class ModelRunner:
         if args.max_total_tokens is not None:
             return args.max_total_tokens
         cfg = self.model_config
-        per_slot = KVPool.bytes_per_slot(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, self.dtype)
+        per_slot = KVPool.bytes_per_slot(cfg.num_layers, self.model.num_kv_heads, cfg.head_dim, self.dtype)
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             return max(int(free * args.mem_fraction) // per_slot, 2)
@@ -73,7 +117,7 @@ class ModelRunner:
         """Forward ``batch`` and sample the next token of every request in ``batch.sample_reqs``."""
         fb = ForwardBatch.from_spec(batch.spec, self.req_to_token, self.device)
         start = time.perf_counter()
-        logits = self.model.forward(fb, self.kv_pool)  # [num_logit_rows, vocab]
+        logits = self._forward(batch, fb)  # [num_logit_rows, vocab]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         result = BatchResult(next_token_ids=[], forward_s=time.perf_counter() - start)
@@ -82,6 +126,43 @@ class ModelRunner:
         if batch.sample_reqs:
             self._sample(batch.sample_reqs, logits[torch.tensor(batch.sample_rows, device=self.device)], result)
         return result
+
+    def _forward(self, batch: ScheduledBatch, fb: ForwardBatch) -> torch.Tensor:
+        """The model forward; under tensor parallelism the workers are told to run it too."""
+        if self.workers is None:
+            return self.model.forward(fb, self.kv_pool)
+        if self._broken is not None:
+            raise self._broken
+        try:
+            self.workers.check_alive()
+            self.tp.send_spec(batch.spec)
+            return self.model.forward(fb, self.kv_pool)
+        except Exception as e:
+            try:
+                self.workers.check_alive(grace_s=1.0)  # a dead worker explains the failure best
+                self._broken = TPWorkerError(f"tensor-parallel step failed: {type(e).__name__}: {e}")
+            except TPWorkerError as dead:
+                self._broken = dead
+            raise self._broken from e
+
+    @torch.inference_mode()
+    def follow(self) -> None:
+        """Ranks > 0: run rank 0's forwards (same batches, same pool and table) until it says stop."""
+        while (spec := self.tp.recv_spec()) is not None:
+            self.model.forward(ForwardBatch.from_spec(spec, self.req_to_token, self.device), self.kv_pool)
+
+    def close(self, graceful: bool = True) -> None:
+        """Rank 0: stop the workers (join, then terminate); every rank: leave the group. Idempotent."""
+        workers, self.workers = self.workers, None
+        if workers is not None:
+            if graceful and self._broken is None and self.tp.is_parallel:
+                try:
+                    workers.check_alive()
+                    self.tp.send_spec(None)
+                except Exception:  # noqa: BLE001 - the workers are terminated below anyway
+                    graceful = False
+            workers.join(timeout_s=10.0 if graceful else 0.5)
+        self.tp.destroy()
 
     def _input_logprobs(self, batch: ScheduledBatch, logits: torch.Tensor, result: BatchResult) -> None:
         for span in batch.logprob_spans:

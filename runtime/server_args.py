@@ -33,6 +33,7 @@ class ServerArgs:
     tokenizer_path: str | None = _arg(None, "tokenizer directory (default: model_path)", str)
     dtype: str = _arg("auto", "weights and KV dtype; auto = float32 on CPU, bfloat16 on CUDA", str, DTYPES)
     device: str = _arg("auto", "cpu, cuda or cuda:N; auto = cuda if available else cpu", str)
+    tp_size: int = _arg(1, "tensor-parallel ranks: one process per device (gloo on CPU, nccl on CUDA)", int)
     attention_backend: str = _arg("auto", "attention kernels; auto = triton on CUDA, torch on CPU", str,
                                   ATTENTION_BACKENDS)
     max_total_tokens: int | None = _arg(None, "KV slots in the pool (default: mem_fraction of free memory)", int)
@@ -70,7 +71,7 @@ class ServerArgs:
                 _check_int(name, value, lo=1)
         if self.max_total_tokens is not None and self.max_total_tokens < 2:
             raise ValueError(f"max_total_tokens must be >= 2, got {self.max_total_tokens}")
-        for name in ("max_running_requests", "max_prefill_tokens", "page_size"):
+        for name in ("max_running_requests", "max_prefill_tokens", "page_size", "tp_size"):
             _check_int(name, getattr(self, name), lo=1)
         if self.chunked_prefill_size is not None:
             _check_int("chunked_prefill_size", self.chunked_prefill_size, lo=-1)

@@ -17,6 +17,7 @@ comes from a ``BatchSpec`` that all ranks apply, so the pools and tables stay id
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -84,6 +85,8 @@ def run_worker(rank: int, args: ServerArgs, model_path: str, token_vocab_size: i
     """Entry point of rank ``rank``: build this rank's ``ModelRunner`` and follow rank 0 until told to stop."""
     from radixlm.runtime.model_runner import ModelRunner
 
+    # Ctrl-C reaches the whole process group: rank 0 handles it and sends the stop message
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.getLogger("radixlm").setLevel(args.log_level.upper())
     runner = ModelRunner(args, model_path, token_vocab_size, eos_token_ids, tp_rank=rank, tp_port=port)
     try:
