@@ -16,46 +16,113 @@ from radixlm.kernels.validate import check_attention, check_bitmask, check_store
 _BYTE_BITS: dict[torch.device, torch.Tensor] = {}  # device -> [256, 8] bool: bit j of byte b is clear
 
 
-def _padded_rows(indptr: torch.Tensor, lens: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Row numbers ``indptr[i] + j`` for j < width as ``[bs, width]`` int64, and ``j < lens[i]``."""
-    pos = torch.arange(width, device=indptr.device)
+def _padded_rows(starts: torch.Tensor, lens: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row numbers ``starts[i] + j`` for j < width as ``[bs, width]`` int64, and ``j < lens[i]``."""
+    pos = torch.arange(width, device=starts.device)
     valid = pos.unsqueeze(0) < lens.unsqueeze(1)  # [bs, width]
-    rows = indptr[:-1].long().unsqueeze(1) + pos.unsqueeze(0)
+    rows = starts.long().unsqueeze(1) + pos.unsqueeze(0)
     return torch.where(valid, rows, 0), valid
 
 
-def _gather_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+def _gather_head_major(pool: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Pool rows ``slots`` ``[..., S]`` as float32 ``[..., num_kv_heads, S, head_dim]``.
+
+    A contiguous pool is read as ``[num_slots * num_kv_heads, head_dim]`` rows in head-major order,
+    so one ``index_select`` yields the layout matmul wants (no transpose copy afterwards).
+    """
+    kv_heads, head_dim = pool.shape[1], pool.shape[2]
+    if pool.is_contiguous():
+        heads = torch.arange(kv_heads, device=pool.device)
+        rows = slots.unsqueeze(-2) * kv_heads + heads.unsqueeze(1)  # [..., kv_heads, S]
+        out = pool.view(-1, head_dim).index_select(0, rows.reshape(-1)).view(*rows.shape, head_dim)
+    else:
+        out = pool.index_select(0, slots.reshape(-1)).view(*slots.shape, kv_heads, head_dim).transpose(-3, -2)
+    return out.float()  # no copy when the pool is float32
+
+
+def _gather_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, starts: torch.Tensor, kv_indices: torch.Tensor,
                kv_lens: torch.Tensor, max_kv: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """K, V as float32 ``[bs, num_kv_heads, max_kv, head_dim]`` and key validity ``[bs, max_kv]``."""
-    rows, valid = _padded_rows(kv_indptr, kv_lens, max_kv)
+    """K, V of slots ``kv_indices[starts[i] : starts[i] + kv_lens[i]]`` as float32
+    ``[bs, num_kv_heads, max_kv, head_dim]``, and key validity ``[bs, max_kv]``."""
+    rows, valid = _padded_rows(starts, kv_lens, max_kv)
     # Padding positions read row 0 of kv_indices (or slot 0 when there are no keys): masked later.
-    flat = rows.view(-1)
-    slots = kv_indices.index_select(0, flat) if kv_indices.numel() else torch.zeros_like(flat)
-    bs, kv_heads, head_dim = rows.shape[0], k_pool.shape[1], k_pool.shape[2]
-    out = []
-    for pool in (k_pool, v_pool):
-        rows_kv = pool.index_select(0, slots).view(bs, max_kv, kv_heads, head_dim)
-        # One copy does both the head-major transpose and the cast to float32.
-        dense = torch.empty((bs, kv_heads, max_kv, head_dim), dtype=torch.float32, device=pool.device)
-        out.append(dense.copy_(rows_kv.transpose(1, 2)))
-    return out[0], out[1], valid
+    slots = kv_indices.long()[rows] if kv_indices.numel() else torch.zeros_like(rows)  # [bs, max_kv]
+    return _gather_head_major(k_pool, slots), _gather_head_major(v_pool, slots), valid
 
 
 def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-                           kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float) -> torch.Tensor:
-    """One query per request over its whole context; q ``[bs, num_heads, head_dim]`` -> same shape."""
+                           kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, *,
+                           shared_prefix_len: int = 0) -> torch.Tensor:
+    """One query per request over its whole context; q ``[bs, num_heads, head_dim]`` -> same shape.
+
+    ``shared_prefix_len`` (P, keyword-only): the caller guarantees that the first P entries of every
+    request's ``kv_indices`` range are the same slots (a prefix shared through the radix cache).
+    Then the shared K/V are gathered once and all queries of the batch attend to them in one
+    matmul; each request's own suffix is gathered padded as usual, and the two parts are merged
+    with a joint softmax (cascade attention). P = 0 (the default) is plain padded attention; P must
+    not exceed any request's context length. The Triton backend has no such argument.
+    """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale)
     bs, num_heads, head_dim = q.shape
     if bs == 0:
         return torch.empty_like(q)
     kv_heads = k_pool.shape[1]
     kv_lens = kv_indptr[1:] - kv_indptr[:-1]
-    k, v, valid = _gather_kv(k_pool, v_pool, kv_indptr, kv_indices, kv_lens, int(kv_lens.max()))
     qg = q.float().reshape(bs, kv_heads, num_heads // kv_heads, head_dim)  # [bs, kv_heads, group, D]
-    scores = torch.matmul(qg, k.transpose(2, 3)) * sm_scale  # [bs, kv_heads, group, max_kv]
+    if shared_prefix_len:
+        out = _decode_cascade(qg, k_pool, v_pool, kv_indptr, kv_indices, kv_lens,
+                              _check_shared_prefix(shared_prefix_len, kv_lens), sm_scale)
+        return out.reshape(bs, num_heads, head_dim).to(q.dtype)
+    k, v, valid = _gather_kv(k_pool, v_pool, kv_indptr[:-1], kv_indices, kv_lens, int(kv_lens.max()))
+    scores = torch.matmul(qg, k.transpose(2, 3)).mul_(sm_scale)  # [bs, kv_heads, group, max_kv]
     scores.masked_fill_(~valid[:, None, None, :], float("-inf"))
     out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [bs, kv_heads, group, D]
     return out.reshape(bs, num_heads, head_dim).to(q.dtype)
+
+
+def _check_shared_prefix(shared_prefix_len: object, kv_lens: torch.Tensor) -> int:
+    if isinstance(shared_prefix_len, bool) or not isinstance(shared_prefix_len, int):
+        raise TypeError(f"shared_prefix_len must be an int, got {type(shared_prefix_len).__name__}")
+    shortest = int(kv_lens.min())
+    if not 0 <= shared_prefix_len <= shortest:
+        raise ValueError(f"shared_prefix_len must lie in [0, {shortest}] (the shortest context), "
+                         f"got {shared_prefix_len}")
+    return shared_prefix_len
+
+
+def _decode_cascade(qg: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, kv_indptr: torch.Tensor,
+                    kv_indices: torch.Tensor, kv_lens: torch.Tensor, prefix: int, sm_scale: float) -> torch.Tensor:
+    """Decode attention split at a shared prefix; qg ``[bs, kv_heads, group, D]`` -> same shape.
+
+    Softmax over the union of both key sets, computed from one common row maximum m:
+    ``out = (exp(s1 - m) @ V1 + exp(s2 - m) @ V2) / (sum exp(s1 - m) + sum exp(s2 - m))``.
+    """
+    bs, kv_heads, group, head_dim = qg.shape
+    # (a) every query of the batch against the shared prefix: one matmul per KV head
+    slots = kv_indices[:prefix].long()
+    kp, vp = _gather_head_major(k_pool, slots), _gather_head_major(v_pool, slots)  # [kv_heads, P, D]
+    qh = qg.transpose(0, 1).reshape(kv_heads, bs * group, head_dim)  # [kv_heads, bs * group, D]
+    s1 = torch.matmul(qh, kp.transpose(1, 2)).mul_(sm_scale)  # [kv_heads, bs * group, P]
+    m = s1.amax(dim=-1, keepdim=True)  # [kv_heads, bs * group, 1], finite: P >= 1
+    # (b) each request's own suffix, padded
+    suffix_lens = kv_lens - prefix
+    max_suffix = int(suffix_lens.max())
+    if max_suffix:
+        ks, vs, valid = _gather_kv(k_pool, v_pool, kv_indptr[:-1] + prefix, kv_indices, suffix_lens, max_suffix)
+        s2 = torch.matmul(qg, ks.transpose(2, 3)).mul_(sm_scale)  # [bs, kv_heads, group, S]
+        s2.masked_fill_(~valid[:, None, None, :], float("-inf"))
+        m2 = s2.amax(dim=-1, keepdim=True).transpose(0, 1).reshape(kv_heads, bs * group, 1)
+        m = torch.maximum(m, m2)
+    p1 = s1.sub_(m).exp_()
+    l1 = p1.sum(dim=-1, keepdim=True)  # [kv_heads, bs * group, 1]
+    o1 = torch.matmul(p1, vp)  # [kv_heads, bs * group, D]
+    num = o1.view(kv_heads, bs, group, head_dim).transpose(0, 1)  # [bs, kv_heads, group, D]
+    den = l1.view(kv_heads, bs, group, 1).transpose(0, 1)
+    if max_suffix:
+        p2 = s2.sub_(m.view(kv_heads, bs, group, 1).transpose(0, 1)).exp_()  # masked keys -> 0
+        num = num + torch.matmul(p2, vs)
+        den = den + p2.sum(dim=-1, keepdim=True)
+    return num / den
 
 
 def _causal_mask(q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int) -> torch.Tensor:
@@ -71,8 +138,8 @@ def _extend_padded(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, 
                    kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float,
                    q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int) -> torch.Tensor:
     """Extend for a whole batch (or one request) padded to ``[bs, max_q]`` x ``[bs, max_kv]``."""
-    k, v, _ = _gather_kv(k_pool, v_pool, kv_indptr, kv_indices, kv_lens, max_kv)
-    rows, q_valid = _padded_rows(qo_indptr, q_lens, max_q)
+    k, v, _ = _gather_kv(k_pool, v_pool, kv_indptr[:-1], kv_indices, kv_lens, max_kv)
+    rows, q_valid = _padded_rows(qo_indptr[:-1], q_lens, max_q)
     qp = q[rows].float().transpose(1, 2)  # [bs, num_heads, max_q, head_dim]
     mask = _causal_mask(q_lens, kv_lens, max_q, max_kv)
     out = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, scale=sm_scale, enable_gqa=True)

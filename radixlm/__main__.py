@@ -59,6 +59,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                            "(default: %(default)s)")
     http.add_argument("--log-requests", action=argparse.BooleanOptionalAction, default=True,
                       help="log one INFO line per request")
+    http.add_argument("--dp-size", type=int, default=1,
+                      help="data parallelism: run this many engine replicas (each a server on an internal "
+                           "port) behind a cache-aware router on --host/--port (default: %(default)s)")
     ServerArgs.add_cli_args(p.add_argument_group("engine (ServerArgs)"))
     p.set_defaults(func=cmd_serve, parser=p)
 
@@ -78,12 +81,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.getLogger("radixlm.server").setLevel(logging.INFO)  # start-up and shutdown lines
     if not args.log_requests:
         logging.getLogger("radixlm.server.requests").setLevel(logging.WARNING)
+    if args.dp_size != 1:
+        return _serve_data_parallel(args, server_args)
     engine = _make_engine(server_args)
     try:
         _run(serve(engine, config))
     finally:
         engine.shutdown()
     return 0
+
+
+def _serve_data_parallel(args: argparse.Namespace, server_args) -> int:
+    from radixlm.runtime.dp_launcher import serve_data_parallel
+
+    if args.dp_size < 1:
+        args.parser.error(f"--dp-size must be >= 1, got {args.dp_size}")
+    extra = ["--max-body-bytes", str(args.max_body_bytes),
+             "--graceful-shutdown-s", str(args.graceful_shutdown_s)]
+    if args.api_key is not None:
+        extra += ["--api-key", args.api_key]
+    if args.served_model_name is not None:
+        extra += ["--served-model-name", args.served_model_name]
+    if not args.log_requests:
+        extra.append("--no-log-requests")
+    return serve_data_parallel(server_args, args.dp_size, args.host, args.port, extra_argv=extra)
 
 
 def _run(coro) -> None:
@@ -152,9 +173,86 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- router
+
+
+def add_router_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("router", help="route requests over several radixlm servers by cached prefix",
+                              description="A cache-aware data-parallel router: each request goes to the "
+                                          "replica that most likely caches its prompt prefix.")
+    p.add_argument("--worker", action="append", required=True, metavar="URL",
+                   help="a replica's base URL, e.g. http://127.0.0.1:30001 (repeat for each)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=30000, help="TCP port (default: %(default)s)")
+    p.add_argument("--policy", choices=["cache_aware", "round_robin"], default="cache_aware",
+                   help="routing policy (default: %(default)s)")
+    p.add_argument("--cache-threshold", type=float, default=0.5,
+                   help="route by prefix only when it covers this share of the prompt (default: %(default)s)")
+    p.add_argument("--balance-abs-threshold", type=int, default=16,
+                   help="in-flight difference above which the least-loaded replica wins (default: %(default)s)")
+    p.add_argument("--balance-rel-threshold", type=float, default=1.5,
+                   help="...and the load ratio above which it wins (default: %(default)s)")
+    p.add_argument("--health-interval-s", type=float, default=2.0, help="health probe period (default: %(default)s)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=cmd_router, parser=p)
+
+
+def cmd_router(args: argparse.Namespace) -> int:
+    from radixlm.runtime.router import RouterConfig, run_router
+    from radixlm.runtime.router_policy import RoutingConfig
+
+    try:
+        routing = RoutingConfig(policy=args.policy, cache_threshold=args.cache_threshold,
+                                balance_abs_threshold=args.balance_abs_threshold,
+                                balance_rel_threshold=args.balance_rel_threshold)
+        config = RouterConfig(workers=args.worker, routing=routing, health_interval_s=args.health_interval_s)
+    except ValueError as e:
+        args.parser.error(str(e))
+    logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
+    run_router(config, host=args.host, port=args.port)
+    return 0
+
+
+# ---------------------------------------------------------------------- bench
+
+
+def _bench_run_module():
+    """benchmarks/run.py of a source checkout, or None when radixlm is installed without one."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("radixlm_bench_run", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def add_bench_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("bench", help="run the benchmark suites side by side (source checkout)")
+    module = _bench_run_module()
+    if module is not None:
+        module.add_arguments(p)
+    p.set_defaults(func=cmd_bench, parser=p, bench_module=module)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.bench_module is None:
+        args.parser.error("radixlm bench needs a source checkout: benchmarks/run.py was not found next to "
+                          "the radixlm package (clone the repository and pip install -e '.[bench]')")
+    try:
+        args.bench_module.run_suites(args)
+    except ValueError as e:
+        args.parser.error(str(e))
+    return 0
+
+
 # ---------------------------------------------------------------------- entry point
 
-SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [add_serve_parser, add_generate_parser]
+SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_serve_parser, add_generate_parser, add_router_parser, add_bench_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:

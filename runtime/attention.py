@@ -3,7 +3,8 @@ context through the kernels chosen by name (``radixlm.kernels.get_ops``).
 
 ``resolve_attention_backend("auto", device)`` is ``"triton"`` on CUDA and ``"torch"`` elsewhere
 (the rules live in ``radixlm.kernels.select_backend``); extend/prefill batches use
-``extend_attention`` and decode batches ``decode_attention``.
+``extend_attention`` and decode batches ``decode_attention`` (with the torch backend, given the
+batch's ``shared_prefix_len``: cascade attention over a radix-cache prefix every request shares).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class PagedAttention:
         self.ops = get_ops(backend)
         # the Triton extend kernel sizes its grid from the longest extend; the host knows it
         self._pass_max_q_len = backend == "triton"
+        # the torch decode path splits attention at a prefix shared by the whole batch (cascade)
+        self._cascade = backend == "torch"
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
                  kv_pool: KVPool) -> torch.Tensor:
@@ -45,6 +48,9 @@ class PagedAttention:
         v_pool = kv_pool.v_buffers[self.layer_id]
         self.ops.store_kv(k_pool, v_pool, batch.out_cache_loc, k, v)
         if batch.is_decode:
+            if batch.shared_prefix_len and self._cascade:
+                return self.ops.decode_attention(q, k_pool, v_pool, batch.kv_indptr, batch.kv_indices,
+                                                 self.sm_scale, shared_prefix_len=batch.shared_prefix_len)
             return self.ops.decode_attention(q, k_pool, v_pool, batch.kv_indptr, batch.kv_indices,
                                              self.sm_scale)
         kwargs = {"max_q_len": batch.max_extend_len} if self._pass_max_q_len else {}

@@ -44,7 +44,8 @@ def _free_port(host: str) -> int:
 
 
 def replica_device(server_args: Any, index: int) -> str | None:
-    """Spread replicas over the visible GPUs; None leaves the device as configured."""
+    """Spread replicas over the visible GPUs (replica i starts at GPU i * tp_size, so tensor-parallel
+    groups do not overlap); None leaves the device as configured."""
     if server_args.device not in ("auto", "cuda"):
         return None
     try:
@@ -53,7 +54,7 @@ def replica_device(server_args: Any, index: int) -> str | None:
         n = torch.cuda.device_count()
     except ImportError:
         n = 0
-    return f"cuda:{index % n}" if n > 1 else None
+    return f"cuda:{(index * getattr(server_args, 'tp_size', 1)) % n}" if n > 1 else None
 
 
 def start_replicas(server_args: Any, dp_size: int, extra_argv: list[str] | None = None,

@@ -92,16 +92,24 @@ class ForwardBatch:
     logits_indices: torch.Tensor  # [num_logits]
     req_pool_indices: torch.Tensor  # [bs]
     max_extend_len: int = 1  # host copy of max(extend_lens): sizes kernel grids without a device sync
+    # decode only: leading kv_indices every request shares (same slots: a radix-cache prefix); 0 = none
+    shared_prefix_len: int = 0
 
     @property
     def num_tokens(self) -> int:
         return self.input_ids.shape[0]
 
     @classmethod
-    def from_spec(cls, spec: BatchSpec, req_to_token: ReqToTokenTable,
-                  device: torch.device | str) -> ForwardBatch:
+    def from_spec(cls, spec: BatchSpec, req_to_token: ReqToTokenTable, device: torch.device | str, *,
+                  detect_shared_prefix: bool = False) -> ForwardBatch:
         """Validate ``spec``, apply its table writes, write ``out_cache_loc`` into the table, and
-        build the tensors (``kv_indices`` is gathered from the table: prefix + new slots)."""
+        build the tensors (``kv_indices`` is gathered from the table: prefix + new slots).
+
+        ``detect_shared_prefix``: for decode batches of two or more requests, also find
+        ``shared_prefix_len`` (one table compare per step, and one host sync: meant for the torch
+        attention backend, which uses it for cascade attention; below ``MIN_SHARED_PREFIX_LEN``
+        it stays 0).
+        """
         import torch
 
         spec.validate()
@@ -147,7 +155,23 @@ class ForwardBatch:
             logits_indices=tensor(spec.logits_indices),
             req_pool_indices=req_pool_indices,
             max_extend_len=max(spec.extend_lens),
+            shared_prefix_len=(_shared_prefix_len(req_to_token.table, req_pool_indices, min(kv_lens))
+                               if detect_shared_prefix and spec.is_decode and spec.batch_size > 1 else 0),
         )
+
+
+MIN_SHARED_PREFIX_LEN = 32  # shorter shared prefixes are not worth a second attention pass
+
+
+def _shared_prefix_len(table: torch.Tensor, req_pool_indices: torch.Tensor, max_len: int) -> int:
+    """How many leading table columns (at most ``max_len``) hold the same slot in every row
+    ``req_pool_indices``; 0 when that is under ``MIN_SHARED_PREFIX_LEN``."""
+    if max_len < MIN_SHARED_PREFIX_LEN:
+        return 0
+    rows = table[req_pool_indices, :max_len]  # [bs, max_len]
+    same = (rows == rows[:1]).all(dim=0)  # [max_len]
+    shared = int(same.cumprod(dim=0).sum())  # length of the leading run of True
+    return shared if shared >= MIN_SHARED_PREFIX_LEN else 0
 
 
 def _indptr(lens: torch.Tensor) -> torch.Tensor:

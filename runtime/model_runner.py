@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import torch
 from radixlm.kernels import get_ops
 from radixlm.runtime.attention import resolve_attention_backend
+from radixlm.runtime.cpu_malloc import tune_malloc
 from radixlm.runtime.distributed import TPGroup, free_port, tp_device
 from radixlm.runtime.forward_batch import ForwardBatch
 from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
@@ -84,6 +85,8 @@ class ModelRunner:
     def _build(self, args: ServerArgs, model_path: str, token_vocab_size: int,
                eos_token_ids: Sequence[int]) -> None:
         self.device = self.tp.device
+        if self.device.type == "cpu":
+            tune_malloc()  # the forward's large temporaries otherwise page-fault in on every use
         self.model, self.model_config = load_model(model_path, args.dtype, self.device,
                                                    attention_backend=args.attention_backend, tp=self.tp)
         self.dtype = self.model.embed_tokens.dtype
@@ -96,7 +99,10 @@ class ModelRunner:
         self.kv_pool = KVPool(self.num_slots, cfg.num_layers, self.model.num_kv_heads, cfg.head_dim,
                               self.dtype, self.device)
         self.req_to_token = ReqToTokenTable(args.max_running_requests, self.context_len, self.device)
-        self.ops = get_ops(resolve_attention_backend(args.attention_backend, self.device))
+        backend = resolve_attention_backend(args.attention_backend, self.device)
+        self.ops = get_ops(backend)
+        # cascade decode attention over a batch-wide shared prefix exists in the torch backend only
+        self.detect_shared_prefix = backend == "torch"
         self.sampler = Sampler(self.device, args.random_seed)
 
     def _num_slots(self, args: ServerArgs) -> int:
@@ -115,7 +121,8 @@ class ModelRunner:
     @torch.inference_mode()
     def run(self, batch: ScheduledBatch) -> BatchResult:
         """Forward ``batch`` and sample the next token of every request in ``batch.sample_reqs``."""
-        fb = ForwardBatch.from_spec(batch.spec, self.req_to_token, self.device)
+        fb = ForwardBatch.from_spec(batch.spec, self.req_to_token, self.device,
+                                    detect_shared_prefix=self.detect_shared_prefix)
         start = time.perf_counter()
         logits = self._forward(batch, fb)  # [num_logit_rows, vocab]
         if self.device.type == "cuda":
@@ -149,7 +156,9 @@ class ModelRunner:
     def follow(self) -> None:
         """Ranks > 0: run rank 0's forwards (same batches, same pool and table) until it says stop."""
         while (spec := self.tp.recv_spec()) is not None:
-            self.model.forward(ForwardBatch.from_spec(spec, self.req_to_token, self.device), self.kv_pool)
+            fb = ForwardBatch.from_spec(spec, self.req_to_token, self.device,
+                                        detect_shared_prefix=self.detect_shared_prefix)
+            self.model.forward(fb, self.kv_pool)
 
     def close(self, graceful: bool = True) -> None:
         """Rank 0: stop the workers (join, then terminate); every rank: leave the group. Idempotent."""

@@ -175,3 +175,39 @@ def test_killed_replica_leaves_rotation_and_router_keeps_serving(replicas):
         router.close()
     assert set(during) <= {200, 502, 503}, during  # failed cleanly, none hung
     assert after == [200] * 6
+
+
+def test_serve_dp_size_runs_replicas_behind_the_router_and_stops_cleanly(tiny_llama):
+    import json
+    import urllib.request
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "radixlm", "serve", "--dp-size", "2", "--port", str(port),
+           "--model-path", tiny_llama, "--max-total-tokens", "2048", "--no-log-requests"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, timeout=180)
+        body = json.dumps({"text": "Hello", "sampling_params": {"temperature": 0, "max_new_tokens": 3}})
+        for _ in range(2):
+            req = urllib.request.Request(url + "/generate", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                assert json.load(resp)["meta_info"]["completion_tokens"] == 3
+        with urllib.request.urlopen(url + "/router/stats", timeout=10) as resp:
+            stats = json.load(resp)
+        assert len(stats["replicas"]) == 2 and all(r["healthy"] for r in stats["replicas"])
+        assert sum(r["routed"] for r in stats["replicas"]) >= 2
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert code == 0, proc.stderr.read().decode()[-2000:]
+    replica_ports = [r["url"] for r in stats["replicas"]]
+    for replica in replica_ports:  # the replicas went down with the router
+        with pytest.raises(OSError):
+            urllib.request.urlopen(replica + "/health", timeout=2)

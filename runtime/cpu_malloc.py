@@ -1,0 +1,59 @@
+"""glibc malloc tuning for the CPU engine: keep freed memory in the process instead of the OS.
+
+Why: every forward allocates the same large temporaries again (gathered K/V, attention scores,
+MLP activations: megabytes each). glibc serves blocks above ``M_MMAP_THRESHOLD`` with a fresh
+``mmap`` and hands freed memory at the top of the heap back to the OS above ``M_TRIM_THRESHOLD``,
+so each of those allocations page-faults its memory in again, zero-filled, every layer of every
+step. Measured on a 2-core machine: decode attention at batch 64 over 1,600 keys took 200-400 ms
+with the defaults and ~70 ms with both thresholds raised. Raising them lets the heap reuse the
+pages it already has.
+
+Trade-off: the process's resident memory stays at its peak (freed blocks are kept for reuse, not
+returned to the OS). That is what a serving engine wants (its working set recurs every step) but
+not what a short-lived tool sharing the machine might want: set ``RADIXLM_DISABLE_MALLOC_TUNING=1``
+to opt out. Only glibc on Linux is touched; elsewhere (macOS, Windows, musl) this is a no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+DISABLE_ENV = "RADIXLM_DISABLE_MALLOC_TUNING"
+M_TRIM_THRESHOLD = -1  # mallopt parameter numbers from glibc's <malloc.h>
+M_MMAP_THRESHOLD = -3
+THRESHOLD_BYTES = 2**31 - 1  # the largest value mallopt takes (an int)
+MMAP_FALLBACK_BYTES = 32 * 2**20  # glibc's own mmap-threshold ceiling on 64-bit, for glibcs that refuse more
+
+_tuned: bool | None = None  # the result of the first call: tuning is process-wide and done once
+
+
+def tune_malloc() -> bool:
+    """Raise glibc's trim and mmap thresholds once per process; return whether they were set.
+
+    Returns False (and changes nothing) when not on Linux, when ``RADIXLM_DISABLE_MALLOC_TUNING``
+    is set to a non-empty value other than ``0``, when the C library has no ``mallopt`` (not
+    glibc), or when ``mallopt`` rejects a value. Safe to call many times.
+    """
+    global _tuned
+    if _tuned is None:
+        _tuned = _apply()
+    return _tuned
+
+
+def _apply() -> bool:
+    if not sys.platform.startswith("linux") or os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # no libc to load, or a libc without mallopt (musl)
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    # mallopt returns 1 on success, 0 on error; setting M_MMAP_THRESHOLD also stops its dynamic growth
+    trimmed = mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES) == 1
+    mapped = mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES) == 1 or mallopt(M_MMAP_THRESHOLD, MMAP_FALLBACK_BYTES) == 1
+    return trimmed and mapped
