@@ -17,6 +17,7 @@ or the single last token in a decode step) and then ``kv_len += extend_len``. A 
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,13 +95,24 @@ class Req:
         self.sent_ids_len = 0
         self.sent_logprobs_len = 0
         self.sampler_state: Any = None
-        self.created_at = 0.0
+        self.created_at = 0.0  # time.perf_counter() at submission
+        self.first_token_at: float | None = None  # time.perf_counter() when the first output token came
 
     # ------------------------------------------------------------------ lengths
 
     @property
     def fill_ids(self) -> list[int]:
         return self.origin_input_ids + self.output_ids
+
+    def fill_slice(self, start: int, end: int) -> list[int]:
+        """``fill_ids[start:end]`` (0 <= start <= end) without building the whole ``fill_ids``."""
+        prompt = self.origin_input_ids
+        p = len(prompt)
+        if end <= p:
+            return prompt[start:end]
+        if start >= p:
+            return self.output_ids[start - p:end - p]
+        return prompt[start:] + self.output_ids[:end - p]
 
     @property
     def fill_len(self) -> int:
@@ -119,6 +131,11 @@ class Req:
         return max(self.params.max_new_tokens - len(self.output_ids), 0)
 
     @property
+    def prefill_only(self) -> bool:
+        """``max_new_tokens == 0``: prefill (and cache) the prompt, sample nothing."""
+        return self.params.max_new_tokens == 0
+
+    @property
     def wants_input_logprobs(self) -> bool:
         """Prompt logprobs still to compute (they are computed once, never after a retraction)."""
         return self.return_logprob and self.logprob_start_len < self.prompt_len and not self.input_logprobs_done
@@ -131,6 +148,8 @@ class Req:
 
     def append_token(self, token_id: int) -> None:
         """Append a sampled (or forced) token and its text."""
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
         self.output_ids.append(token_id)
         if self.detokenizer is not None:
             self.text += self.detokenizer.step([token_id])

@@ -155,18 +155,18 @@ class Scheduler:
         row = 0
         for req in reqs:
             start, end = req.kv_len, req.kv_len + req.extend_len
-            fill = req.fill_ids
             spec.req_pool_indices.append(req.req_pool_idx)
-            spec.input_ids.extend(fill[start:end])
+            spec.input_ids.extend(req.fill_slice(start, end))
             spec.prefix_lens.append(start)
             spec.extend_lens.append(req.extend_len)
             spec.out_cache_loc.extend(req.kv_slots[start:end])
             if req.wants_input_logprobs:
                 lo, hi = max(req.logprob_start_len, start), min(end, req.fill_len - 1)
                 if lo < hi:
-                    batch.logprob_spans.append(LogprobSpan(req, len(spec.logits_indices), lo, fill[lo + 1:hi + 1]))
+                    batch.logprob_spans.append(LogprobSpan(req, len(spec.logits_indices), lo,
+                                                           req.fill_slice(lo + 1, hi + 1)))
                     spec.logits_indices.extend(range(row + lo - start, row + hi - start))
-            if end == req.fill_len:
+            if end == req.fill_len and not req.prefill_only:
                 batch.sample_reqs.append(req)
                 batch.sample_rows.append(len(spec.logits_indices))
                 spec.logits_indices.append(row + end - 1 - start)
@@ -238,7 +238,20 @@ class Scheduler:
             if self.on_token is not None:
                 self.on_token(req, token)
             self.stop_checker.check(req)
+        if not batch.is_decode:
+            self._finish_prefill_only(batch)
         return self._settle(batch)
+
+    @staticmethod
+    def _finish_prefill_only(batch: ScheduledBatch) -> None:
+        """``max_new_tokens == 0`` requests whose whole prompt is now in the KV finish as ``length``."""
+        for req in batch.reqs:
+            if req.prefill_only and not req.finished and req.kv_len == req.fill_len:
+                if req.wants_input_logprobs and not req.input_token_logprobs:  # start = prompt_len - 1
+                    req.input_token_logprobs.append(None)
+                    req.input_top_logprobs.append(None)
+                req.input_logprobs_done = True
+                req.finish("length")
 
     def _add_input_logprobs(self, span: LogprobSpan, result: BatchResult, i: int) -> None:
         req = span.req
