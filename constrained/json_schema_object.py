@@ -9,6 +9,7 @@ follow them, with keys that can never equal a named property. An unspecified
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -16,7 +17,6 @@ from .json_schema_normalize import merge
 from .json_schema_pattern import PLAIN_CHAR, escape_literal, is_universal, pattern_to_regex
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
-MAX_OBJECT_CHARS = 200_000
 
 
 def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
@@ -160,24 +160,49 @@ def _assemble(comp, flat: dict, members: list[tuple[str, bool]], extras: str | N
         extras = None
         if e_min > 0:
             return None
-    rep = f"{{{e_min},{'' if e_max is None else e_max}}}"
-    first_req = next((i for i, (_, r) in enumerate(members) if r), None)
-    starts = len(members) if first_req is None else first_req + 1
-    size = sum(len(m) for m, _ in members) + 2 * len(extras or "")
-    if starts * size > MAX_OBJECT_CHARS:  # quadratic in optional members: only the first few may
-        starts = max(1, MAX_OBJECT_CHARS // max(size, 1))  # open the object (a restriction)
-    comp.check_size(starts * size, pointer)
-    alts = []
-    for k in range(starts):
-        tail = "".join(f"{sep}{m}" if r else f"({sep}{m})?" for m, r in members[k + 1:])
-        if extras is not None:
-            tail += f"({sep}{extras}){rep}"
-        alts.append(members[k][0] + tail)
-    if first_req is None and extras is not None and starts == len(members):
-        first_rep = f"{{{max(e_min - 1, 0)},{'' if e_max is None else e_max - 1}}}"
-        alts.append(f"{extras}({sep}{extras}){first_rep}")
-    may_be_empty = first_req is None and e_min == 0 and min_p == 0
-    if not alts:
-        return rf"\{{{ws}\}}" if may_be_empty else None
-    body = "(" + "|".join(alts) + ")" + ("?" if may_be_empty else "")
+    items = list(members)
+    if extras is not None:  # the extra members form one item after the named ones
+        rep = f"{{{max(e_min - 1, 0)},{'' if e_max is None else e_max - 1}}}"
+        items.append((f"{extras}({sep}{extras}){rep}", e_min > 0))
+    if not items:
+        return rf"\{{{ws}\}}" if min_p == 0 else None
+    body = _sequence(items, sep)
+    if not any(r for _, r in items) and min_p == 0:
+        body = f"({body})?"
+    comp.check_size(len(body), pointer)
     return rf"\{{{ws}{body}{ws}\}}"
+
+
+def _sequence(items: list[tuple[str, bool]], sep: str) -> str:
+    """Non-empty comma-joined subsequences of ``items`` (in order) that keep every required one.
+
+    Linear in both regex text and automaton states (the DFA is not minimised, so the naive "pick
+    the first member, then the optional rest" alternation would copy every tail). Up to the last
+    required item, optional items are written ``(m,)?``; after it, ``(,m)?``. With no required
+    item, see ``_all_optional``.
+    """
+    last = max((i for i, (_, r) in enumerate(items) if r), default=-1)
+    if last < 0:
+        return _all_optional([m for m, _ in items], sep)
+    head = "".join(f"{m}{sep}" if r else f"({m}{sep})?" for m, r in items[:last])
+    return head + items[last][0] + "".join(f"({sep}{m})?" for m, _ in items[last + 1:])
+
+
+def _all_optional(ms: list[str], sep: str) -> str:
+    """Non-empty subsequences of ``ms``: with blocks B_1..B_k, F_j = N(B_j) | P(B_j) F_{j+1}, where
+    N(B) = the non-empty subsequences of B alone (the last member emitted is in B) and P(B) = any
+    subsequence of B, each member followed by a comma. N(m_1..m_b) = m_1 | (m_1,)? N(m_2..m_b).
+    Blocks of about sqrt(n) members keep the group nesting (a parser limit) near 4 sqrt(n)."""
+    size = max(4, math.isqrt(len(ms) - 1) + 1)
+    blocks = [ms[i:i + size] for i in range(0, len(ms), size)]
+    out = ""
+    for block in reversed(blocks):
+        n_form = block[-1]
+        for m in reversed(block[:-1]):
+            n_form = f"({m}|({m}{sep})?{n_form})"
+        if not out:
+            out = n_form
+            continue
+        p_form = "".join(f"({m}{sep})?" for m in block)
+        out = f"({n_form}|{p_form}{out})"
+    return out

@@ -85,7 +85,15 @@ class Engine:
                  input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
                  logprob_start_len: int | None = None, top_logprobs_num: int = 0, stream: bool = False,
                  rid: str | list[str] | None = None) -> Any:
-        """Generate for one prompt or a batch; see the module docstring for the result shapes."""
+        """Generate for one prompt or a batch; see the module docstring for the result shapes.
+
+        ``max_new_tokens=0`` only prefills: no output tokens, the prompt enters the radix cache,
+        ``finish_reason`` is ``length``. Prompt logprobs (``return_logprob`` with
+        ``logprob_start_len=k``) need the logits of positions ``k ..``, so the radix-cache match is
+        capped at ``k`` tokens: ``cached_tokens <= k``, and ``k=0`` disables any cache hit for the
+        request. ``meta_info["first_token_latency"]`` is the time from submission to the first
+        output token (None without one).
+        """
         reqs, single = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
                                        logprob_start_len, top_logprobs_num, stream, rid)
         handle = RequestHandle()

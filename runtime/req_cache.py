@@ -31,6 +31,7 @@ class ReqCache:
         self.rows = ReqSlotAllocator(max_reqs)
         self.tree = None if disable_radix_cache else RadixCache(page_size, eviction_policy)
         self.pending_table_writes: list[tuple[int, int, list[int]]] = []
+        self.num_evictions = 0  # evict calls so far: a prefix match is stale once this changes
 
     # ------------------------------------------------------------------ capacity
 
@@ -47,6 +48,7 @@ class ReqCache:
         """``n`` slots, evicting unlocked cached prefixes if short; None if still short."""
         short = n - self.slots.num_free
         if short > 0 and self.tree is not None:
+            self.num_evictions += 1
             self.slots.free(self.tree.evict(short))
         return self.slots.alloc(n)
 
@@ -56,7 +58,7 @@ class ReqCache:
         """Cached slots of the longest prefix of ``req.fill_ids[:max_len]`` and its node."""
         if self.tree is None or max_len <= 0:
             return [], None
-        result = self.tree.match_prefix(req.fill_ids[:max_len], req.extra_key)
+        result = self.tree.match_prefix(req.fill_slice(0, max_len), req.extra_key)
         return result.value, result.last_node
 
     def admit(self, req: Req, prefix: list[int], node: object) -> bool:
@@ -89,13 +91,13 @@ class ReqCache:
         """
         if self.tree is None:
             return
-        key = req.fill_ids[:req.kv_len]
-        n = len(key) - len(key) % self.page_size
+        n = req.kv_len - req.kv_len % self.page_size
         if n <= req.cache_protected_len:
             return
-        already = self.tree.insert(key[:n], req.kv_slots[:n], req.extra_key)
+        key = req.fill_slice(0, n)
+        already = self.tree.insert(key, req.kv_slots[:n], req.extra_key)
         self._free_duplicates(req, already)
-        result = self.tree.match_prefix(key[:n], req.extra_key)
+        result = self.tree.match_prefix(key, req.extra_key)
         self.tree.lock(result.last_node)
         self._unlock(req)
         if result.value[req.cache_protected_len:already] != req.kv_slots[req.cache_protected_len:already]:
@@ -112,10 +114,9 @@ class ReqCache:
             return
         own_from = req.cache_protected_len
         if self.tree is not None and insert:
-            key = req.fill_ids[:req.kv_len]
-            n = len(key) - len(key) % self.page_size
+            n = req.kv_len - req.kv_len % self.page_size
             if n > req.cache_protected_len:
-                already = self.tree.insert(key[:n], req.kv_slots[:n], req.extra_key)
+                already = self.tree.insert(req.fill_slice(0, n), req.kv_slots[:n], req.extra_key)
                 self._free_duplicates(req, already)
                 own_from = n  # positions below n are now the tree's
         self._unlock(req)
@@ -129,6 +130,7 @@ class ReqCache:
             return
         if self.tree.protected_size():
             raise RuntimeError("flush: cached prefixes are still locked by running requests")
+        self.num_evictions += 1
         self.slots.free(self.tree.evict(self.tree.total_size()))
         self.tree.reset()
 
@@ -136,6 +138,7 @@ class ReqCache:
         """Forget all accounts (after a failed step: every request was failed and dropped)."""
         self.slots = SlotAllocator(self.num_slots)
         self.rows = ReqSlotAllocator(self.max_reqs)
+        self.num_evictions += 1
         if self.tree is not None:
             self.tree.reset()
         self.pending_table_writes = []

@@ -5,7 +5,7 @@ Result of one request (``Engine.generate``)::
     {"text": str, "output_ids": list[int],
      "meta_info": {"id", "prompt_tokens", "completion_tokens", "cached_tokens",
                    "finish_reason": {"type": "stop"|"length"|"abort", "matched": str|int|None},
-                   "e2e_latency", "forward_passes",
+                   "e2e_latency", "first_token_latency", "forward_passes",
                    # with return_logprob (SGLang's layout, entries [logprob, token_id, None]):
                    "output_token_logprobs", "output_top_logprobs",
                    "input_token_logprobs", "input_top_logprobs",
@@ -15,6 +15,12 @@ Result of one request (``Engine.generate``)::
 A stream chunk has the same keys, but ``text`` is the new text since the previous chunk,
 ``output_ids`` the new token ids, the logprob lists cover only the new tokens, and
 ``finish_reason`` is None until the last chunk.
+
+Latencies are seconds since submission: ``e2e_latency`` until this dict was built,
+``first_token_latency`` until the first output token was sampled (None before that and for
+``max_new_tokens == 0``), so non-streamed requests report a time to first token too. A request with
+``max_new_tokens == 0`` returns no output tokens: its prompt is prefilled and cached, prompt
+logprobs come back if asked, and ``finish_reason`` is ``length``.
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ def _meta(req: Req) -> dict[str, Any]:
         "cached_tokens": req.cached_tokens,
         "finish_reason": req.finished_reason.to_dict() if req.finished_reason else None,
         "e2e_latency": time.perf_counter() - req.created_at,
+        "first_token_latency": None if req.first_token_at is None else req.first_token_at - req.created_at,
         "forward_passes": req.forward_passes,
     }
     if req.constraint_violations is not None:

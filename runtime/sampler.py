@@ -28,13 +28,17 @@ from radixlm.runtime.req import Req
 
 @dataclass
 class SamplingInfo:
-    """Per-row sampler settings as tensors, built once per step by ``SamplingInfo.build``."""
+    """Per-row sampler settings as tensors, built once per step by ``SamplingInfo.build``.
 
-    greedy: torch.Tensor  # [bs] bool
-    temperatures: torch.Tensor  # [bs, 1] float32 (1.0 on greedy rows)
-    top_ks: torch.Tensor  # [bs] int64 (vocab when disabled)
-    top_ps: torch.Tensor  # [bs] float32
-    min_ps: torch.Tensor  # [bs] float32
+    When every row is greedy the tensors are None (argmax needs none of them): building them
+    would cost five host-to-device copies per decode step for nothing.
+    """
+
+    greedy: torch.Tensor | None  # [bs] bool
+    temperatures: torch.Tensor | None  # [bs, 1] float32 (1.0 on greedy rows)
+    top_ks: torch.Tensor | None  # [bs] int64 (vocab when disabled)
+    top_ps: torch.Tensor | None  # [bs] float32
+    min_ps: torch.Tensor | None  # [bs] float32
     all_greedy: bool
     need_filter: bool
 
@@ -42,6 +46,8 @@ class SamplingInfo:
     def build(cls, reqs: list[Req], vocab: int, device: torch.device) -> SamplingInfo:
         params = [r.params for r in reqs]
         greedy = [p.is_greedy for p in params]
+        if all(greedy):
+            return cls(None, None, None, None, None, all_greedy=True, need_filter=False)
         temps = [1.0 if g else p.temperature for p, g in zip(params, greedy)]
         top_ks = [vocab if p.top_k < 0 else min(p.top_k, vocab) for p in params]
         need_filter = any(not g and (k < vocab or p.top_p < 1.0 or p.min_p > 0.0)

@@ -60,3 +60,36 @@ class BatchResult:
     input_logprobs: list[list[float]] = field(default_factory=list)
     input_top_logprobs: list[list[list[tuple[float, int]]]] = field(default_factory=list)
     forward_s: float = 0.0  # time in the model forward (for the overhead counters)
+
+
+def build_extend_batch(reqs: list[Req], chunked: Req | None,
+                       table_writes: list[tuple[int, int, list[int]]]) -> ScheduledBatch:
+    """The extend batch of ``reqs`` (each extends ``fill_ids[kv_len : kv_len + extend_len]``).
+
+    Rows wanted: prompt-logprob spans from ``logprob_start_len``, and the last row of every
+    request whose fill is then complete and that samples (not ``max_new_tokens == 0``).
+    """
+    spec = BatchSpec(False, [], [], [], [], [], [], table_writes)
+    batch = ScheduledBatch(False, reqs, spec, chunked_req=chunked)
+    row = 0
+    for req in reqs:
+        start, end = req.kv_len, req.kv_len + req.extend_len
+        spec.req_pool_indices.append(req.req_pool_idx)
+        spec.input_ids.extend(req.fill_slice(start, end))
+        spec.prefix_lens.append(start)
+        spec.extend_lens.append(req.extend_len)
+        spec.out_cache_loc.extend(req.kv_slots[start:end])
+        if req.wants_input_logprobs:
+            lo, hi = max(req.logprob_start_len, start), min(end, req.fill_len - 1)
+            if lo < hi:
+                batch.logprob_spans.append(LogprobSpan(req, len(spec.logits_indices), lo,
+                                                       req.fill_slice(lo + 1, hi + 1)))
+                spec.logits_indices.extend(range(row + lo - start, row + hi - start))
+        if end == req.fill_len and not req.prefill_only:
+            batch.sample_reqs.append(req)
+            batch.sample_rows.append(len(spec.logits_indices))
+            spec.logits_indices.append(row + end - 1 - start)
+        row += req.extend_len
+    if not spec.logits_indices:  # a lone middle chunk: the forward still needs one logit row
+        spec.logits_indices.append(row - 1)
+    return batch

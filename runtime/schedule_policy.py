@@ -82,9 +82,11 @@ def shares_uncached_prefix(req: Req, cached_len: int, admitted: list[Req]) -> bo
     """
     extend = req.fill_len - cached_len
     need = min(IN_BATCH_PREFIX_THRESHOLD, max(extend - 1, 1))
-    ids = req.fill_ids
+    end = cached_len + need  # the common prefix must reach this far
+    window = req.fill_slice(cached_len, end)
     for other in admitted:
-        shared = common_prefix_len(ids, other.fill_ids, 0) - cached_len
-        if shared >= need:
+        # the short window first: it rejects most candidates without touching the long prefix
+        if other.fill_len >= end and other.fill_slice(cached_len, end) == window \
+                and other.fill_slice(0, cached_len) == req.fill_slice(0, cached_len):
             return True
     return False

@@ -8,7 +8,9 @@ Each step is either a prefill (extend) batch or a decode batch:
   match stops at ``logprob_start_len``), lock the match, allocate the rest. The batch holds at
   most ``max_prefill_tokens`` new tokens (``chunked_prefill_size`` too, when set); a prompt that
   does not fit is cut and continued next step as the *chunked request*. A request sharing an
-  uncached prefix with one admitted in this step waits a step to hit the cache instead.
+  uncached prefix with one admitted in this step waits a step to hit the cache instead. A
+  ``max_new_tokens == 0`` request samples nothing: once its prompt is in the KV it finishes as
+  ``length`` and its prompt goes into the radix cache (how the DSL pre-fills shared prefixes).
 - **Otherwise decode** every running request by one token. If there are not enough slots, evict
   from the radix cache, then retract (preempt) the youngest requests back to the queue; they are
   recomputed later, mostly from the cache.
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from radixlm.runtime.forward_batch import BatchSpec
 from radixlm.runtime.req import Req
 from radixlm.runtime.req_cache import ReqCache
-from radixlm.runtime.schedule_batch import BatchResult, LogprobSpan, ScheduledBatch
+from radixlm.runtime.schedule_batch import BatchResult, LogprobSpan, ScheduledBatch, build_extend_batch
 from radixlm.runtime.schedule_policy import order_waiting, shares_uncached_prefix
 from radixlm.runtime.stop_checker import StopChecker
 
@@ -85,9 +87,6 @@ class Scheduler:
             limit = min(limit, req.logprob_start_len)
         return limit
 
-    def _prefix_len(self, req: Req) -> int:
-        return len(self.cache.match(req, self._match_limit(req))[0])
-
     def _schedule_prefill(self) -> ScheduledBatch | None:
         if not self.waiting and self.chunked is None:
             return None
@@ -95,7 +94,6 @@ class Scheduler:
                                                                             self.chunk_size)
         reqs: list[Req] = []
         chunked: Req | None = None
-        reserve = self._reserve(self.running)
         if self.chunked is not None:
             req = self.chunked
             take = min(req.fill_len - req.kv_len, budget)
@@ -105,40 +103,58 @@ class Scheduler:
             self._add_extend(req, slots, reqs)
             budget -= take
             chunked = req if req.kv_len + take < req.fill_len else None
-        if chunked is None:
-            order = order_waiting(self.waiting, self.policy, self._prefix_len) if self.waiting else []
-            for req in order:
-                if len(self.running) + len(reqs) >= self.max_running or budget <= 0:
-                    break
-                prefix, node = self.cache.match(req, self._match_limit(req))
-                if self.cache.tree is not None and shares_uncached_prefix(req, len(prefix), reqs):
-                    continue
-                extend = req.fill_len - len(prefix)
-                # without chunking the first request goes whole even past max_prefill_tokens
-                take = extend if self.chunk_size is None and not reqs else min(extend, budget)
-                if self.chunk_size is None and take < extend:
-                    break
-                if not self.cache.admit(req, prefix, node):
-                    break
-                reserve += min(req.remaining_new_tokens, RESERVE_CLIP) * self.new_token_ratio
-                busy = reqs or self.running
-                slots = None
-                if not busy or self.cache.available() >= take + reserve:
-                    slots = self.cache.alloc(take)
-                if slots is None:
-                    self.cache.release(req, insert=False)
-                    break
-                if not req.admitted_once:
-                    req.admitted_once, req.cached_tokens = True, len(prefix)
-                self.waiting.remove(req)
-                self._add_extend(req, slots, reqs)
-                budget -= take
-                if take < extend:
-                    chunked = req
-                    break
+        if chunked is None and self.waiting and len(self.running) < self.max_running and budget > 0:
+            chunked = self._admit_waiting(reqs, budget)
         if not reqs:
             return None
-        return self._build_extend_batch(reqs, chunked)
+        return build_extend_batch(reqs, chunked, self.cache.pop_table_writes())
+
+    def _admit_waiting(self, reqs: list[Req], budget: int) -> Req | None:
+        """Admit waiting requests in policy order into ``reqs``; return the one cut into a chunk."""
+        matches: dict[int, tuple[list[int], object]] = {}  # lpm's matches, reused while nothing is evicted
+
+        def prefix_len(req: Req) -> int:
+            matches[id(req)] = self.cache.match(req, self._match_limit(req))
+            return len(matches[id(req)][0])
+
+        order = order_waiting(self.waiting, self.policy, prefix_len)
+        evictions = self.cache.num_evictions
+        reserve = self._reserve(self.running)
+        admitted: list[Req] = []
+        chunked = None
+        for req in order:
+            if len(self.running) + len(reqs) >= self.max_running or budget <= 0:
+                break
+            match = matches.get(id(req)) if self.cache.num_evictions == evictions else None
+            prefix, node = match if match is not None else self.cache.match(req, self._match_limit(req))
+            if self.cache.tree is not None and shares_uncached_prefix(req, len(prefix), reqs):
+                continue
+            extend = req.fill_len - len(prefix)
+            # without chunking the first request goes whole even past max_prefill_tokens
+            take = extend if self.chunk_size is None and not reqs else min(extend, budget)
+            if self.chunk_size is None and take < extend:
+                break
+            if not self.cache.admit(req, prefix, node):
+                break
+            reserve += min(req.remaining_new_tokens, RESERVE_CLIP) * self.new_token_ratio
+            slots = None
+            if not (reqs or self.running) or self.cache.available() >= take + reserve:
+                slots = self.cache.alloc(take)
+            if slots is None:
+                self.cache.release(req, insert=False)
+                break
+            if not req.admitted_once:
+                req.admitted_once, req.cached_tokens = True, len(prefix)
+            admitted.append(req)
+            self._add_extend(req, slots, reqs)
+            budget -= take
+            if take < extend:
+                chunked = req
+                break
+        if admitted:
+            taken = {id(r) for r in admitted}
+            self.waiting = [r for r in self.waiting if id(r) not in taken]
+        return chunked
 
     def _reserve(self, reqs: list[Req]) -> float:
         return sum(min(r.remaining_new_tokens, RESERVE_CLIP) for r in reqs) * self.new_token_ratio
@@ -149,47 +165,21 @@ class Scheduler:
         req.kv_slots.extend(slots)
         reqs.append(req)
 
-    def _build_extend_batch(self, reqs: list[Req], chunked: Req | None) -> ScheduledBatch:
-        spec = BatchSpec(False, [], [], [], [], [], [], self.cache.pop_table_writes())
-        batch = ScheduledBatch(False, reqs, spec, chunked_req=chunked)
-        row = 0
-        for req in reqs:
-            start, end = req.kv_len, req.kv_len + req.extend_len
-            spec.req_pool_indices.append(req.req_pool_idx)
-            spec.input_ids.extend(req.fill_slice(start, end))
-            spec.prefix_lens.append(start)
-            spec.extend_lens.append(req.extend_len)
-            spec.out_cache_loc.extend(req.kv_slots[start:end])
-            if req.wants_input_logprobs:
-                lo, hi = max(req.logprob_start_len, start), min(end, req.fill_len - 1)
-                if lo < hi:
-                    batch.logprob_spans.append(LogprobSpan(req, len(spec.logits_indices), lo,
-                                                           req.fill_slice(lo + 1, hi + 1)))
-                    spec.logits_indices.extend(range(row + lo - start, row + hi - start))
-            if end == req.fill_len and not req.prefill_only:
-                batch.sample_reqs.append(req)
-                batch.sample_rows.append(len(spec.logits_indices))
-                spec.logits_indices.append(row + end - 1 - start)
-            row += req.extend_len
-        if not spec.logits_indices:  # a lone middle chunk: the forward still needs one logit row
-            spec.logits_indices.append(row - 1)
-        return batch
-
     def _schedule_decode(self) -> ScheduledBatch:
         self._retract_until_fits()
         slots = self.cache.alloc(len(self.running))
         if slots is None:
             raise RuntimeError(f"KV accounting error: {len(self.running)} decode slots unavailable "
                                f"after retraction (available {self.cache.available()})")
-        n = len(self.running)
-        spec = BatchSpec(True, [r.req_pool_idx for r in self.running], [r.output_ids[-1] for r in self.running],
-                         [r.kv_len for r in self.running], [1] * n, slots, list(range(n)),
-                         self.cache.pop_table_writes())
-        for req, slot in zip(self.running, slots):
+        reqs = list(self.running)  # the batch's own list: `running` changes when requests finish
+        rows = list(range(len(reqs)))
+        spec = BatchSpec(True, [r.req_pool_idx for r in reqs], [r.output_ids[-1] for r in reqs],
+                         [r.kv_len for r in reqs], [1] * len(reqs), slots, rows, self.cache.pop_table_writes())
+        for req, slot in zip(reqs, slots):
             req.extend_len = 1
             req.kv_slots.append(slot)
         self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
-        return ScheduledBatch(True, list(self.running), spec, list(self.running), list(range(n)))
+        return ScheduledBatch(True, reqs, spec, reqs, list(rows))
 
     def _retract_until_fits(self) -> None:
         while self.cache.available() < len(self.running):

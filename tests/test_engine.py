@@ -45,6 +45,7 @@ def test_generate_result_shape(engine):
     assert meta["prompt_tokens"] == len(engine.tokenizer.encode("Hello world", add_special_tokens=True))
     assert out["text"] == engine.tokenizer.decode(out["output_ids"])
     assert meta["e2e_latency"] > 0 and meta["forward_passes"] == 8
+    assert 0 < meta["first_token_latency"] <= meta["e2e_latency"]
     again = engine.generate(input_ids=engine.tokenizer.encode("Hello world", add_special_tokens=True),
                             sampling_params=GREEDY)
     assert again["output_ids"] == out["output_ids"]
@@ -136,6 +137,33 @@ def test_streaming_deltas_concatenate(engine):
     assert sum((c["output_ids"] for c in chunks), []) == full["output_ids"]
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "length"
     assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    latencies = {c["meta_info"]["first_token_latency"] for c in chunks if c["output_ids"]}
+    assert len(latencies) == 1 and 0 < latencies.pop() <= chunks[-1]["meta_info"]["e2e_latency"]
+
+
+def test_max_new_tokens_zero_prefills_and_caches(engine):
+    prompt = SYSTEM + "Prefill only."
+    ids = engine.tokenizer.encode(prompt, add_special_tokens=True)
+    engine.flush_cache()
+    out = engine.generate(prompt, {"max_new_tokens": 0}, return_logprob=True, logprob_start_len=0)
+    meta = out["meta_info"]
+    assert out["output_ids"] == [] and out["text"] == "" and meta["completion_tokens"] == 0
+    assert meta["finish_reason"] == {"type": "length", "matched": None}
+    assert meta["first_token_latency"] is None and meta["output_token_logprobs"] == []
+    ref = engine.generate(prompt, {"max_new_tokens": 1}, return_logprob=True, logprob_start_len=0)
+    assert [t for _, t, _ in meta["input_token_logprobs"]] == ids
+    assert [lp for lp, _, _ in meta["input_token_logprobs"][1:]] == pytest.approx(
+        [lp for lp, _, _ in ref["meta_info"]["input_token_logprobs"][1:]], abs=1e-5)
+    engine.flush_cache()
+    engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 0})
+    follow = engine.generate(input_ids=ids + [100, 101], sampling_params=GREEDY)
+    assert follow["meta_info"]["cached_tokens"] == len(ids)  # the pre-filled prompt is in the radix cache
+    # mixed with sampling requests in one batch, and streamed
+    mixed = engine.generate([prompt, prompt + " Go."], [{"max_new_tokens": 0}, GREEDY])
+    assert mixed[0]["output_ids"] == [] and mixed[1]["meta_info"]["completion_tokens"] == 8
+    chunks = list(engine.generate("Stream nothing", {"max_new_tokens": 0}, stream=True))
+    assert len(chunks) == 1 and chunks[0]["output_ids"] == [] and chunks[0]["text"] == ""
+    assert chunks[0]["meta_info"]["finish_reason"]["type"] == "length"
 
 
 def test_async_generate(engine):
@@ -166,6 +194,13 @@ def test_logprobs(engine):
     # a cached prompt still gets its logprobs (the match stops at logprob_start_len)
     again = engine.generate(prompt, GREEDY, return_logprob=True, logprob_start_len=2)
     assert [lp for lp, _, _ in again["meta_info"]["input_token_logprobs"][1:]] == pytest.approx(manual[2:], abs=1e-4)
+    assert again["meta_info"]["cached_tokens"] == 2  # only positions >= logprob_start_len are recomputed
+    k = len(ids) - 2
+    late = engine.generate(prompt, GREEDY, return_logprob=True, logprob_start_len=k)["meta_info"]
+    assert late["cached_tokens"] == k and [lp for lp, _, _ in late["input_token_logprobs"]][1:] == pytest.approx(
+        manual[k:], abs=1e-4)
+    assert engine.generate(prompt, GREEDY, return_logprob=True,
+                           logprob_start_len=0)["meta_info"]["cached_tokens"] == 0
 
 
 def _full_forward_logprobs(engine, ids):

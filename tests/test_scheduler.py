@@ -227,6 +227,24 @@ def test_logprob_start_len_limits_the_match():
     assert sched.schedule().spec.extend_lens == [1]
 
 
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_max_new_tokens_zero_prefills_and_caches(chunk):
+    sched, runner = make(chunk=chunk)
+    p = prompts(1, distinct=30)[0]
+    a = req("a", p, max_new=0, return_logprob=True, logprob_start_len=len(p) - 1)
+    sched.add(a)
+    assert run_all(sched, runner) == [a]
+    assert a.output_ids == [] and a.finished_reason.type == "length" and a.input_token_logprobs == [None]
+    assert not any(b.sample_reqs for b in runner.steps)
+    b = req("b", p + [50, 51])
+    sched.add(b)
+    run_all(sched, runner)
+    assert b.cached_tokens == len(p)  # the whole pre-filled prompt
+    check_outputs([b])
+    assert sched.flush_cache()
+    sched.cache.check_no_leak()
+
+
 def test_stop_token_and_min_new_tokens():
     sched, runner = make()
     p = prompts(1)[0]
