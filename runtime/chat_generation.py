@@ -174,13 +174,14 @@ class ChoiceRunner:
         kwargs = {"input_ids": list(self.ids), "sampling_params": sampling, "return_logprob": want_lp,
                   "top_logprobs_num": self.plan.top_logprobs if want_lp else 0}
         rid = self.state.new_rid(self.record, f"-c{self.index}")
+        first = self.first_phase or self.index > 0  # later phases' first token is not the request's
         if self.plan.stream:
-            chunks = self.state.stream(rid, observe_ttft=self.first_phase or self.index > 0, **kwargs)
+            chunks = self.state.stream(rid, observe_ttft=first, **kwargs)
             async with aclosing(chunks):
                 async for chunk in chunks:
                     yield self._absorb(phase, chunk, want_lp)
         else:
-            yield self._absorb(phase, await self.state.generate(rid, **kwargs), want_lp)
+            yield self._absorb(phase, await self.state.generate(rid, observe_ttft=first, **kwargs), want_lp)
         self.record.add(phase.meta, prompt=self.first_phase)
         self.first_phase = False
         self.budget -= int(phase.meta.get("completion_tokens", len(phase.output_ids)))

@@ -116,12 +116,21 @@ class ServerState:
     def new_rid(self, record: RequestRecord, suffix: str = "") -> str:
         return f"{record.id}{suffix}-{uuid.uuid4().hex[:6]}"
 
-    async def generate(self, rid: str, **kwargs: Any) -> Any:
-        """One non-streamed engine request; cancelling the caller aborts it in the engine."""
+    async def generate(self, rid: str, observe_ttft: bool = True, **kwargs: Any) -> Any:
+        """One non-streamed engine request; cancelling the caller aborts it in the engine.
+
+        Its time to first token comes from the engine's ``first_token_latency`` (``observe_ttft=False``
+        for continuation phases, whose first token is not the request's)."""
         self.inflight.add(rid)
         try:
             result = self.engine.async_generate(rid=rid, stream=False, **kwargs)
-            return await result if inspect.isawaitable(result) else result
+            result = await result if inspect.isawaitable(result) else result
+            if observe_ttft:
+                for out in result if isinstance(result, list) else [result]:
+                    ttft = out.get("meta_info", {}).get("first_token_latency")
+                    if ttft is not None:
+                        self.metrics.ttft.observe(ttft)
+            return result
         except asyncio.CancelledError:
             self.engine.abort(rid)
             raise

@@ -216,3 +216,15 @@ def test_64_concurrent_streaming_clients(server):
         assert events[-1] == "[DONE]"
         assert events[-2]["meta_info"]["completion_tokens"] == 6
     _wait_idle(server)
+
+
+def test_non_streamed_requests_record_time_to_first_token(server):
+    def ttft_count() -> float:
+        _, text = call(server, "/metrics")
+        line = next(x for x in text.splitlines() if x.startswith("radixlm_time_to_first_token_seconds_count"))
+        return float(line.rsplit(" ", 1)[1])
+
+    before = ttft_count()
+    status, out = call(server, "/generate", {"text": ["ttft one", "ttft two"], "sampling_params": GREEDY})
+    assert status == 200 and all(o["meta_info"]["first_token_latency"] > 0 for o in out)
+    assert ttft_count() == before + 2
