@@ -37,7 +37,8 @@ def server_args_to_argv(server_args: Any) -> list[str]:
     return argv
 
 
-def _free_port(host: str) -> int:
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (for internal replica servers and tests)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -66,7 +67,7 @@ def start_replicas(server_args: Any, dp_size: int, extra_argv: list[str] | None 
     base = server_args_to_argv(server_args) + list(extra_argv or [])
     try:
         for i in range(dp_size):
-            port = _free_port(host)
+            port = free_port(host)
             argv = [sys.executable, "-m", "radixlm", "serve", "--host", host, "--port", str(port), *base]
             device = replica_device(server_args, i)
             if device:
@@ -74,14 +75,15 @@ def start_replicas(server_args: Any, dp_size: int, extra_argv: list[str] | None 
             procs.append(subprocess.Popen(argv, env=dict(os.environ)))
             urls.append(f"http://{host}:{port}")
         for url, proc in zip(urls, procs):
-            _wait_ready(url, proc, ready_timeout_s)
+            wait_ready(url, proc, ready_timeout_s)
     except BaseException:
         stop_replicas(procs)
         raise
     return procs, urls
 
 
-def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    """Poll ``url``/health until it answers 200; raise if ``proc`` exits or time runs out."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

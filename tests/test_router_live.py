@@ -12,15 +12,14 @@ import asyncio
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 
 import aiohttp
 import pytest
 from aiohttp import web
+from radixlm.runtime.dp_launcher import free_port, wait_ready
 from radixlm.runtime.router import REPLICA_HEADER, RouterConfig, create_router_app
 from radixlm.runtime.router_policy import RoutingConfig
 
@@ -30,10 +29,11 @@ SYSTEM = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    try:
+        wait_ready(url, proc, timeout)
+    except RuntimeError:
+        raise RuntimeError(f"replica exited: {proc.stderr.read().decode()[-2000:]}") from None
 
 
 def _start_replica(port: int, model_path: str) -> subprocess.Popen:
@@ -43,27 +43,11 @@ def _start_replica(port: int, model_path: str) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    import urllib.request
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"replica exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError(f"replica {url} did not become healthy")
-
-
 class _RouterThread:
     """Runs the router app on its own event loop in a daemon thread."""
 
     def __init__(self, config: RouterConfig) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._ready = threading.Event()
         self._loop = asyncio.new_event_loop()
@@ -89,7 +73,7 @@ class _RouterThread:
 
 @pytest.fixture(scope="module")
 def replicas(tiny_llama):
-    ports = [_free_port(), _free_port()]
+    ports = [free_port(), free_port()]
     procs = [_start_replica(p, tiny_llama) for p in ports]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
     try:
@@ -181,7 +165,7 @@ def test_serve_dp_size_runs_replicas_behind_the_router_and_stops_cleanly(tiny_ll
     import json
     import urllib.request
 
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "radixlm", "serve", "--dp-size", "2", "--port", str(port),
            "--model-path", tiny_llama, "--max-total-tokens", "2048", "--no-log-requests"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
