@@ -28,6 +28,7 @@ _DIGIT = [(0x30, 0x39)]
 _WORD = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
 _SPACE = [(0x20, 0x20), (0xA0, 0xA0), (0xFEFF, 0xFEFF), (0x2028, 0x2029)]
 _MAX_CP = 0x10FFFF
+MAX_PATTERN_REPEAT = 64  # upper bound of counted repetitions inside patterns
 
 
 _META = set("\\.+*?()|[]{}^$#&-~")
@@ -134,33 +135,43 @@ def _category(cat, pointer: str) -> list[tuple[int, int]]:
     return table[cat]
 
 
-def _emit(tokens, pointer: str) -> str:
-    out = []
-    for op, av in tokens:
-        out.append(_emit_one(op, av, pointer))
-    return "".join(out)
+def _emit(tokens, pointer: str, plain: bool = False) -> str:
+    return "".join(_emit_one(op, av, pointer, plain) for op, av in tokens)
 
 
-def _emit_one(op, av, pointer: str) -> str:
+def _emit_one(op, av, pointer: str, plain: bool = False) -> str:
     if op is sre_c.LITERAL:
         return _need(ranges_regex([(av, av)]), pointer)
     if op is sre_c.NOT_LITERAL:
-        return _need(ranges_regex(_negate([(av, av)])), pointer)
+        return _need(_chars(_negate([(av, av)]), plain), pointer)
     if op is sre_c.ANY:  # ECMA '.' excludes line terminators; controls are dropped anyway
-        return _need(ranges_regex(_negate([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)])), pointer)
+        return _need(_chars(_negate([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]), plain), pointer)
     if op is sre_c.IN:
-        return _need(ranges_regex(_class_ranges(av, pointer)), pointer)
+        return _need(_chars(_class_ranges(av, pointer), plain), pointer)
     if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, getattr(sre_c, "POSSESSIVE_REPEAT", None)):
         lo, hi, sub = av
-        inner = "(" + _emit(sub, pointer) + ")"
         if hi is sre_c.MAXREPEAT:
-            return f"{inner}{{{lo},}}"
-        return f"{inner}{{{lo},{hi}}}"
+            return f"({_emit(sub, pointer)}){{{lo},}}"
+        # Counted copies of escape alternatives (\" and \\) blow up the automaton: inside a
+        # counted repetition, characters that need escaping are dropped (a restriction), and
+        # large upper bounds are lowered (never below the lower bound): still sound.
+        hi = max(lo, min(hi, MAX_PATTERN_REPEAT))
+        return f"({_emit(sub, pointer, plain=True)}){{{lo},{hi}}}"
     if op is sre_c.SUBPATTERN:
-        return "(" + _emit(av[-1], pointer) + ")"
+        return "(" + _emit(av[-1], pointer, plain) + ")"
     if op is sre_c.BRANCH:
-        return "(" + "|".join(_emit(b, pointer) for b in av[1]) + ")"
+        return "(" + "|".join(_emit(b, pointer, plain) for b in av[1]) + ")"
     raise ConstraintError(f"unsupported construct {str(op).lower()} in pattern", pointer, "pattern")
+
+
+def _chars(ranges: list[tuple[int, int]], plain: bool) -> str | None:
+    """``ranges_regex``, without the escaped ``"`` and ``\\`` when ``plain`` (a restriction)
+    unless they are all the class allows."""
+    if plain:
+        kept = [r for a, b in ranges for r in _split(a, b, (0x22, 0x5C))]
+        if kept and ranges_regex(kept) is not None:
+            return ranges_regex(kept)
+    return ranges_regex(ranges)
 
 
 def _need(rx: str | None, pointer: str) -> str:

@@ -8,7 +8,7 @@ import math
 from .formats import FORMAT_REGEXES
 from .int_range import INTEGER, integer_range_regex, number_range_regex
 from .json_schema_normalize import ALL_TYPES, schemas_for_key
-from .json_schema_pattern import STRING_CHAR, pattern_to_regex, sre_parse
+from .json_schema_pattern import PLAIN_CHAR, STRING_CHAR, pattern_to_regex, sre_parse
 
 NULL = "null"
 BOOLEAN = "(true|false)"
@@ -94,8 +94,11 @@ def _string(comp, flat: dict, pointer: str) -> str | None:
     if not constraints:
         if hi is not None and hi > MAX_STRING_REPEAT:
             hi = max(lo, MAX_STRING_REPEAT)
-        count = f"{{{lo},{'' if hi is None else hi}}}" if (lo or hi is not None) else "*"
-        return f'"{STRING_CHAR}{count}"'
+        if not lo and hi is None:
+            return STRING
+        # Counted copies of the escape alternatives blow up the automaton: bounded strings use
+        # characters that need no escape (a restriction; each is one code point, so exact).
+        return f'"{PLAIN_CHAR}{{{lo},{"" if hi is None else hi}}}"'
     kind, value = constraints[0]
     if kind == "format":
         body, width_src = FORMAT_REGEXES[value], FORMAT_REGEXES[value]

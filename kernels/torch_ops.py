@@ -1,10 +1,12 @@
 """Fast pure-torch attention over the paged KV pool: the CPU engine's path.
 
 Same contracts and numerics as ``attention_ref`` (all math in float32, result cast to q's dtype),
-but batched: every request's context is gathered once into a padded ``[bs, max_kv_len]`` slot
-matrix with a validity mask, so a decode step is one batched matmul per layer and an extend step
-is one ``scaled_dot_product_attention`` call (or one per request when padding would waste more
-than it saves). GQA is handled by grouping query heads, never by repeating K/V.
+but batched: every request's context is gathered once, head-major, into a padded
+``[bs, num_kv_heads, max_kv_len, head_dim]`` tensor with a validity mask, so a decode step is one
+fused attention call per layer and an extend step is one ``scaled_dot_product_attention`` call (or
+one per request when padding would waste more than it saves). Decode batches whose requests share
+a cached prefix (``shared_prefix_len``) attend to it once for the whole batch (cascade attention).
+GQA is handled by grouping query heads, never by repeating K/V.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from radixlm.kernels.validate import check_attention, check_bitmask, check_store_kv
 
+# torch's fused CPU flash-attention kernel; unlike the public SDPA it also returns the log-sum-exp
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _BYTE_BITS: dict[torch.device, torch.Tensor] = {}  # device -> [256, 8] bool: bit j of byte b is clear
 
 
@@ -58,9 +62,9 @@ def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     ``shared_prefix_len`` (P, keyword-only): the caller guarantees that the first P entries of every
     request's ``kv_indices`` range are the same slots (a prefix shared through the radix cache).
     Then the shared K/V are gathered once and all queries of the batch attend to them in one
-    matmul; each request's own suffix is gathered padded as usual, and the two parts are merged
-    with a joint softmax (cascade attention). P = 0 (the default) is plain padded attention; P must
-    not exceed any request's context length. The Triton backend has no such argument.
+    call; each request's own suffix is gathered padded as usual, and the two partial results are
+    merged by their log-sum-exp (cascade attention). P = 0 (the default) is plain padded attention;
+    P must not exceed any request's context length. The Triton backend has no such argument.
     """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale)
     bs, num_heads, head_dim = q.shape
@@ -72,11 +76,9 @@ def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     if shared_prefix_len:
         out = _decode_cascade(qg, k_pool, v_pool, kv_indptr, kv_indices, kv_lens,
                               _check_shared_prefix(shared_prefix_len, kv_lens), sm_scale)
-        return out.reshape(bs, num_heads, head_dim).to(q.dtype)
-    k, v, valid = _gather_kv(k_pool, v_pool, kv_indptr[:-1], kv_indices, kv_lens, int(kv_lens.max()))
-    scores = torch.matmul(qg, k.transpose(2, 3)).mul_(sm_scale)  # [bs, kv_heads, group, max_kv]
-    scores.masked_fill_(~valid[:, None, None, :], float("-inf"))
-    out = torch.matmul(torch.softmax(scores, dim=-1), v)  # [bs, kv_heads, group, D]
+    else:
+        k, v, valid = _gather_kv(k_pool, v_pool, kv_indptr[:-1], kv_indices, kv_lens, int(kv_lens.max()))
+        out, _ = _attention_lse(qg, k, v, sm_scale, _key_bias(valid))  # [bs, kv_heads, group, D]
     return out.reshape(bs, num_heads, head_dim).to(q.dtype)
 
 
@@ -90,39 +92,58 @@ def _check_shared_prefix(shared_prefix_len: object, kv_lens: torch.Tensor) -> in
     return shared_prefix_len
 
 
+def _key_bias(valid: torch.Tensor) -> torch.Tensor:
+    """Key validity ``[bs, S]`` -> additive float32 bias ``[bs, 1, 1, S]`` (0 or -inf)."""
+    bias = torch.zeros(valid.shape, dtype=torch.float32, device=valid.device)
+    return bias.masked_fill_(~valid, float("-inf"))[:, None, None, :]
+
+
+def _attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                   bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention with its log-sum-exp: q ``[B, h, Lq, D]``, k/v ``[B, h, Lk, D]`` float32,
+    ``bias`` additive, broadcastable to ``[B, h, Lq, Lk]`` -> out ``[B, h, Lq, D]``, lse ``[B, h, Lq]``.
+
+    A row that sees no key gets out 0 and an arbitrary lse: callers mask such rows themselves.
+    On CPU this is torch's fused flash-attention kernel (one pass, which also returns the lse).
+    """
+    if _FLASH_CPU is not None and q.device.type == "cpu":
+        return _FLASH_CPU(q, k, v, attn_mask=bias, scale=scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)  # [B, h, Lq, Lk]
+    if bias is not None:
+        scores.add_(bias)
+    m = scores.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, 0.0)
+    p = scores.sub_(m).exp_()
+    total = p.sum(dim=-1, keepdim=True)
+    out = torch.matmul(p, v) / total.clamp_min(torch.finfo(torch.float32).tiny)
+    return out, (m + total.log()).squeeze(-1)
+
+
 def _decode_cascade(qg: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, kv_indptr: torch.Tensor,
                     kv_indices: torch.Tensor, kv_lens: torch.Tensor, prefix: int, sm_scale: float) -> torch.Tensor:
     """Decode attention split at a shared prefix; qg ``[bs, kv_heads, group, D]`` -> same shape.
 
-    Softmax over the union of both key sets, computed from one common row maximum m:
-    ``out = (exp(s1 - m) @ V1 + exp(s2 - m) @ V2) / (sum exp(s1 - m) + sum exp(s2 - m))``.
+    out = o1 * exp(lse1 - lse) + o2 * exp(lse2 - lse) with lse = logaddexp(lse1, lse2), where
+    (o1, lse1) attend the prefix and (o2, lse2) the request's own suffix.
     """
     bs, kv_heads, group, head_dim = qg.shape
-    # (a) every query of the batch against the shared prefix: one matmul per KV head
+    # (a) every query of the batch against the shared prefix: one attention per KV head
     slots = kv_indices[:prefix].long()
     kp, vp = _gather_head_major(k_pool, slots), _gather_head_major(v_pool, slots)  # [kv_heads, P, D]
-    qh = qg.transpose(0, 1).reshape(kv_heads, bs * group, head_dim)  # [kv_heads, bs * group, D]
-    s1 = torch.matmul(qh, kp.transpose(1, 2)).mul_(sm_scale)  # [kv_heads, bs * group, P]
-    m = s1.amax(dim=-1, keepdim=True)  # [kv_heads, bs * group, 1], finite: P >= 1
+    qh = qg.transpose(0, 1).reshape(1, kv_heads, bs * group, head_dim)
+    o1, lse1 = _attention_lse(qh, kp.unsqueeze(0), vp.unsqueeze(0), sm_scale)
+    o1 = o1.view(kv_heads, bs, group, head_dim).transpose(0, 1)  # [bs, kv_heads, group, D]
+    lse1 = lse1.view(kv_heads, bs, group).transpose(0, 1).unsqueeze(-1)  # [bs, kv_heads, group, 1]
     # (b) each request's own suffix, padded
     suffix_lens = kv_lens - prefix
     max_suffix = int(suffix_lens.max())
-    if max_suffix:
-        ks, vs, valid = _gather_kv(k_pool, v_pool, kv_indptr[:-1] + prefix, kv_indices, suffix_lens, max_suffix)
-        s2 = torch.matmul(qg, ks.transpose(2, 3)).mul_(sm_scale)  # [bs, kv_heads, group, S]
-        s2.masked_fill_(~valid[:, None, None, :], float("-inf"))
-        m2 = s2.amax(dim=-1, keepdim=True).transpose(0, 1).reshape(kv_heads, bs * group, 1)
-        m = torch.maximum(m, m2)
-    p1 = s1.sub_(m).exp_()
-    l1 = p1.sum(dim=-1, keepdim=True)  # [kv_heads, bs * group, 1]
-    o1 = torch.matmul(p1, vp)  # [kv_heads, bs * group, D]
-    num = o1.view(kv_heads, bs, group, head_dim).transpose(0, 1)  # [bs, kv_heads, group, D]
-    den = l1.view(kv_heads, bs, group, 1).transpose(0, 1)
-    if max_suffix:
-        p2 = s2.sub_(m.view(kv_heads, bs, group, 1).transpose(0, 1)).exp_()  # masked keys -> 0
-        num = num + torch.matmul(p2, vs)
-        den = den + p2.sum(dim=-1, keepdim=True)
-    return num / den
+    if not max_suffix:
+        return o1.clone()
+    ks, vs, valid = _gather_kv(k_pool, v_pool, kv_indptr[:-1] + prefix, kv_indices, suffix_lens, max_suffix)
+    o2, lse2 = _attention_lse(qg, ks, vs, sm_scale, _key_bias(valid))
+    lse2 = lse2.unsqueeze(-1).masked_fill_((suffix_lens == 0)[:, None, None, None], float("-inf"))
+    lse = torch.logaddexp(lse1, lse2)  # finite: the prefix has P >= 1 keys
+    return o1 * (lse1 - lse).exp_() + o2 * (lse2 - lse).exp_()
 
 
 def _causal_mask(q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int) -> torch.Tensor:

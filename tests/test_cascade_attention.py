@@ -118,3 +118,15 @@ def test_from_spec_detects_the_shared_prefix() -> None:
     assert ForwardBatch.from_spec(spec4, table, "cpu", detect_shared_prefix=True).shared_prefix_len == 0
     short = _decode_spec([0, 1], [MIN_SHARED_PREFIX_LEN - 1, 44], [105, 203])  # too short to bother
     assert ForwardBatch.from_spec(short, table, "cpu", detect_shared_prefix=True).shared_prefix_len == 0
+
+
+def test_matmul_fallback_matches_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Devices without torch's fused CPU kernel take the matmul-softmax path: same results."""
+    from radixlm.kernels import torch_ops
+
+    monkeypatch.setattr(torch_ops, "_FLASH_CPU", None)
+    k, v = _pools(2)
+    indptr, indices = _batch(48, [0, 6, 1, 11], seed=10)
+    q = torch.randn(4, 8, HEAD_DIM, generator=torch.Generator().manual_seed(2))
+    for shared in (48, 0):
+        _check(q, k, v, indptr, indices, shared)
