@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import re
 import threading
+from pathlib import Path
 
 import jsonschema
 import pytest
-from radixlm.constrained import ConstraintError
+from radixlm.constrained import ConstraintError, schema_to_regex
 
 from radixlm import Engine
 
@@ -82,3 +83,57 @@ def test_lenient_schema_reports_violations(engine):
         violations = out["meta_info"]["constraint_violations"]
         assert (json.loads(out["text"]) % 3 == 0) == (violations == []), (out["text"], violations)
     assert any(out["meta_info"]["constraint_violations"] for out in outs)
+
+
+def test_grammar_request_reports_cached_prefix(engine):
+    system = "You are a careful assistant that answers in JSON. " * 12
+    first = engine.generate(system + "Alice:", sample(json_schema=SCHEMA, seed=3))
+    second = engine.generate(system + "Bob:", sample(json_schema=SCHEMA, seed=4))
+    for out in (first, second):
+        jsonschema.validate(json.loads(out["text"]), SCHEMA)
+    assert second["meta_info"]["cached_tokens"] > 0, second["meta_info"]
+
+
+BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench"
+BENCH_MAX_REGEX = 3000  # small grammars only: each compiles in well under a second
+
+
+def _bench_sample() -> list[tuple[str, dict]]:
+    """One schema per JSONSchemaBench subset: the first that compiles strictly to a small regex."""
+    if not BENCH.is_dir():
+        pytest.fail(f"JSONSchemaBench sample not found at {BENCH} (../shared/data/jsonschemabench)")
+    picked: dict[str, tuple[str, dict]] = {}
+    for path in sorted(BENCH.glob("*/*.json")):
+        if path.parent.name in picked:
+            continue
+        schema = json.loads(path.read_text())["schema"]
+        try:
+            if len(schema_to_regex(schema).regex) <= BENCH_MAX_REGEX:
+                picked[path.parent.name] = (path.name, schema)
+        except ConstraintError:
+            continue
+    return list(picked.values())
+
+
+def test_bench_schemas_generate_valid_outputs(engine):
+    cases = _bench_sample()
+    assert len(cases) >= 10
+    params = [sample(json_schema=schema, seed=7, max_new_tokens=256) for _, schema in cases]
+    outs = engine.generate(["Answer in JSON:"] * len(cases), params)
+    for (name, schema), out in zip(cases, outs):
+        if out["meta_info"]["finish_reason"]["type"] == "length":
+            continue  # cut short by max_new_tokens: a prefix, not a complete instance
+        assert not list(jsonschema.validators.validator_for(schema)(schema).iter_errors(json.loads(out["text"]))), name
+    assert sum(o["meta_info"]["finish_reason"]["type"] == "stop" for o in outs) >= len(cases) // 2
+
+
+def test_bench_schemas_jump_forward_on_vs_off(engine):
+    cases = _bench_sample()[:6]
+    on = engine.generate(["JSON:"] * len(cases), [sample(json_schema=s, seed=5, max_new_tokens=96) for _, s in cases])
+    off = engine.generate(["JSON:"] * len(cases), [sample(json_schema=s, seed=5, max_new_tokens=96,
+                                                          disable_jump_forward=True) for _, s in cases])
+    for (_name, schema), a, b in zip(cases, on, off):
+        for out in (a, b):
+            if out["meta_info"]["finish_reason"]["type"] == "stop":
+                jsonschema.validate(json.loads(out["text"]), schema)
+    assert sum(o["meta_info"]["forward_passes"] for o in on) < sum(o["meta_info"]["forward_passes"] for o in off)

@@ -1,8 +1,17 @@
 """llama.cpp through ``llama-cpp-python``: the checkpoint converted to GGUF once, prompts run one by one.
 
-llama-cpp-python serves one sequence at a time; its own prefix reuse (the longest match with the
-tokens already in its context) applies between consecutive prompts, as it would for a user.
-Greedy (``top_k=1``), EOS ignored by reading exactly ``max_new_tokens`` tokens from ``generate``.
+llama-cpp-python serves one sequence at a time (no batching across requests). Prefix reuse is what
+a llama-cpp-python user gets:
+
+* ``Llama.generate`` keeps the KV cache of the last sequence and re-evaluates only the part of the
+  next prompt past their longest common prefix (so consecutive agent requests share the system turn);
+* a ``LlamaRAMCache`` of saved states, as ``create_completion`` and the llama-cpp-python server use
+  it: after each request the state is saved under its tokens, and before a request the state with the
+  longest matching prefix is loaded when it matches more than the live context (so interleaved
+  chat conversations each resume their own history).
+
+Greedy (``top_k=1``, ``temp=0``), EOS ignored by reading exactly ``max_new_tokens`` tokens from
+``generate``; token ids go in directly, so no tokenizer is involved.
 """
 
 from __future__ import annotations
@@ -14,29 +23,73 @@ from .gguf_convert import convert
 from .systems import Generation
 
 
+def gguf_path_for(model_path: str) -> Path:
+    """Where the float32 GGUF of ``model_path`` is kept: ``<parent>/gguf/<checkpoint dir name>-f32.gguf``."""
+    model_dir = Path(model_path).resolve()
+    return model_dir.parent / "gguf" / f"{model_dir.name}-f32.gguf"
+
+
+def _common_prefix(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class LlamaCppSystem:
-    def __init__(self, name: str, model_path: str, n_ctx: int = 4096):
-        from llama_cpp import Llama
+    """The ``llama.cpp`` system: ``generate``/``reset`` over one ``llama_cpp.Llama`` context."""
+
+    def __init__(self, name: str, model_path: str, n_ctx: int = 4096, state_cache_bytes: int = 2 << 30):
+        from llama_cpp import Llama, LlamaRAMCache
 
         self.name = name
-        gguf_path = Path(model_path) / "model-f32.gguf"
-        if not gguf_path.exists():
-            tmp = gguf_path.with_suffix(".tmp")
+        self.gguf_path = gguf_path_for(model_path)
+        if not self.gguf_path.exists():
+            self.gguf_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.gguf_path.with_suffix(f".tmp{os.getpid()}")
             convert(model_path, tmp)
-            os.replace(tmp, gguf_path)
-        self.llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_batch=512, verbose=False,
-                         n_threads=os.cpu_count())
+            os.replace(tmp, self.gguf_path)
+        # Same thread count as torch gets on this machine (every core).
+        self.llm = Llama(model_path=str(self.gguf_path), n_ctx=n_ctx, n_batch=512, n_threads=os.cpu_count(),
+                         logits_all=False, verbose=False)
+        self._cache_cls = LlamaRAMCache
+        self._cache_bytes = state_cache_bytes
+        self.cache = LlamaRAMCache(state_cache_bytes)
+
+    def _live_tokens(self) -> list[int]:
+        return [int(t) for t in self.llm._input_ids[: self.llm.n_tokens]]
+
+    def _restore_best_state(self, prompt: list[int]) -> int:
+        """Load the saved state sharing the longest prefix with ``prompt`` if it beats the live context.
+
+        Returns how many prompt tokens will be reused (at most ``len(prompt) - 1``: one is re-evaluated
+        for fresh logits, as ``Llama.generate`` does).
+        """
+        live = _common_prefix(self._live_tokens(), prompt)
+        key = self.cache._find_longest_prefix_key(tuple(prompt))
+        if key is not None and _common_prefix(key, prompt) > live:
+            self.llm.load_state(self.cache[key])
+            live = _common_prefix(key, prompt)
+        return min(live, len(prompt) - 1)
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int) -> Generation:
-        outputs = []
+        outputs, cached = [], 0
         for prompt in prompts:
+            cached += self._restore_best_state(prompt)
             out: list[int] = []
-            for token in self.llm.generate(prompt, top_k=1, top_p=1.0, temp=0.0, reset=False):
+            # reset=True (the default) is what triggers llama-cpp-python's longest-prefix KV reuse.
+            for token in self.llm.generate(prompt, top_k=1, top_p=1.0, min_p=0.0, temp=0.0):
                 out.append(int(token))
                 if len(out) == max_new_tokens:
                     break
             outputs.append(out)
-        return Generation(outputs=outputs, prompt_tokens=sum(len(p) for p in prompts))
+            self.cache[self._live_tokens()] = self.llm.save_state()
+        return Generation(outputs=outputs, prompt_tokens=sum(len(p) for p in prompts), cached_tokens=cached)
 
     def reset(self) -> None:
+        """Drop the live KV cache and every saved state (each repetition starts cold)."""
         self.llm.reset()
+        self.llm._ctx.kv_cache_clear()
+        self.cache = self._cache_cls(self._cache_bytes)
