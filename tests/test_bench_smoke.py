@@ -28,6 +28,8 @@ def test_quick_run_writes_results(tmp_path: Path, tiny_llama: str) -> None:
     assert agent["systems"]["radixlm"]["median"]["cached_tokens"] > 0  # the shared system prompt was reused
     assert agent["systems"]["radixlm-nocache"]["median"]["cached_tokens"] == 0
     assert "radixlm_speedup" in agent["systems"]["radixlm-nocache"]
+    same = agent["greedy_agreement"]["radixlm-nocache"]  # greedy, same ids: the cache must not change tokens
+    assert same["identical"] == same["prompts"] == agent["workload"]["requests"]
     assert {t["name"] for t in agent["targets"]} >= {"radixlm / radixlm-nocache output tok/s"}
     raw = json.loads((out / "raw.json").read_text())
     assert raw["machine"]["read_gb_per_s"] > 0 and raw["machine"]["matmul_gflop_per_s"] > 0

@@ -11,16 +11,18 @@ from __future__ import annotations
 from typing import Any
 
 from .context import SuiteContext
-from .measure import alternate, summarize, target
+from .measure import agreement, alternate, summarize, target
 from .workloads import agent_prompts
 
 SYSTEMS = ("radixlm", "radixlm-nocache", "hf", "hf-prefix", "llama.cpp")
 
 
-def token_trial(system: Any, prompts: list[list[int]], new_tokens: int):
-    """A trial running ``prompts`` through ``system`` once."""
+def token_trial(system: Any, prompts: list[list[int]], new_tokens: int, sink: list | None = None):
+    """A trial running ``prompts`` through ``system`` once (its outputs replace ``sink``'s contents)."""
     def trial() -> dict[str, Any]:
         gen = system.generate(prompts, new_tokens)
+        if sink is not None:
+            sink[:] = gen.outputs
         return {"output_tokens": gen.output_tokens, "prompt_tokens": gen.prompt_tokens,
                 "cached_tokens": gen.cached_tokens, "requests": len(prompts)}
     return trial
@@ -33,7 +35,8 @@ def run(ctx: SuiteContext) -> dict[str, Any]:
     prompts = agent_prompts(ctx.tokenizer, num, system_tokens)
     ready, missing = ctx.pick(SYSTEMS)
     ctx.log(f"agent: {num} requests, prompt {len(prompts[0])} tokens, {new_tokens} new tokens each")
-    trials = {n: token_trial(s, prompts, new_tokens) for n, s in ready.items()}
+    outputs: dict[str, list[list[int]]] = {n: [] for n in ready}
+    trials = {n: token_trial(s, prompts, new_tokens, outputs[n]) for n, s in ready.items()}
     warm = {n: token_trial(s, prompts[:2], 2) for n, s in ready.items()}
     runs = alternate(trials, ctx.reps, warmups=warm, resets={n: s.reset for n, s in ready.items()}, log=ctx.log)
     systems = summarize(runs, "radixlm", unavailable=missing)
@@ -45,4 +48,5 @@ def run(ctx: SuiteContext) -> dict[str, Any]:
         targets.append(target("radixlm / llama.cpp output tok/s", speedup.get("llama.cpp"), 2.0))
     return {"workload": {"requests": num, "prompt_tokens_each": [len(p) for p in prompts][:4],
                          "shared_system_tokens": system_tokens, "new_tokens": new_tokens},
-            "metric": "output_tok_per_s", "systems": systems, "targets": targets}
+            "metric": "output_tok_per_s", "systems": systems, "targets": targets,
+            "greedy_agreement": agreement(outputs, "radixlm")}

@@ -1,8 +1,12 @@
 """Convert a Llama-family HF checkpoint (float32 safetensors, byte-level BPE ``tokenizer.json``) to GGUF.
 
 Only what ``llama.cpp`` needs to run the locally built checkpoints: hyper-parameters, the BPE
-vocabulary and merges, and the tensors renamed to GGUF's names. Q and K projections are permuted
-from HF's rotate-half RoPE layout to llama.cpp's interleaved one.
+vocabulary and merges (tokenizer model ``gpt2``), special token ids, and the tensors renamed to GGUF's
+names. llama.cpp's ``llama`` architecture applies RoPE to adjacent pairs (``rope_type`` normal) while
+HF Llama rotates halves, so the Q and K projections are permuted per head (as llama.cpp's own
+converter does); an untied LM head is written as ``output.weight`` (a tied one is copied from the
+embedding). Verified on the tiny Llama checkpoint: llama.cpp's greedy tokens equal radixlm's for the
+same token ids (the agent suite records this agreement in every run).
 """
 
 from __future__ import annotations
@@ -38,15 +42,25 @@ def gguf_name(hf_name: str) -> str:
     raise ValueError(f"tensor {hf_name!r} has no GGUF name (only Llama-style checkpoints convert)")
 
 
+def _token_type(known: bool, added: dict | None) -> int:
+    # GGUF token types: 1 normal, 3 control (special added tokens), 4 user-defined (added, not special,
+    # e.g. <tool_call>: kept in decoded text), 5 unused (ids the vocabulary does not fill)
+    if not known:
+        return 5
+    if added is None:
+        return 1
+    return 3 if added.get("special") else 4
+
+
 def _add_tokenizer(writer, model_dir: Path, config: dict) -> None:
     tok = json.loads((model_dir / "tokenizer.json").read_text())
     vocab: dict[str, int] = dict(tok["model"]["vocab"])
-    special = {t["content"]: t["id"] for t in tok.get("added_tokens", [])}
-    vocab.update(special)
+    added = {t["content"]: t for t in tok.get("added_tokens", [])}
+    vocab.update({content: t["id"] for content, t in added.items()})
     size = config["vocab_size"]
     by_id = {i: t for t, i in vocab.items()}
     tokens = [by_id.get(i, f"<|unused_{i}|>") for i in range(size)]
-    types = [3 if t in special else (5 if i not in by_id else 1) for i, t in enumerate(tokens)]  # control/unused/normal
+    types = [_token_type(i in by_id, added.get(t)) for i, t in enumerate(tokens)]
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"].get("merges", [])]
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")

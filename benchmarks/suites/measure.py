@@ -87,3 +87,29 @@ def target(name: str, value: float | None, threshold: float, unit: str = "x") ->
     """A target line for the report: met when ``value >= threshold``."""
     return {"name": name, "value": value, "threshold": threshold, "unit": unit,
             "met": None if value is None else value >= threshold}
+
+
+def agreement(outputs: dict[str, list[list[int]]], baseline: str) -> dict[str, dict[str, Any]]:
+    """How closely each system's greedy outputs match ``baseline``'s on the same prompts.
+
+    Per system: ``identical`` (prompts whose outputs are equal), ``prompts``, and
+    ``mean_matching_prefix`` (leading tokens equal, averaged over prompts) out of ``tokens_each``.
+    Float32 engines differ in summation order, so a near-tie can flip a token and the rest diverges.
+    """
+    base = outputs.get(baseline)
+    if base is None:
+        return {}
+    result: dict[str, dict[str, Any]] = {}
+    for name, outs in outputs.items():
+        if name == baseline:
+            continue
+        prefixes = []
+        for a, b in zip(base, outs):
+            n = 0
+            while n < min(len(a), len(b)) and a[n] == b[n]:
+                n += 1
+            prefixes.append(n)
+        result[name] = {"identical": sum(a == b for a, b in zip(base, outs)), "prompts": len(outs),
+                        "mean_matching_prefix": sum(prefixes) / max(len(prefixes), 1),
+                        "tokens_each": max((len(o) for o in base), default=0)}
+    return result

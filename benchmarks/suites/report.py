@@ -28,6 +28,7 @@ def markdown(result: dict[str, Any]) -> str:
     """One Markdown table: a row per system with its median metric, time, ratio and cache hits."""
     metric, suite = result["metric"], result["suite"]
     lines = [f"### {suite}", "", f"{result.get('description', '')}", ""]
+    base = next(iter(result["systems"]))
     if suite == "raw":
         lines += ["| config | median tok/s | roofline tok/s | fraction |", "|---|---:|---:|---:|"]
         for name, row in result["systems"].items():
@@ -35,7 +36,6 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {name} | {_fmt(value, 1)} | {_fmt(row['roofline_tok_per_s'], 1)} "
                          f"| {row['roofline_fraction']:.1%} |")
     else:
-        base = next(iter(result["systems"]))
         lines += [f"| system | median {UNITS.get(metric, metric)} | median s | {base} speed-up | cache hit |",
                   "|---|---:|---:|---:|---:|"]
         for name, row in result["systems"].items():
@@ -46,6 +46,11 @@ def markdown(result: dict[str, Any]) -> str:
             hit = med["cached_tokens"] / med["prompt_tokens"] if med.get("prompt_tokens") and "cached_tokens" in med else None
             lines.append(f"| {name} | {_fmt(med.get(metric))} | {_fmt(med.get('seconds'))} "
                          f"| {_fmt(row.get(f'{base}_speedup'))}x | {_fmt(hit and hit * 100, 1)}% |")
+    agree = result.get("greedy_agreement", {})
+    if agree:
+        parts = [f"{n} {a['identical']}/{a['prompts']} (mean matching prefix {a['mean_matching_prefix']:.1f}"
+                 f"/{a['tokens_each']})" for n, a in agree.items()]
+        lines.append(f"\nGreedy outputs identical to {base}'s (same token ids in): " + "; ".join(parts))
     for t in result.get("targets", []):
         state = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
         lines.append(f"\nTarget: {t['name']} = {_fmt(t['value'])}{t['unit']} (>= {t['threshold']}{t['unit']}): "
