@@ -13,9 +13,9 @@ Targets (issue 5): coverage >= 90%, mask p50 <= 10 us and p99 <= 100 us on a 32k
 zero invalid instances accepted, every generated output valid.
 
 Last run (llama small tokenizer, 32k vocab, 252 schemas, --walks 1, 2 shared CPU cores):
-coverage 182/252 = 72.2% (51 strict errors, 19 compile timeouts); compile ms p50 82 p90 1233;
-mask us/token p50 4.5 p99 56; valid instances accepted 203/215, invalid rejected 180/180;
-random-walk outputs valid 182/182; jump-forward saves 13% of forward passes on random walks.
+coverage 201/252 = 79.8% (49 strict errors, 2 compile timeouts); compile ms p50 44 p90 541;
+mask us/token p50 4.8 p99 43; valid instances accepted 216/240, invalid rejected 225/225;
+random-walk outputs valid 200/200; jump-forward saves 17.4% of forward passes on random walks.
 """
 
 from __future__ import annotations
