@@ -8,7 +8,7 @@ is relaxed and recorded in ``SchemaRegex.relaxed`` (``strict=False``; the output
 after generation).
 
 Compilation walks the schema with ``_Compiler.value``: resolve ``$ref``/``allOf``/``if``/``not``
-into one canonical node (``flatten``), split ``anyOf``/``oneOf`` into alternatives, then emit the
+(``json_schema_not``) into one canonical node (``flatten``), split ``anyOf``/``oneOf`` into alternatives, then emit the
 regex of each allowed type. ``None`` stands for an unsatisfiable sub-schema.
 """
 
@@ -22,9 +22,10 @@ from urllib.parse import unquote
 
 import jsonschema
 
+from . import json_schema_not as negation
 from . import json_schema_types as types_
 from .errors import ConstraintError
-from .json_schema_normalize import ALL_TYPES, canonical, clean, merge
+from .json_schema_normalize import canonical, clean, merge
 from .json_schema_object import object_regex
 from .json_schema_pattern import escape_literal
 
@@ -93,6 +94,16 @@ class _Compiler:
         """Exact check of ``value`` against every raw node in ``sources`` (refs resolve in root)."""
         return all(self._validator.evolve(schema=s).is_valid(value) for s in sources)
 
+    def is_valid_loose(self, sources: list, value: Any) -> bool:
+        """``is_valid`` without the top-level keywords the compiler decomposes (``oneOf``,
+        ``anyOf``, ``not``, ``allOf``, ``$ref``, ``if``): a superset of the node's instances, for
+        disjointness proofs (the parts that ``allOf``/``$ref``/``if`` merged are sources of their
+        own). Checking the full sources would be circular: a ``oneOf`` node rejects a value that
+        two of its branches accept."""
+        drop = ("oneOf", "anyOf", "not", "allOf", "$ref", "if", "then", "else")
+        loose = [{k: v for k, v in s.items() if k not in drop} if isinstance(s, dict) else s for s in sources]
+        return self.is_valid(loose, value)
+
     # ---- flattening ---------------------------------------------------------------------------
     def resolve(self, ref: str, pointer: str) -> tuple[Any, str]:
         if not ref.startswith("#"):
@@ -140,45 +151,10 @@ class _Compiler:
             out = merge(out, flat, pointer)
             grown = grown + sub_refs[base:]  # the refs each part expanded, for its children
         if "not" in node:
-            out = self.negate(out, node["not"], f"{pointer}/not", refs)
+            out = negation.negate(self, out, node["not"], f"{pointer}/not", refs)
             if out is None:
                 return None, refs
         return out, grown
-
-    def negate(self, out: dict, neg: Any, pointer: str, refs: tuple) -> dict | None:
-        """Apply ``not``: supported when the negated schema is trivial or only restricts ``type``
-        (or ``enum``/``const``, by removing values from our own enum)."""
-        flat, _ = self.flatten(neg, pointer, refs)
-        if flat is None:
-            return out
-        keys = set(flat) - {"_sources"}
-        if not keys:
-            return None  # not {} / not true: nothing is valid
-        if keys == {"type"}:
-            banned = set(flat["type"]) | ({"integer"} if "number" in flat["type"] else set())
-            allowed = [t for t in out.get("type", ALL_TYPES) if t not in banned]
-            if "number" in allowed and "integer" in banned:
-                self.unsupported(pointer, "type", "in not removes integers from numbers")
-            out["type"] = allowed
-            return out
-        if "enum" in out:
-            out["enum"] = [v for v in out["enum"] if not self.is_valid(flat["_sources"], v)]
-            return out
-        if keys == {"required"} and out.get("additionalProperties") is not True:
-            # not {required: [a, b]}: at least one is absent; we never generate the first one
-            name = flat["required"][0] if flat["required"] else None
-            if name is None or name in out.get("required", []):
-                return None if name is None else self._unsupported_not(pointer, out)
-            out.setdefault("properties", {})
-            out["properties"] = dict(out["properties"], **{name: False})
-            return out
-        if types_.disjoint(self, out, flat):
-            return out  # nothing we generate can satisfy the negated schema anyway
-        return self._unsupported_not(pointer, out)
-
-    def _unsupported_not(self, pointer: str, out: dict) -> dict:
-        self.unsupported(pointer.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
-        return out
 
     # ---- values -------------------------------------------------------------------------------
     def value(self, node: Any, pointer: str, refs: tuple) -> str | None:
@@ -213,8 +189,9 @@ class _Compiler:
                 return self.alternatives(flat, key, pointer, refs)
         if "enum" in flat:
             return self.enum(flat)
+        negation.check_pending(self, flat)
         types = types_.types_of(flat)
-        alts = [types_.typed(self, t, flat, pointer, refs) for t in types]
+        alts = [negation.typed(self, t, flat, pointer, refs) for t in types]
         return _alt([a for a in alts if a is not None])
 
     def alternatives(self, flat: dict, key: str, pointer: str, refs: tuple) -> str | None:
@@ -225,15 +202,12 @@ class _Compiler:
             if sub_flat is not None:
                 branches.append((merge(rest, sub_flat, pointer), sub_refs))
         if key == "oneOf":
-            for i in range(len(branches)):
-                for j in range(i):
-                    if not types_.disjoint(self, branches[i][0], branches[j][0]):
-                        self.unsupported(pointer, "oneOf", "has branches that may overlap, so "
-                                         "'exactly one' cannot be guaranteed")
-                        break
-                else:
-                    continue
-                break
+            flats = types_.exclude_required_of_others([b for b, _ in branches])
+            branches = [(f, r) for f, (_, r) in zip(flats, branches)]
+            if not all(types_.generated_disjoint(self, flats[i], flats[j])
+                       for i in range(len(flats)) for j in range(len(flats)) if i != j):
+                self.unsupported(pointer, "oneOf", "has branches that may overlap, so "
+                                 "'exactly one' cannot be guaranteed")
         alts = [self.value_flat(b, pointer, r) for b, r in branches]
         return _alt([a for a in alts if a is not None])
 

@@ -25,6 +25,8 @@ def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
         if name in required:  # the dependency holds for sure: merge it in and start over
             rest = dict(flat, dependentSchemas={k: v for k, v in flat["dependentSchemas"].items() if k != name})
             sub_flat, refs = comp.flatten(sub, f"{pointer}/dependentSchemas/{name}", refs)
+            for where in (sub_flat or {}).get("_nots", []):  # a `not` only an enum could enforce
+                comp.unsupported(where.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
             return None if sub_flat is None else object_regex(comp, merge(rest, sub_flat, pointer), pointer, refs)
     if not any(k in flat for k in ("properties", "patternProperties", "additionalProperties", "required")):
         flat = dict(flat, additionalProperties=True)  # a bare {"type": "object"}: any members
@@ -98,7 +100,7 @@ def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple) -> str | No
         if rx is None:
             continue
         if is_universal(pat) or pat in _NONEMPTY_UNIVERSAL:
-            key = _complement(taken, nonempty=pat in _NONEMPTY_UNIVERSAL)
+            key = complement_string(taken, nonempty=pat in _NONEMPTY_UNIVERSAL)
         elif not any(re.search(pat, n) for n in taken):
             key = f'"{pattern_to_regex(pat, where, PLAIN_CHAR)}"'
         else:
@@ -109,13 +111,13 @@ def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple) -> str | No
         node: Any = {"allOf": [ap] + every} if every else ap
         rx = comp.value(node, f"{pointer}/additionalProperties", refs)
         if rx is not None:
-            alts.append(f"{_complement(taken, nonempty=False)}{comp.ws}:{comp.ws}{rx}")
+            alts.append(f"{complement_string(taken, nonempty=False)}{comp.ws}:{comp.ws}{rx}")
     if not alts:
         return None
     return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
 
 
-def _complement(words: set, nonempty: bool) -> str:
+def complement_string(words: set, nonempty: bool) -> str:
     """A JSON string (quotes included) of plain characters that is none of ``words``."""
     trie: dict = {}
     for w in words:

@@ -4,6 +4,7 @@ type inference and ``oneOf`` disjointness test the compiler needs."""
 from __future__ import annotations
 
 import math
+import re
 
 from .formats import FORMAT_REGEXES
 from .int_range import INTEGER, integer_range_regex, number_range_regex
@@ -174,13 +175,29 @@ def disjoint(comp, a: dict, b: dict) -> bool:
     """True when no instance can satisfy both canonical nodes (a conservative proof)."""
     for x, y in ((a, b), (b, a)):
         if "enum" in x:
-            return not any(comp.is_valid(y["_sources"], v) for v in x["enum"])
+            return not any(comp.is_valid_loose(y["_sources"], v) for v in x["enum"])
+    for x, y in ((a, b), (b, a)):
+        lit = _literal(x)
+        if lit is not None and not any(comp.is_valid_loose(y["_sources"], s) for s in (lit, lit + "\n")):
+            return True
     ta, tb = _exact_types(a), _exact_types(b)
     if not ta & tb:
         return True
     if ta <= {"object"} or tb <= {"object"}:
         return _objects_disjoint(comp, a, b)
     return False
+
+
+def _literal(flat: dict) -> str | None:
+    """``lit`` when the node only admits strings matching ``^lit$`` (Python's ``$`` also matches
+    before a final newline: the caller checks ``lit + "\n"`` too)."""
+    if flat.get("type") != ["string"]:
+        return None
+    for pattern in flat.get("_patterns", []):
+        m = re.fullmatch(r"\^([A-Za-z0-9_ :/-]*)\$", pattern)
+        if m is not None:
+            return m.group(1)
+    return None
 
 
 def _exact_types(flat: dict) -> set[str]:
@@ -204,3 +221,47 @@ def _objects_disjoint(comp, a: dict, b: dict) -> bool:
                     return True
     return False
 
+
+
+def generated_disjoint(comp, gen: dict, other: dict) -> bool:
+    """True when no instance *we generate* for ``gen`` satisfies ``other`` (a conservative proof
+    that uses our restrictions: only ``types_of`` types, no undeclared object members)."""
+    if "enum" in gen or disjoint(comp, gen, other):
+        return disjoint(comp, gen, other)  # enum: exactly the values we may generate
+    if any(k in gen for k in ("anyOf", "oneOf")):
+        return False  # the branches may generate other types than types_of says
+    tg = _exact_types({"type": types_of(gen)})
+    if not tg & _exact_types(other):
+        return True
+    if not tg <= {"object"}:
+        return False
+    return (_objects_disjoint(comp, gen, other)  # exact, for objects
+            or any(never_generated(gen, n) for n in other.get("required", [])))
+
+
+def never_generated(flat: dict, name: str) -> bool:
+    """True when the objects we generate for ``flat`` never have the member ``name``."""
+    if schemas_for_key(flat, name) is None or flat.get("properties", {}).get(name) is False:
+        return True
+    if any(k in flat for k in ("additionalProperties", "patternProperties", "dependentSchemas")):
+        return False
+    keyed = any(k in flat for k in ("properties", "required"))  # else a bare object: any members
+    return keyed and name not in flat.get("properties", {}) and name not in flat.get("required", [])
+
+
+def exclude_required_of_others(branches: list[dict]) -> list[dict]:
+    """For ``oneOf`` over objects: branch i never generates a member that another branch
+    requires and branch i leaves optional (a restriction), so that the branches become provably
+    disjoint on what we generate."""
+    out = []
+    for i, b in enumerate(branches):
+        if "enum" in b or "anyOf" in b or "oneOf" in b or types_of(b) != ["object"]:
+            out.append(b)
+            continue
+        props = dict(b.get("properties", {}))
+        for j, other in enumerate(branches):
+            names = [n for n in other.get("required", []) if n not in b.get("required", [])]
+            if j != i and names and not any(never_generated(dict(b, properties=props), n) for n in names):
+                props[names[0]] = False
+        out.append(dict(b, properties=props) if props != b.get("properties", {}) else b)
+    return out

@@ -3,10 +3,13 @@ format, and each strict-mode rejection with its JSON pointer."""
 
 from __future__ import annotations
 
+import json
+import random
+
 import jsonschema
 import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
-from radixlm.constrained.walks import compact_json
+from radixlm.constrained.walks import compact_json, random_walk
 
 # (schema, instances that must be accepted, instances that must be rejected)
 CASES = [
@@ -59,6 +62,44 @@ CASES = [
     ({"type": "object", "properties": {"t": {"not": {}}, "u": {"type": "integer"}}},
      [{"u": 1}], [{"t": 1, "u": 1}]),
     ({"not": {"type": "string"}, "enum": ["a", 1]}, [1], ["a"]),
+    # not: each supported form (the last list includes the values the `not` excludes)
+    ({"type": ["string", "integer", "null"], "not": {"type": "integer"}}, ["s", None], [1, True]),
+    ({"type": ["boolean", "null"], "not": {"const": False}}, [True, None], [False, 0]),
+    ({"type": ["boolean", "null"], "not": {"enum": [None, True]}}, [False], [None, True]),
+    ({"type": "string", "not": {"enum": ["a", "ab"]}}, ["", "b", "abc", "aa"], ["a", "ab", 1]),
+    ({"type": "string", "minLength": 1, "not": {"const": "ab"}}, ["abc", "xyz"], ["ab", ""]),
+    ({"type": "integer", "minimum": 0, "maximum": 9, "not": {"enum": [3, 5.0]}}, [0, 4, 6, 9], [3, 5, 10]),
+    ({"type": "number", "not": {"const": 1.5}}, [1, 2, -1.5], [1.5]),  # bounds round inward
+    ({"type": "integer", "not": {"minimum": 10}}, [9, -3], [10, 11]),
+    ({"type": "number", "not": {"exclusiveMaximum": 2}}, [2, 3.5], [1.5, 1]),
+    ({"type": "string", "not": {"maxLength": 2}}, ["abc"], ["ab", ""]),
+    ({"type": "array", "not": {"minItems": 2}}, [[], [1]], [[1, 2]]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "not": {"required": ["a", "b"]}}, [{"b": 1}, {}], [{"a": 1, "b": 2}, {"a": 1}]),
+    ({"type": "string", "minLength": 1, "not": {"pattern": "^[.,*\\s-]+$"}}, ["a.", "Zz"], [".,", " ", ""]),
+    ({"type": ["string", "null"], "not": {"type": "string"}}, [None], ["s", 1]),
+    ({"type": "integer", "not": {"type": "string", "minLength": 2}}, [1], ["ab"]),  # disjoint: ignored
+    ({"allOf": [{"enum": [{"a": 1}, {"a": 2}, 3]}, {"not": {"properties": {"a": {"const": 1}}}}]},
+     [{"a": 2}], [{"a": 1}, 3]),  # not of anything, resolved by the enum (checked exactly)
+    ({"not": {"not": {"type": "string"}}}, ["a"], [1, None]),
+    # oneOf: disjoint on what we generate (objects only; no undeclared members; a member another
+    # branch requires is left out of a branch where it is optional)
+    ({"properties": {"c": {"oneOf": [
+        {"additionalProperties": False, "properties": {"p": {"type": "string"}}, "required": ["p"]},
+        {"additionalProperties": False, "properties": {"p": {"type": "string"}, "s": {"type": "integer"}},
+         "required": ["p", "s"]}]}}, "required": ["c"]},
+     [{"c": {"p": "m"}}, {"c": {"p": "v", "s": 1}}], [{"c": {"p": "m", "s": "x"}}, {"c": "x"}, {"c": 1}]),
+    ({"type": "object", "oneOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                  {"properties": {"e": {"type": "string"}}, "required": ["e"]}]},
+     [{"a": 1}, {"e": "x"}], [{"a": 1, "e": "x"}, {}]),
+    ({"type": "object", "additionalProperties": False, "properties": {"j": {"type": "integer"}, "p": {"type": "integer"}},
+      "oneOf": [{"required": ["p"]}, {"required": ["j"]}]}, [{"p": 1}, {"j": 1}], [{"j": 1, "p": 1}, {}]),
+    ({"type": "object", "oneOf": [
+        {"properties": {"status": {"type": "string", "pattern": "^ok$"}, "d": {"type": "integer"}}, "required": ["status"]},
+        {"properties": {"status": {"type": "string", "pattern": "^fail$"}}, "required": ["status"]}]},
+     [{"status": "ok", "d": 1}, {"status": "fail"}], [{"status": "ok", "d": "x"}, {"status": "x"}, {}]),
+    ({"type": "object", "additionalProperties": {"type": "integer"}, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+     [{"a": 1}, {"b": 1}, {"a": 1, "z": 2}], [{"a": 1, "b": 2}, {}]),
     ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, [[], [4]], [[4, 4]]),
     ({"title": "T", "description": "d", "examples": [1], "default": 2, "$comment": "c", "type": "integer",
       "deprecated": True, "readOnly": True}, [1], ["x"]),
@@ -91,6 +132,18 @@ STRICT_CASES = [
     ({"type": "string", "pattern": "^a+$", "maxLength": 3}, "#/maxLength"),
     ({"type": "string", "format": "email", "pattern": "^a"}, "#/format"),
     ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "#/oneOf"),
+    ({"oneOf": [{"type": "string"}, {"type": "string", "minLength": 2}]}, "#/oneOf"),
+    ({"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["a", "b"]}]}, "#/oneOf"),
+    ({"type": "object", "oneOf": [{"properties": {"s": {"type": "string", "pattern": "^ok$"}}, "required": ["s"]},
+                                  {"properties": {"s": {"type": "string", "pattern": "^o"}}, "required": ["s"]}]},
+     "#/oneOf"),
+    # disjointness proofs must not validate against the node being decomposed (circular)
+    ({"oneOf": [{"enum": ["a", "b"]}, {"type": "string"}]}, "#/oneOf"),
+    ({"type": "string", "not": {"type": "string", "enum": ["a"]}}, "#/not"),
+    ({"type": "number", "not": {"type": "integer"}}, "#/not"),
+    ({"type": "object", "not": {"const": {"a": 1}}}, "#/not"),
+    ({"type": "string", "pattern": "^a", "not": {"const": "ab"}}, "#/not"),
+    ({"allOf": [{"type": "integer"}, {"not": {"minimum": 1, "maximum": 5}}]}, "#/allOf/1/not"),
     ({"$ref": "https://example.com/schema.json"}, "#/$ref"),
     ({"$defs": {"a": {"type": "array", "contains": {}}}, "$ref": "#/$defs/a"}, "#/$defs/a/contains"),
 ]
@@ -117,6 +170,19 @@ def test_schema_accepts_and_rejects(vocab, schema, good, bad):
         assert grammar.matches(compact_json(inst)), f"{inst!r} should be accepted by {grammar.regex[:200]}"
     for inst in bad:
         assert not grammar.matches(compact_json(inst)), f"{inst!r} should be rejected"
+
+
+@pytest.mark.parametrize("schema", [c[0] for c in CASES if "'not'" in str(c[0]) or "oneOf" in str(c[0])],
+                         ids=lambda s: str(s)[:40])
+def test_not_random_walks_validate(vocab, schema):
+    """Soundness of every `not` / `oneOf` form: uniformly sampled outputs (an untrained model) validate."""
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    validator = _validator(schema)
+    for seed in range(8):
+        walk = random_walk(grammar, random.Random(seed), max_tokens=30)
+        assert walk is not None
+        text = b"".join(vocab.token_bytes[t] for t in walk[0]).decode("utf-8")
+        assert validator.is_valid(json.loads(text)), f"{text!r} was generated but is invalid"
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMAT_CASES))
