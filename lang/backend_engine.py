@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from .chat_template import RoleTemplate
+from .chat_template import LazyRoleTemplate, RoleTemplate
 
 
 class EngineBackend:
@@ -21,15 +21,11 @@ class EngineBackend:
 
     def __init__(self, engine: Any):
         self.engine = engine
-        self._template: RoleTemplate | None = None
-        self._lock = threading.Lock()
+        self._template = LazyRoleTemplate(lambda: RoleTemplate.from_tokenizer(engine.tokenizer))
 
     @property
     def role_template(self) -> RoleTemplate:
-        with self._lock:
-            if self._template is None:
-                self._template = RoleTemplate.from_tokenizer(self.engine.tokenizer)
-            return self._template
+        return self._template.get()
 
     def generate(self, text: str | list[str] | None, sampling_params: dict[str, Any],
                  input_ids: list | None = None, return_logprob: bool = False,

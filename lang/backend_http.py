@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 from .backend_engine import stream_delta
-from .chat_template import RoleTemplate
+from .chat_template import LazyRoleTemplate, RoleTemplate
 
 
 class RuntimeEndpoint:
@@ -34,15 +33,11 @@ class RuntimeEndpoint:
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.model_info = self._request("GET", "/get_model_info")
-        self._template: RoleTemplate | None = None
-        self._lock = threading.Lock()
+        self._template = LazyRoleTemplate(self._load_template)
 
     @property
     def role_template(self) -> RoleTemplate:
-        with self._lock:
-            if self._template is None:
-                self._template = self._load_template()
-            return self._template
+        return self._template.get()
 
     def generate(self, text: str | list[str] | None, sampling_params: dict[str, Any],
                  input_ids: list | None = None, return_logprob: bool = False,

@@ -9,6 +9,7 @@ often open the conversation differently (a BOS token, an implicit system prompt)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -89,3 +90,18 @@ def _probe(render: Renderer, history: list[dict], role: str) -> tuple[str, str] 
 def _check_role(role: str) -> None:
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+
+
+class LazyRoleTemplate:
+    """A ``RoleTemplate`` built on first use, once, even with many interpreter threads asking."""
+
+    def __init__(self, load: Callable[[], RoleTemplate]):
+        self._load = load
+        self._template: RoleTemplate | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> RoleTemplate:
+        with self._lock:
+            if self._template is None:
+                self._template = self._load()
+            return self._template

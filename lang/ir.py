@@ -216,3 +216,17 @@ def _append_lines(out: list[str], nodes: list[Expr], indent: str) -> None:
             for i, branch in enumerate(node.branches):
                 out.append(f"{indent}  branch {i}:")
                 _append_lines(out, branch, indent + "    ")
+
+
+class RoleMethods:
+    """``s.system(...)``, ``s.user(...)``, ``s.assistant(...)`` for any state with ``_role(role, expr)``
+    (the running ``ProgramState`` and the tracing ``TracerState``)."""
+
+    def system(self, expr: Any = None):
+        return self._role("system", expr)
+
+    def user(self, expr: Any = None):
+        return self._role("user", expr)
+
+    def assistant(self, expr: Any = None):
+        return self._role("assistant", expr)

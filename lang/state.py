@@ -15,7 +15,7 @@ from . import ir
 from .interpreter import StreamExecutor, _Raise
 
 
-class ProgramState:
+class ProgramState(ir.RoleMethods):
     """The state of one running program (SGLang's ``ProgramState``)."""
 
     def __init__(self, executor: StreamExecutor):
@@ -29,15 +29,6 @@ class ProgramState:
 
     def __setitem__(self, name: str, value: Any) -> None:
         self._exec.submit(ir.SetVar(name, value))
-
-    def system(self, expr: Any = None):
-        return self._role("system", expr)
-
-    def user(self, expr: Any = None):
-        return self._role("user", expr)
-
-    def assistant(self, expr: Any = None):
-        return self._role("assistant", expr)
 
     def _role(self, role: str, expr: Any):
         """With ``expr``: append the whole turn. Without: a context manager for ``with s.user():``."""

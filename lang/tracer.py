@@ -105,7 +105,7 @@ class VarRef(Placeholder):
         return f"var {self.name}"
 
 
-class TracerState:
+class TracerState(ir.RoleMethods):
     """Stands in for ``ProgramState`` while tracing: records nodes instead of running them."""
 
     def __init__(self, defined: set[str] | None = None):
@@ -134,15 +134,6 @@ class TracerState:
 
     def __contains__(self, name: str) -> bool:
         return name in self.defined
-
-    def system(self, expr: Any = None):
-        return self._role("system", expr)
-
-    def user(self, expr: Any = None):
-        return self._role("user", expr)
-
-    def assistant(self, expr: Any = None):
-        return self._role("assistant", expr)
 
     def _role(self, role: str, expr: Any):
         if expr is not None:
