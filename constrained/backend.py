@@ -4,6 +4,7 @@ LRU cache of compiled grammars."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -16,6 +17,7 @@ from .json_schema import DEFAULT_MAX_REF_DEPTH, any_json_regex, schema_to_regex
 from .json_schema_pattern import escape_literal
 from .vocab import TokenizerVocab
 
+logger = logging.getLogger(__name__)
 JSON_OBJECT_DEPTH = 2  # the object plus one container level inside it: {"a": [1], "b": {"c": 2}}
 
 
@@ -33,9 +35,18 @@ def compile_grammar(
     strings, matched literally) or ``json_object`` (``spec`` ignored).
     """
     relaxed: list[str] = []
+    notes: list[str] = []
     if kind == "json_schema":
         out = schema_to_regex(spec, whitespace_pattern, strict, max_ref_depth)
         regex, relaxed = out.regex, out.relaxed
+        if out.max_ref_depth is not None and out.max_ref_depth < max_ref_depth:
+            notes.append(f"schema too large for one automaton: recursive $refs expand at most "
+                         f"{out.max_ref_depth} times")
+        if out.optional_depth is not None:
+            notes.append(f"schema too large for one automaton: objects nested deeper than "
+                         f"{out.optional_depth} levels generate only their required members")
+        for note in notes:
+            logger.warning("json_schema: %s", note)
     elif kind == "regex":
         if not isinstance(spec, str) or not spec:
             raise ConstraintError("regex must be a non-empty string")
@@ -53,7 +64,7 @@ def compile_grammar(
         regex = rf"\{{{ws}({member}({ws},{ws}{member})*)?{ws}\}}"
     else:
         raise ConstraintError(f"unknown constraint kind {kind!r}")
-    return CompiledGrammar(vocab, regex, kind, spec, relaxed)
+    return CompiledGrammar(vocab, regex, kind, spec, relaxed, notes)
 
 
 def cache_key(kind: str, spec: Any, whitespace_pattern: str | None, strict: bool) -> str:

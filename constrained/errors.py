@@ -25,3 +25,7 @@ class ConstraintError(ValueError):
         if self.pointer is None:
             return None
         return f"{self.pointer}/{self.keyword}" if self.keyword else self.pointer
+
+
+class RegexTooLarge(ConstraintError):
+    """A schema whose regex grows past the size limit (the front end retries with restrictions)."""

@@ -23,16 +23,18 @@ class CompiledGrammar:
 
     Immutable once built and safe to share between requests and threads. ``kind`` and ``spec``
     are the constraint it came from (``validate_output`` checks a final text against them),
-    ``relaxed`` lists the schema keywords relaxed with ``strict=False`` (as JSON pointers).
+    ``relaxed`` lists the schema keywords relaxed with ``strict=False`` (as JSON pointers);
+    ``notes`` the restrictions applied to fit a large schema into one automaton.
     """
 
     def __init__(self, vocab: TokenizerVocab, regex: str, kind: str, spec: Any,
-                 relaxed: list[str] | None = None) -> None:
+                 relaxed: list[str] | None = None, notes: list[str] | None = None) -> None:
         self.vocab = vocab
         self.regex = regex
         self.kind = kind
         self.spec = spec
         self.relaxed = list(relaxed or [])
+        self.notes = list(notes or [])
         try:
             # outlines-core stops exploring once a match is complete (``a(bb)?`` loses "abb"),
             # so the regex ends in a NUL sentinel that the vocabulary spells as EOS: a state is

@@ -1,4 +1,4 @@
-"""Exact regexes for integer ranges, and sound regexes for bounded JSON numbers.
+"""Exact regexes for integer ranges and for bounded JSON numbers (decimals without exponent).
 
 Integers are written without leading zeros and without ``-0``; a range bound of None means
 unbounded on that side.
@@ -7,10 +7,12 @@ unbounded on that side.
 from __future__ import annotations
 
 import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 INTEGER = r"(0|-?[1-9][0-9]*)"
 NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
 _FRACTION = r"(\.[0-9]+)?"
+_QUANTUM = Decimal("1e-15")
 
 
 def _digit_class(lo: str, hi: str) -> str:
@@ -74,53 +76,111 @@ def integer_range_regex(lo: int | None, hi: int | None) -> str | None:
     return _group(parts) if parts else None
 
 
-def _magnitude(lo: int, lo_excl: bool, hi: int | None) -> list[str]:
-    """Decimal magnitudes m (no exponent) with lo <(=) m <= hi, lo >= 0, hi integer or None."""
-    parts = []
-    first = lo + 1 if lo_excl else lo
-    if lo_excl:  # lo itself with a non-zero fraction, if still below hi
-        if hi is None or lo < hi:
-            parts.append(f"{lo}\\.[0-9]*[1-9]")
-    ints = _natural_range(first, None if hi is None else hi - 1)
+def _decimal_bound(v: float, excl: bool, lower: bool) -> Decimal:
+    """An inclusive decimal bound B such that every decimal x >= B (lower) or x <= B (upper)
+    passes ``jsonschema``'s float comparison against ``v``: x parses to the nearest double and
+    rounding is monotone, so B is the decimal of a double on the right side of ``v``."""
+    d = float(v)
+    if lower and (d < v or (excl and d == v)):
+        d = math.nextafter(d, math.inf)
+    elif not lower and (d > v or (excl and d == v)):
+        d = math.nextafter(d, -math.inf)
+    b = Decimal(repr(d))
+    # Bounds like 5e-324 (exclusive 0) would spell hundreds of digits: round inward instead.
+    return b.quantize(_QUANTUM, rounding=ROUND_CEILING if lower else ROUND_FLOOR)
+
+
+def _split_decimal(x: Decimal) -> tuple[int, str]:
+    """(integer part, fraction digits without trailing zeros) of a non-negative decimal."""
+    text = format(x, "f")
+    whole, _, frac = text.partition(".")
+    return int(whole), frac.rstrip("0")
+
+
+def _fraction_tail(a: str, b: str | None, i: int, tl: bool, th: bool) -> str | None:
+    """Digit strings d (possibly empty) continuing a fraction at position ``i`` such that the
+    fraction stays >= 0.a (while ``tl``: equal to a so far) and <= 0.b (while ``th``)."""
+    if not tl and not th:
+        return "[0-9]*"
+    n = max(len(a), len(b or ""))
+    if i >= n:  # both bounds are exhausted: their remaining digits are zeros
+        return "0*" if th else "[0-9]*"
+    lo_d = int(a[i]) if tl and i < len(a) else 0
+    hi_d = (int(b[i]) if i < len(b) else 0) if th and b is not None else 9
+    alts = []
+    for d_lo, d_hi, ntl, nth in _digit_groups(lo_d, hi_d, tl, th):
+        tail = _fraction_tail(a, b, i + 1, ntl, nth)
+        if tail is not None:
+            alts.append(_digit_class(str(d_lo), str(d_hi)) + tail)
+    may_end = not tl or all(c == "0" for c in a[i:])  # ending = the remaining digits are zeros
+    if not alts:
+        return "" if may_end else None
+    body = alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+    return f"({body})?" if may_end else body
+
+
+def _digit_groups(lo_d: int, hi_d: int, tl: bool, th: bool) -> list[tuple[int, int, bool, bool]]:
+    """Digits lo_d..hi_d grouped by whether they keep the lower/upper bound tight."""
+    groups: list[tuple[int, int, bool, bool]] = []
+    for c in range(lo_d, hi_d + 1):
+        key = (tl and c == lo_d, th and c == hi_d)
+        if groups and groups[-1][2:] == key:
+            groups[-1] = (groups[-1][0], c, *key)
+        else:
+            groups.append((c, c, *key))
+    return groups
+
+
+def _fraction(a: str, b: str | None) -> str | None:
+    """The optional fraction part (``(\\.d+)?``) of numbers with 0.a <= fraction <= 0.b."""
+    tail = _fraction_tail(a, b, 0, True, b is not None)
+    if tail is None:
+        return None
+    may_end = not a
+    nonempty = tail[1:-2] if may_end and tail.endswith(")?") else tail
+    if nonempty in ("", "0*"):
+        return "" if nonempty == "" else r"(\.0+)?"
+    if nonempty == "[0-9]*":
+        return _FRACTION
+    return f"(\\.{nonempty})?" if may_end else f"\\.{nonempty}"
+
+
+def _magnitude(lo: Decimal, hi: Decimal | None) -> list[str]:
+    """Alternatives for the non-negative decimals m (no exponent) with lo <= m <= hi."""
+    li, lf = _split_decimal(lo)
+    if hi is None:
+        parts = [f"{li}{_fraction(lf, None)}"] if lf else []
+        ints = _natural_range(li + 1 if lf else li, None)
+        return parts + ([_group(ints) + _FRACTION] if ints else [])
+    hi_i, hf = _split_decimal(hi)
+    if li == hi_i:
+        frac = _fraction(lf, hf)
+        return [] if frac is None else [f"{li}{frac}"]
+    parts = [f"{li}{_fraction(lf, None)}"] if lf else []
+    ints = _natural_range(li + 1 if lf else li, hi_i - 1)
     if ints:
         parts.append(_group(ints) + _FRACTION)
-    if hi is not None and hi >= first:
-        parts.append(f"{hi}(\\.0+)?")
-    return parts
+    return parts + [f"{hi_i}{_fraction('', hf)}"]
 
 
 def number_range_regex(
     lo: float | None, lo_excl: bool, hi: float | None, hi_excl: bool
 ) -> str | None:
-    """A regex of numbers x within the bounds; exact for integer bounds, rounded inward otherwise.
-
-    Bounded numbers are written without an exponent (an under-approximation). None if empty.
-    """
+    """A regex of exactly the exponent-free JSON numbers x within the bounds, as ``jsonschema``
+    compares them (x parsed to a double); None if the range is empty. Bounds needing more than
+    15 fraction digits are rounded inward."""
     if lo is None and hi is None:
         return NUMBER
-    lo_i = hi_i = None
-    if lo is not None:
-        lo_i = math.ceil(lo)
-        lo_excl = lo_excl and lo_i == lo  # a fractional bound rounds up to an inclusive integer
-    if hi is not None:
-        hi_i = math.floor(hi)
-        if hi_excl or hi_i != hi:  # strictly below ceil(hi) -> at most the integer below
-            hi_i = math.ceil(hi) - 1
-    if lo_i is not None and hi_i is not None and (lo_i > hi_i or (lo_i == hi_i and lo_excl)):
+    low = None if lo is None else _decimal_bound(lo, lo_excl, lower=True)
+    high = None if hi is None else _decimal_bound(hi, hi_excl, lower=False)
+    if low is not None and high is not None and low > high:
         return None
     parts = []
-    if hi_i is None or hi_i >= 0:
-        if lo_i is None or lo_i < 0:
-            parts += _magnitude(0, False, hi_i)
-        else:
-            parts += _magnitude(lo_i, lo_excl, hi_i)
-    if lo_i is None or lo_i < 0:
-        # x = -m < 0: m > 0 when hi >= 0, else m >= -hi; m <= -lo (strictly when lo is exclusive).
-        top = None if lo_i is None else -lo_i
-        if lo_excl and top is not None:
-            top -= 1  # -m > lo: m < -lo; integer part below -lo, fraction any
-        base, base_excl = (0, True) if hi_i is None or hi_i >= 0 else (-hi_i, False)
-        neg = _magnitude(base, base_excl, top) if top is None or top >= base else []
+    if high is None or high >= 0:
+        parts += _magnitude(max(low, Decimal(0)) if low is not None else Decimal(0), high)
+    if low is None or low < 0:  # x = -m; "-0" is zero, inside the range here
+        m_lo = -high if high is not None and high < 0 else Decimal(0)
+        neg = _magnitude(m_lo, None if low is None else -low)
         if neg:
             parts.append("-" + _group(neg))
     return _group(parts) if parts else None

@@ -24,15 +24,20 @@ import jsonschema
 
 from . import json_schema_not as negation
 from . import json_schema_types as types_
-from .errors import ConstraintError
+from .errors import ConstraintError, RegexTooLarge
 from .json_schema_normalize import canonical, clean, merge
 from .json_schema_object import object_regex
+from .json_schema_one_of import one_of_branches
 from .json_schema_pattern import escape_literal
+from .json_schema_switch import discriminator, is_switch_case, switch_schemas
 
 DEFAULT_MAX_REF_DEPTH = 3
 DEFAULT_ANY_DEPTH = 1
 MAX_REF_CHAIN = 16  # $ref expansions on one path, whatever the refs: bounds mutual recursion
-MAX_REGEX_CHARS = 1_000_000
+MAX_REGEX_CHARS = 250_000  # a few seconds of outlines-core compilation on a 32k vocabulary
+# When the full regex is over MAX_REGEX_CHARS, optional members are dropped from objects nested
+# deeper than these levels, trying each in turn (a restriction; see docs/constrained.md).
+OPTIONAL_DEPTHS = (6, 5, 4, 3, 2, 1, 0)
 MAX_NESTING = 40  # nested schema levels on one path (keeps Python's recursion well in bounds)
 
 
@@ -42,6 +47,8 @@ class SchemaRegex:
 
     regex: str
     relaxed: list[str] = field(default_factory=list)
+    optional_depth: int | None = None  # objects deeper than this had their optional members dropped
+    max_ref_depth: int | None = None  # the recursion depth used (lowered for large schemas)
 
 
 def schema_to_regex(
@@ -54,11 +61,24 @@ def schema_to_regex(
     """Compile ``schema`` to a regex over its serialisations (compact JSON unless
     ``whitespace_pattern`` is given). Raises ``ConstraintError`` on unsupported or unsatisfiable
     schemas."""
-    comp = _Compiler(schema, whitespace_pattern, strict, max_ref_depth, any_depth)
-    rx = comp.value(schema, "#", ())
-    if rx is None:
-        raise ConstraintError("schema is unsatisfiable (or only satisfiable past the $ref depth limit)", "#")
-    return SchemaRegex(rx, comp.relaxed)
+    too_large: RegexTooLarge | None = None
+    attempts = [(max_ref_depth, None)]
+    while attempts:
+        ref_depth, depth = attempts.pop(0)
+        comp = _Compiler(schema, whitespace_pattern, strict, ref_depth, any_depth, depth)
+        try:
+            rx = comp.value(schema, "#", ())
+        except RegexTooLarge as e:
+            if too_large is None:  # over budget: recursion expands less, then deep optionals go
+                too_large = e
+                fewer = list(range(max_ref_depth - 1, 0, -1)) if comp.recursive else []
+                attempts = [(r, None) for r in fewer] + [(min(fewer or [ref_depth]), d) for d in OPTIONAL_DEPTHS]
+            continue
+        if rx is None:
+            raise ConstraintError("schema is unsatisfiable (or only satisfiable past the $ref depth limit)", "#")
+        return SchemaRegex(rx, comp.relaxed, depth, ref_depth)
+    assert too_large is not None
+    raise too_large
 
 
 def any_json_regex(depth: int, ws: str = "") -> str:
@@ -67,12 +87,16 @@ def any_json_regex(depth: int, ws: str = "") -> str:
 
 
 class _Compiler:
-    def __init__(self, root: Any, ws: str | None, strict: bool, max_ref_depth: int, any_depth: int):
+    def __init__(self, root: Any, ws: str | None, strict: bool, max_ref_depth: int, any_depth: int,
+                 optional_depth: int | None = None):
         self.root = root
         self.ws = f"({ws})" if ws else ""
         self.strict = strict
         self.max_ref_depth = max_ref_depth
         self.any_depth = any_depth
+        self.optional_depth = optional_depth
+        self.object_depth = 0  # objects open on the current path
+        self.recursive = False  # some $ref was expanded inside itself
         self.relaxed: list[str] = []
         self._memo: dict[tuple, str | None] = {}
         self._keep: list[Any] = []  # keeps memoised nodes alive so their ids stay unique
@@ -131,13 +155,22 @@ class _Compiler:
         out = clean(node, pointer, self.unsupported)
         parts: list[tuple[Any, str, tuple]] = []
         if "$ref" in node:
+            self.recursive = self.recursive or node["$ref"] in refs
             if refs.count(node["$ref"]) >= self.max_ref_depth or len(refs) >= MAX_REF_CHAIN:
                 return None, refs
             target, tp = self.resolve(node["$ref"], pointer)
             parts.append((target, tp, refs + (node["$ref"],)))
+        cases = [sub for sub in node.get("allOf", []) if is_switch_case(sub)]
+        if "if" in node and discriminator(node["if"]) is not None:
+            cases.append({k: node[k] for k in ("if", "then", "else") if k in node})
         for i, sub in enumerate(node.get("allOf", [])):
-            parts.append((sub, f"{pointer}/allOf/{i}", refs))
-        if "if" in node:  # enforce if+then: sound whatever `else` says (documented restriction)
+            if not is_switch_case(sub):
+                parts.append((sub, f"{pointer}/allOf/{i}", refs))
+        for sub in switch_schemas(cases):  # tagged unions written as if/then on one property
+            parts.append((sub, f"{pointer}/allOf", refs))
+        # Other ifs: enforce if+then, sound whatever `else` says (documented restriction). A node
+        # with its own enum/const needs neither: its values are checked against the raw node.
+        if "if" in node and "enum" not in node and "const" not in node and discriminator(node["if"]) is None:
             parts.append((node["if"], f"{pointer}/if", refs))
             if "then" in node:
                 parts.append((node["then"], f"{pointer}/then", refs))
@@ -147,6 +180,8 @@ class _Compiler:
         for sub, sub_pointer, sub_refs in parts:
             flat, sub_refs = self.flatten(sub, sub_pointer, sub_refs)
             if flat is None:
+                if sub_pointer.endswith(("/if", "/then")):  # if+then impossible: take not-if+else
+                    return self.flatten_else(node, pointer, refs)
                 return None, refs
             out = merge(out, flat, pointer)
             grown = grown + sub_refs[base:]  # the refs each part expanded, for its children
@@ -156,9 +191,25 @@ class _Compiler:
                 return None, refs
         return out, grown
 
+    def flatten_else(self, node: dict, pointer: str, refs: tuple) -> tuple[dict | None, tuple]:
+        """``node`` when its ``if`` fails: ``not if`` and ``else`` replace ``if`` and ``then``."""
+        rest = {k: v for k, v in node.items() if k not in ("if", "then", "else")}
+        flat, grown = self.flatten(rest, pointer, refs)
+        if flat is None:
+            return None, refs
+        base = len(refs)
+        if "else" in node:
+            other, sub_refs = self.flatten(node["else"], f"{pointer}/else", refs)
+            if other is None:
+                return None, refs
+            flat, grown = merge(flat, other, pointer), grown + sub_refs[base:]
+        return negation.negate(self, flat, node["if"], f"{pointer}/if", refs), grown
+
     # ---- values -------------------------------------------------------------------------------
     def value(self, node: Any, pointer: str, refs: tuple) -> str | None:
-        key = (id(node), refs)
+        # A regex depends on the object depth only up to where optional members are dropped.
+        depth_key = 0 if self.optional_depth is None else min(self.object_depth, self.optional_depth + 1)
+        key = (id(node), refs, depth_key)
         self._keep.append(node)
         if key in self._memo:  # siblings referencing one definition share its regex
             return self._memo[key]
@@ -168,6 +219,9 @@ class _Compiler:
         try:
             flat, refs_after = self.flatten(node, pointer, refs)
             rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
+            if rx is None and isinstance(node, dict) and "if" in node:  # if+then impossible
+                flat, refs_after = self.flatten_else(node, pointer, refs)
+                rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
         finally:
             self._depth -= 1
         if rx is not None:
@@ -178,7 +232,8 @@ class _Compiler:
     def check_size(self, chars: int, pointer: str) -> None:
         """Fail early (before memory runs out) when a regex grows past the limit."""
         if chars > MAX_REGEX_CHARS:
-            raise ConstraintError(f"schema expands to a regex of more than {MAX_REGEX_CHARS} characters; "
+            raise RegexTooLarge(f"schema expands to a regex of more than {MAX_REGEX_CHARS} characters; "
+                                  "even when generating only the required members of nested objects; "
                                   "lower max_ref_depth or simplify the schema", pointer)
 
     def value_flat(self, flat: dict, pointer: str, refs: tuple) -> str | None:
@@ -202,12 +257,7 @@ class _Compiler:
             if sub_flat is not None:
                 branches.append((merge(rest, sub_flat, pointer), sub_refs))
         if key == "oneOf":
-            flats = types_.exclude_required_of_others([b for b, _ in branches])
-            branches = [(f, r) for f, (_, r) in zip(flats, branches)]
-            if not all(types_.generated_disjoint(self, flats[i], flats[j])
-                       for i in range(len(flats)) for j in range(len(flats)) if i != j):
-                self.unsupported(pointer, "oneOf", "has branches that may overlap, so "
-                                 "'exactly one' cannot be guaranteed")
+            branches = one_of_branches(self, branches, pointer)
         alts = [self.value_flat(b, pointer, r) for b, r in branches]
         return _alt([a for a in alts if a is not None])
 
@@ -232,7 +282,15 @@ class _Compiler:
         return _alt(scalars + [arr, obj])
 
     def object(self, flat: dict, pointer: str, refs: tuple) -> str | None:
-        return object_regex(self, flat, pointer, refs)
+        self.object_depth += 1
+        try:
+            return object_regex(self, flat, pointer, refs)
+        finally:
+            self.object_depth -= 1
+
+    def drops_optional(self) -> bool:
+        """Whether objects at the current depth generate required members only."""
+        return self.optional_depth is not None and self.object_depth > self.optional_depth
 
 
 def _alt(alts: list[str]) -> str | None:

@@ -3,7 +3,8 @@
 ``clean(node)`` rewrites one raw schema node (any draft 4 .. 2020-12) into a canonical dict:
 annotations and unknown keywords dropped, ``const`` -> ``enum``, draft-4 boolean exclusive bounds
 -> numbers, array-form ``items`` -> ``prefixItems``, ``dependencies`` -> ``dependentRequired`` /
-``dependentSchemas``, ``pattern``/``format`` -> lists (``_patterns``, ``_formats``). ``merge(a, b)``
+``dependentSchemas``, ``pattern``/``format`` -> lists (``_patterns``, ``_formats``), ``multipleOf``
+and ``contains`` (with its ``minContains``/``maxContains``) -> lists. ``merge(a, b)``
 intersects two canonical nodes (the instances valid under both). Every canonical node keeps the
 raw nodes it came from in ``_sources``, so values (``enum``) can be checked exactly with
 ``jsonschema``.
@@ -31,14 +32,14 @@ HANDLED = frozenset({
     "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies",
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength",
     "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "anyOf", "oneOf", "allOf", "$ref", "not", "if", "then", "else", "multipleOf",
+    "anyOf", "oneOf", "allOf", "$ref", "not", "if", "then", "else", "multipleOf", "propertyNames",
+    "contains", "minContains", "maxContains",
     # Satisfied by construction: every generated member/item is evaluated by some keyword.
     "unevaluatedProperties", "unevaluatedItems",
 })
 # Keywords that change validity and that we cannot enforce in any form.
 UNSUPPORTED = frozenset({
-    "contains", "minContains", "maxContains", "propertyNames", "$dynamicRef", "$recursiveRef",
-    "$recursiveAnchor",
+    "$dynamicRef", "$recursiveRef", "$recursiveAnchor",
 })
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 
@@ -93,6 +94,13 @@ def clean(node: dict, pointer: str, unsupported) -> dict:
                 out["items"] = node["additionalItems"]
         elif key == "additionalItems":
             continue  # only meaningful with array-form items, handled above
+        elif key == "multipleOf":  # a list: allOf keeps every divisor
+            out[key] = [val]
+        elif key == "contains":  # a list of {schema, min, max, pointer}: allOf keeps every one
+            out[key] = [{"schema": val, "min": node.get("minContains", 1), "max": node.get("maxContains"),
+                         "pointer": pointer}]
+        elif key in ("minContains", "maxContains"):
+            continue  # only meaningful next to contains, handled above
         elif key == "dependencies":
             for name, dep in val.items():
                 kind = "dependentRequired" if isinstance(dep, list) else "dependentSchemas"
@@ -122,6 +130,8 @@ def _all_of(a: Any, b: Any) -> Any:
         return a
     if a is False or b is False:
         return False
+    if a == b:  # allOf is idempotent; recursive schemas merge a node with itself a lot
+        return a
     return {"allOf": [a, b]}
 
 
@@ -210,19 +220,33 @@ def merge(a: dict, b: dict, pointer: str, max_product: int = 256) -> dict:
             out[key] = va + vb
         elif key == "uniqueItems":
             out[key] = va or vb
-        elif key == "items":
+        elif key in ("items", "propertyNames"):
             out[key] = _all_of(va, vb)
         elif key == "prefixItems":
             out[key] = _merge_prefix(a, b)
         elif key in ("anyOf", "oneOf"):
-            if len(va) * len(vb) > max_product:
-                raise ConstraintError(f"allOf of two {key} lists is too large to merge", pointer, key)
-            out[key] = [_all_of(x, y) for x in va for y in vb]
-        elif key == "multipleOf":
-            out[key] = va if va == vb else max(va, vb)
+            out[key] = _product(key, va, vb, pointer, max_product)
+        elif key == "multipleOf":  # every divisor holds; 3 and 3.0 differ (int vs float check)
+            out[key] = list({(type(v), v): v for v in va + vb}.values())
+        elif key == "contains":  # every contains holds
+            out[key] = va + [e for e in vb if e not in va]
         else:
             out[key] = va
     return out
+
+
+def _product(key: str, va: list, vb: list, pointer: str, max_product: int) -> list:
+    """Branches of allOf(key va, key vb): every pair merged. A large ``anyOf`` product keeps the
+    first ``max_product`` pairs by i + j (each branch early): sound, any pair satisfies both
+    lists. A ``oneOf`` needs every pair for its disjointness proof."""
+    if va == vb:  # allOf(anyOf X, anyOf X) is anyOf X (the same for oneOf)
+        return list(va)
+    pairs = [(i, j) for i in range(len(va)) for j in range(len(vb))]
+    if len(pairs) > max_product:
+        if key == "oneOf":
+            raise ConstraintError("allOf of two oneOf lists is too large to merge", pointer, key)
+        pairs = sorted(pairs, key=lambda p: (p[0] + p[1], p[0]))[:max_product]
+    return [_all_of(va[i], vb[j]) for i, j in pairs]
 
 
 def _merge_types(a: list, b: list) -> list:

@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any
 
+from .json_schema_names import apply_property_names
 from .json_schema_normalize import merge
 from .json_schema_pattern import PLAIN_CHAR, escape_literal, is_universal, pattern_to_regex
 
@@ -30,6 +31,14 @@ def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
             return None if sub_flat is None else object_regex(comp, merge(rest, sub_flat, pointer), pointer, refs)
     if not any(k in flat for k in ("properties", "patternProperties", "additionalProperties", "required")):
         flat = dict(flat, additionalProperties=True)  # a bare {"type": "object"}: any members
+    key_rx = None
+    if "propertyNames" in flat:
+        flat, key_rx = apply_property_names(comp, flat, pointer, refs)
+        if flat is None:
+            return None
+    pruned = comp.drops_optional()
+    if pruned:  # the schema's regex is over budget: this deep, only required members
+        flat = _required_only(flat)
     props = flat.get("properties", {})
     names = list(props) + [r for r in required if r not in props]
     dropped = set(flat.get("dependentSchemas", {}))  # optional triggers of a dependent schema
@@ -48,8 +57,18 @@ def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
         key = escape_literal(json.dumps(name, ensure_ascii=False))
         members.append((f"{key}{comp.ws}:{comp.ws}{rx}", name in required_set))
     taken = set(names) | set(flat.get("dependentRequired", {})) | dropped
-    extras = _extras(comp, flat, taken, pointer, refs)
+    enough = len(members) >= flat.get("minProperties", 0)
+    extras = None if pruned and enough else _extras(comp, flat, taken, pointer, refs, key_rx)
     return _assemble(comp, flat, members, extras, pointer)
+
+
+def _required_only(flat: dict) -> dict:
+    """``flat`` with its optional named properties dropped, except the first ones that
+    ``minProperties`` needs."""
+    props, required = flat.get("properties", {}), set(flat.get("required", []))
+    need = max(flat.get("minProperties", 0) - len(required), 0)
+    optional = [n for n in props if n not in required][:need]
+    return dict(flat, properties={n: s for n, s in props.items() if n in required or n in optional})
 
 
 def _close_dependencies(deps: dict, required: set, names: list[str], dropped: set) -> set | None:
@@ -89,8 +108,11 @@ def _member_value(comp, flat: dict, name: str, pointer: str, refs: tuple) -> str
     return comp.value(node, where, refs)
 
 
-def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple) -> str | None:
-    """One extra member (``key:value``) as a regex, or None when no extra member is allowed."""
+def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple,
+            key_rx: tuple[str, bool] | None) -> str | None:
+    """One extra member (``key:value``) as a regex, or None when no extra member is allowed.
+    ``key_rx`` (from ``propertyNames``: the key regex, whether it never matches the empty name)
+    replaces the keys of unconstrained extras; keys of narrower patterns are then not generated."""
     patterns = flat.get("patternProperties", {})
     every = list(patterns.values())  # an extra value satisfies every pattern's schema: sound
     alts = []
@@ -99,7 +121,11 @@ def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple) -> str | No
         rx = comp.value({"allOf": every} if len(every) > 1 else sub, where, refs)
         if rx is None:
             continue
-        if is_universal(pat) or pat in _NONEMPTY_UNIVERSAL:
+        if key_rx is not None:  # propertyNames keys: never empty when the pattern needs a character
+            if not (is_universal(pat) or pat in _NONEMPTY_UNIVERSAL and key_rx[1]):
+                continue
+            key = key_rx[0]
+        elif is_universal(pat) or pat in _NONEMPTY_UNIVERSAL:
             key = complement_string(taken, nonempty=pat in _NONEMPTY_UNIVERSAL)
         elif not any(re.search(pat, n) for n in taken):
             key = f'"{pattern_to_regex(pat, where, PLAIN_CHAR)}"'
@@ -111,7 +137,8 @@ def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple) -> str | No
         node: Any = {"allOf": [ap] + every} if every else ap
         rx = comp.value(node, f"{pointer}/additionalProperties", refs)
         if rx is not None:
-            alts.append(f"{complement_string(taken, nonempty=False)}{comp.ws}:{comp.ws}{rx}")
+            key = key_rx[0] if key_rx is not None else complement_string(taken, nonempty=False)
+            alts.append(f"{key}{comp.ws}:{comp.ws}{rx}")
     if not alts:
         return None
     return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"

@@ -1,15 +1,21 @@
-"""Regexes of the JSON scalar types, strings and arrays for one canonical schema node, plus the
-type inference and ``oneOf`` disjointness test the compiler needs."""
+"""Regexes of the JSON scalar types and strings for one canonical schema node (arrays:
+``json_schema_array``, objects: ``json_schema_object``), plus the type inference and the
+disjointness tests ``oneOf`` and ``not`` need."""
 
 from __future__ import annotations
 
 import math
 import re
 
+from .errors import ConstraintError
+from .first_chars import strings_first_disjoint
 from .formats import FORMAT_REGEXES
 from .int_range import INTEGER, integer_range_regex, number_range_regex
+from .json_schema_array import array_regex
 from .json_schema_normalize import ALL_TYPES, schemas_for_key
-from .json_schema_pattern import PLAIN_CHAR, STRING_CHAR, pattern_to_regex, sre_parse
+from .json_schema_pattern import PLAIN_CHAR, STRING_CHAR, emit_tokens, parse_pattern, search_tokens, sre_parse
+from .multiple_of import multiples_regex
+from .pattern_bounds import narrow_to_length, within_length
 
 NULL = "null"
 BOOLEAN = "(true|false)"
@@ -19,12 +25,11 @@ STRING = f'"{STRING_CHAR}*"'
 # Large bounded repetitions make the automaton huge (one copy per count); bounds above these are
 # lowered to them (never below the minimum): a documented restriction, still sound.
 MAX_STRING_REPEAT = 100
-MAX_ITEMS_REPEAT = 10
 
 _KEYWORD_TYPES = {
     "object": ("properties", "required", "additionalProperties", "patternProperties",
                "minProperties", "maxProperties", "dependentRequired", "dependentSchemas"),
-    "array": ("items", "prefixItems", "minItems", "maxItems", "uniqueItems"),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"),
     "string": ("minLength", "maxLength", "_patterns", "_formats"),
     "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
 }
@@ -53,23 +58,23 @@ def typed(comp, t: str, flat: dict, pointer: str, refs: tuple) -> str | None:
     if t == "string":
         return _string(comp, flat, pointer)
     if t == "array":
-        return _array(comp, flat, pointer, refs)
+        return array_regex(comp, flat, pointer, refs)
     return comp.object(flat, pointer, refs)
 
 
 def _number(comp, t: str, flat: dict, pointer: str) -> str | None:
-    mult = flat.get("multipleOf")
-    if mult is not None and not (mult == 1 and t == "integer"):
-        if mult == 1:
-            t = "integer"
-        else:
-            comp.unsupported(pointer, "multipleOf", f"({mult}) is not supported")
+    divisors = flat.get("multipleOf", [])
+    for d in divisors:
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
+            raise ConstraintError(f"multipleOf must be a number > 0, got {d!r}", pointer, "multipleOf")
     lo, lo_x = flat.get("minimum"), False
     hi, hi_x = flat.get("maximum"), False
     if "exclusiveMinimum" in flat and (lo is None or flat["exclusiveMinimum"] >= lo):
         lo, lo_x = flat["exclusiveMinimum"], True
     if "exclusiveMaximum" in flat and (hi is None or flat["exclusiveMaximum"] <= hi):
         hi, hi_x = flat["exclusiveMaximum"], True
+    if divisors:
+        return multiples_regex(divisors, t == "integer", lo, lo_x, hi, hi_x)
     if t == "number":
         return number_range_regex(lo, lo_x, hi, hi_x)
     if lo is None and hi is None:
@@ -77,11 +82,6 @@ def _number(comp, t: str, flat: dict, pointer: str) -> str | None:
     ilo = None if lo is None else (math.floor(lo) + 1 if lo_x else math.ceil(lo))
     ihi = None if hi is None else (math.ceil(hi) - 1 if hi_x else math.floor(hi))
     return integer_range_regex(ilo, ihi)
-
-
-def _width(body: str) -> tuple[int, int]:
-    lo, hi = sre_parse.parse(body).getwidth()
-    return lo, hi
 
 
 def _string(comp, flat: dict, pointer: str) -> str | None:
@@ -101,74 +101,19 @@ def _string(comp, flat: dict, pointer: str) -> str | None:
         # characters that need no escape (a restriction; each is one code point, so exact).
         return f'"{PLAIN_CHAR}{{{lo},{"" if hi is None else hi}}}"'
     kind, value = constraints[0]
-    if kind == "format":
-        body, width_src = FORMAT_REGEXES[value], FORMAT_REGEXES[value]
+    if kind == "format":  # formats are full-match regexes in a syntax sre_parse reads too
+        body, alts = FORMAT_REGEXES[value], [(True, True, list(sre_parse.parse(FORMAT_REGEXES[value])))]
     else:
-        body, width_src = pattern_to_regex(value, pointer), value
-    if lo or hi is not None:
-        wlo, whi = _width(width_src) if kind == "format" or _anchored(value) else (0, 1 << 30)
-        if wlo < lo or (hi is not None and whi > hi):
-            comp.unsupported(pointer, "maxLength" if hi is not None else "minLength",
-                             f"together with {kind} is not supported")
+        alts = parse_pattern(value, pointer)
+        body = emit_tokens(search_tokens(alts), pointer)
+    if (lo or hi is not None) and not within_length(alts, lo, hi):
+        # Narrow the pattern's repetitions until every match has an allowed length.
+        tokens, keyword = narrow_to_length(alts, lo, hi, pointer)
+        if tokens is None:
+            comp.unsupported(pointer, keyword, f"cannot be met by narrowing the {kind}'s repetitions")
+        else:
+            body = emit_tokens(tokens, pointer)
     return f'"({body})"'
-
-
-def _anchored(pattern: str) -> bool:
-    return pattern.startswith("^") and pattern.endswith("$") and not pattern.endswith("\\$")
-
-
-def _array(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
-    lo, hi = flat.get("minItems", 0), flat.get("maxItems")
-    if flat.get("uniqueItems"):
-        if lo > 1:
-            comp.unsupported(pointer, "uniqueItems", "with minItems > 1 is not supported")
-        else:  # enforced by restriction: at most one item is always unique
-            hi = 1 if hi is None else min(hi, 1)
-    if hi is not None and hi < lo:
-        return None
-    if hi is not None and hi > MAX_ITEMS_REPEAT:
-        hi = max(lo, MAX_ITEMS_REPEAT)
-    prefix = []
-    for i, sub in enumerate(flat.get("prefixItems", [])):
-        rx = comp.value(sub, f"{pointer}/prefixItems/{i}", refs)
-        if rx is None:
-            break
-        prefix.append(rx)
-    items = flat.get("items", True)
-    closed = len(prefix) < len(flat.get("prefixItems", [])) or items is False
-    rest = None if closed else (comp.any_value(comp.any_depth) if items is True
-                                else comp.value(items, f"{pointer}/items", refs))
-    if hi is not None:
-        prefix = prefix[:hi]
-    if len(prefix) < lo and rest is None:
-        return None
-    ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
-    # Tail after all prefix items: the extra items, at least lo - len(prefix) of them.
-    need = max(lo - len(prefix), 0)
-    room = None if hi is None else hi - len(prefix)
-    tail = ""
-    if rest is not None and (room is None or room > 0):
-        tail = f"({sep}{rest}){{{need},{'' if room is None else room}}}" if prefix else ""
-    body = _nest(prefix, tail, lo, sep)
-    if not prefix:
-        if rest is None or room == 0:
-            return rf"\[{ws}\]" if lo == 0 else None
-        first_hi = "" if room is None else room - 1
-        body = f"{rest}({sep}{rest}){{{max(need - 1, 0)},{first_hi}}}"
-        if lo == 0:
-            body = f"({body})?"
-    return rf"\[{ws}{body}{ws}\]"
-
-
-def _nest(prefix: list[str], tail: str, lo: int, sep: str) -> str:
-    """prefix[0] (sep prefix[1] (... tail)?)? with the first ``lo`` items mandatory."""
-    out = tail
-    for i in range(len(prefix) - 1, -1, -1):
-        lead = "" if i == 0 else sep
-        out = f"{lead}{prefix[i]}{out}"
-        if i >= lo:
-            out = f"({out})?"
-    return out
 
 
 def disjoint(comp, a: dict, b: dict) -> bool:
@@ -233,6 +178,8 @@ def generated_disjoint(comp, gen: dict, other: dict) -> bool:
     tg = _exact_types({"type": types_of(gen)})
     if not tg & _exact_types(other):
         return True
+    if tg <= {"string"}:
+        return strings_first_disjoint(comp, gen, other)
     if not tg <= {"object"}:
         return False
     return (_objects_disjoint(comp, gen, other)  # exact, for objects
@@ -248,20 +195,3 @@ def never_generated(flat: dict, name: str) -> bool:
     keyed = any(k in flat for k in ("properties", "required"))  # else a bare object: any members
     return keyed and name not in flat.get("properties", {}) and name not in flat.get("required", [])
 
-
-def exclude_required_of_others(branches: list[dict]) -> list[dict]:
-    """For ``oneOf`` over objects: branch i never generates a member that another branch
-    requires and branch i leaves optional (a restriction), so that the branches become provably
-    disjoint on what we generate."""
-    out = []
-    for i, b in enumerate(branches):
-        if "enum" in b or "anyOf" in b or "oneOf" in b or types_of(b) != ["object"]:
-            out.append(b)
-            continue
-        props = dict(b.get("properties", {}))
-        for j, other in enumerate(branches):
-            names = [n for n in other.get("required", []) if n not in b.get("required", [])]
-            if j != i and names and not any(never_generated(dict(b, properties=props), n) for n in names):
-                props[names[0]] = False
-        out.append(dict(b, properties=props) if props != b.get("properties", {}) else b)
-    return out

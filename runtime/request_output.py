@@ -10,7 +10,9 @@ Result of one request (``Engine.generate``)::
                    "output_token_logprobs", "output_top_logprobs",
                    "input_token_logprobs", "input_top_logprobs",
                    # with a constraint and strict=False:
-                   "constraint_violations"}}
+                   "constraint_violations",
+                   # with a schema too large for one automaton (the restriction applied):
+                   "constraint_notes"}}
 
 A stream chunk has the same keys, but ``text`` is the new text since the previous chunk,
 ``output_ids`` the new token ids, the logprob lists cover only the new tokens, and
@@ -101,6 +103,8 @@ def _meta(req: Req) -> dict[str, Any]:
     }
     if req.constraint_violations is not None:
         meta["constraint_violations"] = list(req.constraint_violations)
+    if req.grammar is not None and req.grammar.grammar.notes:
+        meta["constraint_notes"] = list(req.grammar.grammar.notes)
     return meta
 
 

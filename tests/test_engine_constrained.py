@@ -70,18 +70,18 @@ def test_bad_schema_fails_only_that_request(engine):
 
     t = threading.Thread(target=good)
     t.start()
-    with pytest.raises(ConstraintError, match="multipleOf"):
-        engine.generate("Number:", sample(json_schema={"type": "integer", "multipleOf": 3}))
+    with pytest.raises(ConstraintError, match="not"):
+        engine.generate("Number:", sample(json_schema={"type": "integer", "not": {"multipleOf": 3}}))
     t.join(timeout=60)
     assert results["good"]["meta_info"]["completion_tokens"] == 8
 
 
 def test_lenient_schema_reports_violations(engine):
-    schema = {"type": "integer", "minimum": 0, "maximum": 99, "multipleOf": 3}
-    outs = engine.generate(["Number:"] * 6, [sample(json_schema=schema, strict=False, seed=s) for s in range(6)])
+    schema = {"type": "integer", "minimum": 0, "maximum": 99, "not": {"multipleOf": 2}}
+    outs = engine.generate(["Number:"] * 12, [sample(json_schema=schema, strict=False, seed=s) for s in range(12)])
     for out in outs:
         violations = out["meta_info"]["constraint_violations"]
-        assert (json.loads(out["text"]) % 3 == 0) == (violations == []), (out["text"], violations)
+        assert (json.loads(out["text"]) % 2 != 0) == (violations == []), (out["text"], violations)
     assert any(out["meta_info"]["constraint_violations"] for out in outs)
 
 
@@ -137,3 +137,16 @@ def test_bench_schemas_jump_forward_on_vs_off(engine):
             if out["meta_info"]["finish_reason"]["type"] == "stop":
                 jsonschema.validate(json.loads(out["text"]), schema)
     assert sum(o["meta_info"]["forward_passes"] for o in on) < sum(o["meta_info"]["forward_passes"] for o in off)
+
+
+def test_schema_over_the_size_budget_reports_its_restriction(engine, monkeypatch):
+    import radixlm.constrained.json_schema as front_end
+
+    inner = {"type": "object", "properties": {f"o{i}": {"type": "boolean"} for i in range(8)}}
+    schema = {"type": "object", "properties": {"a": inner, "b": inner}, "required": ["a", "b"]}
+    monkeypatch.setattr(front_end, "MAX_REGEX_CHARS", len(front_end.schema_to_regex(schema).regex) // 2)
+    out = engine.generate("JSON:", sample(json_schema=schema, seed=1, max_new_tokens=48))
+    assert out["meta_info"]["constraint_notes"] and "required members" in out["meta_info"]["constraint_notes"][0]
+    assert json.loads(out["text"]) == {"a": {}, "b": {}}  # optional members of nested objects dropped
+    plain = engine.generate("JSON:", sample(json_schema={"type": "integer"}, seed=1, max_new_tokens=8))
+    assert "constraint_notes" not in plain["meta_info"]

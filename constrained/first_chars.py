@@ -1,0 +1,99 @@
+"""First characters of the strings a regex can match, for ``oneOf`` disjointness proofs.
+
+``first_chars(pattern)`` parses a pattern with Python's regex parser and returns the code-point
+ranges a match's first character must come from (and whether the empty string can match), or
+None when it cannot tell. Used on our own format regexes and on anchored ``pattern`` keywords
+(``^\\$...`` never matches a UUID).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .json_schema_pattern import sre_c, sre_parse
+
+_Ranges = list[tuple[int, int]]
+
+
+def first_chars(pattern: str, anchored: bool = True) -> tuple[_Ranges, bool] | None:
+    """(ranges of possible first characters, whether the match can be empty) of ``pattern`` as a
+    full match (``anchored=True``) or for a pattern whose own ``^`` anchors it; None if unknown."""
+    try:
+        tokens = list(sre_parse.parse(pattern))
+    except re.error:
+        return None
+    if not anchored:
+        if not tokens or tokens[0] != (sre_c.AT, sre_c.AT_BEGINNING):
+            return None  # search semantics: a match may start anywhere
+        tokens = tokens[1:]
+    return _seq(tokens)
+
+
+def _seq(tokens: list) -> tuple[_Ranges, bool] | None:
+    ranges: _Ranges = []
+    for op, av in tokens:
+        first = _one(op, av)
+        if first is None:
+            return None
+        ranges += first[0]
+        if not first[1]:
+            return ranges, False
+    return ranges, True
+
+
+def _one(op, av) -> tuple[_Ranges, bool] | None:
+    if op is sre_c.LITERAL:
+        return [(av, av)], False
+    if op is sre_c.IN:
+        if any(o is not sre_c.LITERAL and o is not sre_c.RANGE for o, _ in av):
+            return None  # negated classes and categories: give up
+        return [(a, a) if o is sre_c.LITERAL else a for o, a in av], False
+    if op is sre_c.SUBPATTERN:
+        return _seq(list(av[-1]))
+    if op is sre_c.BRANCH:
+        out: _Ranges = []
+        empty = False
+        for branch in av[1]:
+            first = _seq(list(branch))
+            if first is None:
+                return None
+            out, empty = out + first[0], empty or first[1]
+        return out, empty
+    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):
+        lo, _, sub = av
+        first = _seq(list(sub))
+        if first is None:
+            return None
+        return first[0], first[1] or lo == 0
+    if op is sre_c.AT and av is sre_c.AT_END:
+        return [], True
+    return None
+
+
+def ranges_disjoint(a: _Ranges, b: _Ranges) -> bool:
+    """True when no code point lies in both range lists."""
+    return all(ha < lb or hb < la for la, ha in a for lb, hb in b)
+
+
+def strings_first_disjoint(comp, gen: dict, other: dict) -> bool:
+    """True when the strings we generate for ``gen`` (one anchored pattern or one of our format
+    regexes decides their first character) never satisfy a ``^``-anchored pattern of ``other``
+    that needs a first character outside that set."""
+    from .formats import FORMAT_REGEXES
+
+    if gen.get("_formats"):
+        first = first_chars(FORMAT_REGEXES[gen["_formats"][0]])
+    elif gen.get("_patterns"):
+        first = first_chars(gen["_patterns"][0], anchored=False)
+    else:
+        return False
+    if first is None:
+        return False
+    ranges, may_be_empty = first
+    if may_be_empty and comp.is_valid_loose(other["_sources"], ""):
+        return False
+    for pattern in other.get("_patterns", []):
+        need = first_chars(pattern, anchored=False)
+        if need is not None and not need[1] and ranges_disjoint(ranges, need[0]):
+            return True
+    return False

@@ -1,0 +1,169 @@
+"""Regexes of JSON arrays for one canonical schema node: ``items``/``prefixItems``,
+``minItems``/``maxItems``, ``uniqueItems`` and ``contains``/``minContains``/``maxContains``."""
+
+from __future__ import annotations
+
+from . import json_schema_types as types_
+
+# Large bounded repetitions make the automaton huge (one copy per count): maxItems above this is
+# lowered to it (never below the minimum), a documented restriction, still sound.
+MAX_ITEMS_REPEAT = 10
+MAX_CONTAINS_PRODUCT = 20_000  # len(items regex) * len(contains regex) for free placement
+
+
+def array_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
+    """Regex of the arrays we generate for one canonical node (None: none is valid)."""
+    lo, hi = flat.get("minItems", 0), flat.get("maxItems")
+    terms = _contains_terms(comp, flat)
+    lo = max(lo, terms[0])
+    if flat.get("uniqueItems"):
+        if lo > 1:
+            comp.unsupported(pointer, "uniqueItems", "with minItems > 1 is not supported")
+        else:  # enforced by restriction: at most one item is always unique
+            hi = 1 if hi is None else min(hi, 1)
+    if hi is not None and hi < lo:
+        return None
+    if hi is not None and hi > MAX_ITEMS_REPEAT:
+        hi = max(lo, MAX_ITEMS_REPEAT)
+    prefix = []
+    for i, sub in enumerate(flat.get("prefixItems", [])):
+        rx = comp.value(sub, f"{pointer}/prefixItems/{i}", refs)
+        if rx is None:
+            break
+        prefix.append(rx)
+    items = flat.get("items", True)
+    closed = len(prefix) < len(flat.get("prefixItems", [])) or items is False
+    rest = None if closed else (comp.any_value(comp.any_depth) if items is True
+                                else comp.value(items, f"{pointer}/items", refs))
+    if hi is not None:
+        prefix = prefix[:hi]
+    need, musts, caps = terms
+    if not need and not caps:
+        return _items_regex(comp, prefix, rest, lo, hi)
+    rx = _contains_array(comp, flat, pointer, refs, (prefix, rest, lo, hi), (need, musts, caps))
+    if rx is None and caps:  # maybe satisfiable, but not by arrays we can prove
+        comp.unsupported(caps[0][1], "maxContains", "is only supported when the other items "
+                         "provably never satisfy 'contains'")
+        rx = _contains_array(comp, flat, pointer, refs, (prefix, rest, lo, hi), (need, musts, []))
+    return rx
+
+
+def _items_regex(comp, prefix: list[str], rest: str | None, lo: int, hi: int | None) -> str | None:
+    """The array of the given prefix items then items ``rest`` (None: no more), lo..hi of them."""
+    if len(prefix) < lo and rest is None:
+        return None
+    ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
+    # Tail after all prefix items: the extra items, at least lo - len(prefix) of them.
+    need = max(lo - len(prefix), 0)
+    room = None if hi is None else hi - len(prefix)
+    tail = ""
+    if rest is not None and (room is None or room > 0):
+        tail = f"({sep}{rest}){{{need},{'' if room is None else room}}}" if prefix else ""
+    body = _nest(prefix, tail, lo, sep)
+    if not prefix:
+        if rest is None or room == 0:
+            return rf"\[{ws}\]" if lo == 0 else None
+        first_hi = "" if room is None else room - 1
+        body = f"{rest}({sep}{rest}){{{max(need - 1, 0)},{first_hi}}}"
+        if lo == 0:
+            body = f"({body})?"
+    return rf"\[{ws}{body}{ws}\]"
+
+
+def _contains_terms(comp, flat: dict) -> tuple[int, list, list]:
+    """(k, schemas, caps): at least k items must satisfy every schema (several ``contains``, from
+    ``allOf``, are all satisfied by the same items); ``caps`` are the (schema, pointer) of the
+    ``maxContains`` to enforce: no item but those k may satisfy the schema."""
+    entries = flat.get("contains", [])
+    probe = comp._validator.evolve  # the draft's semantics: draft 4 has no contains, 6/7 no min/max
+    if not entries or probe(schema={"contains": False}).is_valid([]):
+        return 0, [], []
+    honoured = not probe(schema={"contains": True, "maxContains": 0}).is_valid([0])
+    least = [e["min"] if honoured else 1 for e in entries]
+    need, caps = max(least), []
+    for e in entries:
+        if honoured and e["max"] is not None:
+            if need > e["max"]:
+                comp.unsupported(e["pointer"], "maxContains", f"({e['max']}) is below minContains ({need})")
+            else:
+                caps.append((e["schema"], e["pointer"]))
+    return need, [e["schema"] for e, n in zip(entries, least) if n > 0], caps
+
+
+def _contains_array(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, terms: tuple) -> str | None:
+    """Arrays with ``need`` items satisfying every ``musts`` schema: after all prefix items when
+    the further items allow it, else in the first prefix positions that allow it. With ``caps``
+    every other item must provably satisfy no cap schema (the others are not generated)."""
+    prefix, rest, lo, hi = shape
+    need, musts, caps = terms
+    raw = flat.get("prefixItems", [])[:len(prefix)]
+    avoids = [_avoids(comp, s, caps, pointer, refs) for s in raw]
+    if need and all(avoids):
+        tail = _contains_rest(comp, flat, pointer, refs, (len(prefix), rest, lo, hi), need, musts, bool(caps))
+        if tail is not None:
+            ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
+            return rf"\[{ws}{''.join(p + sep for p in prefix)}{tail}{ws}\]"
+    out, hits, last = [], 0, -1
+    for i, sub in enumerate(raw):
+        rx = comp.value({"allOf": [sub, *musts]}, f"{pointer}/contains", refs) if hits < need else None
+        if rx is None and not avoids[i]:
+            break  # an item here might match a cap: the arrays end before it
+        out.append(prefix[i] if rx is None else rx)
+        if rx is not None:
+            hits, last = hits + 1, i
+    if hits < need:
+        return None
+    if caps and (len(out) < len(prefix) or not _avoids(comp, flat.get("items", True), caps, pointer, refs)):
+        rest = None
+    return _items_regex(comp, out, rest, max(lo, last + 1), hi)
+
+
+def _avoids(comp, schema, caps: list, pointer: str, refs: tuple) -> bool:
+    """True when no instance of ``schema`` satisfies a cap schema (a proof by disjointness)."""
+    if not caps:
+        return True
+    node, _ = comp.flatten(schema, pointer, refs)
+    if node is None:
+        return True
+    for cap, _ in caps:
+        target, _ = comp.flatten(cap, pointer, refs)
+        if target is not None and not types_.disjoint(comp, node, target):
+            return False
+    return True
+
+
+def _contains_rest(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, need: int,
+                   musts: list, only_hits: bool) -> str | None:
+    """The items after ``n`` prefix items, ``need`` of them satisfying every schema of ``musts``:
+    ``(R,)* C (,R)*`` when unbounded and both regexes are small, else the matching items first
+    (a restriction: matching the two in parallel multiplies their automaton states), or only
+    the matching items (``only_hits``). None when they do not fit or cannot match."""
+    n, rest, lo, hi = shape
+    room = None if hi is None else hi - n
+    extra = max(lo - n, need) - need  # other items that must appear as well
+    if rest is None or (room is not None and room < need) or (only_hits and extra):
+        return None
+    hit = comp.value({"allOf": [flat.get("items", True), *musts]}, f"{pointer}/contains", refs)
+    if hit is None:
+        return None
+    sep = f"{comp.ws},{comp.ws}"
+    if only_hits or room == need:
+        return hit + (f"({sep}{hit}){{{need - 1}}}" if need > 1 else "")
+    if room is None and len(rest) * len(hit) <= MAX_CONTAINS_PRODUCT:
+        others = f"({sep}{rest})*"
+        more = f"({sep}{hit}{others}){{{need - 1}}}" if need > 1 else ""
+        before = f"({rest}{sep}){{{extra},}}" if extra else f"({rest}{sep})*"
+        return f"{before}{hit}{others}{more}"
+    more = f"({sep}{hit}){{{need - 1}}}" if need > 1 else ""
+    return f"{hit}{more}({sep}{rest}){{{extra},{'' if room is None else room - need}}}"
+
+
+def _nest(prefix: list[str], tail: str, lo: int, sep: str) -> str:
+    """prefix[0] (sep prefix[1] (... tail)?)? with the first ``lo`` items mandatory."""
+    out = tail
+    for i in range(len(prefix) - 1, -1, -1):
+        lead = "" if i == 0 else sep
+        out = f"{lead}{prefix[i]}{out}"
+        if i >= lo:
+            out = f"({out})?"
+    return out

@@ -1,0 +1,146 @@
+"""Schema keywords handled by rewriting: ``propertyNames``, ``oneOf`` branch selection,
+``if``/``then``/``else`` (tagged unions, enums, impossible ``then``s), large ``anyOf`` products
+and the size budget (deep optional members dropped).
+Each case checks instances both ways and that random token walks validate."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
+from radixlm.constrained.walks import compact_json, random_walk
+
+# (schema, instances that must be accepted, instances that must be rejected)
+CASES = [
+    ({"type": "object", "propertyNames": {"enum": ["a", "b"]}, "additionalProperties": {"type": "integer"}},
+     [{}, {"a": 1}, {"a": 1, "b": 2}], [{"c": 1}, {"a": "x"}]),
+    ({"type": "object", "propertyNames": {"pattern": "^x[0-9]$"}, "additionalProperties": {"type": "boolean"}},
+     [{}, {"x1": True}, {"x1": True, "x2": False}], [{"y1": True}, {"x12": True}]),
+    ({"type": "object", "properties": {"long_name": {"type": "null"}, "ab": {"type": "null"}},
+      "propertyNames": {"maxLength": 3}},
+     [{}, {"ab": None}], [{"long_name": None}]),
+    ({"type": "object", "properties": {"zz": {"type": "null"}}, "propertyNames": {"pattern": "^x"},
+      "patternProperties": {".*": {"type": "integer"}}},
+     [{"xa": 1}], [{"zz": None}, {"ya": 1}]),
+    ({"type": "object", "propertyNames": {"$ref": "#/$defs/n"}, "patternProperties": {".*": {"type": "number"}},
+      "additionalProperties": False, "$defs": {"n": {"type": "string", "enum": ["p10", "p20"]}}},
+     [{"p10": 1.5}, {"p10": 1, "p20": 2}], [{"p30": 1}]),
+    # oneOf: branches whose values may also satisfy another branch are not generated
+    ({"oneOf": [{"type": "object", "properties": {"x": {"type": "integer"}}},
+                {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}]},
+     [{}], [{"x": 1}]),
+    ({"oneOf": [{"format": "uuid"}, {"pattern": "^\\$[A-Z]+"}]},
+     ["123e4567-e89b-12d3-a456-426614174000"], ["$ABC"]),
+    ({"type": "string", "oneOf": [{"pattern": "^a"}, {"pattern": "^b"}]}, ["a", "bcd"], ["ca"]),
+    # oneOf of closed all-optional objects: each branch generates a member the other forbids
+    ({"type": "object", "oneOf": [
+        {"properties": {"preset": {"enum": ["a", "b"]}}, "additionalProperties": False},
+        {"properties": {"command": {"type": "string"}}, "additionalProperties": False}]},
+     [{"preset": "a"}, {"command": "ls"}], [{}, {"preset": "a", "command": "ls"}]),
+    # tagged unions written as if/then on one property: each tag gets its then and the elses
+    ({"type": "object", "required": ["kind"],
+      "properties": {"kind": {"enum": ["a", "b", "c"]}, "x": {"type": "integer"}, "y": {"type": "string"}},
+      "allOf": [{"if": {"properties": {"kind": {"const": "a"}}}, "then": {"required": ["x"]}},
+                {"if": {"properties": {"kind": {"const": "b"}}}, "then": {"required": ["y"]},
+                 "else": {"properties": {"y": False}}}]},
+     [{"kind": "a", "x": 1}, {"kind": "b", "y": "s"}, {"kind": "b", "x": 2, "y": "s"}, {"kind": "c"}],
+     [{"kind": "a"}, {"kind": "a", "x": 1, "y": "s"}, {"kind": "b"}, {"kind": "c", "y": "s"}]),
+    ({"type": "object", "properties": {"t": {"type": "string"}, "n": {"type": "integer"}}, "required": ["t"],
+      "if": {"properties": {"t": {"const": "num"}}, "required": ["t"]}, "then": {"required": ["n"]},
+      "else": {"properties": {"n": False}}},
+     [{"t": "num", "n": 3}, {"t": "other"}], [{"t": "num"}, {"t": "other", "n": 3}]),
+    # if/then/else: a node with its own enum is filtered exactly; an impossible if+then takes else
+    ({"type": "number", "if": {"maximum": 5}, "then": {"minimum": 5}, "else": {"minimum": 9},
+      "minimum": 7, "enum": [1, 5, 7, 9, 10]}, [9, 10], [5, 7]),
+    ({"type": "integer", "if": {"type": "string"}, "then": {"minLength": 1}, "else": {"minimum": 3}},
+     [3, 40], [2]),
+    # allOf of the same anyOf is that anyOf; large anyOf products keep a sound subset
+    ({"allOf": [{"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                {"anyOf": [{"type": "integer"}, {"type": "null"}]}]}, [1, None], ["a"]),
+    ({"allOf": [{"anyOf": [{"type": "integer", "minimum": i} for i in range(20)]},
+                {"anyOf": [{"type": "integer", "maximum": 100 + i} for i in range(20)]}]}, [50], [-1, 200]),
+]
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_llama) -> TokenizerVocab:
+    from radixlm.runtime.tokenizer import Tokenizer
+
+    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
+
+
+def _validator(schema):
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+@pytest.mark.parametrize("schema,good,bad", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_keyword_cases(vocab, schema, good, bad):
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    validator = _validator(schema)
+    for inst in good:
+        assert validator.is_valid(inst), f"table error: {inst!r} is not valid"
+        assert grammar.matches(compact_json(inst)), f"{inst!r} should be accepted by {grammar.regex[:300]}"
+    for inst in bad:
+        assert not grammar.matches(compact_json(inst)), f"{inst!r} should be rejected"
+    for seed in range(6):
+        walk = random_walk(grammar, random.Random(seed), max_tokens=40)
+        if walk is None:
+            continue
+        text = b"".join(vocab.token_bytes[t] for t in walk[0]).decode("utf-8")
+        assert validator.is_valid(json.loads(text)), f"{text!r} was generated but is invalid"
+
+
+def test_one_of_without_a_provable_branch_still_raises():
+    with pytest.raises(ConstraintError) as info:
+        schema_to_regex({"oneOf": [{"type": "string"}, {"type": "string", "minLength": 2}]})
+    assert info.value.keyword == "oneOf" and info.value.pointer == "#"
+
+
+def test_property_names_that_exclude_a_required_name_are_unsatisfiable():
+    with pytest.raises(ConstraintError, match="unsatisfiable"):
+        schema_to_regex({"type": "object", "required": ["abcd"], "propertyNames": {"maxLength": 3}})
+
+
+def _deep_schema(levels: int) -> dict:
+    node: dict = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
+    for _ in range(levels):
+        optional = {f"opt{j}": {"type": "string", "maxLength": 5} for j in range(6)}
+        node = {"type": "object", "properties": {"id": {"type": "integer"}, **optional, "child": node},
+                "required": ["id", "child"]}
+    return node
+
+
+def test_large_schemas_drop_deep_optional_members(vocab, monkeypatch):
+    import radixlm.constrained.json_schema as front_end
+
+    schema = _deep_schema(4)
+    full = schema_to_regex(schema)
+    assert full.optional_depth is None
+    monkeypatch.setattr(front_end, "MAX_REGEX_CHARS", len(full.regex) // 2)
+    small = schema_to_regex(schema)
+    assert small.optional_depth is not None and small.optional_depth >= 1
+    assert len(small.regex) <= len(full.regex) // 2
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    assert grammar.notes and "required members" in grammar.notes[0]
+    validator = _validator(schema)
+    inst = {"id": 1, "opt0": "ab", "child": {"id": 2, "child": {"id": 3, "child": {"id": 4, "child": {"id": 5}}}}}
+    assert validator.is_valid(inst) and grammar.matches(compact_json(inst))  # shallow optional kept
+    deep = {"id": 1, "child": {"id": 2, "child": {"id": 3, "child": {"id": 4, "opt0": "x", "child": {"id": 5}}}}}
+    assert validator.is_valid(deep) and not grammar.matches(compact_json(deep))  # deep optional dropped
+    for seed in range(4):
+        walk = random_walk(grammar, random.Random(seed), max_tokens=120)
+        if walk is not None:
+            text = b"".join(vocab.token_bytes[t] for t in walk[0]).decode("utf-8")
+            assert validator.is_valid(json.loads(text))
+
+
+def test_schema_too_large_even_when_pruned(monkeypatch):
+    import radixlm.constrained.json_schema as front_end
+
+    monkeypatch.setattr(front_end, "MAX_REGEX_CHARS", 50)
+    with pytest.raises(ConstraintError, match="more than 50 characters"):
+        schema_to_regex(_deep_schema(2))
