@@ -5,7 +5,8 @@ Per schema, a forked child compiles the grammar (killed at ``--timeout``: not co
 every shipped instance's compact serialisation through a matcher, times ``fill_mask`` along random
 token walks (uniform among allowed tokens, fixed seed: an untrained model at temperature 1), checks
 each walk's output with ``jsonschema``, and counts sampling steps with and without jump-forward.
-If ``xgrammar`` is installed, it is measured on the same schemas (compile coverage and mask time).
+If ``xgrammar`` or ``llguidance`` is installed, it is measured on the same schemas in the same run
+(compile coverage within the budget, compile ms, mask us along a random walk).
 
     python3 benchmarks/bench_grammar.py [--data ../shared/data/jsonschemabench] [--tokenizer small]
 
@@ -13,11 +14,14 @@ Targets (issue 5): coverage >= 90%, mask p50 <= 10 us and p99 <= 100 us on a 32k
 zero invalid instances accepted, every generated output valid.
 
 Last run (llama small tokenizer, 32k vocab, 252 schemas, --walks 1, 2 shared CPU cores):
-coverage 241/252 = 95.6% (11 strict errors: 10 adversarial `not` forms, 1 pattern combined with
-another pattern; 0 compile timeouts; 22 large schemas compiled under the size budget's
-restrictions); compile ms p50 45 p90 1069 (max 7.4 s); mask us/token p50 4.2 p99 43; valid
-instances accepted 237/276, invalid rejected 320/320; random-walk outputs valid 239/239;
-jump-forward saves 18.8% of forward passes on random walks.
+coverage 242/252 = 96.0% (10 strict errors, all adversarial `not` forms; 0 compile timeouts;
+22 large schemas compiled under the size budget's restrictions); compile ms p50 45 p90 1325
+(max 8.4 s); mask us/token p50 4.4 p99 43; valid instances accepted 237/276, invalid rejected
+320/320; random-walk outputs valid 240/240;
+jump-forward saves 18.4% of forward passes on random walks. Same schemas, same vocabulary
+(`--systems xgrammar,llguidance`, xgrammar 0.2.9 and llguidance 1.9.1 from PyPI): xgrammar
+covers 251/252 but accepts 26/320 invalid instances (keywords it does not enforce), mask p50 6.9
+p99 86; llguidance covers 201/252 = 79.8%, accepts 0/236 invalid, mask p50 22.7 p99 228.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import multiprocessing as mp
 import random
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -112,37 +118,97 @@ def run_radixlm(files: list[Path], tok_path: str, args) -> list[dict]:
     return results
 
 
-def run_xgrammar(files: list[Path], tok_path: str, timeout: float) -> None:
+@dataclass
+class Session:
+    """One matcher of another engine: what ``run_external`` drives."""
+
+    fill: Callable  # fill(bitmask): the next-token mask into an int32 (1, words) tensor
+    accept: Callable  # accept(token) -> bool
+    done: Callable  # done() -> bool: terminated
+    accepting: Callable  # accepting() -> bool: the text so far is complete
+    bitmask: torch.Tensor
+
+
+def run_external(name: str, files: list[Path], starter, timeout: float) -> None:
+    """Compile coverage, mask time and invalid instances accepted for another engine on the same
+    schemas. ``starter = (start(schema) -> Session, encode(text) -> ids)``; start raises when
+    the schema is not supported."""
+    start, encode = starter
+    ok, compile_ms, mask_us, bad_in, bad_n = 0, [], [], 0, 0
+    for path in files:
+        doc = json.loads(path.read_text())
+        begin = time.perf_counter()
+        try:
+            sess = start(doc["schema"])
+        except Exception:  # noqa: BLE001 - any failure counts as not covered
+            continue
+        ms = (time.perf_counter() - begin) * 1000
+        if ms > timeout * 1000:
+            continue
+        ok, compile_ms = ok + 1, compile_ms + [ms]
+        mask_us += _walk_external(sess)
+        for test in (t for t in doc.get("tests", []) if not t["valid"]):
+            walker = start(doc["schema"])
+            bad_n += 1
+            bad_in += all(walker.accept(t) for t in encode(compact_json(test["data"]))) and walker.accepting()
+    print(f"{name}: coverage {ok}/{len(files)} = {ok / len(files):.1%}, compile ms p50 "
+          f"{_pct(compile_ms, 50):.1f} p90 {_pct(compile_ms, 90):.1f}, mask us p50 {_pct(mask_us, 50):.1f} "
+          f"p99 {_pct(mask_us, 99):.1f}, invalid instances accepted {bad_in}/{bad_n}")
+
+
+def _walk_external(sess: Session) -> list[float]:
+    """A uniform random walk (fixed seed), timing each mask."""
+    rng, times = random.Random(0), []
+    for _ in range(50):
+        if sess.done():
+            break
+        begin_ns = time.perf_counter_ns()
+        sess.fill(sess.bitmask)
+        times.append((time.perf_counter_ns() - begin_ns) / 1000)
+        words = sess.bitmask[0].numpy().view("uint32")
+        allowed = [i * 32 + b for i, w in enumerate(words) if w for b in range(32) if (w >> b) & 1]
+        if not allowed:
+            break
+        sess.accept(rng.choice(allowed))
+    return times
+
+
+def xgrammar_starter(tok_path: str):
+    """``run_external``'s starter for xgrammar: compact JSON, one compile thread."""
     import xgrammar as xgr
     from transformers import PreTrainedTokenizerFast
 
     hf = PreTrainedTokenizerFast(tokenizer_file=str(Path(tok_path) / "tokenizer.json"))
-    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(hf), max_threads=1)
-    ok, compile_ms, mask_us = 0, [], []
-    for path in files:
-        schema = json.loads(path.read_text())["schema"]
-        start = time.perf_counter()
-        try:
-            compiled = compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
-        except Exception:  # noqa: BLE001 - any failure counts as not covered
-            continue
-        ms = (time.perf_counter() - start) * 1000
-        if ms > timeout * 1000:
-            continue
-        ok, compile_ms = ok + 1, compile_ms + [ms]
-        matcher = xgr.GrammarMatcher(compiled)
-        bitmask = xgr.allocate_token_bitmask(1, hf.vocab_size)
-        for _ in range(50):
-            start = time.perf_counter_ns()
-            matcher.fill_next_token_bitmask(bitmask, 0)
-            mask_us.append((time.perf_counter_ns() - start) / 1000)
-            allowed = [i for i in range(hf.vocab_size) if (int(bitmask[0, i // 32]) >> (i % 32)) & 1]
-            if not allowed or matcher.is_terminated():
-                break
-            matcher.accept_token(random.Random(0).choice(allowed))
-    print(f"xgrammar: coverage {ok}/{len(files)} = {ok / len(files):.1%}, compile ms p50 "
-          f"{_pct(compile_ms, 50):.1f} p90 {_pct(compile_ms, 90):.1f}, mask us p50 {_pct(mask_us, 50):.1f} "
-          f"p99 {_pct(mask_us, 99):.1f}")
+    info = xgr.TokenizerInfo.from_huggingface(hf)
+    compiler = xgr.GrammarCompiler(info, max_threads=1)
+
+    def start(schema) -> Session:
+        matcher = xgr.GrammarMatcher(compiler.compile_json_schema(json.dumps(schema), any_whitespace=False,
+                                                                  separators=(",", ":")))
+        return Session(lambda bm: matcher.fill_next_token_bitmask(bm, 0), matcher.accept_token,
+                       matcher.is_terminated, lambda: matcher.accept_token(info.stop_token_ids[0]),
+                       xgr.allocate_token_bitmask(1, info.vocab_size))
+    return start, lambda text: hf.encode(text, add_special_tokens=False)
+
+
+def llguidance_starter(tok_path: str):
+    """``run_external``'s starter for llguidance: compact JSON."""
+    import llguidance
+    import llguidance.hf
+    import llguidance.torch as llt
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast(tokenizer_file=str(Path(tok_path) / "tokenizer.json"))
+    tokenizer = llguidance.hf.from_tokenizer(hf)
+
+    def start(schema) -> Session:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
+        matcher = llguidance.LLMatcher(tokenizer, grammar)
+        if matcher.is_error():
+            raise ValueError(matcher.get_error())
+        return Session(lambda bm: llt.fill_next_token_bitmask(matcher, bm, 0), matcher.consume_token,
+                       matcher.is_stopped, matcher.is_accepting, llt.allocate_token_bitmask(1, tokenizer.vocab_size))
+    return start, lambda text: hf.encode(text, add_special_tokens=False)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -185,7 +251,10 @@ def main() -> None:
     p.add_argument("--walks", type=int, default=2, help="random walks per schema")
     p.add_argument("--max-tokens", type=int, default=120, help="sampled tokens before a walk finishes")
     p.add_argument("--limit", type=int, default=0, help="only the first N schemas (0: all)")
+    p.add_argument("--systems", default="radixlm,xgrammar,llguidance",
+                   help="comma-separated: radixlm, xgrammar, llguidance (the last two if installed)")
     args = p.parse_args()
+    args.systems = args.systems.split(",")
     from radixlm.runtime.checkpoints import checkpoint_path
 
     files = sorted(Path(args.data).glob("*/*.json"))
@@ -194,15 +263,15 @@ def main() -> None:
     if not files:
         raise SystemExit(f"no <Subset>/<name>.json files under {args.data}")
     tok_path = checkpoint_path("llama", args.tokenizer)
-    summarise(run_radixlm(files, tok_path, args))
-    for name in ("xgrammar", "llguidance"):
+    if "radixlm" in args.systems:
+        summarise(run_radixlm(files, tok_path, args))
+    for name, starter in (("xgrammar", xgrammar_starter), ("llguidance", llguidance_starter)):
+        if name not in args.systems:
+            continue
         if importlib.util.find_spec(name) is None:
             print(f"{name}: not installed")
-    if importlib.util.find_spec("xgrammar") is not None:
-        run_xgrammar(files, tok_path, args.timeout)
-    elif importlib.util.find_spec("llguidance") is not None:
-        print("llguidance: installed, but this harness only drives xgrammar")
-
+        else:
+            run_external(name, files, starter(tok_path), args.timeout)
 
 if __name__ == "__main__":
     main()

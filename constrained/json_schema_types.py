@@ -4,6 +4,7 @@ disjointness tests ``oneOf`` and ``not`` need."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -13,7 +14,15 @@ from .formats import FORMAT_REGEXES
 from .int_range import INTEGER, integer_range_regex, number_range_regex
 from .json_schema_array import array_regex
 from .json_schema_normalize import ALL_TYPES, schemas_for_key
-from .json_schema_pattern import PLAIN_CHAR, STRING_CHAR, emit_tokens, parse_pattern, search_tokens, sre_parse
+from .json_schema_pattern import (
+    PLAIN_CHAR,
+    STRING_CHAR,
+    emit_tokens,
+    escape_literal,
+    parse_pattern,
+    search_tokens,
+    sre_parse,
+)
 from .multiple_of import multiples_regex
 from .pattern_bounds import narrow_to_length, within_length
 
@@ -91,6 +100,10 @@ def _string(comp, flat: dict, pointer: str) -> str | None:
     constraints = [("pattern", p) for p in flat.get("_patterns", [])]
     constraints += [("format", f) for f in flat.get("_formats", [])]
     if len(constraints) > 1:
+        lit = _literal(dict(flat, type=["string"]))
+        if lit is not None:  # ^lit$ with other patterns/formats: lit itself, checked exactly
+            ok = lo <= len(lit) and (hi is None or len(lit) <= hi) and comp.is_valid(flat["_sources"], lit)
+            return escape_literal(json.dumps(lit)) if ok else None
         comp.unsupported(pointer, constraints[1][0], "combined with another pattern/format is not supported")
     if not constraints:
         if hi is not None and hi > MAX_STRING_REPEAT:

@@ -44,3 +44,21 @@ def test_unknown_suite_is_rejected(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(RUN), "--suite", "nope", "--out", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "suite must be one of" in proc.stderr
+
+
+def test_grammar_benchmark_reads_any_directory_of_the_layout(tmp_path: Path, tiny_llama: str) -> None:
+    data = tmp_path / "Mini"
+    data.mkdir()
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 2}}, "required": ["n"]}
+    tests = [{"valid": True, "data": {"n": 3}}, {"valid": False, "data": {"n": 1}}]
+    (data / "a.json").write_text(json.dumps({"schema": schema, "tests": tests}))
+    (data / "b.json").write_text(json.dumps({"schema": {"type": "string", "not": {"minLength": 1, "pattern": "a"}},
+                                             "tests": []}))
+    grammar_bench = RUN.parent / "bench_grammar.py"
+    cmd = [sys.executable, str(grammar_bench), "--data", str(tmp_path), "--tokenizer", "tiny", "--walks", "1",
+           "--systems", "radixlm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "coverage 1/2 = 50.0% (strict errors 1, timeouts 0)" in proc.stdout, proc.stdout
+    assert "valid instances accepted 1/1; invalid rejected 1/1 (accepted: 0)" in proc.stdout, proc.stdout
+    assert "random-walk outputs valid 1/1" in proc.stdout, proc.stdout

@@ -57,6 +57,9 @@ CASES = [
       "minimum": 7, "enum": [1, 5, 7, 9, 10]}, [9, 10], [5, 7]),
     ({"type": "integer", "if": {"type": "string"}, "then": {"minLength": 1}, "else": {"minimum": 3}},
      [3, 40], [2]),
+    # a ^literal$ pattern next to other patterns: the literal itself, checked against them
+    ({"type": "string", "allOf": [{"pattern": "^tuple$"}, {"pattern": "^tu"}, {"maxLength": 9}]},
+     ["tuple"], ["tu", "tuplex"]),
     # allOf of the same anyOf is that anyOf; large anyOf products keep a sound subset
     ({"allOf": [{"anyOf": [{"type": "integer"}, {"type": "null"}]},
                 {"anyOf": [{"type": "integer"}, {"type": "null"}]}]}, [1, None], ["a"]),
@@ -98,6 +101,11 @@ def test_one_of_without_a_provable_branch_still_raises():
     with pytest.raises(ConstraintError) as info:
         schema_to_regex({"oneOf": [{"type": "string"}, {"type": "string", "minLength": 2}]})
     assert info.value.keyword == "oneOf" and info.value.pointer == "#"
+
+
+def test_literal_pattern_that_fails_another_pattern_is_unsatisfiable():
+    with pytest.raises(ConstraintError, match="unsatisfiable"):
+        schema_to_regex({"type": "string", "allOf": [{"pattern": "^tuple$"}, {"pattern": "^x"}]})
 
 
 def test_property_names_that_exclude_a_required_name_are_unsatisfiable():
