@@ -35,3 +35,37 @@ def tiny_llama(checkpoint) -> str:
 def tiny_qwen3(checkpoint) -> str:
     """Path of the tiny Qwen3 checkpoint (q/k RMSNorm)."""
     return checkpoint("qwen3", "tiny")
+
+
+@pytest.fixture(scope="session")
+def schema_checker(tiny_llama):
+    """``check(schema, good, bad, walks=0)``: the schema's grammar (tiny vocabulary) accepts every
+    ``good`` instance (each must be valid: a table check), rejects every ``bad`` one, and the first
+    ``walks`` random token walks produce outputs that validate. Returns the grammar."""
+    import json
+    import random
+
+    import jsonschema
+    from radixlm.constrained import TokenizerVocab, compile_grammar
+    from radixlm.constrained.walks import compact_json, random_walk
+    from radixlm.runtime.tokenizer import Tokenizer
+
+    vocab = TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
+
+    def check(schema, good=(), bad=(), walks: int = 0, max_tokens: int = 40):
+        grammar = compile_grammar(vocab, "json_schema", schema)
+        cls = jsonschema.validators.validator_for(schema if isinstance(schema, dict) else {})
+        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        for inst in good:
+            assert validator.is_valid(inst), f"table error: {inst!r} is not valid"
+            assert grammar.matches(compact_json(inst)), f"{inst!r} should be accepted by {grammar.regex[:300]}"
+        for inst in bad:
+            assert not grammar.matches(compact_json(inst)), f"{inst!r} should be rejected"
+        for seed in range(walks):
+            walk = random_walk(grammar, random.Random(seed), max_tokens=max_tokens)
+            if walk is not None:
+                text = b"".join(vocab.token_bytes[t] for t in walk[0]).decode("utf-8")
+                assert validator.is_valid(json.loads(text)), f"{text!r} was generated but is invalid"
+        return grammar
+
+    return check

@@ -81,20 +81,8 @@ def _validator(schema):
 
 
 @pytest.mark.parametrize("schema,good,bad", CASES, ids=[str(i) for i in range(len(CASES))])
-def test_keyword_cases(vocab, schema, good, bad):
-    grammar = compile_grammar(vocab, "json_schema", schema)
-    validator = _validator(schema)
-    for inst in good:
-        assert validator.is_valid(inst), f"table error: {inst!r} is not valid"
-        assert grammar.matches(compact_json(inst)), f"{inst!r} should be accepted by {grammar.regex[:300]}"
-    for inst in bad:
-        assert not grammar.matches(compact_json(inst)), f"{inst!r} should be rejected"
-    for seed in range(6):
-        walk = random_walk(grammar, random.Random(seed), max_tokens=40)
-        if walk is None:
-            continue
-        text = b"".join(vocab.token_bytes[t] for t in walk[0]).decode("utf-8")
-        assert validator.is_valid(json.loads(text)), f"{text!r} was generated but is invalid"
+def test_keyword_cases(schema_checker, schema, good, bad):
+    schema_checker(schema, good, bad, walks=6)
 
 
 def test_one_of_without_a_provable_branch_still_raises():
