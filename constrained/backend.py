@@ -28,6 +28,7 @@ def compile_grammar(
     whitespace_pattern: str | None = None,
     strict: bool = True,
     max_ref_depth: int = DEFAULT_MAX_REF_DEPTH,
+    max_regex_chars: int | None = None,
 ) -> CompiledGrammar:
     """Compile one constraint synchronously (what the backend's worker threads run).
 
@@ -37,7 +38,7 @@ def compile_grammar(
     relaxed: list[str] = []
     notes: list[str] = []
     if kind == "json_schema":
-        out = schema_to_regex(spec, whitespace_pattern, strict, max_ref_depth)
+        out = schema_to_regex(spec, whitespace_pattern, strict, max_ref_depth, max_regex_chars=max_regex_chars)
         regex, relaxed = out.regex, out.relaxed
         if out.max_ref_depth is not None and out.max_ref_depth < max_ref_depth:
             notes.append(f"schema too large for one automaton: recursive $refs expand at most "
@@ -81,7 +82,8 @@ class GrammarBackend:
     """
 
     def __init__(self, vocab: TokenizerVocab, compile_timeout_s: float = 10.0, cache_size: int = 256,
-                 max_ref_depth: int = DEFAULT_MAX_REF_DEPTH, num_workers: int = 2) -> None:
+                 max_ref_depth: int = DEFAULT_MAX_REF_DEPTH, num_workers: int = 2,
+                 max_regex_chars: int | None = None) -> None:
         if compile_timeout_s <= 0:
             raise ValueError(f"compile_timeout_s must be > 0, got {compile_timeout_s}")
         if cache_size < 1:
@@ -90,6 +92,7 @@ class GrammarBackend:
         self.compile_timeout_s = compile_timeout_s
         self.cache_size = cache_size
         self.max_ref_depth = max_ref_depth
+        self.max_regex_chars = max_regex_chars  # None: json_schema.MAX_REGEX_CHARS
         self._pool = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="grammar")
         self._cache: OrderedDict[str, Future] = OrderedDict()
         self._lock = threading.Lock()
@@ -123,7 +126,7 @@ class GrammarBackend:
         timer.start()
         start = time.perf_counter()
         try:
-            grammar = compile_grammar(self.vocab, kind, spec, ws, strict, self.max_ref_depth)
+            grammar = compile_grammar(self.vocab, kind, spec, ws, strict, self.max_ref_depth, self.max_regex_chars)
         except ConstraintError as e:
             self.stats["errors"] += 1
             _settle(fut, exc=e)

@@ -29,7 +29,7 @@ from .json_schema_normalize import canonical, clean, merge
 from .json_schema_object import object_regex
 from .json_schema_one_of import one_of_branches
 from .json_schema_pattern import escape_literal
-from .json_schema_switch import discriminator, is_switch_case, switch_schemas
+from .json_schema_switch import discriminator, flatten_else, is_switch_case, switch_schemas
 
 DEFAULT_MAX_REF_DEPTH = 3
 DEFAULT_ANY_DEPTH = 1
@@ -57,15 +57,18 @@ def schema_to_regex(
     strict: bool = True,
     max_ref_depth: int = DEFAULT_MAX_REF_DEPTH,
     any_depth: int = DEFAULT_ANY_DEPTH,
+    max_regex_chars: int | None = None,
 ) -> SchemaRegex:
     """Compile ``schema`` to a regex over its serialisations (compact JSON unless
     ``whitespace_pattern`` is given). Raises ``ConstraintError`` on unsupported or unsatisfiable
-    schemas."""
+    schemas. A regex over ``max_regex_chars`` (default ``MAX_REGEX_CHARS``) is rebuilt with the
+    size-budget restrictions (``SchemaRegex.max_ref_depth``/``optional_depth`` say which)."""
     too_large: RegexTooLarge | None = None
     attempts = [(max_ref_depth, None)]
     while attempts:
         ref_depth, depth = attempts.pop(0)
         comp = _Compiler(schema, whitespace_pattern, strict, ref_depth, any_depth, depth)
+        comp.max_chars = max_regex_chars or MAX_REGEX_CHARS
         try:
             rx = comp.value(schema, "#", ())
         except RegexTooLarge as e:
@@ -97,6 +100,7 @@ class _Compiler:
         self.optional_depth = optional_depth
         self.object_depth = 0  # objects open on the current path
         self.recursive = False  # some $ref was expanded inside itself
+        self.max_chars = MAX_REGEX_CHARS  # the size budget (schema_to_regex's max_regex_chars)
         self.relaxed: list[str] = []
         self._memo: dict[tuple, str | None] = {}
         self._keep: list[Any] = []  # keeps memoised nodes alive so their ids stay unique
@@ -181,7 +185,7 @@ class _Compiler:
             flat, sub_refs = self.flatten(sub, sub_pointer, sub_refs)
             if flat is None:
                 if sub_pointer.endswith(("/if", "/then")):  # if+then impossible: take not-if+else
-                    return self.flatten_else(node, pointer, refs)
+                    return flatten_else(self, node, pointer, refs)
                 return None, refs
             out = merge(out, flat, pointer)
             grown = grown + sub_refs[base:]  # the refs each part expanded, for its children
@@ -190,20 +194,6 @@ class _Compiler:
             if out is None:
                 return None, refs
         return out, grown
-
-    def flatten_else(self, node: dict, pointer: str, refs: tuple) -> tuple[dict | None, tuple]:
-        """``node`` when its ``if`` fails: ``not if`` and ``else`` replace ``if`` and ``then``."""
-        rest = {k: v for k, v in node.items() if k not in ("if", "then", "else")}
-        flat, grown = self.flatten(rest, pointer, refs)
-        if flat is None:
-            return None, refs
-        base = len(refs)
-        if "else" in node:
-            other, sub_refs = self.flatten(node["else"], f"{pointer}/else", refs)
-            if other is None:
-                return None, refs
-            flat, grown = merge(flat, other, pointer), grown + sub_refs[base:]
-        return negation.negate(self, flat, node["if"], f"{pointer}/if", refs), grown
 
     # ---- values -------------------------------------------------------------------------------
     def value(self, node: Any, pointer: str, refs: tuple) -> str | None:
@@ -220,7 +210,7 @@ class _Compiler:
             flat, refs_after = self.flatten(node, pointer, refs)
             rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
             if rx is None and isinstance(node, dict) and "if" in node:  # if+then impossible
-                flat, refs_after = self.flatten_else(node, pointer, refs)
+                flat, refs_after = flatten_else(self, node, pointer, refs)
                 rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
         finally:
             self._depth -= 1
@@ -231,8 +221,8 @@ class _Compiler:
 
     def check_size(self, chars: int, pointer: str) -> None:
         """Fail early (before memory runs out) when a regex grows past the limit."""
-        if chars > MAX_REGEX_CHARS:
-            raise RegexTooLarge(f"schema expands to a regex of more than {MAX_REGEX_CHARS} characters; "
+        if chars > self.max_chars:
+            raise RegexTooLarge(f"schema expands to a regex of more than {self.max_chars} characters; "
                                   "even when generating only the required members of nested objects; "
                                   "lower max_ref_depth or simplify the schema", pointer)
 

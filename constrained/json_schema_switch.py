@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .json_schema_normalize import ANNOTATIONS
+from . import json_schema_not as negation
+from .json_schema_normalize import ANNOTATIONS, merge
 
 
 def discriminator(if_schema: Any) -> tuple[str, Any, bool] | None:
@@ -76,3 +77,18 @@ def _switch(name: str, cases: list[dict]) -> dict:
         default["required"] = [name]
     branches.append({"allOf": [default] + [c["else"] for c in cases if "else" in c]})
     return {"anyOf": branches}
+
+
+def flatten_else(comp, node: dict, pointer: str, refs: tuple) -> tuple[dict | None, tuple]:
+    """``node`` when its ``if`` fails: ``not if`` and ``else`` replace ``if`` and ``then``."""
+    rest = {k: v for k, v in node.items() if k not in ("if", "then", "else")}
+    flat, grown = comp.flatten(rest, pointer, refs)
+    if flat is None:
+        return None, refs
+    base = len(refs)
+    if "else" in node:
+        other, sub_refs = comp.flatten(node["else"], f"{pointer}/else", refs)
+        if other is None:
+            return None, refs
+        flat, grown = merge(flat, other, pointer), grown + sub_refs[base:]
+    return negation.negate(comp, flat, node["if"], f"{pointer}/if", refs), grown

@@ -69,7 +69,7 @@ class Engine:
                                    max_running_requests=args.max_running_requests,
                                    max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size)
         self._grammar = GrammarHooks(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
-                                     args.enable_jump_forward, self._make_detokenizer)
+                                     args.enable_jump_forward, self._make_detokenizer, args.grammar_max_regex_chars)
         self._limits = InputLimits(
             context_len=self.runner.context_len,
             max_req_input_len=args.max_req_input_len or self.runner.context_len,

@@ -24,10 +24,11 @@ class GrammarHooks:
     """Owns the ``GrammarBackend`` (created on the first constrained request)."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, compile_timeout_s: float,
-                 enable_jump_forward: bool, make_detokenizer: Any) -> None:
+                 enable_jump_forward: bool, make_detokenizer: Any, max_regex_chars: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.compile_timeout_s = compile_timeout_s
+        self.max_regex_chars = max_regex_chars
         self.enable_jump_forward = enable_jump_forward
         self.make_detokenizer = make_detokenizer
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
@@ -38,7 +39,8 @@ class GrammarHooks:
             from radixlm.constrained import GrammarBackend, TokenizerVocab
 
             vocab = TokenizerVocab.from_tokenizer(self.tokenizer, vocab_size=self.vocab_size)
-            self._backend = GrammarBackend(vocab, compile_timeout_s=self.compile_timeout_s)
+            self._backend = GrammarBackend(vocab, compile_timeout_s=self.compile_timeout_s,
+                                           max_regex_chars=self.max_regex_chars)
         return self._backend
 
     def close(self) -> None:

@@ -50,6 +50,9 @@ class ServerArgs:
     max_queued_requests: int | None = _arg(None, "reject submissions beyond this many waiting requests", int)
     max_req_input_len: int | None = _arg(None, "reject prompts longer than this (default: context length)", int)
     grammar_compile_timeout_s: float = _arg(10.0, "time budget for compiling one constraint", float)
+    grammar_max_regex_chars: int | None = _arg(
+        None, "size budget of one JSON schema's regex (default 250000); larger schemas are compiled "
+        "with fewer recursion levels / only required members deep down", int)
     enable_jump_forward: bool = _arg(True, "append forced grammar text without decoding it token by token", bool)
     log_level: str = _arg("warning", "logging level", str, LOG_LEVELS)
 
@@ -82,6 +85,10 @@ class ServerArgs:
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
         _check_num("grammar_compile_timeout_s", self.grammar_compile_timeout_s)
+        if self.grammar_max_regex_chars is not None:
+            _check_int("grammar_max_regex_chars", self.grammar_max_regex_chars)
+            if self.grammar_max_regex_chars < 1000:
+                raise ValueError(f"grammar_max_regex_chars must be >= 1000, got {self.grammar_max_regex_chars}")
         if self.grammar_compile_timeout_s <= 0:
             raise ValueError(f"grammar_compile_timeout_s must be > 0, got {self.grammar_compile_timeout_s}")
         for name in ("disable_radix_cache", "enable_jump_forward"):

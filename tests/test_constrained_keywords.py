@@ -134,6 +134,13 @@ def test_large_schemas_drop_deep_optional_members(vocab, monkeypatch):
             assert validator.is_valid(json.loads(text))
 
 
+def test_size_budget_is_a_compile_option(vocab):
+    schema = _deep_schema(3)
+    full = compile_grammar(vocab, "json_schema", schema)
+    small = compile_grammar(vocab, "json_schema", schema, max_regex_chars=len(full.regex) // 2)
+    assert not full.notes and small.notes and len(small.regex) <= len(full.regex) // 2
+
+
 def test_schema_too_large_even_when_pruned(monkeypatch):
     import radixlm.constrained.json_schema as front_end
 

@@ -21,6 +21,8 @@ from radixlm.runtime.server_args import ServerArgs
     ({"max_running_requests": "8"}, "max_running_requests"),
     ({"disable_radix_cache": "yes"}, "disable_radix_cache"),
     ({"grammar_compile_timeout_s": 0}, "grammar_compile_timeout_s"),
+    ({"grammar_max_regex_chars": 10}, "grammar_max_regex_chars"),
+    ({"grammar_max_regex_chars": 2.5}, "grammar_max_regex_chars"),
 ])
 def test_bad_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
