@@ -14,7 +14,7 @@ from typing import Any
 from .errors import ConstraintError
 from .grammar import CompiledGrammar
 from .json_schema import DEFAULT_MAX_REF_DEPTH, any_json_regex, schema_to_regex
-from .json_schema_pattern import escape_literal
+from .pattern_chars import escape_literal
 from .vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)

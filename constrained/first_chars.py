@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .json_schema_pattern import sre_c, sre_parse
+from .pattern_chars import sre_c, sre_parse
 
 _Ranges = list[tuple[int, int]]
 

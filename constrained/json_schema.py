@@ -28,8 +28,8 @@ from .errors import ConstraintError, RegexTooLarge
 from .json_schema_normalize import canonical, clean, merge
 from .json_schema_object import object_regex
 from .json_schema_one_of import one_of_branches
-from .json_schema_pattern import escape_literal
 from .json_schema_switch import discriminator, flatten_else, is_switch_case, switch_schemas
+from .pattern_chars import escape_literal
 
 DEFAULT_MAX_REF_DEPTH = 3
 DEFAULT_ANY_DEPTH = 1

@@ -26,8 +26,9 @@ from typing import Any
 from . import json_schema_types as types_
 from .json_schema_normalize import ALL_TYPES, merge
 from .json_schema_object import complement_string
-from .json_schema_pattern import PLAIN_CHAR, escape_literal
+from .json_schema_pattern import PLAIN_CHAR
 from .json_schema_types import MAX_STRING_REPEAT, disjoint
+from .pattern_chars import escape_literal
 
 # not {k: v} -> {k2: f(v)}: the opposite bound (each applies to one type only, exactly).
 _FLIPS = {

@@ -15,7 +15,8 @@ from typing import Any
 
 from .json_schema_names import apply_property_names
 from .json_schema_normalize import merge
-from .json_schema_pattern import PLAIN_CHAR, escape_literal, is_universal, pattern_to_regex
+from .json_schema_pattern import PLAIN_CHAR, is_universal, pattern_to_regex
+from .pattern_chars import escape_literal
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 

@@ -18,13 +18,12 @@ from .json_schema_pattern import (
     PLAIN_CHAR,
     STRING_CHAR,
     emit_tokens,
-    escape_literal,
     parse_pattern,
     search_tokens,
-    sre_parse,
 )
 from .multiple_of import multiples_regex
 from .pattern_bounds import narrow_to_length, within_length
+from .pattern_chars import escape_literal, sre_parse
 
 NULL = "null"
 BOOLEAN = "(true|false)"

@@ -13,15 +13,8 @@ ambiguous ends blow up the automaton.
 
 from __future__ import annotations
 
-from .json_schema_pattern import (
-    FREE,
-    MAX_PATTERN_REPEAT,
-    char_ranges,
-    free_run,
-    ranges_regex,
-    search_tokens,
-    sre_c,
-)
+from .json_schema_pattern import MAX_PATTERN_REPEAT, free_run, search_tokens
+from .pattern_chars import FREE, char_ranges, ranges_regex, sre_c
 from .pattern_measure import dfa_states, item_max, item_min, item_size, max_len, min_len, positions, seq_size
 
 MAX_DFA_STATES = 500  # per narrowed string: about half a second of index building on 32k tokens

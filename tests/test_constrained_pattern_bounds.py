@@ -15,8 +15,9 @@ import jsonschema
 import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
 from radixlm.constrained.formats import FORMAT_REGEXES
-from radixlm.constrained.json_schema_pattern import parse_pattern, sre_parse
+from radixlm.constrained.json_schema_pattern import parse_pattern
 from radixlm.constrained.pattern_bounds import MAX_DFA_STATES, narrow_to_length
+from radixlm.constrained.pattern_chars import sre_parse
 from radixlm.constrained.pattern_measure import dfa_states, max_len, min_len
 from radixlm.constrained.walks import accepts_text, compact_json, random_walk
 
