@@ -75,7 +75,7 @@ def schema_to_regex(
             if too_large is None:  # over budget: recursion expands less, then deep optionals go
                 too_large = e
                 fewer = list(range(max_ref_depth - 1, 0, -1)) if comp.recursive else []
-                attempts = [(r, None) for r in fewer] + [(min(fewer or [ref_depth]), d) for d in OPTIONAL_DEPTHS]
+                attempts = [(r, None) for r in fewer] + [(1 if fewer else ref_depth, d) for d in OPTIONAL_DEPTHS]
             continue
         if rx is None:
             raise ConstraintError("schema is unsatisfiable (or only satisfiable past the $ref depth limit)", "#")
@@ -172,9 +172,7 @@ class _Compiler:
                 parts.append((sub, f"{pointer}/allOf/{i}", refs))
         for sub in switch_schemas(cases):  # tagged unions written as if/then on one property
             parts.append((sub, f"{pointer}/allOf", refs))
-        # Other ifs: enforce if+then, sound whatever `else` says (documented restriction). A node
-        # with its own enum/const needs neither: its values are checked against the raw node.
-        if "if" in node and "enum" not in node and "const" not in node and discriminator(node["if"]) is None:
+        if _forces_if(node):
             parts.append((node["if"], f"{pointer}/if", refs))
             if "then" in node:
                 parts.append((node["then"], f"{pointer}/then", refs))
@@ -209,7 +207,7 @@ class _Compiler:
         try:
             flat, refs_after = self.flatten(node, pointer, refs)
             rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
-            if rx is None and isinstance(node, dict) and "if" in node:  # if+then impossible
+            if rx is None and isinstance(node, dict) and _forces_if(node):  # if+then impossible
                 flat, refs_after = flatten_else(self, node, pointer, refs)
                 rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
         finally:
@@ -281,6 +279,13 @@ class _Compiler:
     def drops_optional(self) -> bool:
         """Whether objects at the current depth generate required members only."""
         return self.optional_depth is not None and self.object_depth > self.optional_depth
+
+
+def _forces_if(node: dict) -> bool:
+    """Whether ``node``'s ``if`` falls under the general rule: ``if`` and ``then`` both enforced
+    (sound whatever ``else`` says; a documented restriction). Discriminator ``if``s become switch
+    cases instead, and a node with its own enum/const is checked against the raw node exactly."""
+    return "if" in node and "enum" not in node and "const" not in node and discriminator(node["if"]) is None
 
 
 def _alt(alts: list[str]) -> str | None:

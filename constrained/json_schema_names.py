@@ -38,8 +38,9 @@ def apply_property_names(comp, flat: dict, pointer: str,
     if "enum" in names_flat:
         return _enumerated(comp, rest, names_flat["enum"], names_schema), None
     key_rx = comp.value({"allOf": [names_schema, {"type": "string"}]}, where, refs)
-    if key_rx is None or any(comp.is_valid([names_schema], n) for n in props):
-        return _closed(rest, props), None  # keys could collide with named ones: no extras
+    taken = set(props) | set(required) | set(rest.get("dependentRequired", {})) | set(rest.get("dependentSchemas", {}))
+    if key_rx is None or any(comp.is_valid([names_schema], n) for n in taken):
+        return _closed(rest, props), None  # keys could collide with named/trigger ones: no extras
     return rest, (key_rx, not comp.is_valid([names_schema], ""))
 
 

@@ -28,6 +28,9 @@ CASES = [
     ({"type": "object", "propertyNames": {"$ref": "#/$defs/n"}, "patternProperties": {".*": {"type": "number"}},
       "additionalProperties": False, "$defs": {"n": {"type": "string", "enum": ["p10", "p20"]}}},
      [{"p10": 1.5}, {"p10": 1, "p20": 2}], [{"p30": 1}]),
+    # a generated key could be a dependency trigger: no extra members then
+    ({"type": "object", "propertyNames": {"pattern": "^x"}, "additionalProperties": {"type": "integer"},
+      "dependentRequired": {"xa": ["b"]}}, [{}], [{"xa": 1}, {"xb": 1}]),
     # oneOf: branches whose values may also satisfy another branch are not generated
     ({"oneOf": [{"type": "object", "properties": {"x": {"type": "integer"}}},
                 {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}]},
