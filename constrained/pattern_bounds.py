@@ -15,11 +15,20 @@ from __future__ import annotations
 
 from .json_schema_pattern import MAX_PATTERN_REPEAT, free_run, search_tokens
 from .pattern_chars import FREE, char_ranges, ranges_regex, sre_c
-from .pattern_measure import dfa_states, item_max, item_min, item_size, max_len, min_len, positions, seq_size
+from .pattern_measure import (
+    REPEATS,
+    dfa_states,
+    item_max,
+    item_min,
+    item_size,
+    max_len,
+    min_len,
+    positions,
+    seq_size,
+)
 
 MAX_DFA_STATES = 500  # per narrowed string: about half a second of index building on 32k tokens
 
-_REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT)
 
 
 def within_length(alts: list, lo: int, hi: int | None) -> bool:
@@ -95,7 +104,7 @@ def _repeat_paths(tokens: list, path: tuple = ()) -> dict[tuple, int]:
     """Every repetition of the tree, by position, with its upper bound (in tree order)."""
     out: dict[tuple, int] = {}
     for i, (op, av) in enumerate(tokens):
-        if op in _REPEATS:
+        if op in REPEATS:
             out[path + (i,)] = av[1]
             out.update(_repeat_paths(av[2], path + (i,)))
         elif op is sre_c.SUBPATTERN:
@@ -112,7 +121,7 @@ def _cap(tokens: list, caps: dict | None, path: tuple = ()) -> list:
     out = []
     for i, (op, av) in enumerate(tokens):
         where = path + (i,)
-        if op in _REPEATS:
+        if op in REPEATS:
             lo, hi, sub = av
             if caps is not None:
                 hi = max(lo, min(hi, caps[where]))
@@ -140,7 +149,7 @@ def _prune(seq: list, budget: int, tight: bool = False) -> list | None:
     out = []
     for (op, av), size in zip(seq, sizes):
         room = budget - (sum(sizes) - size)
-        if op in _REPEATS:
+        if op in REPEATS:
             lo, hi, sub = av
             per = (room // lo if tight else room - (lo - 1) * min_len(sub)) if lo else room
             sub = _prune(sub, per, tight)
@@ -176,7 +185,7 @@ def _raise_options(seq: list, need: int, union: bool = False) -> list[list]:
         return [seq]
     raised = []  # (position, raised item); with ``union`` (the top) also per-copy variants
     for i, item in enumerate(seq):
-        for per_copy in (False, True) if union and item[0] in _REPEATS else (False,):
+        for per_copy in (False, True) if union and item[0] in REPEATS else (False,):
             new = _raise_item(item, item_min(*item) + need - cur, per_copy)
             if new is not None and (i, new) not in raised:
                 raised.append((i, new))
@@ -226,7 +235,7 @@ def _raise_item(item: tuple, target: int, per_copy: bool = False) -> tuple | Non
     if op is sre_c.BRANCH:
         kept = [b for b in (_raise_seq(b, target) for b in av[1]) if b is not None]
         return (op, (None, kept)) if kept else None
-    if op not in _REPEATS:
+    if op not in REPEATS:
         return None
     lo, hi, sub = av
     if hi == 0 or max_len(sub) == 0:
@@ -276,7 +285,7 @@ def _chars(tokens: list, pointer: str, first: bool = False) -> list:
     for op, av in tokens:
         ranges = char_ranges(op, av, pointer)
         if ranges is None:
-            subs = ([av[2]] if av[1] else []) if op in _REPEATS else (
+            subs = ([av[2]] if av[1] else []) if op in REPEATS else (
                 [av[-1]] if op is sre_c.SUBPATTERN else av[1])  # a branch
             ranges = [r for sub in subs for r in _chars(sub, pointer, first)]
         out += ranges

@@ -17,7 +17,7 @@ from .pattern_chars import char_ranges, sre_c
 
 MAX_POSITIONS = 20000  # expanded character positions; larger trees count as too big
 
-_REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT)
+REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT)  # the repetition ops sre_parse emits
 _INF = math.inf
 
 
@@ -38,7 +38,7 @@ def seq_size(tokens: list, tight: bool) -> int:
 
 def item_size(op, av, tight: bool) -> int:
     """``seq_size`` of one token."""
-    if op in _REPEATS:
+    if op in REPEATS:
         return av[0] * seq_size(av[2], tight)
     if op is sre_c.SUBPATTERN:
         return seq_size(av[-1], tight)
@@ -54,7 +54,7 @@ def item_min(op, av) -> int:
 
 def item_max(op, av) -> float:
     """Longest match of one token."""
-    if op in _REPEATS:
+    if op in REPEATS:
         sub = max_len(av[2])
         return 0 if sub == 0 or av[1] == 0 else (_INF if av[1] is sre_c.MAXREPEAT else av[1] * sub)
     if op is sre_c.SUBPATTERN:
@@ -68,7 +68,7 @@ def positions(tokens: list) -> int:
     """Character positions once counted repetitions are expanded: the size of a linear automaton."""
     total = 0
     for op, av in tokens:
-        if op in _REPEATS:
+        if op in REPEATS:
             total += (av[0] + 1 if av[1] is sre_c.MAXREPEAT else av[1]) * positions(av[2])
         elif op is sre_c.SUBPATTERN:
             total += positions(av[-1])
@@ -152,7 +152,7 @@ class _Glushkov:
         if op is sre_c.BRANCH:
             parts = [self.seq(b) for b in av[1]]
             return (any(p[0] for p in parts), _union(p[1] for p in parts), _union(p[2] for p in parts))
-        if op in _REPEATS:
+        if op in REPEATS:
             return self._repeat(*av)
         raise ValueError(f"unexpected token {op}")
 
