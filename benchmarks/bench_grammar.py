@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar
-from radixlm.constrained.walks import accepts_text, compact_json, random_walk
+from radixlm.constrained.testing.walks import accepts_text, compact_json, random_walk
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,7 +88,7 @@ _SHARED: tuple = ()  # (tokenizer, vocab), built before forking and inherited by
 
 def run_radixlm(files: list[Path], tok_path: str, args) -> list[dict]:
     global _SHARED
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(tok_path)
     _SHARED = (tokenizer, TokenizerVocab.from_tokenizer(tokenizer))
@@ -255,7 +255,7 @@ def main() -> None:
                    help="comma-separated: radixlm, xgrammar, llguidance (the last two if installed)")
     args = p.parse_args()
     args.systems = args.systems.split(",")
-    from radixlm.runtime.checkpoints import checkpoint_path
+    from radixlm.runtime.checkpoints.synthetic import checkpoint_path
 
     files = sorted(Path(args.data).glob("*/*.json"))
     if args.limit:

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from radixlm.kernels import get_ops
 from radixlm.kernels.attention_ref import decode_attention_ref, extend_attention_ref
-from radixlm.kernels.random_batch import PagedBatch, random_paged_batch
+from radixlm.kernels.testing.random_batch import PagedBatch, random_paged_batch
 
 LAYOUT = (32, 8, 128)  # Llama-3-8B: heads, kv heads, head_dim
 

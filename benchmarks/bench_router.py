@@ -24,10 +24,11 @@ import time
 
 import aiohttp
 from aiohttp import web
-from radixlm.runtime.checkpoints import checkpoint_path
-from radixlm.runtime.dp_launcher import free_port, stop_replicas, wait_ready
-from radixlm.runtime.router import RouterConfig, create_router_app
-from radixlm.runtime.router_policy import RoutingConfig
+from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+from radixlm.runtime.scaleout.dp_launcher import stop_replicas, wait_ready
+from radixlm.runtime.scaleout.ports import free_port
+from radixlm.runtime.scaleout.router import RouterConfig, create_router_app
+from radixlm.runtime.scaleout.router_policy import RoutingConfig
 
 FAMILIES = [
     "You are the support agent of a telescope shop. Tools: refund(order_id), track(order_id), "

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import aiohttp
 
-CORPUS = Path(__file__).resolve().parents[1] / "runtime" / "data" / "corpus.txt"
+CORPUS = Path(__file__).resolve().parents[1] / "runtime" / "checkpoints" / "data" / "corpus.txt"
 
 
 @dataclass
@@ -182,7 +182,7 @@ async def run_http(url: str, args, prompts: list[list[int]], params: dict) -> di
 def bench(args, prompts: list[list[int]], params: dict) -> tuple[list[dict], list[dict]]:
     """Alternate engine and HTTP runs ``rounds`` times (both idle while the other runs), so that
     background load on the machine hits both modes alike."""
-    from radixlm.runtime.engine import Engine
+    from radixlm.runtime.engine.engine import Engine
 
     proc, url = start_server(args)
     engine = Engine(**engine_kwargs(args))
@@ -231,8 +231,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
 
-    from radixlm.runtime.checkpoints import default_model_path
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.runtime.checkpoints.synthetic import default_model_path
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(args.model_path or default_model_path())
     prompts = make_workload(tokenizer, args.requests, args.system_tokens, args.user_tokens)

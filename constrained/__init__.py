@@ -5,12 +5,12 @@ shared) and ``GrammarMatcher`` (a cheap per-request cursor). ``GrammarBackend`` 
 hot path; ``jump_forward`` splices forced text. See docs/constrained.md.
 """
 
-from .backend import GrammarBackend, compile_grammar
-from .errors import ConstraintError
-from .grammar import CompiledGrammar, GrammarMatcher
-from .json_schema import schema_to_regex
-from .jump_forward import JumpForward, jump_forward
-from .vocab import TokenizerVocab
+from radixlm.constrained.backend import GrammarBackend, compile_grammar
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.grammar import CompiledGrammar, GrammarMatcher
+from radixlm.constrained.json_schema import schema_to_regex
+from radixlm.constrained.jump_forward import JumpForward, jump_forward
+from radixlm.constrained.vocab import TokenizerVocab
 
 __all__ = [
     "CompiledGrammar", "ConstraintError", "GrammarBackend", "GrammarMatcher", "JumpForward",

@@ -11,11 +11,11 @@ from collections import OrderedDict
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any
 
-from .errors import ConstraintError
-from .grammar import CompiledGrammar
-from .json_schema import DEFAULT_MAX_REF_DEPTH, any_json_regex, schema_to_regex
-from .pattern_chars import escape_literal
-from .vocab import TokenizerVocab
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.grammar import CompiledGrammar
+from radixlm.constrained.json_schema import DEFAULT_MAX_REF_DEPTH, any_json_regex, schema_to_regex
+from radixlm.constrained.pattern_chars import escape_literal
+from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)
 JSON_OBJECT_DEPTH = 2  # the object plus one container level inside it: {"a": [1], "b": {"c": 2}}

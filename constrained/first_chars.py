@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from .pattern_chars import sre_c, sre_parse
+from radixlm.constrained.pattern_chars import sre_c, sre_parse
 
 _Ranges = list[tuple[int, int]]
 
@@ -79,7 +79,7 @@ def strings_first_disjoint(comp, gen: dict, other: dict) -> bool:
     """True when the strings we generate for ``gen`` (one anchored pattern or one of our format
     regexes decides their first character) never satisfy a ``^``-anchored pattern of ``other``
     that needs a first character outside that set."""
-    from .formats import FORMAT_REGEXES
+    from radixlm.constrained.formats import FORMAT_REGEXES
 
     if gen.get("_formats"):
         first = first_chars(FORMAT_REGEXES[gen["_formats"][0]])

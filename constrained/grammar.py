@@ -10,8 +10,7 @@ from typing import Any
 import jsonschema
 import outlines_core
 import torch
-
-from .vocab import TokenizerVocab
+from radixlm.constrained.vocab import TokenizerVocab
 
 # Bytes that never occur in UTF-8 text (and NUL, the sentinel): no byte token needed for them.
 _NON_UTF8 = frozenset([0x00, 0xC0, 0xC1] + list(range(0xF5, 0x100)))
@@ -41,7 +40,7 @@ class CompiledGrammar:
             # accepting iff EOS (the sentinel) may follow, and nothing is cut short.
             self.index = outlines_core.Index(f"({regex})\\x00", vocab.outlines)
         except (ValueError, RuntimeError) as e:
-            from .errors import ConstraintError
+            from radixlm.constrained.errors import ConstraintError
             raise ConstraintError(f"{kind}: cannot compile regex: {str(e)[:300]}") from None
         self.initial_state: int = self.index.get_initial_state()
         self._eos = vocab.eos_token_ids[0]

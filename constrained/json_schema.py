@@ -21,15 +21,14 @@ from typing import Any
 from urllib.parse import unquote
 
 import jsonschema
-
-from . import json_schema_not as negation
-from . import json_schema_types as types_
-from .errors import ConstraintError, RegexTooLarge
-from .json_schema_normalize import canonical, clean, merge
-from .json_schema_object import object_regex
-from .json_schema_one_of import one_of_branches
-from .json_schema_switch import discriminator, flatten_else, is_switch_case, switch_schemas
-from .pattern_chars import escape_literal
+from radixlm.constrained import json_schema_not as negation
+from radixlm.constrained import json_schema_types as types_
+from radixlm.constrained.errors import ConstraintError, RegexTooLarge
+from radixlm.constrained.json_schema_normalize import canonical, clean, merge
+from radixlm.constrained.json_schema_object import object_regex
+from radixlm.constrained.json_schema_one_of import one_of_branches
+from radixlm.constrained.json_schema_switch import discriminator, flatten_else, is_switch_case, switch_schemas
+from radixlm.constrained.pattern_chars import escape_literal
 
 DEFAULT_MAX_REF_DEPTH = 3
 DEFAULT_ANY_DEPTH = 1

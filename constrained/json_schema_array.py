@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from . import json_schema_types as types_
+from radixlm.constrained import json_schema_types as types_
 
 # Large bounded repetitions make the automaton huge (one copy per count): maxItems above this is
 # lowered to it (never below the minimum), a documented restriction, still sound.

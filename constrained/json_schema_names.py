@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .json_schema_normalize import schemas_for_key
+from radixlm.constrained.json_schema_normalize import schemas_for_key
 
 
 def apply_property_names(comp, flat: dict, pointer: str,

@@ -16,8 +16,8 @@ import json
 import re
 from typing import Any
 
-from .errors import ConstraintError
-from .formats import FORMAT_REGEXES
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.formats import FORMAT_REGEXES
 
 # Keywords that only annotate (or locate) a schema: dropped.
 ANNOTATIONS = frozenset({

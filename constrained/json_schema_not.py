@@ -23,12 +23,12 @@ import re
 import string
 from typing import Any
 
-from . import json_schema_types as types_
-from .json_schema_normalize import ALL_TYPES, merge
-from .json_schema_object import complement_string
-from .json_schema_pattern import PLAIN_CHAR
-from .json_schema_types import MAX_STRING_REPEAT, disjoint
-from .pattern_chars import escape_literal
+from radixlm.constrained import json_schema_types as types_
+from radixlm.constrained.json_schema_normalize import ALL_TYPES, merge
+from radixlm.constrained.json_schema_object import complement_string
+from radixlm.constrained.json_schema_pattern import PLAIN_CHAR
+from radixlm.constrained.json_schema_types import MAX_STRING_REPEAT, disjoint
+from radixlm.constrained.pattern_chars import escape_literal
 
 # not {k: v} -> {k2: f(v)}: the opposite bound (each applies to one type only, exactly).
 _FLIPS = {

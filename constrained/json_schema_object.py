@@ -13,10 +13,10 @@ import math
 import re
 from typing import Any
 
-from .json_schema_names import apply_property_names
-from .json_schema_normalize import merge
-from .json_schema_pattern import PLAIN_CHAR, is_universal, pattern_to_regex
-from .pattern_chars import escape_literal
+from radixlm.constrained.json_schema_names import apply_property_names
+from radixlm.constrained.json_schema_normalize import merge
+from radixlm.constrained.json_schema_pattern import PLAIN_CHAR, is_universal, pattern_to_regex
+from radixlm.constrained.pattern_chars import escape_literal
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 

@@ -10,9 +10,9 @@ are dropped (a restriction); strict mode raises when none is left.
 
 from __future__ import annotations
 
-from . import json_schema_types as types_
-from .json_schema_normalize import schemas_for_key
-from .json_schema_types import never_generated, types_of
+from radixlm.constrained import json_schema_types as types_
+from radixlm.constrained.json_schema_normalize import schemas_for_key
+from radixlm.constrained.json_schema_types import never_generated, types_of
 
 
 def one_of_branches(comp, branches: list[tuple[dict, tuple]], pointer: str) -> list[tuple[dict, tuple]]:

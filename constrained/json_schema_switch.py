@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import json_schema_not as negation
-from .json_schema_normalize import ANNOTATIONS, merge
+from radixlm.constrained import json_schema_not as negation
+from radixlm.constrained.json_schema_normalize import ANNOTATIONS, merge
 
 
 def discriminator(if_schema: Any) -> tuple[str, Any, bool] | None:

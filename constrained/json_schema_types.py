@@ -8,22 +8,22 @@ import json
 import math
 import re
 
-from .errors import ConstraintError
-from .first_chars import strings_first_disjoint
-from .formats import FORMAT_REGEXES
-from .int_range import INTEGER, integer_range_regex, number_range_regex
-from .json_schema_array import array_regex
-from .json_schema_normalize import ALL_TYPES, schemas_for_key
-from .json_schema_pattern import (
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.first_chars import strings_first_disjoint
+from radixlm.constrained.formats import FORMAT_REGEXES
+from radixlm.constrained.int_range import INTEGER, integer_range_regex, number_range_regex
+from radixlm.constrained.json_schema_array import array_regex
+from radixlm.constrained.json_schema_normalize import ALL_TYPES, schemas_for_key
+from radixlm.constrained.json_schema_pattern import (
     PLAIN_CHAR,
     STRING_CHAR,
     emit_tokens,
     parse_pattern,
     search_tokens,
 )
-from .multiple_of import multiples_regex
-from .pattern_bounds import narrow_to_length, within_length
-from .pattern_chars import escape_literal, sre_parse
+from radixlm.constrained.multiple_of import multiples_regex
+from radixlm.constrained.pattern_bounds import narrow_to_length, within_length
+from radixlm.constrained.pattern_chars import escape_literal, sre_parse
 
 NULL = "null"
 BOOLEAN = "(true|false)"

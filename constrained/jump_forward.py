@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .grammar import GrammarMatcher
+from radixlm.constrained.grammar import GrammarMatcher
 
 DEFAULT_RETOKENIZE = 4  # output tokens re-tokenised together with the forced text
 

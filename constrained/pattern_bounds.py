@@ -13,9 +13,9 @@ ambiguous ends blow up the automaton.
 
 from __future__ import annotations
 
-from .json_schema_pattern import MAX_PATTERN_REPEAT, free_run, search_tokens
-from .pattern_chars import FREE, char_ranges, ranges_regex, sre_c
-from .pattern_measure import (
+from radixlm.constrained.json_schema_pattern import MAX_PATTERN_REPEAT, free_run, search_tokens
+from radixlm.constrained.pattern_chars import FREE, char_ranges, ranges_regex, sre_c
+from radixlm.constrained.pattern_measure import (
     REPEATS,
     dfa_states,
     item_max,

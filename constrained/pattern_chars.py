@@ -14,7 +14,7 @@ except ImportError:  # pragma: no cover - Python 3.10
     import sre_constants as sre_c  # type: ignore[no-redef]
     import sre_parse  # type: ignore[no-redef]
 
-from .errors import ConstraintError
+from radixlm.constrained.errors import ConstraintError
 
 __all__ = ["FREE", "char_ranges", "escape_literal", "ranges_regex", "sre_c", "sre_parse"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from .pattern_chars import char_ranges, sre_c
+from radixlm.constrained.pattern_chars import char_ranges, sre_c
 
 MAX_POSITIONS = 20000  # expanded character positions; larger trees count as too big
 

@@ -45,7 +45,7 @@ class TokenizerVocab:
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, vocab_size: int | None = None) -> TokenizerVocab:
-        """Build from a ``radixlm.runtime.tokenizer.Tokenizer`` (``id_to_bytes``, ``vocab_size``,
+        """Build from a ``radixlm.runtime.engine.tokenizer.Tokenizer`` (``id_to_bytes``, ``vocab_size``,
         ``eos_token_ids``, ``special_token_ids``)."""
         special = set(getattr(tokenizer, "special_token_ids", ()) or ())
         eos = [int(i) for i in tokenizer.eos_token_ids]

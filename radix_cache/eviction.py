@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 
-from .tree_node import TreeNode
+from radixlm.radix_cache.tree_node import TreeNode
 
 EVICTION_POLICIES = ("lru", "lfu")
 

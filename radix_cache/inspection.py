@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .tree_node import TreeNode
+from radixlm.radix_cache.tree_node import TreeNode
 
 _SHOWN_TOKENS = 8
 

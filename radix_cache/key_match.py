@@ -20,11 +20,12 @@ def as_tokens(key: Sequence[int], name: str) -> tuple[int, ...]:
         raise TypeError(f"{name} must be a sequence of ints, got {type(key).__name__}") from None
 
 
-def common_prefix_len(edge: tuple[int, ...], key: tuple[int, ...], start: int, page_size: int) -> int:
+def common_prefix_len(edge: Sequence, key: Sequence, start: int = 0, page_size: int = 1) -> int:
     """Length of the common prefix of ``edge`` and ``key[start:]``, rounded down to a whole page.
 
-    Compares slices in C rather than tokens in Python: first the whole edge (the common case on
-    a cache hit), then chunks, then single tokens inside the first differing chunk.
+    Any sliceable sequences of the same kind (token tuples or lists, strings). Compares slices in
+    C rather than items in Python: first the whole edge (the common case on a cache hit), then
+    chunks, then single items inside the first differing chunk.
     """
     size = len(edge)
     if key[start : start + size] == edge:

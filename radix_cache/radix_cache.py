@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .eviction import EVICTION_POLICIES, EvictionQueue
-from .inspection import check_tree, child_key_of, render_tree
-from .key_match import as_tokens, common_prefix_len
-from .tree_node import MatchResult, TreeNode
+from radixlm.radix_cache.eviction import EVICTION_POLICIES, EvictionQueue
+from radixlm.radix_cache.inspection import check_tree, child_key_of, render_tree
+from radixlm.radix_cache.key_match import as_tokens, common_prefix_len
+from radixlm.radix_cache.tree_node import MatchResult, TreeNode
 
 
 class RadixCache:

@@ -30,7 +30,7 @@ def _server_args(parser: argparse.ArgumentParser, ns: argparse.Namespace):
 
 
 def _make_engine(server_args):
-    from radixlm.runtime.engine import Engine
+    from radixlm.runtime.engine.engine import Engine
 
     return Engine(**dataclasses.asdict(server_args))
 
@@ -39,8 +39,8 @@ def _make_engine(server_args):
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
+    from radixlm.runtime.server.state import DEFAULT_MAX_BODY_BYTES
     from radixlm.runtime.server_args import ServerArgs
-    from radixlm.runtime.server_state import DEFAULT_MAX_BODY_BYTES
 
     p = subparsers.add_parser("serve", help="run the HTTP server (native + OpenAI-compatible API)",
                               description="Serve a model over HTTP: SGLang-native /generate and the "
@@ -67,8 +67,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from radixlm.runtime.server import serve
-    from radixlm.runtime.server_state import ServerConfig
+    from radixlm.runtime.server.app import serve
+    from radixlm.runtime.server.state import ServerConfig
 
     server_args = _server_args(args.parser, args)
     try:
@@ -92,7 +92,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve_data_parallel(args: argparse.Namespace, server_args) -> int:
-    from radixlm.runtime.dp_launcher import serve_data_parallel
+    from radixlm.runtime.scaleout.dp_launcher import serve_data_parallel
 
     if args.dp_size < 1:
         args.parser.error(f"--dp-size must be >= 1, got {args.dp_size}")
@@ -198,8 +198,8 @@ def add_router_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_router(args: argparse.Namespace) -> int:
-    from radixlm.runtime.router import RouterConfig, run_router
-    from radixlm.runtime.router_policy import RoutingConfig
+    from radixlm.runtime.scaleout.router import RouterConfig, run_router
+    from radixlm.runtime.scaleout.router_policy import RoutingConfig
 
     try:
         routing = RoutingConfig(policy=args.policy, cache_threshold=args.cache_threshold,

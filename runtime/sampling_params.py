@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.validation import check_bools, check_int, check_num
+
 CONSTRAINT_FIELDS = ("json_schema", "regex", "choices", "json_object")
 
 
@@ -108,36 +110,34 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first out-of-range or ill-typed field."""
-        _check_int("max_new_tokens", self.max_new_tokens, lo=0)
-        _check_int("min_new_tokens", self.min_new_tokens, lo=0)
+        check_int("max_new_tokens", self.max_new_tokens, lo=0)
+        check_int("min_new_tokens", self.min_new_tokens, lo=0)
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError("min_new_tokens must be <= max_new_tokens")
-        _check_num("temperature", self.temperature, lo=0.0)
-        _check_num("top_p", self.top_p)
+        check_num("temperature", self.temperature, lo=0.0)
+        check_num("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        _check_int("top_k", self.top_k)
+        check_int("top_k", self.top_k)
         if self.top_k == 0 or self.top_k < -1:
             raise ValueError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k}")
-        _check_num("min_p", self.min_p, lo=0.0, hi=1.0)
-        _check_num("repetition_penalty", self.repetition_penalty)
+        check_num("min_p", self.min_p, lo=0.0, hi=1.0)
+        check_num("repetition_penalty", self.repetition_penalty)
         if self.repetition_penalty <= 0.0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        _check_num("frequency_penalty", self.frequency_penalty, lo=-2.0, hi=2.0)
-        _check_num("presence_penalty", self.presence_penalty, lo=-2.0, hi=2.0)
+        check_num("frequency_penalty", self.frequency_penalty, lo=-2.0, hi=2.0)
+        check_num("presence_penalty", self.presence_penalty, lo=-2.0, hi=2.0)
         if self.seed is not None:
-            _check_int("seed", self.seed)
+            check_int("seed", self.seed)
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError("stop must be a non-empty string or a list of non-empty strings")
         if not isinstance(self.stop_token_ids, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
         ):
             raise ValueError("stop_token_ids must be a list of non-negative integers")
-        _check_int("n", self.n, lo=1)
-        for name in ("ignore_eos", "no_stop_trim", "skip_special_tokens", "json_object", "strict",
-                     "disable_jump_forward", "spaces_between_special_tokens"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a boolean")
+        check_int("n", self.n, lo=1)
+        check_bools(self, ("ignore_eos", "no_stop_trim", "skip_special_tokens", "json_object", "strict",
+                     "disable_jump_forward", "spaces_between_special_tokens"))
         kinds = [n for n in CONSTRAINT_FIELDS if getattr(self, n) not in (None, False)]
         if len(kinds) > 1:
             raise ValueError(f"at most one constraint may be set, got {', '.join(kinds)}")
@@ -152,19 +152,3 @@ class SamplingParams:
             raise ValueError("choices must be a non-empty list of non-empty strings")
         if self.whitespace_pattern is not None and not isinstance(self.whitespace_pattern, str):
             raise ValueError("whitespace_pattern must be a string (a regex)")
-
-
-def _check_int(name: str, value: Any, lo: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if lo is not None and value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-
-
-def _check_num(name: str, value: Any, lo: float | None = None, hi: float | None = None) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if lo is not None and value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-    if hi is not None and value > hi:
-        raise ValueError(f"{name} must be <= {hi}, got {value}")

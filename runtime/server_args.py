@@ -13,6 +13,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.validation import check_bools, check_int, check_num
+
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
@@ -71,29 +73,27 @@ class ServerArgs:
         for name in ("max_total_tokens", "context_length", "max_queued_requests", "max_req_input_len"):
             value = getattr(self, name)
             if value is not None:
-                _check_int(name, value, lo=1)
+                check_int(name, value, lo=1)
         if self.max_total_tokens is not None and self.max_total_tokens < 2:
             raise ValueError(f"max_total_tokens must be >= 2, got {self.max_total_tokens}")
         for name in ("max_running_requests", "max_prefill_tokens", "page_size", "tp_size"):
-            _check_int(name, getattr(self, name), lo=1)
+            check_int(name, getattr(self, name), lo=1)
         if self.chunked_prefill_size is not None:
-            _check_int("chunked_prefill_size", self.chunked_prefill_size, lo=-1)
+            check_int("chunked_prefill_size", self.chunked_prefill_size, lo=-1)
             if self.chunked_prefill_size == 0:
                 raise ValueError("chunked_prefill_size must be >= 1, or None / -1 for no chunking")
-        _check_int("random_seed", self.random_seed)
-        _check_num("mem_fraction", self.mem_fraction)
+        check_int("random_seed", self.random_seed)
+        check_num("mem_fraction", self.mem_fraction)
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
-        _check_num("grammar_compile_timeout_s", self.grammar_compile_timeout_s)
+        check_num("grammar_compile_timeout_s", self.grammar_compile_timeout_s)
         if self.grammar_max_regex_chars is not None:
-            _check_int("grammar_max_regex_chars", self.grammar_max_regex_chars)
+            check_int("grammar_max_regex_chars", self.grammar_max_regex_chars)
             if self.grammar_max_regex_chars < 1000:
                 raise ValueError(f"grammar_max_regex_chars must be >= 1000, got {self.grammar_max_regex_chars}")
         if self.grammar_compile_timeout_s <= 0:
             raise ValueError(f"grammar_compile_timeout_s must be > 0, got {self.grammar_compile_timeout_s}")
-        for name in ("disable_radix_cache", "enable_jump_forward"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be a boolean")
+        check_bools(self, ("disable_radix_cache", "enable_jump_forward"))
         for name in ("model_path", "tokenizer_path"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
@@ -134,15 +134,3 @@ class ServerArgs:
         if unknown:
             raise ValueError(f"unknown server argument(s): {', '.join(unknown)}")
         return cls(**kwargs)
-
-
-def _check_int(name: str, value: Any, lo: int | None = None) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if lo is not None and value < lo:
-        raise ValueError(f"{name} must be >= {lo}, got {value}")
-
-
-def _check_num(name: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-        raise ValueError(f"{name} must be a number, got {value!r}")

@@ -17,7 +17,7 @@ os.environ.setdefault("RADIXLM_CACHE", os.path.join(os.path.expanduser("~"), ".c
 @pytest.fixture(scope="session")
 def checkpoint():
     """Factory: ``checkpoint(arch="llama", size="tiny")`` -> path of a cached test checkpoint."""
-    from radixlm.runtime.checkpoints import checkpoint_path
+    from radixlm.runtime.checkpoints.synthetic import checkpoint_path
 
     def get(arch: str = "llama", size: str = "tiny", seed: int = 0) -> str:
         return checkpoint_path(arch=arch, size=size, seed=seed)
@@ -47,8 +47,8 @@ def schema_checker(tiny_llama):
 
     import jsonschema
     from radixlm.constrained import TokenizerVocab, compile_grammar
-    from radixlm.constrained.walks import compact_json, random_walk
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.constrained.testing.walks import compact_json, random_walk
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     vocab = TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 

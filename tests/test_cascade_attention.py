@@ -6,8 +6,9 @@ import pytest
 import torch
 from radixlm.kernels import decode_attention_ref
 from radixlm.kernels.torch_ops import decode_attention_torch
-from radixlm.runtime.forward_batch import MIN_SHARED_PREFIX_LEN, BatchSpec, ForwardBatch
-from radixlm.runtime.kv_pool import ReqToTokenTable
+from radixlm.runtime.model.forward_batch import MIN_SHARED_PREFIX_LEN, ForwardBatch
+from radixlm.runtime.model.kv_pool import ReqToTokenTable
+from radixlm.runtime.scheduler.batch import BatchSpec
 
 HEAD_DIM = 16
 NUM_SLOTS = 600

@@ -11,8 +11,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from radixlm.runtime import checkpoints
-from radixlm.runtime.checkpoints import ARCHS, checkpoint_path, make_checkpoint, make_config
+from radixlm.runtime.checkpoints import synthetic as checkpoints
+from radixlm.runtime.checkpoints.synthetic import ARCHS, checkpoint_path, make_checkpoint, make_config
 
 # sha256 of every file of make_checkpoint(path, "llama", "tiny", seed=0). Regenerate (and say why in
 # the commit) only when the generator, corpus or chat template change on purpose.
@@ -37,7 +37,7 @@ def test_tiny_llama_files_match_committed_checksum(tmp_path):
 def test_bpe_training_is_deterministic_across_thread_counts(tiny_llama, tmp_path):
     # A fresh interpreter with a multi-threaded rayon pool must train the same merges.
     code = (
-        "import sys; from pathlib import Path; from radixlm.runtime.checkpoint_tokenizer import write_tokenizer_files;"
+        "import sys; from pathlib import Path; from radixlm.runtime.checkpoints.tokenizer_training import write_tokenizer_files;"
         "write_tokenizer_files(Path(sys.argv[1]), 8192, True, 4096)"
     )
     out_dir = tmp_path

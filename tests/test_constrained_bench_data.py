@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
-from radixlm.constrained.walks import accepts_text, compact_json, random_walk
+from radixlm.constrained.testing.walks import accepts_text, compact_json, random_walk
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench"
 PER_SUBSET = 2  # compiled schemas per subset in the default run
@@ -29,7 +29,7 @@ def docs() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama):
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     return Tokenizer(tiny_llama)
 

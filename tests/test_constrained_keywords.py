@@ -11,7 +11,7 @@ import random
 import jsonschema
 import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
-from radixlm.constrained.walks import compact_json, random_walk
+from radixlm.constrained.testing.walks import compact_json, random_walk
 
 # (schema, instances that must be accepted, instances that must be rejected)
 CASES = [
@@ -73,7 +73,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 

@@ -15,7 +15,7 @@ from radixlm.constrained import (
     compile_grammar,
     jump_forward,
 )
-from radixlm.constrained.walks import allowed_tokens, random_walk
+from radixlm.constrained.testing.walks import allowed_tokens, random_walk
 from radixlm.runtime.sampling_params import SamplingParams
 
 A, B, AB, EOS, PAD = 0, 1, 2, 3, 4
@@ -29,7 +29,7 @@ def toy():
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama):
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     return Tokenizer(tiny_llama)
 

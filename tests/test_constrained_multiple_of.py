@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
 from radixlm.constrained.json_schema_normalize import clean, merge
-from radixlm.constrained.walks import random_walk
+from radixlm.constrained.testing.walks import random_walk
 
 BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench"
 BENCH_SCHEMAS = ["Github_trivial/Github_trivial---o83695.json", "Snowplow/Snowplow---sp_31_Normalized.json",
@@ -164,7 +164,7 @@ def test_merge_keeps_every_divisor():
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama):
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     return Tokenizer(tiny_llama)
 

@@ -19,7 +19,7 @@ from radixlm.constrained.json_schema_pattern import parse_pattern
 from radixlm.constrained.pattern_bounds import MAX_DFA_STATES, narrow_to_length
 from radixlm.constrained.pattern_chars import sre_parse
 from radixlm.constrained.pattern_measure import dfa_states, max_len, min_len
-from radixlm.constrained.walks import accepts_text, compact_json, random_walk
+from radixlm.constrained.testing.walks import accepts_text, compact_json, random_walk
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench"
 DURATION = "^([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"  # prometheus
@@ -70,7 +70,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama):
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     return Tokenizer(tiny_llama)
 

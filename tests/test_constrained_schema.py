@@ -9,7 +9,7 @@ import random
 import jsonschema
 import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
-from radixlm.constrained.walks import compact_json, random_walk
+from radixlm.constrained.testing.walks import compact_json, random_walk
 
 # (schema, instances that must be accepted, instances that must be rejected)
 CASES = [
@@ -152,7 +152,7 @@ STRICT_CASES = [
 
 @pytest.fixture(scope="module")
 def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.tokenizer import Tokenizer
+    from radixlm.runtime.engine.tokenizer import Tokenizer
 
     return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from radixlm.runtime import cpu_malloc
+from radixlm.runtime.model import cpu_malloc
 
 
 def test_opt_out_changes_nothing(monkeypatch):
@@ -15,7 +15,7 @@ def test_opt_out_changes_nothing(monkeypatch):
 
 def test_tuning_applies_on_glibc_and_is_done_once():
     # CI and development machines are Linux/glibc, where tuning must succeed
-    code = ("from radixlm.runtime import cpu_malloc as m\n"
+    code = ("from radixlm.runtime.model import cpu_malloc as m\n"
             "first = m.tune_malloc()\n"
             "m._apply = lambda: (_ for _ in ()).throw(AssertionError('applied twice'))\n"
             "print(first, m.tune_malloc())\n")

@@ -11,7 +11,7 @@ import threading
 
 import pytest
 import torch
-from radixlm.runtime.engine import QueueFullError
+from radixlm.runtime.engine.engine import QueueFullError
 
 from radixlm import Engine
 
@@ -204,8 +204,9 @@ def test_logprobs(engine):
 
 
 def _full_forward_logprobs(engine, ids):
-    from radixlm.runtime.forward_batch import BatchSpec, ForwardBatch
-    from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
+    from radixlm.runtime.model.forward_batch import ForwardBatch
+    from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
+    from radixlm.runtime.scheduler.batch import BatchSpec
 
     cfg = engine.model_config
     pool = KVPool(len(ids) + 1, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, torch.float32, "cpu")

@@ -7,9 +7,10 @@ import sys
 
 import pytest
 import torch
-from radixlm.runtime.forward_batch import BatchSpec, ForwardBatch
-from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
-from radixlm.runtime.slot_allocator import ReqSlotAllocator, SlotAllocator
+from radixlm.runtime.model.forward_batch import ForwardBatch
+from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
+from radixlm.runtime.scheduler.batch import BatchSpec
+from radixlm.runtime.scheduler.slot_allocator import ReqSlotAllocator, SlotAllocator
 
 # --- SlotAllocator / ReqSlotAllocator ------------------------------------------------------------
 
@@ -84,8 +85,8 @@ def test_allocator_sizes_validated():
 
 
 def test_scheduler_side_modules_do_not_import_torch():
-    code = ("import sys; import radixlm.runtime.slot_allocator, radixlm.runtime.forward_batch; "
-            "from radixlm.runtime.forward_batch import BatchSpec; "
+    code = ("import sys; import radixlm.runtime.scheduler.slot_allocator; "
+            "from radixlm.runtime.scheduler.batch import BatchSpec; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -1,7 +1,7 @@
 """Our paged-KV forward vs HF transformers on the same checkpoint (float32, logits within 1e-4).
 
 Two checkpoint sources per architecture: our deterministic tiny checkpoints
-(``radixlm.runtime.checkpoints``) and checkpoints written by transformers itself (``save_pretrained``)
+(``radixlm.runtime.checkpoints.synthetic``) and checkpoints written by transformers itself (``save_pretrained``)
 with llama3 / linear RoPE scaling and tied embeddings. KV slots are handed out in a shuffled order so
 every request's context is scattered over the pool.
 """
@@ -13,11 +13,12 @@ import random
 import pytest
 import torch
 import transformers
-from radixlm.runtime.attention import resolve_attention_backend
-from radixlm.runtime.forward_batch import BatchSpec, ForwardBatch
-from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
-from radixlm.runtime.model_loader import load_model
-from radixlm.runtime.slot_allocator import ReqSlotAllocator, SlotAllocator
+from radixlm.runtime.model.attention import resolve_attention_backend
+from radixlm.runtime.model.forward_batch import ForwardBatch
+from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
+from radixlm.runtime.model.model_loader import load_model
+from radixlm.runtime.scheduler.batch import BatchSpec
+from radixlm.runtime.scheduler.slot_allocator import ReqSlotAllocator, SlotAllocator
 from transformers import AutoModelForCausalLM
 
 ATOL = 1e-4

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ["radixlm", "radixlm.radix_cache", "radixlm.constrained", "radixlm.lang", "radixlm.runtime",
-            "radixlm.runtime.models", "radixlm.kernels"]
+PACKAGES = ["radixlm", "radixlm.radix_cache", "radixlm.constrained", "radixlm.constrained.testing", "radixlm.lang",
+            "radixlm.runtime", "radixlm.runtime.server", "radixlm.runtime.engine", "radixlm.runtime.scheduler",
+            "radixlm.runtime.model", "radixlm.runtime.scaleout", "radixlm.runtime.checkpoints", "radixlm.kernels",
+            "radixlm.kernels.testing"]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +36,8 @@ def test_wheel_maps_root_folders_and_ships_data(wheel: Path):
     for pkg in PACKAGES:
         assert pkg.replace(".", "/") + "/__init__.py" in names, pkg
     assert "radixlm/radix_cache/radix_cache.py" in names
-    assert "radixlm/runtime/data/corpus.txt" in names
-    assert "radixlm/runtime/data/chat_template.jinja" in names
+    assert "radixlm/runtime/checkpoints/data/corpus.txt" in names
+    assert "radixlm/runtime/checkpoints/data/chat_template.jinja" in names
     assert not any(n.startswith(("tests/", "radix_cache/", "runtime/")) for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "radixlm = radixlm.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -50,8 +52,8 @@ def test_installed_wheel_imports_and_builds_a_checkpoint(wheel: Path, tmp_path: 
         f"assert radixlm.__file__.startswith({str(site)!r}), radixlm.__file__\n"
         f"for p in {PACKAGES!r}: importlib.import_module(p)\n"
         "from radixlm.radix_cache import RadixCache\n"
-        "from radixlm.runtime.checkpoints import make_checkpoint\n"
-        "from radixlm.runtime.tokenizer import Tokenizer\n"
+        "from radixlm.runtime.checkpoints.synthetic import make_checkpoint\n"
+        "from radixlm.runtime.engine.tokenizer import Tokenizer\n"
         f"path = make_checkpoint({str(tmp_path / 'ckpt')!r}, arch='llama', size='tiny')\n"
         "print(Tokenizer(path).decode(Tokenizer(path).encode('hello wheel')))\n"
     )

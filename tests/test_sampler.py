@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import torch
-from radixlm.runtime.req import Req
-from radixlm.runtime.sampler import Sampler, SamplingInfo, apply_logit_processors
+from radixlm.runtime.model.sampler import Sampler, SamplingInfo, apply_logit_processors
 from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.scheduler.req import Req
 
 CPU = torch.device("cpu")
 

@@ -13,13 +13,13 @@ import subprocess
 import sys
 
 import pytest
-from radixlm.runtime.req import Req
-from radixlm.runtime.req_cache import ReqCache
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.schedule_batch import BatchResult, ScheduledBatch
-from radixlm.runtime.schedule_policy import dfs_weight_order, order_waiting
-from radixlm.runtime.scheduler import Scheduler
-from radixlm.runtime.stop_checker import StopChecker
+from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
+from radixlm.runtime.scheduler.policy import dfs_weight_order, order_waiting
+from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.req_cache import ReqCache
+from radixlm.runtime.scheduler.scheduler import Scheduler
+from radixlm.runtime.scheduler.stop_checker import StopChecker
 
 EOS = 1
 
@@ -269,7 +269,7 @@ def test_policy_orders():
 
 
 def test_scheduler_never_imports_torch():
-    code = ("import sys; import radixlm.runtime.scheduler, radixlm.runtime.req_cache, "
-            "radixlm.runtime.schedule_policy, radixlm.runtime.stop_checker, radixlm.runtime.req; "
+    code = ("import sys; import radixlm.runtime.scheduler.scheduler, radixlm.runtime.scheduler.req_cache, "
+            "radixlm.runtime.scheduler.policy, radixlm.runtime.scheduler.stop_checker, radixlm.runtime.scheduler.req; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -7,9 +7,9 @@ import json
 
 import aiohttp
 import pytest
-from radixlm.runtime.engine import Engine
-from radixlm.runtime.server import BackgroundServer
-from radixlm.runtime.server_state import ServerConfig
+from radixlm.runtime.engine.engine import Engine
+from radixlm.runtime.server.app import BackgroundServer
+from radixlm.runtime.server.state import ServerConfig
 
 KEY = "sekrit-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

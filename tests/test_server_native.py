@@ -8,9 +8,9 @@ import time
 
 import aiohttp
 import pytest
-from radixlm.runtime.engine import Engine
-from radixlm.runtime.server import BackgroundServer
-from radixlm.runtime.server_state import ServerConfig
+from radixlm.runtime.engine.engine import Engine
+from radixlm.runtime.server.app import BackgroundServer
+from radixlm.runtime.server.state import ServerConfig
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 8}
 

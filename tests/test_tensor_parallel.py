@@ -8,12 +8,11 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
-from radixlm.runtime.distributed import TPGroup, decode_spec, encode_spec, free_port
-from radixlm.runtime.forward_batch import BatchSpec, ForwardBatch
-from radixlm.runtime.kv_pool import KVPool, ReqToTokenTable
-from radixlm.runtime.model_config import ModelConfig
-from radixlm.runtime.model_loader import load_model
-from radixlm.runtime.parallel_layers import (
+from radixlm.runtime.model.forward_batch import ForwardBatch
+from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
+from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.model.model_loader import load_model
+from radixlm.runtime.model.parallel_layers import (
     AttentionShard,
     RowParallelLinear,
     VocabShard,
@@ -21,6 +20,9 @@ from radixlm.runtime.parallel_layers import (
     parallel_lm_head,
     vocab_parallel_embedding,
 )
+from radixlm.runtime.scaleout.distributed import TPGroup, decode_spec, encode_spec
+from radixlm.runtime.scaleout.ports import free_port
+from radixlm.runtime.scheduler.batch import BatchSpec
 
 PROMPT = [5, 300, 41, 977, 12, 8, 2000, 63, 77, 1500, 4, 9]
 
@@ -122,7 +124,7 @@ def _rank_main(rank: int, port: int, paths: list[str]) -> None:
 
 
 def test_parallel_layers_and_sharded_models_match_unsharded(checkpoint, tmp_path):
-    from radixlm.runtime.checkpoints import make_checkpoint
+    from radixlm.runtime.checkpoints.synthetic import make_checkpoint
 
     # one KV head for two ranks: both ranks hold a replica; tied embeddings shard the LM head too
     replicated = make_checkpoint(tmp_path / "kv1", "llama", "tiny",

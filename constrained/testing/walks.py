@@ -1,0 +1,98 @@
+"""Walking texts and random token paths through a grammar: the checks shared by the tests and
+``benchmarks/bench_grammar.py``."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import deque
+from typing import Any
+
+import torch
+from radixlm.constrained.grammar import CompiledGrammar, GrammarMatcher
+
+_FINISH_BYTES = list(range(0x20, 0x7F)) + list(range(0x80, 0xC0))  # printable ASCII, UTF-8 tails
+
+
+def compact_json(value: Any) -> str:
+    """The compact serialisation grammars generate by default."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def accepts_text(grammar: CompiledGrammar, tokenizer: Any, text: str) -> bool:
+    """Walk ``text``'s tokens through a fresh matcher; True if all are accepted and EOS then is."""
+    matcher = grammar.matcher()
+    for t in tokenizer.encode(text):
+        if not matcher.accept_token(t):
+            return False
+    return matcher.accept_token(grammar.vocab.eos_token_ids[0])
+
+
+def allowed_tokens(matcher: GrammarMatcher, mask: torch.Tensor) -> list[int]:
+    """Allowed ids from the bitmask (test helper, not the engine path)."""
+    matcher.fill_mask(mask)
+    words = mask.numpy().view("uint32")
+    bits = ((words[:, None] >> torch.arange(32).numpy()[None, :].astype("uint32")) & 1).reshape(-1)
+    return [int(i) for i in bits.nonzero()[0]]
+
+
+def _finish_path(grammar: CompiledGrammar, state: int, budget: int = 20000) -> list[int] | None:
+    """Shortest byte-token path from ``state`` to an accepting state (BFS over a few bytes)."""
+    probes = [(b, grammar.vocab.byte_tokens[b]) for b in _FINISH_BYTES if grammar.vocab.byte_tokens[b] >= 0]
+    parent: dict[int, tuple[int, int] | None] = {state: None}
+    queue = deque([state])
+    while queue and len(parent) < budget:
+        s = queue.popleft()
+        if grammar.is_final(s):
+            path = []
+            while parent[s] is not None:
+                s, t = parent[s]
+                path.append(t)
+            return path[::-1]
+        for _, t in probes:
+            ns = grammar.index.get_next_state(s, t)
+            if ns is not None and ns not in parent:
+                parent[ns] = (s, t)
+                queue.append(ns)
+    return None
+
+
+def random_walk(grammar: CompiledGrammar, rng: random.Random, max_tokens: int = 200,
+                tokenizer: Any = None, jump: bool = False) -> tuple[list[int], int] | None:
+    """Sample uniformly among allowed tokens (an untrained model at temperature 1) until the
+    matcher terminates. After ``max_tokens`` the walk finishes on the shortest byte path to an
+    accepting state. With ``jump`` (and a tokenizer), forced text is spliced in by jump-forward.
+    Returns (token ids without EOS, number of sampling steps), or None if it cannot finish."""
+    from radixlm.constrained.jump_forward import jump_forward
+
+    matcher = grammar.matcher()
+    mask = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
+    ids: list[int] = []
+    steps = 0
+    eos = set(grammar.vocab.eos_token_ids)
+    while not matcher.is_terminated() and steps < max_tokens:
+        if jump:
+            jf = jump_forward(matcher, tokenizer, ids)
+            if jf is not None:
+                matcher.rollback(jf.num_drop)
+                del ids[len(ids) - jf.num_drop:]
+                for t in jf.new_ids:
+                    if not matcher.accept_token(t):
+                        raise AssertionError("jump-forward produced a token the matcher rejects")
+                ids += jf.new_ids
+                continue
+        choice = rng.choice(allowed_tokens(matcher, mask))
+        steps += 1
+        if not matcher.accept_token(choice):
+            raise AssertionError(f"token {choice} was in the mask but the matcher rejected it")
+        if choice not in eos:
+            ids.append(choice)
+    if not matcher.is_terminated():
+        path = _finish_path(grammar, matcher.state)
+        if path is None:
+            return None
+        for t in path:
+            matcher.accept_token(t)
+        ids += path
+        steps += len(path)
+    return ids, steps

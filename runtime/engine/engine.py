@@ -1,0 +1,257 @@
+"""``Engine``: the in-process serving engine (``from radixlm import Engine``).
+
+    with Engine(max_total_tokens=4096) as engine:       # the embedded tiny model by default
+        out = engine.generate("The capital of France is", {"temperature": 0, "max_new_tokens": 16})
+        print(out["text"], out["meta_info"]["finish_reason"])
+
+The step loop runs in its own thread (``EngineLoop``); ``generate`` may be called from many
+threads at once and their requests are batched together. Return values (see
+``request_output``): one dict for one prompt, a list for a batch; a request with ``n > 1``
+contributes ``n`` dicts (a list of ``n`` for a single prompt, flattened prompt-major for a batch).
+``stream=True`` yields chunks whose ``text`` / ``output_ids`` are deltas; the last chunk carries
+``finish_reason``; chunks of a batch (or ``n > 1``) carry an ``"index"``.
+
+Prompt logprobs: ``logprob_start_len=k`` returns ``input_token_logprobs`` for prompt positions
+``k ..`` (the first entry's logprob is None, as in SGLang); None or -1 returns none. All logprobs
+are ``log_softmax`` of the raw float32 logits, before temperature, penalties and masks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from radixlm.runtime.engine.grammar_compiler import GrammarHooks
+from radixlm.runtime.engine.inputs import (
+    InputLimits,
+    build_reqs,
+    normalize_inputs,
+    normalize_params,
+    normalize_rids,
+)
+from radixlm.runtime.engine.request_output import RequestHandle
+from radixlm.runtime.engine.step_loop import EngineLoop
+from radixlm.runtime.model.model_runner import ModelRunner
+from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.req_cache import ReqCache
+from radixlm.runtime.scheduler.scheduler import Scheduler
+from radixlm.runtime.scheduler.stop_checker import StopChecker
+from radixlm.runtime.server_args import ServerArgs
+
+
+class QueueFullError(RuntimeError):
+    """More than ``max_queued_requests`` requests wait (the HTTP server answers 503)."""
+
+
+class Engine:
+    """Continuous-batching generation with the radix cache; see the module docstring."""
+
+    def __init__(self, model_path: str | None = None, **server_args: Any) -> None:
+        self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
+        args = self.server_args
+        logging.getLogger("radixlm").setLevel(args.log_level.upper())
+        from radixlm.runtime.checkpoints.synthetic import default_model_path
+        from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
+        from radixlm.runtime.engine.tokenizer import Tokenizer
+
+        self.model_path = args.model_path or default_model_path()
+        self.tokenizer = Tokenizer(args.tokenizer_path or self.model_path)
+        self._detok_cls = IncrementalDetokenizer
+        self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
+        self.model_config = self.runner.model_config
+        cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,
+                         args.disable_radix_cache, args.radix_eviction_policy)
+        self.scheduler = Scheduler(cache, StopChecker(self.tokenizer.eos_token_ids, self.runner.context_len),
+                                   schedule_policy=args.schedule_policy,
+                                   max_running_requests=args.max_running_requests,
+                                   max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size)
+        self._grammar = GrammarHooks(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
+                                     args.enable_jump_forward, self._make_detokenizer, args.grammar_max_regex_chars)
+        self._limits = InputLimits(
+            context_len=self.runner.context_len,
+            max_req_input_len=args.max_req_input_len or self.runner.context_len,
+            usable_slots=cache.usable_slots,
+            vocab_size=self.runner.token_vocab_size,
+        )
+        self._loop = EngineLoop(self.scheduler, self.runner, self._grammar)
+        self._closed = False
+
+    # ------------------------------------------------------------------ generate
+
+    def generate(self, prompt: str | list[str] | None = None, sampling_params: Any = None,
+                 input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
+                 logprob_start_len: int | None = None, top_logprobs_num: int = 0, stream: bool = False,
+                 rid: str | list[str] | None = None) -> Any:
+        """Generate for one prompt or a batch; see the module docstring for the result shapes.
+
+        ``max_new_tokens=0`` only prefills: no output tokens, the prompt enters the radix cache,
+        ``finish_reason`` is ``length``. Prompt logprobs (``return_logprob`` with
+        ``logprob_start_len=k``) need the logits of positions ``k ..``, so the radix-cache match is
+        capped at ``k`` tokens: ``cached_tokens <= k``, and ``k=0`` disables any cache hit for the
+        request. ``meta_info["first_token_latency"]`` is the time from submission to the first
+        output token (None without one).
+        """
+        reqs, single = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
+                                       logprob_start_len, top_logprobs_num, stream, rid)
+        handle = RequestHandle()
+        self._submit(reqs, handle)
+        if stream:
+            return self._stream(reqs, handle)
+        results: list[Any] = [None] * len(reqs)
+        for _ in reqs:
+            index, kind, payload = handle.get()
+            if kind == "error":
+                self._abort_all(reqs)
+                raise payload
+            results[index] = payload
+        return results[0] if single else results
+
+    async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: Any = None,
+                             input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
+                             logprob_start_len: int | None = None, top_logprobs_num: int = 0,
+                             stream: bool = False, rid: str | list[str] | None = None) -> Any:
+        """``generate`` for asyncio: awaits the result, or (``stream=True``) returns an async iterator."""
+        reqs, single = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
+                                       logprob_start_len, top_logprobs_num, stream, rid)
+        handle = RequestHandle(asyncio.get_running_loop())
+        self._submit(reqs, handle)
+        if stream:
+            return self._astream(reqs, handle)
+        results: list[Any] = [None] * len(reqs)
+        try:
+            for _ in reqs:
+                index, kind, payload = await handle.aget()
+                if kind == "error":
+                    raise payload
+                results[index] = payload
+        except BaseException:
+            self._abort_all(reqs)
+            raise
+        return results[0] if single else results
+
+    def _make_reqs(self, prompt: Any, sampling_params: Any, input_ids: Any, return_logprob: bool,
+                   logprob_start_len: Any, top_logprobs_num: Any, stream: bool,
+                   rid: Any) -> tuple[list[Req], bool]:
+        items, is_batch = normalize_inputs(prompt, input_ids)
+        params = normalize_params(sampling_params, len(items))
+        token_lists = [self.tokenizer.encode(x, add_special_tokens=True) if isinstance(x, str) else x
+                       for x in items]
+        if any(not ids for ids in token_lists):
+            raise ValueError("prompt must be non-empty (it encodes to no tokens)")
+        reqs = build_reqs(token_lists, params, normalize_rids(rid, len(items)), limits=self._limits,
+                          return_logprob=bool(return_logprob), logprob_start_len=logprob_start_len,
+                          top_logprobs_num=top_logprobs_num, stream=bool(stream))
+        for req in reqs:
+            req.detokenizer = self._make_detokenizer(req)
+        single = not is_batch and params[0].n == 1
+        return reqs, single
+
+    def _make_detokenizer(self, req: Req) -> Any:
+        return self._detok_cls(self.tokenizer, skip_special_tokens=req.params.skip_special_tokens)
+
+    def _submit(self, reqs: list[Req], handle: RequestHandle) -> None:
+        limit = self.server_args.max_queued_requests
+        if limit is not None and self._loop.num_queued() + len(reqs) > limit:
+            raise QueueFullError(f"too many queued requests (max_queued_requests={limit})")
+        now = time.perf_counter()
+        for i, req in enumerate(reqs):
+            req.handle, req.handle_index, req.created_at = handle, i, now
+        self._loop.submit(reqs)
+
+    def _stream(self, reqs: list[Req], handle: RequestHandle) -> Iterator[dict[str, Any]]:
+        done = 0
+        try:
+            while done < len(reqs):
+                index, kind, payload = handle.get()
+                if kind == "error":
+                    raise payload
+                done += kind == "done"
+                yield self._tag(payload, index, len(reqs))
+        finally:
+            if done < len(reqs):
+                self._abort_all(reqs)
+
+    async def _astream(self, reqs: list[Req], handle: RequestHandle) -> AsyncIterator[dict[str, Any]]:
+        done = 0
+        try:
+            while done < len(reqs):
+                index, kind, payload = await handle.aget()
+                if kind == "error":
+                    raise payload
+                done += kind == "done"
+                yield self._tag(payload, index, len(reqs))
+        finally:
+            if done < len(reqs):
+                self._abort_all(reqs)
+
+    @staticmethod
+    def _tag(chunk: dict[str, Any], index: int, count: int) -> dict[str, Any]:
+        if count > 1:
+            chunk["index"] = index
+        return chunk
+
+    def _abort_all(self, reqs: list[Req]) -> None:
+        for req in reqs:
+            self._loop.abort(req.rid)
+
+    # ------------------------------------------------------------------ control
+
+    def abort(self, rid: str) -> None:
+        """Abort request ``rid`` (all its samples when ``n > 1``); its result says ``abort``."""
+        self._loop.abort(rid)
+
+    def flush_cache(self) -> bool:
+        """Empty the radix cache; False (nothing done) while requests are queued or running."""
+        return self._loop.call(self.scheduler.flush_cache)
+
+    def get_stats(self) -> dict[str, Any]:
+        """Cache hit rate, queue and running counts, KV usage, and the step timers."""
+        loop, cache = self._loop, self.scheduler.cache
+        total = cache.usable_slots
+        free = cache.slots.num_free
+        return {
+            "cache_hit_rate": loop.cached_tokens / loop.prompt_tokens if loop.prompt_tokens else 0.0,
+            "cached_tokens": loop.cached_tokens,
+            "prompt_tokens": loop.prompt_tokens,
+            "finished_requests": loop.finished_requests,
+            "num_running_reqs": len(self.scheduler.running) + (self.scheduler.chunked is not None),
+            "num_queued_reqs": loop.num_queued(),
+            "kv_used_slots": total - free,
+            "kv_total_slots": total,
+            "kv_usage": (total - free) / total,
+            "num_free_slots": free,
+            "radix_cache_tokens": cache.tree.total_size() if cache.tree else 0,
+            "num_retractions": self.scheduler.num_retractions,
+            "timers": loop.timers.as_dict(),
+        }
+
+    def check_no_leak(self) -> None:
+        """Flush the cache and assert every KV slot and table row is free (for tests)."""
+        def check() -> None:
+            if not self.scheduler.flush_cache():
+                raise AssertionError(f"requests still in the engine: {self.scheduler.all_reqs()}")
+            self.scheduler.cache.check_no_leak()
+        self._loop.call(check)
+
+    def shutdown(self) -> None:
+        """Stop the step loop; requests still in flight fail with ``RuntimeError``."""
+        if not self._closed:
+            self._closed = True
+            self._loop.stop()
+            self._grammar.close()
+            self.runner.close()  # tensor parallelism: stops the worker processes
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:  # noqa: BLE001 - interpreter teardown
+            pass

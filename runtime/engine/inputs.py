@@ -1,0 +1,114 @@
+"""Turn ``Engine.generate`` arguments into validated ``Req`` objects (errors name the field).
+
+Batching rules: ``prompt`` is a str (one request) or a list of str (a batch); ``input_ids`` is a
+list of int (one) or a list of lists (a batch); exactly one of the two. ``sampling_params`` is a
+dict, a ``SamplingParams`` or None (shared by all), or a list with one per prompt. A request with
+``n > 1`` becomes ``n`` sibling requests (rids ``<rid>_<i>``, seeds ``seed + i``) that share the
+prompt's KV through the radix cache.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.scheduler.req import Req
+
+
+@dataclass
+class InputLimits:
+    """Facts the checks need (from the tokenizer, runner and server args)."""
+
+    context_len: int
+    max_req_input_len: int
+    usable_slots: int
+    vocab_size: int
+
+
+def normalize_inputs(prompt: Any, input_ids: Any) -> tuple[list[Any], bool]:
+    """``(items, is_batch)``: items are str prompts or lists of token ids."""
+    if (prompt is None) == (input_ids is None):
+        raise ValueError("pass exactly one of prompt and input_ids")
+    if prompt is not None:
+        if isinstance(prompt, str):
+            items, is_batch = [prompt], False
+        elif isinstance(prompt, (list, tuple)) and all(isinstance(p, str) for p in prompt):
+            items, is_batch = list(prompt), True
+        else:
+            raise ValueError("prompt must be a string or a list of strings")
+        if not items or any(not p for p in items):
+            raise ValueError("prompt must be non-empty")
+        return items, is_batch
+    if isinstance(input_ids, (list, tuple)) and input_ids and all(_is_int(t) for t in input_ids):
+        return [list(input_ids)], False
+    if (isinstance(input_ids, (list, tuple)) and input_ids
+            and all(isinstance(x, (list, tuple)) and all(_is_int(t) for t in x) for x in input_ids)):
+        items = [list(x) for x in input_ids]
+        if any(not x for x in items):
+            raise ValueError("input_ids must be non-empty")
+        return items, True
+    raise ValueError("input_ids must be a non-empty list of ints or a list of such lists")
+
+
+def normalize_params(sampling_params: Any, count: int) -> list[SamplingParams]:
+    if isinstance(sampling_params, (list, tuple)):
+        if len(sampling_params) != count:
+            raise ValueError(f"sampling_params has {len(sampling_params)} entries for {count} prompts")
+        return [SamplingParams.from_dict(p) for p in sampling_params]
+    params = SamplingParams.from_dict(sampling_params)
+    return [params] * count
+
+
+def normalize_rids(rid: Any, count: int) -> list[str]:
+    if rid is None:
+        return [uuid.uuid4().hex for _ in range(count)]
+    rids = [rid] if isinstance(rid, str) else rid
+    if not isinstance(rids, (list, tuple)) or len(rids) != count or not all(isinstance(r, str) and r for r in rids):
+        raise ValueError(f"rid must be a non-empty string, or a list of {count} strings for a batch")
+    if len(set(rids)) != len(rids):
+        raise ValueError("rid values must be distinct")
+    return list(rids)
+
+
+def check_request(ids: list[int], params: SamplingParams, limits: InputLimits,
+                  logprob_start_len: int | None, top_logprobs_num: Any) -> None:
+    """Raise ``ValueError`` naming the field when the request can never run."""
+    if any(not 0 <= t < limits.vocab_size for t in ids):
+        raise ValueError(f"input_ids contains token ids outside [0, {limits.vocab_size})")
+    if len(ids) > limits.max_req_input_len or len(ids) >= limits.context_len:
+        raise ValueError(f"prompt has {len(ids)} tokens, longer than the limit "
+                         f"({min(limits.max_req_input_len, limits.context_len - 1)}; context length "
+                         f"{limits.context_len})")
+    if len(ids) + params.max_new_tokens > limits.context_len:
+        raise ValueError(f"max_new_tokens: prompt ({len(ids)} tokens) + max_new_tokens "
+                         f"({params.max_new_tokens}) exceeds the context length {limits.context_len}")
+    if len(ids) + params.max_new_tokens > limits.usable_slots:
+        raise ValueError(f"max_total_tokens: prompt ({len(ids)} tokens) + max_new_tokens "
+                         f"({params.max_new_tokens}) can never fit in {limits.usable_slots} KV slots")
+    if logprob_start_len is not None and (not _is_int(logprob_start_len) or not -1 <= logprob_start_len < len(ids)):
+        raise ValueError(f"logprob_start_len must be -1 or in [0, {len(ids)}), got {logprob_start_len!r}")
+    if not _is_int(top_logprobs_num) or top_logprobs_num < 0:
+        raise ValueError(f"top_logprobs_num must be a non-negative integer, got {top_logprobs_num!r}")
+
+
+def build_reqs(token_lists: list[list[int]], params: list[SamplingParams], rids: list[str], *,
+               limits: InputLimits, return_logprob: bool, logprob_start_len: int | None,
+               top_logprobs_num: int, stream: bool) -> list[Req]:
+    """One ``Req`` per prompt and sample, in prompt-major order."""
+    reqs = []
+    start = None if logprob_start_len in (None, -1) else logprob_start_len
+    for ids, p, rid in zip(token_lists, params, rids):
+        check_request(ids, p, limits, logprob_start_len, top_logprobs_num)
+        for i in range(p.n):
+            req = Req(rid if p.n == 1 else f"{rid}_{i}", ids, p, return_logprob=return_logprob,
+                      logprob_start_len=start, top_logprobs_num=top_logprobs_num, stream=stream,
+                      seed_offset=i)
+            req.group_rid = rid
+            reqs.append(req)
+    return reqs
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)

@@ -1,0 +1,216 @@
+"""``EngineLoop``: the step loop in its own thread, and the thread-safe doors into it.
+
+Callers (any thread) ``submit`` requests, ``abort`` them and ``call`` functions that must run
+between steps (flush, leak checks). The loop thread alone touches the scheduler, the runner and
+the requests' state. One step::
+
+    drain inbox (grammar requests wait in `pending` until their grammar compiled)
+    batch = scheduler.schedule()                     -> None: sleep until woken
+    result = runner.run(batch)                       forward + masks + sample
+    scheduler.process_batch_result(batch, result)    append, accept (on_token), stop, cache, release
+    jump-forward for constrained requests            splice forced tokens, re-queue to extend them
+    emit stream chunks / final results
+
+An exception in a step fails every in-flight request with a ``RuntimeError`` naming the cause and
+resets the scheduler; the loop keeps serving. A request's own failure (a grammar that does not
+compile) fails only that request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from radixlm.runtime.engine.grammar_compiler import GrammarHooks
+from radixlm.runtime.engine.request_output import final_output, stream_chunk
+from radixlm.runtime.model.model_runner import ModelRunner
+from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.scheduler import Scheduler
+
+logger = logging.getLogger("radixlm.engine")
+
+
+class StepTimers:
+    """Counters for the per-step engine overhead (time outside the model forward)."""
+
+    def __init__(self) -> None:
+        self.steps = self.decode_steps = 0
+        self.step_s = self.forward_s = self.decode_step_s = self.decode_forward_s = 0.0
+        self.decode_tokens = 0
+
+    def add(self, is_decode: bool, bs: int, step_s: float, forward_s: float) -> None:
+        self.steps += 1
+        self.step_s += step_s
+        self.forward_s += forward_s
+        if is_decode:
+            self.decode_steps += 1
+            self.decode_step_s += step_s
+            self.decode_forward_s += forward_s
+            self.decode_tokens += bs
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+class EngineLoop:
+    """Runs the scheduler/runner steps in a daemon thread."""
+
+    def __init__(self, scheduler: Scheduler, runner: ModelRunner, grammar: GrammarHooks) -> None:
+        self.scheduler = scheduler
+        self.runner = runner
+        self.grammar = grammar
+        scheduler.on_token = grammar.on_token
+        self.timers = StepTimers()
+        self.prompt_tokens = self.cached_tokens = self.finished_requests = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._inbox: deque[Req] = deque()
+        self._aborts: deque[str] = deque()
+        self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
+        self._pending: list[Req] = []  # waiting for their grammar to compile
+        self._inflight: list[Req] = []
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="radixlm-engine", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ doors (any thread)
+
+    def submit(self, reqs: list[Req]) -> None:
+        with self._wake:
+            if self._stopped:
+                raise RuntimeError("engine is shut down")
+            self._inbox.extend(reqs)
+            self._wake.notify()
+
+    def abort(self, rid: str) -> None:
+        with self._wake:
+            self._aborts.append(rid)
+            self._wake.notify()
+
+    def num_queued(self) -> int:
+        """Requests not yet admitted (submitted, compiling a grammar, or waiting)."""
+        return len(self._inbox) + len(self._pending) + len(self.scheduler.waiting)
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` in the loop thread between steps and return its result."""
+        future: Future = Future()
+        with self._wake:
+            if self._stopped:
+                raise RuntimeError("engine is shut down")
+            self._calls.append((fn, future))
+            self._wake.notify()
+        return future.result()
+
+    def stop(self) -> None:
+        with self._wake:
+            self._stopped = True
+            self._wake.notify()
+        self._thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run(self) -> None:
+        progress = True
+        while True:
+            with self._wake:
+                if self._stopped:
+                    break
+                if not self._has_ready_work(progress):
+                    # pending grammars are polled; otherwise sleep until a door is used
+                    self._wake.wait(timeout=0.005 if self._pending or self.scheduler.has_work() else None)
+                    if self._stopped:
+                        break
+            try:
+                progress = self._step()
+            except Exception as e:  # noqa: BLE001 - a failed step must not hang callers
+                logger.exception("engine step failed")
+                progress = True
+                self._fail_all(RuntimeError(f"engine step failed: {type(e).__name__}: {e}"))
+        self._fail_all(RuntimeError("engine is shut down"))
+
+    def _has_ready_work(self, progress: bool) -> bool:
+        """New doors were used, or the scheduler has work and the last step ran a batch."""
+        return bool(self._inbox or self._aborts or self._calls or (progress and self.scheduler.has_work()))
+
+    def _step(self) -> bool:
+        """One step; False when no batch could run."""
+        start = time.perf_counter()
+        self._drain_doors()
+        self._pending = [r for r in self._pending if not self.grammar.poll(r, self._admit, self._emit_final)]
+        batch = self.scheduler.schedule()
+        if batch is None:
+            return False
+        self._inflight = batch.reqs
+        result = self.runner.run(batch)
+        finished = self.scheduler.process_batch_result(batch, result)
+        for req in batch.sample_reqs:
+            if not req.finished and req.grammar is not None and self.grammar.jump_forward(req, self.scheduler):
+                finished.append(req)
+        self._inflight = []
+        for req in finished:
+            self._emit_final(req)
+        for req in batch.reqs:
+            if req.stream and not req.finished:
+                chunk = stream_chunk(req)
+                if chunk is not None:
+                    req.handle.put(req.handle_index, "chunk", chunk)
+        self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s)
+        return True
+
+    def _drain_doors(self) -> None:
+        with self._wake:
+            new, self._inbox = list(self._inbox), deque()
+            aborts, self._aborts = list(self._aborts), deque()
+            calls, self._calls = list(self._calls), deque()
+        for req in new:
+            if req.params.constraint_kind is not None:
+                self._pending.append(req)
+                self.grammar.start(req)
+            else:
+                self._admit(req)
+        for rid in aborts:
+            self._abort(rid)
+        for fn, future in calls:
+            try:
+                future.set_result(fn())
+            except Exception as e:  # noqa: BLE001 - handed to the caller
+                future.set_exception(e)
+
+    def _admit(self, req: Req) -> None:
+        self.scheduler.add(req)
+
+    def _abort(self, rid: str) -> None:
+        for req in list(self._pending):
+            if rid in (req.rid, req.group_rid):
+                self._pending.remove(req)
+                self.grammar.cancel(req)
+                req.finish("abort", message="aborted")
+                self._emit_final(req)
+        for req in self.scheduler.abort(rid):
+            self._emit_final(req)
+
+    def _emit_final(self, req: Req) -> None:
+        self.finished_requests += 1
+        self.prompt_tokens += req.prompt_len
+        self.cached_tokens += req.cached_tokens
+        self.grammar.finish(req)
+        if req.error is not None:
+            req.handle.put(req.handle_index, "error", req.error)
+            return
+        if req.stream:
+            req.handle.put(req.handle_index, "done", stream_chunk(req))
+        else:
+            req.handle.put(req.handle_index, "done", final_output(req))
+
+    def _fail_all(self, error: Exception) -> None:
+        with self._wake:
+            inbox, self._inbox = list(self._inbox), deque()
+        dropped = {id(r): r for r in inbox + self._pending + self._inflight + self.scheduler.reset()}
+        self._pending, self._inflight = [], []
+        for req in dropped.values():
+            req.handle.put(req.handle_index, "error", error)

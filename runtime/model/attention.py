@@ -1,0 +1,58 @@
+"""Paged attention layer: stores the new tokens' K/V in the pool, then attends over each request's
+context through the kernels chosen by name (``radixlm.kernels.get_ops``).
+
+``resolve_attention_backend("auto", device)`` is ``"triton"`` on CUDA and ``"torch"`` elsewhere
+(the rules live in ``radixlm.kernels.select_backend``); extend/prefill batches use
+``extend_attention`` and decode batches ``decode_attention`` (with the torch backend, given the
+batch's ``shared_prefix_len``: cascade attention over a radix-cache prefix every request shares).
+"""
+
+from __future__ import annotations
+
+import torch
+from radixlm.kernels import get_ops, select_backend
+from radixlm.runtime.model.forward_batch import ForwardBatch
+from radixlm.runtime.model.kv_pool import KVPool
+
+
+def resolve_attention_backend(name: str, device: torch.device | str) -> str:
+    """``"auto"`` -> ``"triton"`` on CUDA (when triton imports), ``"torch"`` otherwise.
+
+    ``"torch"`` passes through; ``"triton"`` on a CPU device needs ``TRITON_INTERPRET=1``.
+    Anything else raises ``ValueError`` naming ``attention_backend``.
+    """
+    return select_backend(name, device)
+
+
+class PagedAttention:
+    """Attention of one layer over the paged KV pool (no parameters)."""
+
+    def __init__(self, layer_id: int, num_heads: int, num_kv_heads: int, head_dim: int,
+                 backend: str = "torch") -> None:
+        self.layer_id = layer_id
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.sm_scale = head_dim**-0.5
+        self.ops = get_ops(backend)
+        # the Triton extend kernel sizes its grid from the longest extend; the host knows it
+        self._pass_max_q_len = backend == "triton"
+        # the torch decode path splits attention at a prefix shared by the whole batch (cascade)
+        self._cascade = backend == "torch"
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
+                 kv_pool: KVPool) -> torch.Tensor:
+        """q ``[num_tokens, num_heads, head_dim]``, k/v ``[num_tokens, num_kv_heads, head_dim]``
+        -> ``[num_tokens, num_heads, head_dim]``."""
+        k_pool = kv_pool.k_buffers[self.layer_id]  # [num_slots, num_kv_heads, head_dim]
+        v_pool = kv_pool.v_buffers[self.layer_id]
+        self.ops.store_kv(k_pool, v_pool, batch.out_cache_loc, k, v)
+        if batch.is_decode:
+            if batch.shared_prefix_len and self._cascade:
+                return self.ops.decode_attention(q, k_pool, v_pool, batch.kv_indptr, batch.kv_indices,
+                                                 self.sm_scale, shared_prefix_len=batch.shared_prefix_len)
+            return self.ops.decode_attention(q, k_pool, v_pool, batch.kv_indptr, batch.kv_indices,
+                                             self.sm_scale)
+        kwargs = {"max_q_len": batch.max_extend_len} if self._pass_max_q_len else {}
+        return self.ops.extend_attention(q, k_pool, v_pool, batch.qo_indptr, batch.kv_indptr,
+                                         batch.kv_indices, self.sm_scale, **kwargs)

@@ -1,0 +1,141 @@
+"""Load a local HF checkpoint directory into ``LlamaForCausalLM``.
+
+Weights are read tensor by tensor with ``safetensors.safe_open`` and copied straight into the
+(uninitialised) parameters, fusing q/k/v and gate/up on the way; no whole state dict is ever held.
+Under tensor parallelism each rank reads only its slice of each tensor (``get_slice(name)[rows]``),
+as ``checkpoint_layout()`` names it. Every parameter must be filled exactly by the checkpoint:
+unknown, missing and misshapen tensors raise errors that name them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+from radixlm.runtime.model.attention import resolve_attention_backend
+from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
+from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.scaleout.distributed import TPGroup
+from safetensors import safe_open
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "float": torch.float32, "fp32": torch.float32,
+    "float16": torch.float16, "half": torch.float16, "fp16": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | str,
+                  checkpoint_dtype: str | None = None) -> torch.dtype:
+    """The dtype to run in.
+
+    An explicit ``dtype`` (a ``torch.dtype`` or a name in ``DTYPES``) wins. ``None``/``"auto"``:
+    float32 on CPU; on CUDA the checkpoint's ``torch_dtype`` when it is float16/bfloat16, else
+    bfloat16.
+    """
+    if isinstance(dtype, torch.dtype):
+        if dtype not in DTYPES.values():
+            raise ValueError(f"dtype {dtype} is not supported; use float32, float16 or bfloat16")
+        return dtype
+    if dtype is not None and dtype != "auto":
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r} is not one of auto, {', '.join(DTYPES)}")
+        return DTYPES[dtype]
+    if torch.device(device).type != "cuda":
+        return torch.float32
+    if checkpoint_dtype in ("float16", "bfloat16"):
+        return DTYPES[checkpoint_dtype]
+    return torch.bfloat16
+
+
+def weight_files(path: str | os.PathLike) -> list[str]:
+    """The safetensors files of a checkpoint: the shards its index names, or ``model.safetensors``."""
+    path = os.fspath(path)
+    index_file = os.path.join(path, INDEX_FILE)
+    if os.path.isfile(index_file):
+        with open(index_file, encoding="utf-8") as f:
+            weight_map = json.load(f).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ValueError(f"{index_file} has no 'weight_map'")
+        files = [os.path.join(path, name) for name in sorted(set(weight_map.values()))]
+        for file in files:
+            if not os.path.isfile(file):
+                raise FileNotFoundError(f"weight shard {os.path.basename(file)} named in {INDEX_FILE} "
+                                        f"not found: {file}")
+        return files
+    single = os.path.join(path, SINGLE_FILE)
+    if os.path.isfile(single):
+        return [single]
+    raise FileNotFoundError(f"no safetensors weights in {path}: expected {SINGLE_FILE} or {INDEX_FILE}")
+
+
+def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto",
+               device: torch.device | str = "cpu", *,
+               attention_backend: str = "auto", tp: TPGroup | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
+    """Build the model for ``path``'s ``config.json`` and fill it from its safetensors weights.
+
+    ``dtype``: see ``resolve_dtype``. ``attention_backend``: ``auto`` (triton on CUDA, torch
+    otherwise), ``torch`` or ``triton``. ``tp``: build and read only this rank's shard (default:
+    the whole model). Raises ``FileNotFoundError`` for a missing directory, config or weight file,
+    ``ValueError`` for an unsupported architecture, a ``tp`` size the model cannot be split by,
+    or bad tensors.
+    """
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"model directory not found: {path}")
+    config = ModelConfig.from_path(path)
+    files = weight_files(path)
+    device = torch.device(device)
+    run_dtype = resolve_dtype(dtype, device, config.torch_dtype)
+    backend = resolve_attention_backend(attention_backend, device)
+    model = LlamaForCausalLM(config, dtype=run_dtype, device=device, attention_backend=backend, tp=tp)
+    load_weights(model, files)
+    return model.eval(), config
+
+
+def load_weights(model: LlamaForCausalLM, files: list[str]) -> None:
+    """Copy every tensor of ``files`` into its place in ``model.checkpoint_layout()``."""
+    layout = model.checkpoint_layout()
+    loaded: set[str] = set()
+    for file in files:
+        with safe_open(file, framework="pt", device="cpu") as f:
+            for name in f.keys():
+                if _ignored(name, model):
+                    continue
+                if name not in layout:
+                    raise ValueError(f"unexpected tensor {name!r} in {os.path.basename(file)}: not part of "
+                                     f"a {model.config.architecture} with {model.config.num_layers} layers")
+                target = layout[name]
+                tensor_slice = f.get_slice(name)
+                actual = tuple(tensor_slice.get_shape())
+                if actual != target.shape:
+                    raise ValueError(f"shape mismatch for tensor {name!r} in {os.path.basename(file)}: "
+                                     f"checkpoint has {list(actual)}, model expects {list(target.shape)}")
+                data = _read(f, name, tensor_slice, target)
+                target.param.data[target.row:target.row + data.shape[0]].copy_(data)
+                loaded.add(name)
+    missing = sorted(set(layout) - loaded)
+    if missing:
+        shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
+        raise ValueError(f"checkpoint is missing tensor(s): {shown}")
+
+
+def _read(f, name: str, tensor_slice, target: TensorTarget) -> torch.Tensor:
+    """The part of tensor ``name`` this rank needs; a slice reads only its own bytes."""
+    if target.dim is None:
+        return f.get_tensor(name)
+    end = target.start + target.length
+    if target.dim == 0:
+        return tensor_slice[target.start:end]
+    return tensor_slice[:, target.start:end]
+
+
+def _ignored(name: str, model: LlamaForCausalLM) -> bool:
+    """Tensors a checkpoint may carry that the model does not use."""
+    if name.endswith("rotary_emb.inv_freq"):  # recomputed from the config
+        return True
+    return name == "lm_head.weight" and model.lm_head is None  # tied: the embedding is the head

@@ -1,0 +1,232 @@
+"""``ModelRunner``: the model, its KV pool and req_to_token table, and one step's forward + sampling.
+
+This and ``forward_batch`` are the only places the scheduler's lists become tensors.
+``run(batch)`` builds the ``ForwardBatch``, runs the forward, computes logprobs (``log_softmax`` of
+the raw float32 logits, before any processing), applies the sampler's logit processors, the
+grammar bitmasks and the tokenizer-vocabulary mask, samples, and returns plain lists.
+
+Tensor parallelism (``tp_size > 1``): the engine's runner is rank 0; it spawns ranks 1..N-1
+(``tp_worker``), each of which builds its own ``ModelRunner`` and ``follow()``s: rank 0 broadcasts
+every step's ``BatchSpec`` before its forward, all ranks run the same forward on their shard, and
+rank 0 alone samples from the gathered logits. ``close()`` stops the workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import time
+from collections.abc import Sequence
+
+import torch
+from radixlm.kernels import get_ops
+from radixlm.runtime.model.attention import resolve_attention_backend
+from radixlm.runtime.model.cpu_malloc import tune_malloc
+from radixlm.runtime.model.forward_batch import ForwardBatch
+from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
+from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.model.model_loader import load_model
+from radixlm.runtime.model.parallel_layers import check_tp_size
+from radixlm.runtime.model.sampler import Sampler, SamplingInfo, apply_logit_processors
+from radixlm.runtime.scaleout.distributed import TPGroup, tp_device
+from radixlm.runtime.scaleout.ports import free_port
+from radixlm.runtime.scaleout.tp_worker import TPWorkerError, TPWorkers
+from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
+from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.server_args import ServerArgs
+
+CPU_MAX_DEFAULT_SLOTS = 32768  # without max_total_tokens, a CPU pool stays modest
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class ModelRunner:
+    """Loads the model and runs batches. ``num_slots`` and ``context_len`` are facts found here.
+
+    ``tp_rank``/``tp_port``: set only in spawned tensor-parallel workers (ranks > 0).
+    """
+
+    def __init__(self, args: ServerArgs, model_path: str, token_vocab_size: int,
+                 eos_token_ids: Sequence[int], tp_rank: int = 0, tp_port: int | None = None) -> None:
+        self.workers: TPWorkers | None = None
+        self._broken: TPWorkerError | None = None
+        self.tp = self._init_tp(args, model_path, token_vocab_size, eos_token_ids, tp_rank, tp_port)
+        try:
+            self._build(args, model_path, token_vocab_size, eos_token_ids)
+        except BaseException as e:
+            workers = self.workers
+            self.close(graceful=False)
+            if workers is not None:
+                workers.check_alive()  # a worker that died while loading explains the failure best
+            raise e
+
+    def _init_tp(self, args: ServerArgs, model_path: str, token_vocab_size: int, eos_token_ids: Sequence[int],
+                 tp_rank: int, tp_port: int | None) -> TPGroup:
+        """Rank 0 of ``tp_size > 1`` checks the split, spawns the workers; every rank joins the group."""
+        device = resolve_device(args.device)
+        if args.tp_size == 1:
+            return TPGroup.single(device)
+        device = tp_device(device, tp_rank, args.tp_size)
+        if tp_rank == 0:
+            check_tp_size(ModelConfig.from_path(model_path), args.tp_size)
+            tp_port = free_port()
+            self.workers = TPWorkers.start(args.tp_size, run_tp_rank,
+                                           (args, model_path, token_vocab_size, list(eos_token_ids), tp_port))
+        try:
+            return TPGroup.init(tp_rank, args.tp_size, tp_port, device)
+        except BaseException:
+            if self.workers is not None:
+                self.workers.join(timeout_s=0.5)
+            raise
+
+    def _build(self, args: ServerArgs, model_path: str, token_vocab_size: int,
+               eos_token_ids: Sequence[int]) -> None:
+        self.device = self.tp.device
+        if self.device.type == "cpu":
+            tune_malloc()  # the forward's large temporaries otherwise page-fault in on every use
+        self.model, self.model_config = load_model(model_path, args.dtype, self.device,
+                                                   attention_backend=args.attention_backend, tp=self.tp)
+        self.dtype = self.model.embed_tokens.dtype
+        self.context_len = args.context_length or self.model_config.context_len
+        self.vocab_size = self.model_config.vocab_size  # logit width (may exceed the tokenizer's)
+        self.token_vocab_size = min(token_vocab_size, self.vocab_size)
+        self.eos_token_ids = list(eos_token_ids)
+        self.num_slots = self.tp.min_int(self._num_slots(args))  # every rank's pool has the same slots
+        cfg = self.model_config
+        self.kv_pool = KVPool(self.num_slots, cfg.num_layers, self.model.num_kv_heads, cfg.head_dim,
+                              self.dtype, self.device)
+        self.req_to_token = ReqToTokenTable(args.max_running_requests, self.context_len, self.device)
+        backend = resolve_attention_backend(args.attention_backend, self.device)
+        self.ops = get_ops(backend)
+        # cascade decode attention over a batch-wide shared prefix exists in the torch backend only
+        self.detect_shared_prefix = backend == "torch"
+        self.sampler = Sampler(self.device, args.random_seed)
+
+    def _num_slots(self, args: ServerArgs) -> int:
+        if args.max_total_tokens is not None:
+            return args.max_total_tokens
+        cfg = self.model_config
+        per_slot = KVPool.bytes_per_slot(cfg.num_layers, self.model.num_kv_heads, cfg.head_dim, self.dtype)
+        if self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            return max(int(free * args.mem_fraction) // per_slot, 2)
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return max(min(int(avail * args.mem_fraction) // per_slot, CPU_MAX_DEFAULT_SLOTS), 2)
+
+    # ------------------------------------------------------------------ one step
+
+    @torch.inference_mode()
+    def run(self, batch: ScheduledBatch) -> BatchResult:
+        """Forward ``batch`` and sample the next token of every request in ``batch.sample_reqs``."""
+        fb = ForwardBatch.from_spec(batch.spec, self.req_to_token, self.device,
+                                    detect_shared_prefix=self.detect_shared_prefix)
+        start = time.perf_counter()
+        logits = self._forward(batch, fb)  # [num_logit_rows, vocab]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        result = BatchResult(next_token_ids=[], forward_s=time.perf_counter() - start)
+        if batch.logprob_spans:
+            self._input_logprobs(batch, logits, result)
+        if batch.sample_reqs:
+            self._sample(batch.sample_reqs, logits[torch.tensor(batch.sample_rows, device=self.device)], result)
+        return result
+
+    def _forward(self, batch: ScheduledBatch, fb: ForwardBatch) -> torch.Tensor:
+        """The model forward; under tensor parallelism the workers are told to run it too."""
+        if self.workers is None:
+            return self.model.forward(fb, self.kv_pool)
+        if self._broken is not None:
+            raise self._broken
+        try:
+            self.workers.check_alive()
+            self.tp.send_spec(batch.spec)
+            return self.model.forward(fb, self.kv_pool)
+        except Exception as e:
+            try:
+                self.workers.check_alive(grace_s=1.0)  # a dead worker explains the failure best
+                self._broken = TPWorkerError(f"tensor-parallel step failed: {type(e).__name__}: {e}")
+            except TPWorkerError as dead:
+                self._broken = dead
+            raise self._broken from e
+
+    @torch.inference_mode()
+    def follow(self) -> None:
+        """Ranks > 0: run rank 0's forwards (same batches, same pool and table) until it says stop."""
+        while (spec := self.tp.recv_spec()) is not None:
+            fb = ForwardBatch.from_spec(spec, self.req_to_token, self.device,
+                                        detect_shared_prefix=self.detect_shared_prefix)
+            self.model.forward(fb, self.kv_pool)
+
+    def close(self, graceful: bool = True) -> None:
+        """Rank 0: stop the workers (join, then terminate); every rank: leave the group. Idempotent."""
+        workers, self.workers = self.workers, None
+        if workers is not None:
+            if graceful and self._broken is None and self.tp.is_parallel:
+                try:
+                    workers.check_alive()
+                    self.tp.send_spec(None)
+                except Exception:  # noqa: BLE001 - the workers are terminated below anyway
+                    graceful = False
+            workers.join(timeout_s=10.0 if graceful else 0.5)
+        self.tp.destroy()
+
+    def _input_logprobs(self, batch: ScheduledBatch, logits: torch.Tensor, result: BatchResult) -> None:
+        for span in batch.logprob_spans:
+            rows = logits[span.first_row:span.first_row + len(span.target_ids)]  # [n, vocab]
+            logprobs = torch.log_softmax(rows.float(), dim=-1)
+            targets = torch.tensor(span.target_ids, dtype=torch.int64, device=self.device)
+            result.input_logprobs.append(logprobs.gather(1, targets.unsqueeze(1)).squeeze(1).tolist())
+            result.input_top_logprobs.append(_top_logprobs(logprobs, span.req.top_logprobs_num))
+
+    def _sample(self, reqs: list[Req], logits: torch.Tensor, result: BatchResult) -> None:
+        logits = logits.float()  # [bs, vocab] (a copy: indexing gathered the rows)
+        want_logprobs = any(r.return_logprob for r in reqs)
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
+        apply_logit_processors(logits, reqs, self.eos_token_ids)
+        if any(r.grammar is not None for r in reqs):
+            self.ops.apply_token_bitmask(logits, self._grammar_bitmask(reqs))
+        if self.token_vocab_size < self.vocab_size:  # ids the tokenizer cannot decode
+            logits[:, self.token_vocab_size:] = float("-inf")
+        info = SamplingInfo.build(reqs, self.vocab_size, self.device)
+        next_ids = self.sampler.sample(logits, reqs, info)  # [bs]
+        result.next_token_ids = next_ids.tolist()
+        if raw_logprobs is not None:
+            chosen = raw_logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
+            result.next_token_logprobs = chosen.tolist()
+            result.next_top_logprobs = _top_logprobs(raw_logprobs, max(r.top_logprobs_num for r in reqs))
+
+    def _grammar_bitmask(self, reqs: list[Req]) -> torch.Tensor:
+        """int32 ``[bs, ceil(vocab / 32)]``: constrained rows from their matchers, others all ones."""
+        bitmask = torch.full((len(reqs), math.ceil(self.vocab_size / 32)), -1, dtype=torch.int32)
+        for i, req in enumerate(reqs):
+            if req.grammar is not None:
+                req.grammar.fill_mask(bitmask[i])
+        return bitmask.to(self.device, non_blocking=True)
+
+
+def _top_logprobs(logprobs: torch.Tensor, k: int) -> list[list[tuple[float, int]]]:
+    """Per row, the ``k`` best ``(logprob, token_id)`` pairs (empty lists when ``k == 0``)."""
+    if k <= 0:
+        return [[] for _ in range(logprobs.shape[0])]
+    values, ids = torch.topk(logprobs, min(k, logprobs.shape[1]), dim=-1)
+    return [list(zip(v, i)) for v, i in zip(values.tolist(), ids.tolist())]
+
+
+def run_tp_rank(rank: int, args: ServerArgs, model_path: str, token_vocab_size: int, eos_token_ids: list[int],
+               port: int) -> None:
+    """Entry point of rank ``rank``: build this rank's ``ModelRunner`` and follow rank 0 until told to stop."""
+    # Ctrl-C reaches the whole process group: rank 0 handles it and sends the stop message
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.getLogger("radixlm").setLevel(args.log_level.upper())
+    runner = ModelRunner(args, model_path, token_vocab_size, eos_token_ids, tp_rank=rank, tp_port=port)
+    try:
+        runner.follow()
+    finally:
+        runner.close()

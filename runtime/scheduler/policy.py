@@ -1,0 +1,80 @@
+"""Waiting-queue order for admission (plain Python, no torch).
+
+- ``fcfs``: arrival order (retracted requests keep their original place).
+- ``lpm``: longest cached prefix first, so the requests that reuse the most KV go while it is
+  still cached; falls back to ``fcfs`` when more than ``LPM_FALLBACK_QUEUE_LEN`` wait (matching
+  every waiting prompt each step would cost more than it saves).
+- ``dfs-weight``: a depth-first walk of the prefix trie of the waiting prompts, the heavier
+  subtree (more requests) first, so requests sharing a prefix are admitted next to each other and
+  the largest group first (SGLang's ``dfs-weight`` without reaching into the radix tree's nodes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from radixlm.radix_cache.key_match import common_prefix_len
+from radixlm.runtime.scheduler.req import Req
+
+LPM_FALLBACK_QUEUE_LEN = 128
+# Requests sharing at least this many not-yet-cached tokens with one admitted in the same step
+# wait one step, so that they hit the cache instead of computing the shared part again.
+IN_BATCH_PREFIX_THRESHOLD = 32
+
+
+def order_waiting(waiting: list[Req], policy: str, prefix_len: Callable[[Req], int]) -> list[Req]:
+    """The waiting requests in admission order under ``policy``."""
+    if policy == "fcfs" or (policy == "lpm" and len(waiting) > LPM_FALLBACK_QUEUE_LEN):
+        return sorted(waiting, key=lambda r: r.arrival)
+    if policy == "lpm":
+        return sorted(waiting, key=lambda r: (-prefix_len(r), r.arrival))
+    if policy == "dfs-weight":
+        return dfs_weight_order(waiting)
+    raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs; got {policy!r}")
+
+
+def dfs_weight_order(reqs: list[Req]) -> list[Req]:
+    """Depth-first over the prompts' prefix trie, heavier subtrees first, ties by arrival."""
+    group = sorted(reqs, key=lambda r: (r.fill_ids, r.arrival))
+    out: list[Req] = []
+    _dfs(group, 0, out)
+    return out
+
+
+def _dfs(group: list[Req], depth: int, out: list[Req]) -> None:
+    # `group` is sorted by token ids, so the first and last bound its common prefix.
+    while len(group) > 1:
+        depth += common_prefix_len(group[0].fill_slice(depth, group[0].fill_len), group[-1].fill_ids, depth)
+        ended = [r for r in group if r.fill_len <= depth]
+        out.extend(sorted(ended, key=lambda r: r.arrival))
+        rest = [r for r in group if r.fill_len > depth]
+        subgroups: dict[int, list[Req]] = {}
+        for r in rest:
+            subgroups.setdefault(r.fill_ids[depth], []).append(r)
+        if len(subgroups) <= 1:
+            group = rest
+            continue
+        ranked = sorted(subgroups.values(), key=lambda g: (-len(g), min(r.arrival for r in g)))
+        for sub in ranked:
+            _dfs(sub, depth + 1, out)
+        return
+    out.extend(group)
+
+
+def shares_uncached_prefix(req: Req, cached_len: int, admitted: list[Req]) -> bool:
+    """Whether ``req`` should wait for one of ``admitted`` to put a shared prefix in the cache.
+
+    True when the uncached part of its prompt shares ``IN_BATCH_PREFIX_THRESHOLD`` tokens (or all
+    of it but the last token, for short prompts such as the siblings of an ``n > 1`` request)
+    with a request that is being prefilled now.
+    """
+    extend = req.fill_len - cached_len
+    need = min(IN_BATCH_PREFIX_THRESHOLD, max(extend - 1, 1))
+    end = cached_len + need  # the common prefix must reach this far
+    window = req.fill_slice(cached_len, end)
+    for other in admitted:
+        # the short window first: it rejects most candidates without touching the long prefix
+        if other.fill_len >= end and other.fill_slice(cached_len, end) == window \
+                and other.fill_slice(0, cached_len) == req.fill_slice(0, cached_len):
+            return True
+    return False

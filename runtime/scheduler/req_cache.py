@@ -1,0 +1,163 @@
+"""``ReqCache``: a request's KV memory over the radix cache and the slot allocators (no torch).
+
+The scheduler's only way to take or give back KV slots. It owns the ``RadixCache`` (or none when
+``disable_radix_cache``), the ``SlotAllocator`` of KV slots and the ``ReqSlotAllocator`` of
+req_to_token rows, and queues the table writes the next ``BatchSpec`` must carry.
+
+Slot ownership (see ``req.py`` for the picture): slots of positions below
+``req.cache_protected_len`` belong to the tree and are protected by a lock on ``req.last_node``;
+slots from there to ``req.kv_len`` belong to the request. ``cache_unfinished`` moves a request's
+computed prefix into the tree (SGLang's ``cache_unfinished_req``), so chunks of a long prompt and
+a prompt being decoded are already shared with the requests behind it; ``release`` does the same
+for a finished (or retracted) request and then drops its lock and its remaining slots.
+"""
+
+from __future__ import annotations
+
+from radixlm.radix_cache import RadixCache
+from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.slot_allocator import ReqSlotAllocator, SlotAllocator
+
+
+class ReqCache:
+    """KV slots and req_to_token rows for requests, with prefix sharing through a radix tree."""
+
+    def __init__(self, num_slots: int, max_reqs: int, page_size: int = 1,
+                 disable_radix_cache: bool = False, eviction_policy: str = "lru") -> None:
+        self.num_slots = num_slots
+        self.max_reqs = max_reqs
+        self.page_size = page_size
+        self.slots = SlotAllocator(num_slots)
+        self.rows = ReqSlotAllocator(max_reqs)
+        self.tree = None if disable_radix_cache else RadixCache(page_size, eviction_policy)
+        self.pending_table_writes: list[tuple[int, int, list[int]]] = []
+        self.num_evictions = 0  # evict calls so far: a prefix match is stale once this changes
+
+    # ------------------------------------------------------------------ capacity
+
+    @property
+    def usable_slots(self) -> int:
+        """Slots a request could ever hold (slot 0 is padding)."""
+        return self.num_slots - 1
+
+    def available(self) -> int:
+        """Slots obtainable right now: free ones plus those the tree could evict."""
+        return self.slots.num_free + (self.tree.evictable_size() if self.tree else 0)
+
+    def alloc(self, n: int) -> list[int] | None:
+        """``n`` slots, evicting unlocked cached prefixes if short; None if still short."""
+        short = n - self.slots.num_free
+        if short > 0 and self.tree is not None:
+            self.num_evictions += 1
+            self.slots.free(self.tree.evict(short))
+        return self.slots.alloc(n)
+
+    # ------------------------------------------------------------------ admission
+
+    def match(self, req: Req, max_len: int) -> tuple[list[int], object]:
+        """Cached slots of the longest prefix of ``req.fill_ids[:max_len]`` and its node."""
+        if self.tree is None or max_len <= 0:
+            return [], None
+        result = self.tree.match_prefix(req.fill_slice(0, max_len), req.extra_key)
+        return result.value, result.last_node
+
+    def admit(self, req: Req, prefix: list[int], node: object) -> bool:
+        """Lock the matched prefix and give ``req`` a table row; False if no row is free."""
+        rows = self.rows.alloc(1)
+        if rows is None:
+            return False
+        if node is not None:
+            self.tree.lock(node)
+        req.req_pool_idx = rows[0]
+        req.last_node = node
+        req.kv_slots = list(prefix)
+        req.kv_len = req.cache_protected_len = len(prefix)
+        if prefix:
+            self.pending_table_writes.append((req.req_pool_idx, 0, list(prefix)))
+        return True
+
+    def pop_table_writes(self) -> list[tuple[int, int, list[int]]]:
+        writes, self.pending_table_writes = self.pending_table_writes, []
+        return writes
+
+    # ------------------------------------------------------------------ caching and release
+
+    def cache_unfinished(self, req: Req) -> None:
+        """Insert ``req``'s computed prefix into the tree and move its lock to the new end.
+
+        Slots the tree already had for some of those positions (another request inserted the
+        same tokens meanwhile) replace the request's duplicates, which are freed; the request's
+        table row is rewritten for them.
+        """
+        if self.tree is None:
+            return
+        n = req.kv_len - req.kv_len % self.page_size
+        if n <= req.cache_protected_len:
+            return
+        key = req.fill_slice(0, n)
+        already = self.tree.insert(key, req.kv_slots[:n], req.extra_key)
+        self._free_duplicates(req, already)
+        result = self.tree.match_prefix(key, req.extra_key)
+        self.tree.lock(result.last_node)
+        self._unlock(req)
+        if result.value[req.cache_protected_len:already] != req.kv_slots[req.cache_protected_len:already]:
+            self.pending_table_writes.append((req.req_pool_idx, req.cache_protected_len,
+                                              result.value[req.cache_protected_len:already]))
+        req.kv_slots[:n] = result.value
+        req.last_node = result.last_node
+        req.cache_protected_len = n
+
+    def release(self, req: Req, insert: bool = True) -> None:
+        """Give back everything ``req`` holds: cache its computed prefix (when ``insert``),
+        unlock, free its own slots and its table row. Afterwards ``req`` holds nothing."""
+        if req.req_pool_idx is None:
+            return
+        own_from = req.cache_protected_len
+        if self.tree is not None and insert:
+            n = req.kv_len - req.kv_len % self.page_size
+            if n > req.cache_protected_len:
+                already = self.tree.insert(req.fill_slice(0, n), req.kv_slots[:n], req.extra_key)
+                self._free_duplicates(req, already)
+                own_from = n  # positions below n are now the tree's
+        self._unlock(req)
+        self.slots.free(req.kv_slots[own_from:req.kv_len])
+        self.rows.free([req.req_pool_idx])
+        req.reset_kv()
+
+    def flush(self) -> None:
+        """Drop every cached prefix (only valid when no request holds a lock)."""
+        if self.tree is None:
+            return
+        if self.tree.protected_size():
+            raise RuntimeError("flush: cached prefixes are still locked by running requests")
+        self.num_evictions += 1
+        self.slots.free(self.tree.evict(self.tree.total_size()))
+        self.tree.reset()
+
+    def reset(self) -> None:
+        """Forget all accounts (after a failed step: every request was failed and dropped)."""
+        self.slots = SlotAllocator(self.num_slots)
+        self.rows = ReqSlotAllocator(self.max_reqs)
+        self.num_evictions += 1
+        if self.tree is not None:
+            self.tree.reset()
+        self.pending_table_writes = []
+
+    def check_no_leak(self) -> None:
+        """``AssertionError`` unless every slot is free or cached in the tree, no row is used."""
+        cached = self.tree.total_size() if self.tree else 0
+        if self.tree is not None:
+            self.tree.check_integrity()
+            assert self.tree.protected_size() == 0, f"locked prefixes remain: {self.tree.protected_size()}"
+        assert self.slots.num_free + cached == self.usable_slots, (
+            f"KV slot leak: free {self.slots.num_free} + cached {cached} != {self.usable_slots}")
+        assert self.rows.num_used == 0, f"req_to_token rows leaked: {self.rows.num_used}"
+
+    def _free_duplicates(self, req: Req, already: int) -> None:
+        if already > req.cache_protected_len:
+            self.slots.free(req.kv_slots[req.cache_protected_len:already])
+
+    def _unlock(self, req: Req) -> None:
+        if req.last_node is not None:
+            self.tree.unlock(req.last_node)
+            req.last_node = None

@@ -1,0 +1,314 @@
+"""The continuous-batching scheduler: a waiting queue, a running batch, and KV accounts (no torch).
+
+Each step is either a prefill (extend) batch or a decode batch:
+
+- **Prefill first.** When requests wait (or a chunked prompt is unfinished) and memory allows,
+  admit them in policy order (``schedule_policy``): match the prompt in the radix cache (never the
+  whole prompt: the last token is always recomputed to get its logits; with prompt logprobs the
+  match stops at ``logprob_start_len``), lock the match, allocate the rest. The batch holds at
+  most ``max_prefill_tokens`` new tokens (``chunked_prefill_size`` too, when set); a prompt that
+  does not fit is cut and continued next step as the *chunked request*. A request sharing an
+  uncached prefix with one admitted in this step waits a step to hit the cache instead. A
+  ``max_new_tokens == 0`` request samples nothing: once its prompt is in the KV it finishes as
+  ``length`` and its prompt goes into the radix cache (how the DSL pre-fills shared prefixes).
+- **Otherwise decode** every running request by one token. If there are not enough slots, evict
+  from the radix cache, then retract (preempt) the youngest requests back to the queue; they are
+  recomputed later, mostly from the cache.
+
+After every extend the computed prefix goes into the radix cache (``ReqCache.cache_unfinished``),
+so chunks and prompts are shared while they run; finished requests insert their whole sequence
+and unlock (``ReqCache.release``). Admission keeps a reserve for the running requests' future
+tokens, scaled by ``new_token_ratio`` (SGLang's estimate, raised after a retraction).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from radixlm.runtime.scheduler.batch import (
+    BatchResult,
+    BatchSpec,
+    LogprobSpan,
+    ScheduledBatch,
+    build_extend_batch,
+)
+from radixlm.runtime.scheduler.policy import order_waiting, shares_uncached_prefix
+from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.req_cache import ReqCache
+from radixlm.runtime.scheduler.stop_checker import StopChecker
+
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO = 0.15
+NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
+RESERVE_CLIP = 4096  # reserve for at most this many future tokens per request
+
+
+class Scheduler:
+    """Owns the queue, the running batch and the ``ReqCache``; turns them into batches."""
+
+    def __init__(self, cache: ReqCache, stop_checker: StopChecker, *, schedule_policy: str = "lpm",
+                 max_running_requests: int = 256, max_prefill_tokens: int = 16384,
+                 chunk_size: int | None = None, on_token: Callable[[Req, int], None] | None = None) -> None:
+        self.cache = cache
+        self.stop_checker = stop_checker
+        self.policy = schedule_policy
+        self.max_running = max_running_requests
+        self.max_prefill_tokens = max_prefill_tokens
+        self.chunk_size = chunk_size
+        self.on_token = on_token  # called after each appended token, before the stop checks
+        self.waiting: list[Req] = []
+        self.running: list[Req] = []
+        self.chunked: Req | None = None
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.num_retractions = 0
+
+    # ------------------------------------------------------------------ queue
+
+    def add(self, req: Req) -> None:
+        self.waiting.append(req)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.waiting) + len(self.running) + (self.chunked is not None)
+
+    def all_reqs(self) -> list[Req]:
+        return self.waiting + self.running + ([self.chunked] if self.chunked else [])
+
+    def has_work(self) -> bool:
+        return self.num_requests > 0
+
+    # ------------------------------------------------------------------ scheduling
+
+    def schedule(self) -> ScheduledBatch | None:
+        """The next batch, or None when there is nothing to run."""
+        batch = self._schedule_prefill()
+        if batch is None and self.running:
+            batch = self._schedule_decode()
+        return batch
+
+    def _match_limit(self, req: Req) -> int:
+        limit = req.fill_len - 1
+        if req.wants_input_logprobs:
+            limit = min(limit, req.logprob_start_len)
+        return limit
+
+    def _schedule_prefill(self) -> ScheduledBatch | None:
+        if not self.waiting and self.chunked is None:
+            return None
+        budget = self.max_prefill_tokens if self.chunk_size is None else min(self.max_prefill_tokens,
+                                                                            self.chunk_size)
+        reqs: list[Req] = []
+        chunked: Req | None = None
+        if self.chunked is not None:
+            req = self.chunked
+            take = min(req.fill_len - req.kv_len, budget)
+            slots = self.cache.alloc(take)
+            if slots is None:
+                return None
+            self._add_extend(req, slots, reqs)
+            budget -= take
+            chunked = req if req.kv_len + take < req.fill_len else None
+        if chunked is None and self.waiting and len(self.running) < self.max_running and budget > 0:
+            chunked = self._admit_waiting(reqs, budget)
+        if not reqs:
+            return None
+        return build_extend_batch(reqs, chunked, self.cache.pop_table_writes())
+
+    def _admit_waiting(self, reqs: list[Req], budget: int) -> Req | None:
+        """Admit waiting requests in policy order into ``reqs``; return the one cut into a chunk."""
+        matches: dict[int, tuple[list[int], object]] = {}  # lpm's matches, reused while nothing is evicted
+
+        def prefix_len(req: Req) -> int:
+            matches[id(req)] = self.cache.match(req, self._match_limit(req))
+            return len(matches[id(req)][0])
+
+        order = order_waiting(self.waiting, self.policy, prefix_len)
+        evictions = self.cache.num_evictions
+        reserve = self._reserve(self.running)
+        admitted: list[Req] = []
+        chunked = None
+        for req in order:
+            if len(self.running) + len(reqs) >= self.max_running or budget <= 0:
+                break
+            match = matches.get(id(req)) if self.cache.num_evictions == evictions else None
+            prefix, node = match if match is not None else self.cache.match(req, self._match_limit(req))
+            if self.cache.tree is not None and shares_uncached_prefix(req, len(prefix), reqs):
+                continue
+            extend = req.fill_len - len(prefix)
+            # without chunking the first request goes whole even past max_prefill_tokens
+            take = extend if self.chunk_size is None and not reqs else min(extend, budget)
+            if self.chunk_size is None and take < extend:
+                break
+            if not self.cache.admit(req, prefix, node):
+                break
+            reserve += min(req.remaining_new_tokens, RESERVE_CLIP) * self.new_token_ratio
+            slots = None
+            if not (reqs or self.running) or self.cache.available() >= take + reserve:
+                slots = self.cache.alloc(take)
+            if slots is None:
+                self.cache.release(req, insert=False)
+                break
+            if not req.admitted_once:
+                req.admitted_once, req.cached_tokens = True, len(prefix)
+            admitted.append(req)
+            self._add_extend(req, slots, reqs)
+            budget -= take
+            if take < extend:
+                chunked = req
+                break
+        if admitted:
+            taken = {id(r) for r in admitted}
+            self.waiting = [r for r in self.waiting if id(r) not in taken]
+        return chunked
+
+    def _reserve(self, reqs: list[Req]) -> float:
+        return sum(min(r.remaining_new_tokens, RESERVE_CLIP) for r in reqs) * self.new_token_ratio
+
+    @staticmethod
+    def _add_extend(req: Req, slots: list[int], reqs: list[Req]) -> None:
+        req.extend_len = len(slots)
+        req.kv_slots.extend(slots)
+        reqs.append(req)
+
+    def _schedule_decode(self) -> ScheduledBatch:
+        self._retract_until_fits()
+        slots = self.cache.alloc(len(self.running))
+        if slots is None:
+            raise RuntimeError(f"KV accounting error: {len(self.running)} decode slots unavailable "
+                               f"after retraction (available {self.cache.available()})")
+        reqs = list(self.running)  # the batch's own list: `running` changes when requests finish
+        rows = list(range(len(reqs)))
+        spec = BatchSpec(True, [r.req_pool_idx for r in reqs], [r.output_ids[-1] for r in reqs],
+                         [r.kv_len for r in reqs], [1] * len(reqs), slots, rows, self.cache.pop_table_writes())
+        for req, slot in zip(reqs, slots):
+            req.extend_len = 1
+            req.kv_slots.append(slot)
+        self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        return ScheduledBatch(True, reqs, spec, reqs, list(rows))
+
+    def _retract_until_fits(self) -> None:
+        while self.cache.available() < len(self.running):
+            if self.chunked is not None:
+                victim = self.chunked
+                self.chunked = None
+            elif len(self.running) > 1:
+                victim = max(self.running, key=lambda r: r.arrival)
+                self.running.remove(victim)
+            else:
+                return  # one request always fits: prompt + max_new_tokens was checked on submit
+            self.retract(victim)
+
+    def retract(self, req: Req) -> None:
+        """Send ``req`` back to the queue, keeping its outputs; its KV goes to the radix cache."""
+        self.cache.release(req, insert=True)
+        if not req.input_logprobs_done:
+            req.input_token_logprobs, req.input_top_logprobs = [], []
+        req.num_retractions += 1
+        self.num_retractions += 1
+        self.new_token_ratio = min(1.0, self.new_token_ratio + 0.3)
+        self.waiting.append(req)
+
+    # ------------------------------------------------------------------ results
+
+    def process_batch_result(self, batch: ScheduledBatch, result: BatchResult) -> list[Req]:
+        """Apply one step's results; return the requests that finished in it (already released)."""
+        for req in batch.reqs:
+            req.kv_len += req.extend_len
+            req.extend_len = 0
+            req.forward_passes += 1
+        for i, span in enumerate(batch.logprob_spans):
+            self._add_input_logprobs(span, result, i)
+        want_lp = bool(result.next_token_logprobs)
+        for i, (req, token) in enumerate(zip(batch.sample_reqs, result.next_token_ids)):
+            if req.finished:  # aborted while in flight
+                continue
+            if req.wants_input_logprobs and not req.input_token_logprobs:  # logprob_start_len = prompt_len - 1
+                req.input_token_logprobs.append(None)
+                req.input_top_logprobs.append(None)
+            req.input_logprobs_done = True
+            req.append_token(token)
+            if req.return_logprob and want_lp:
+                req.output_token_logprobs.append(result.next_token_logprobs[i])
+                req.output_top_logprobs.append(result.next_top_logprobs[i][:req.top_logprobs_num])
+            if self.on_token is not None:
+                self.on_token(req, token)
+            self.stop_checker.check(req)
+        if not batch.is_decode:
+            self._finish_prefill_only(batch)
+        return self._settle(batch)
+
+    @staticmethod
+    def _finish_prefill_only(batch: ScheduledBatch) -> None:
+        """``max_new_tokens == 0`` requests whose whole prompt is now in the KV finish as ``length``."""
+        for req in batch.reqs:
+            if req.prefill_only and not req.finished and req.kv_len == req.fill_len:
+                if req.wants_input_logprobs and not req.input_token_logprobs:  # start = prompt_len - 1
+                    req.input_token_logprobs.append(None)
+                    req.input_top_logprobs.append(None)
+                req.input_logprobs_done = True
+                req.finish("length")
+
+    def _add_input_logprobs(self, span: LogprobSpan, result: BatchResult, i: int) -> None:
+        req = span.req
+        if not req.input_token_logprobs:
+            req.input_token_logprobs.append(None)
+            req.input_top_logprobs.append(None)
+        req.input_token_logprobs.extend(result.input_logprobs[i])
+        if result.input_top_logprobs:
+            req.input_top_logprobs.extend(t[:req.top_logprobs_num] for t in result.input_top_logprobs[i])
+
+    def _settle(self, batch: ScheduledBatch) -> list[Req]:
+        finished = []
+        for req in batch.reqs:
+            if req.finished:
+                self._remove(req)
+                self.cache.release(req, insert=True)
+                finished.append(req)
+            elif not batch.is_decode:
+                self.cache.cache_unfinished(req)
+                if req is not batch.chunked_req:
+                    self.running.append(req)
+        if not batch.is_decode:
+            self.chunked = batch.chunked_req if batch.chunked_req and not batch.chunked_req.finished else None
+        return finished
+
+    def _remove(self, req: Req) -> None:
+        if req in self.running:
+            self.running.remove(req)
+        if self.chunked is req:
+            self.chunked = None
+
+    # ------------------------------------------------------------------ control
+
+    def abort(self, rid: str, message: str = "aborted") -> list[Req]:
+        """Finish the requests with this rid (or siblings' group rid) as ``abort``; free their KV."""
+        aborted = []
+        for req in self.all_reqs():
+            if rid in (req.rid, req.group_rid):
+                if req in self.waiting:
+                    self.waiting.remove(req)
+                self._remove(req)
+                self.cache.release(req, insert=True)
+                req.finish("abort", message=message)
+                aborted.append(req)
+        return aborted
+
+    def requeue(self, req: Req) -> None:
+        """Take a running request out and queue it again (jump-forward re-prefills its new tail)."""
+        self._remove(req)
+        self.cache.release(req, insert=True)
+        self.waiting.append(req)
+
+    def flush_cache(self) -> bool:
+        """Empty the radix cache; refused (False) while any request is queued or running."""
+        if self.has_work():
+            return False
+        self.cache.flush()
+        return True
+
+    def reset(self) -> list[Req]:
+        """Drop every request and all accounts (after a failed step); return the dropped ones."""
+        dropped = self.all_reqs()
+        self.waiting, self.running, self.chunked = [], [], None
+        self.cache.reset()
+        return dropped

@@ -1,0 +1,72 @@
+"""Finish conditions of a request after each new token (plain Python, no torch).
+
+Order of checks: EOS / ``stop_token_ids`` (the token itself; ``ignore_eos`` skips EOS only),
+``stop`` strings (matched in the decoded text, so a stop string split over several tokens is
+found), then ``max_new_tokens``, then the context length. EOS, stop ids and stop strings count only
+once ``min_new_tokens`` tokens exist (the sampler also masks EOS and stop ids before that).
+"""
+
+from __future__ import annotations
+
+from radixlm.runtime.scheduler.req import Req
+
+
+class StopChecker:
+    """Decides whether a request has finished; ``eos_token_ids`` come from the tokenizer."""
+
+    def __init__(self, eos_token_ids: list[int], context_len: int) -> None:
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.context_len = context_len
+
+    def check(self, req: Req, num_new: int = 1) -> None:
+        """Set ``req.finished_reason`` if the last ``num_new`` tokens finished it."""
+        if req.finished:
+            return
+        params = req.params
+        if req.output_len >= params.min_new_tokens and req.output_ids:
+            for token in req.output_ids[-num_new:]:
+                if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
+                    req.finish("stop", token)
+                    return
+            if params.stop and req.detokenizer is not None:
+                found = self._find_stop_string(req)
+                if found is not None:
+                    req.stop_pos = found[0]
+                    req.finish("stop", found[1])
+                    return
+        if req.output_len >= params.max_new_tokens:
+            req.finish("length")
+        elif req.fill_len >= self.context_len:
+            req.finish("length", message="reached the context length")
+
+    @staticmethod
+    def _find_stop_string(req: Req) -> tuple[int, str] | None:
+        # Only text not yet searched, plus a stop string's length before it, can hold a new match.
+        longest = max(len(s) for s in req.params.stop)
+        start = max(req.stop_checked_len - longest + 1, 0)
+        req.stop_checked_len = len(req.text)
+        tail = req.text[start:]
+        first: tuple[int, str] | None = None
+        for s in req.params.stop:
+            i = tail.find(s)
+            if i != -1 and (first is None or i < first[0]):
+                first = (i, s)
+        return None if first is None else (start + first[0], first[1])
+
+    @staticmethod
+    def final_text(req: Req) -> str:
+        """The output text, cut before the first stop string unless ``no_stop_trim``."""
+        reason = req.finished_reason
+        if reason is None or not isinstance(reason.matched, str) or req.params.no_stop_trim:
+            return req.text
+        return req.text if req.stop_pos is None else req.text[:req.stop_pos]
+
+    @staticmethod
+    def stream_safe_len(req: Req) -> int:
+        """How much of the text may be streamed: hold back a possible prefix of a stop string."""
+        if req.finished:
+            return len(StopChecker.final_text(req))
+        if not req.params.stop:
+            return len(req.text)
+        hold = max(len(s) for s in req.params.stop) - 1
+        return max(len(req.text) - hold, 0)

@@ -1,0 +1,1 @@
+"""radixlm.runtime.server: the aiohttp app, SGLang-native and OpenAI-compatible routes."""

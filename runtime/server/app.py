@@ -1,0 +1,197 @@
+"""The HTTP server: application factory, middlewares, and start-up / graceful shutdown.
+
+``create_app(engine, config)`` wires the native routes (:mod:`.server_native`) and the OpenAI
+routes (:mod:`.openai_api`) behind three middlewares: errors (every failure becomes an
+OpenAI-shaped JSON error), authentication (``--api-key``; ``/health`` stays open) and the body
+limit (aiohttp's ``client_max_size``, answered with 413).
+
+``serve(engine, config)`` runs until SIGINT/SIGTERM (or ``stop`` is set): it then stops accepting
+connections, gives in-flight requests ``graceful_shutdown_s`` to finish, and cancels the rest,
+which aborts their engine requests. ``BackgroundServer`` runs the same in a thread, for tests,
+benchmarks and notebooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from radixlm.runtime.server.http_errors import APIError, from_exception
+from radixlm.runtime.server.native_api import NativeRoutes
+from radixlm.runtime.server.openai_api import OpenAIRoutes
+from radixlm.runtime.server.state import ServerConfig, ServerState
+
+logger = logging.getLogger("radixlm.server")
+
+OPEN_PATHS = frozenset({"/health"})
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+STATE_KEY = web.AppKey("radixlm_state", ServerState)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every exception a handler raises becomes ``{"error": {...}}`` with the right status."""
+    try:
+        return await handler(request)
+    except (asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as e:  # noqa: BLE001 - the one place errors become responses
+        err = from_exception(e)
+        if err.status == 500:
+            logger.exception("%s %s failed", request.method, request.path)
+        return err.to_response()
+
+
+def auth_middleware(api_key: str) -> Any:
+    """401 unless ``Authorization: Bearer <api_key>`` (compared in constant time)."""
+    expected = api_key.encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path not in OPEN_PATHS:
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+                raise APIError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'",
+                               code="invalid_api_key")
+        return await handler(request)
+
+    return check
+
+
+def create_app(engine: Any, config: ServerConfig | None = None) -> web.Application:
+    """The aiohttp application serving ``engine`` (an ``Engine`` or anything with its API)."""
+    config = config or ServerConfig()
+    middlewares = [error_middleware]
+    if config.api_key is not None:
+        middlewares.append(auth_middleware(config.api_key))
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares)
+    state = ServerState(engine, config)
+    app[STATE_KEY] = state
+    NativeRoutes(state).register(app)
+    OpenAIRoutes(state).register(app)
+    return app
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket (``port`` 0 picks a free one)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+async def serve(engine: Any, config: ServerConfig, stop: asyncio.Event | None = None,
+                sock: socket.socket | None = None, on_ready: Callable[[int], None] | None = None,
+                handle_signals: bool = True) -> None:
+    """Serve until SIGINT/SIGTERM or ``stop``; then drain (see the module docstring) and return."""
+    stop = stop or asyncio.Event()
+    app = create_app(engine, config)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
+                           shutdown_timeout=config.graceful_shutdown_s)
+    await runner.setup()
+    sock = sock or bind_socket(config.host, config.port)
+    site = web.SockSite(runner, sock)
+    await site.start()
+    port = sock.getsockname()[1]
+    app[STATE_KEY].port = port
+    loop = asyncio.get_running_loop()
+    if handle_signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    logger.info("radixlm serving %s on http://%s:%d", app[STATE_KEY].model_name, config.host, port)
+    if on_ready is not None:
+        on_ready(port)
+    try:
+        await stop.wait()
+    finally:
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        state = app[STATE_KEY]
+        state.draining = True
+        logger.info("shutting down: %d request(s) in flight", len(state.inflight))
+        await runner.cleanup()  # closes the listener, waits up to shutdown_timeout, cancels the rest
+
+
+class BackgroundServer:
+    """Runs :func:`serve` in a daemon thread with its own event loop (uvloop when available).
+
+    ``with BackgroundServer(engine) as srv: requests to srv.url`` -- the port is picked freely
+    unless ``config.port`` is non-zero.
+    """
+
+    def __init__(self, engine: Any, config: ServerConfig | None = None, use_uvloop: bool = True):
+        self.engine = engine
+        self.config = config or ServerConfig(port=0)
+        self.use_uvloop = use_uvloop
+        self.port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="radixlm-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.config.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> BackgroundServer:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise TimeoutError("the HTTP server did not start in time")
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def _run(self) -> None:
+        loop = _new_loop(self.use_uvloop)
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+            self._error = e
+            self._ready.set()
+        finally:
+            loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        sock = bind_socket(self.config.host, self.config.port)
+
+        def ready(port: int) -> None:
+            self.port = port
+            self._ready.set()
+
+        await serve(self.engine, self.config, self._stop, sock=sock, on_ready=ready, handle_signals=False)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout)
+
+    def __enter__(self) -> BackgroundServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _new_loop(use_uvloop: bool) -> asyncio.AbstractEventLoop:
+    if use_uvloop:
+        try:
+            import uvloop
+
+            return uvloop.new_event_loop()
+        except ImportError:
+            pass
+    return asyncio.new_event_loop()

@@ -1,0 +1,202 @@
+"""One chat choice, generated as a sequence of engine phases and reported as events.
+
+Plain chat is one phase. Tool calls add phases (see :mod:`radixlm.runtime.server.tool_calls` for the
+protocol): a *text* phase generates content and stops at ``<tool_call>``; a *call* phase continues
+the exact token sequence with the call constraint. Each phase is a separate engine request whose
+prompt is the previous one's prompt plus its output, so it hits the radix cache.
+
+The events (:class:`ChoiceEvent`) are the same whether the client streams or not: the streaming
+route turns each into a chunk, the other accumulates them into one message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
+from radixlm.runtime.server.state import RequestRecord, ServerState
+from radixlm.runtime.server.tool_calls import (
+    MAX_CALLS_PER_TURN,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    CallExtractor,
+    ToolChoice,
+    ToolSpec,
+    call_schema,
+    new_call_id,
+)
+
+# Sampler fields that would break a call's JSON if kept in a call phase.
+_NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", "regex", "json_schema", "json_object",
+                      "min_new_tokens")
+
+
+@dataclass
+class ChoiceEvent:
+    """``kind``: content | call_start | call_args | finish."""
+
+    kind: str
+    text: str = ""
+    call_index: int = 0
+    call_id: str | None = None
+    name: str | None = None
+    logprobs: list[dict[str, Any]] | None = None
+    finish_reason: str | None = None
+
+
+@dataclass
+class ChatPlan:
+    """Everything fixed for one chat request; ``sampling`` already holds ``max_new_tokens``."""
+
+    prompt_ids: list[int]
+    sampling: dict[str, Any]
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    stream: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass
+class _Phase:
+    text: str = ""
+    output_ids: list[int] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def finish(self) -> dict[str, Any]:
+        fr = self.meta.get("finish_reason") or {}
+        return fr if isinstance(fr, dict) else {"type": str(fr), "matched": None}
+
+
+class ChoiceRunner:
+    """Generates choice ``index`` of a chat request; ``events()`` yields :class:`ChoiceEvent`."""
+
+    def __init__(self, state: ServerState, plan: ChatPlan, record: RequestRecord, index: int):
+        self.state = state
+        self.plan = plan
+        self.record = record
+        self.index = index
+        self.budget = int(plan.sampling["max_new_tokens"])
+        self.ids = list(plan.prompt_ids)
+        self.calls = 0
+        self.call_end = "length"  # OpenAI finish_reason of the last call phase, if it did not complete
+        self.first_phase = index == 0  # usage counts the prompt once, not once per choice
+        tok = state.tokenizer
+        self.start_ids = tok.encode(TOOL_CALL_START, add_special_tokens=False)
+        self.end_ids = tok.encode(TOOL_CALL_END, add_special_tokens=False)
+
+    def _sampling(self, **changes: Any) -> dict[str, Any]:
+        s = dict(self.plan.sampling)
+        if s.get("seed") is not None:
+            s["seed"] = s["seed"] + self.index  # choices must differ even with a fixed seed
+        s.update(changes)
+        return s
+
+    async def events(self) -> AsyncIterator[ChoiceEvent]:
+        choice = self.plan.tool_choice
+        if choice.forces_call:
+            self.ids += self.start_ids
+            async for ev in self._call_phase(choice.name):
+                yield ev
+            yield ChoiceEvent("finish", finish_reason="tool_calls" if self.calls else self.call_end)
+            return
+        stops = list(self.plan.sampling.get("stop") or [])
+        if choice.mode == "auto":
+            stops.append(TOOL_CALL_START)
+        while True:
+            phase = _Phase()
+            async for ev in self._run(phase, self._sampling(max_new_tokens=self.budget, stop=stops), True):
+                yield ev
+            fr = phase.finish
+            called = choice.mode == "auto" and fr.get("type") == "stop" and fr.get("matched") == TOOL_CALL_START
+            if not called or self.budget <= 0 or self.calls >= MAX_CALLS_PER_TURN:
+                reason = "tool_calls" if self.calls and fr.get("type") == "stop" else _openai_reason(fr)
+                yield ChoiceEvent("finish", finish_reason=reason)
+                return
+            self.ids += self._through_marker(phase)
+            calls_before = self.calls
+            async for ev in self._call_phase(None):
+                yield ev
+            if self.calls == calls_before:  # the call was cut off: say why
+                yield ChoiceEvent("finish", finish_reason=self.call_end)
+                return
+            if self.budget <= 0:
+                yield ChoiceEvent("finish", finish_reason="tool_calls")
+                return
+
+    def _through_marker(self, phase: _Phase) -> list[int]:
+        """The phase's tokens up to and including ``<tool_call>`` (exact ids when they end with it)."""
+        tok = self.state.tokenizer
+        if phase.output_ids[-len(self.start_ids):] == self.start_ids:
+            return list(phase.output_ids)
+        return tok.encode(phase.text + TOOL_CALL_START, add_special_tokens=False)
+
+    async def _call_phase(self, name: str | None) -> AsyncIterator[ChoiceEvent]:
+        """One constrained call; ``self.calls`` counts it if it completed."""
+        sampling = self._sampling(max_new_tokens=self.budget)
+        for key in _NOT_IN_CALL_PHASE:
+            sampling.pop(key, None)
+        sampling["json_schema"] = call_schema(self.plan.tools, name)
+        call_id, extractor, phase = new_call_id(), CallExtractor(), _Phase()
+        started = False
+        async for ev in self._run(phase, sampling, False):
+            new_name, args = extractor.feed(ev.text)
+            if new_name is not None:
+                started = True
+                yield ChoiceEvent("call_start", call_index=self.calls, call_id=call_id, name=new_name)
+            if args:
+                yield ChoiceEvent("call_args", text=args, call_index=self.calls)
+        done = extractor.finish()
+        if done is None:  # cut off by max_tokens (or aborted): not a call
+            self.call_end = _openai_reason(phase.finish)
+            if not started:
+                yield ChoiceEvent("content", text=TOOL_CALL_START + phase.text)
+            return
+        if not started:
+            yield ChoiceEvent("call_start", call_index=self.calls, call_id=call_id, name=done[0])
+        rest = done[1][len(extractor.sent):] if done[1].startswith(extractor.sent) else ""
+        if rest:
+            yield ChoiceEvent("call_args", text=rest, call_index=self.calls)
+        self.calls += 1
+        self.ids += phase.output_ids + self.end_ids
+
+    async def _run(self, phase: _Phase, sampling: dict[str, Any], is_text: bool) -> AsyncIterator[ChoiceEvent]:
+        """One engine request continuing ``self.ids``; yields content events (text phases) or raw
+        text events (call phases), and fills ``phase``."""
+        want_lp = self.plan.logprobs and is_text
+        if self.state.context_len:  # later phases have longer prompts: stay inside the context
+            sampling["max_new_tokens"] = max(min(sampling["max_new_tokens"],
+                                                 self.state.context_len - len(self.ids)), 0)
+        kwargs = {"input_ids": list(self.ids), "sampling_params": sampling, "return_logprob": want_lp,
+                  "top_logprobs_num": self.plan.top_logprobs if want_lp else 0}
+        rid = self.state.new_rid(self.record, f"-c{self.index}")
+        first = self.first_phase or self.index > 0  # later phases' first token is not the request's
+        if self.plan.stream:
+            chunks = self.state.stream(rid, observe_ttft=first, **kwargs)
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    yield self._absorb(phase, chunk, want_lp)
+        else:
+            yield self._absorb(phase, await self.state.generate(rid, observe_ttft=first, **kwargs), want_lp)
+        self.record.add(phase.meta, prompt=self.first_phase)
+        self.first_phase = False
+        self.budget -= int(phase.meta.get("completion_tokens", len(phase.output_ids)))
+
+    def _absorb(self, phase: _Phase, chunk: dict[str, Any], want_lp: bool) -> ChoiceEvent:
+        ids = list(chunk.get("output_ids") or [])
+        phase.text += chunk.get("text", "")
+        phase.output_ids += ids
+        phase.meta = chunk.get("meta_info", {})
+        lps = None
+        if want_lp:
+            lps = chat_logprobs(self.state.tokenizer, extract(phase.meta, ids), self.plan.top_logprobs)
+        return ChoiceEvent("content", text=chunk.get("text", ""), logprobs=lps)
+
+
+def _openai_reason(fr: dict[str, Any]) -> str:
+    kind = fr.get("type")
+    return {"stop": "stop", "length": "length"}.get(kind, kind or "stop")

@@ -1,0 +1,278 @@
+"""The OpenAI-compatible routes: ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``.
+
+Each choice (``n`` of them per prompt) is its own engine request; siblings share the prompt's KV
+through the radix cache. ``usage`` counts each prompt once and reports the cached part in
+``prompt_tokens_details.cached_tokens``. Structured outputs map onto the engine's constraints:
+``response_format`` json_object / json_schema -> ``sampling_params`` json_object / json_schema;
+tool calls are described in :mod:`radixlm.runtime.server.tool_calls`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from aiohttp import web
+from radixlm.runtime.server.chat_generation import ChatPlan, ChoiceEvent, ChoiceRunner
+from radixlm.runtime.server.http_errors import APIError, bad_request
+from radixlm.runtime.server.openai_logprobs import (
+    TextCursor,
+    completion_logprobs,
+    extract,
+    merge_completion_logprobs,
+)
+from radixlm.runtime.server.openai_protocol import (
+    ChatRequest,
+    CompletionRequest,
+    envelope,
+    finish_reason,
+    new_id,
+    parse_chat_request,
+    parse_completion_request,
+    usage_dict,
+)
+from radixlm.runtime.server.request_fields import parse_json_body
+from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
+from radixlm.runtime.server.state import RequestRecord, ServerState
+from radixlm.runtime.server.tool_calls import ToolCall, constraint_error, error_pointer
+
+
+class OpenAIRoutes:
+    """Handlers of the OpenAI API; ``register`` adds them to an application."""
+
+    def __init__(self, state: ServerState):
+        self.state = state
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{model:.+}", self.model)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+
+    def _model_card(self) -> dict[str, Any]:
+        return {"id": self.state.model_name, "object": "model", "created": int(self.state.started_at),
+                "owned_by": "radixlm", "root": self.state.model_path, "max_model_len": self.state.context_len}
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        self.state.check_model(request.match_info["model"])
+        return web.json_response(self._model_card())
+
+    # ------------------------------------------------------------------ completions
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        async with self.state.track("/v1/completions") as record:
+            req = parse_completion_request(parse_json_body(await request.read()))
+            self.state.check_model(req.model)
+            jobs = [(p, j) for p in range(len(req.prompts)) for j in range(req.n)]
+            rid = new_id("cmpl")
+            if req.stream:
+                return await write_stream(request, self._completion_chunks(req, jobs, rid, record))
+            results = await gather_all([
+                self.state.generate(self.state.new_rid(record, f"-{k}"), **self._completion_kwargs(req, p, j))
+                for k, (p, j) in enumerate(jobs)])
+            choices = []
+            for k, ((p, j), res) in enumerate(zip(jobs, results)):
+                meta = res.get("meta_info", {})
+                record.add(meta, prompt=j == 0)
+                text = (self._prompt_text(req, p) if req.echo else "") + res.get("text", "")
+                lps = self._completion_lps(req, res, req.echo, self._cursor(len(text) - len(res.get("text", ""))))
+                choices.append({"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps})
+            usage = usage_dict(record.prompt, record.completion, record.cached)
+            return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage))
+
+    def _completion_kwargs(self, req: CompletionRequest, p: int, j: int) -> dict[str, Any]:
+        sampling = dict(req.sampling)
+        if sampling.get("seed") is not None:
+            sampling["seed"] += j
+        prompt = req.prompts[p]
+        kwargs: dict[str, Any] = {"sampling_params": sampling}
+        kwargs["input_ids" if isinstance(prompt, list) else "prompt"] = prompt
+        if req.logprobs is not None:
+            kwargs.update(return_logprob=True, top_logprobs_num=req.logprobs)
+            if req.echo:
+                kwargs["logprob_start_len"] = 0
+        return kwargs
+
+    def _prompt_text(self, req: CompletionRequest, p: int) -> str:
+        prompt = req.prompts[p]
+        return prompt if isinstance(prompt, str) else self.state.tokenizer.decode(prompt)
+
+    def _cursor(self, offset: int) -> TextCursor:
+        return TextCursor(self.state.tokenizer, offset)
+
+    def _completion_lps(self, req: CompletionRequest, res: dict, with_prompt: bool,
+                        cursor: TextCursor) -> dict | None:
+        """Logprobs of one result or chunk, placed in the choice's text by ``cursor``; ``with_prompt``
+        (echo, first chunk) prepends the prompt's, from offset 0."""
+        if req.logprobs is None:
+            return None
+        tok, meta = self.state.tokenizer, res.get("meta_info", {})
+        out = completion_logprobs(tok, extract(meta, None, "input"), self._cursor(0)) if with_prompt else None
+        return merge_completion_logprobs(out, completion_logprobs(tok, extract(meta, res.get("output_ids")),
+                                                                  cursor))
+
+    async def _completion_chunks(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
+                                 record: RequestRecord) -> AsyncIterator[dict]:
+        streams = [self.state.stream(self.state.new_rid(record, f"-{k}"), **self._completion_kwargs(req, p, j))
+                   for k, (p, j) in enumerate(jobs)]
+        sent: dict[int, TextCursor] = {}  # where each choice's next token starts in its text
+        async with aclosing(merge_streams(streams)) as merged:
+            async for k, chunk in merged:
+                for out in self._completion_chunk(req, jobs, rid, record, sent, k, chunk):
+                    yield out
+        if req.include_usage:
+            usage = usage_dict(record.prompt, record.completion, record.cached)
+            yield envelope("text_completion", rid, self.state.model_name, [], usage)
+
+    def _completion_chunk(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
+                          record: RequestRecord, sent: dict[int, TextCursor], k: int, chunk: dict) -> list[dict]:
+        """The OpenAI chunk (if any) for engine chunk ``chunk`` of job ``k``."""
+        p, j = jobs[k]
+        meta = chunk.get("meta_info", {})
+        reason = finish_reason(meta)
+        if reason is not None:
+            record.add(meta, prompt=j == 0)
+        first = k not in sent
+        text = (self._prompt_text(req, p) if req.echo and first else "") + chunk.get("text", "")
+        if first:
+            sent[k] = self._cursor(len(text) - len(chunk.get("text", "")))
+        lps = self._completion_lps(req, chunk, req.echo and first, sent[k])
+        if not (text or reason or lps):
+            return []
+        choice = {"index": k, "text": text, "logprobs": lps, "finish_reason": reason}
+        return [self._chunk("text_completion", rid, [choice], req.include_usage)]
+
+    def _chunk(self, obj: str, rid: str, choices: list[dict], include_usage: bool) -> dict:
+        out = envelope(obj, rid, self.state.model_name, choices)
+        if include_usage:
+            out["usage"] = None
+        else:
+            out.pop("usage", None)
+        return out
+
+    # ------------------------------------------------------------------ chat
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        async with self.state.track("/v1/chat/completions") as record:
+            req = parse_chat_request(parse_json_body(await request.read()))
+            self.state.check_model(req.model)
+            plan = self._chat_plan(req)
+            runners = [ChoiceRunner(self.state, plan, record, j) for j in range(req.n)]
+            rid = new_id("chatcmpl")
+            try:
+                if req.stream:
+                    return await write_stream(request, self._chat_chunks(req, runners, rid, record))
+                choices = await gather_all([_collect(r, req.logprobs) for r in runners])
+            except ValueError as e:
+                raise self._schema_error(req, e) from None
+            usage = usage_dict(record.prompt, record.completion, record.cached)
+            return web.json_response(envelope("chat.completion", rid, self.state.model_name, choices, usage))
+
+    def _chat_plan(self, req: ChatRequest) -> ChatPlan:
+        tools = [t.to_template() for t in req.tools] if req.tools and req.tool_choice.mode != "none" else None
+        try:
+            text = self.state.tokenizer.apply_chat_template(req.messages, tools=tools, add_generation_prompt=True)
+        except Exception as e:  # jinja's raise_exception, or a template that cannot render these messages
+            raise bad_request(f"the chat template cannot render these messages: {e}", param="messages",
+                              code="invalid_messages") from None
+        ids = self.state.tokenizer.encode(text, add_special_tokens=False)
+        ctx = self.state.context_len
+        if ctx and len(ids) >= ctx:
+            raise APIError(400, f"this model's maximum context length is {ctx} tokens, but the messages "
+                           f"take {len(ids)} tokens", param="messages", code="context_length_exceeded")
+        sampling = dict(req.sampling)
+        if "max_new_tokens" not in sampling:
+            sampling["max_new_tokens"] = max(ctx - len(ids) - 1, 1) if ctx else 128
+        elif ctx and len(ids) + sampling["max_new_tokens"] > ctx:
+            raise APIError(400, f"this model's maximum context length is {ctx} tokens; the messages take "
+                           f"{len(ids)} and max_tokens asks for {sampling['max_new_tokens']}",
+                           param="max_tokens", code="context_length_exceeded")
+        fmt = req.response_format
+        if not req.tool_choice.forces_call:
+            if fmt.kind == "json_object":
+                sampling["json_object"] = True
+            elif fmt.kind == "json_schema":
+                sampling["json_schema"] = fmt.schema
+        return ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs)
+
+    def _schema_error(self, req: ChatRequest, e: ValueError) -> Exception:
+        """Point a constraint error at ``tools`` or ``response_format`` instead of our wrapper schema."""
+        if error_pointer(e) is None:
+            return e
+        if req.tools and req.tool_choice.mode != "none":
+            return constraint_error(e, req.tools, req.tool_choice.name) or e
+        if req.response_format.kind == "json_schema":
+            return APIError(400, f"response_format.json_schema.schema: {e}",
+                            param="response_format.json_schema.schema", code="unsupported_schema")
+        return e
+
+    async def _chat_chunks(self, req: ChatRequest, runners: list[ChoiceRunner], rid: str,
+                           record: RequestRecord) -> AsyncIterator[dict]:
+        async with aclosing(merge_streams([r.events() for r in runners])) as merged:
+            try:
+                first = await anext(merged)  # engine errors surface before any byte is sent
+            except StopAsyncIteration:
+                return
+            except ValueError as e:
+                raise self._schema_error(req, e) from None
+            for r in runners:
+                yield self._chat_chunk(req, rid, r.index, {"role": "assistant", "content": ""})
+            k, ev = first
+            chunk = self._event_chunk(req, rid, k, ev)
+            if chunk is not None:
+                yield chunk
+            async for k, ev in merged:
+                chunk = self._event_chunk(req, rid, k, ev)
+                if chunk is not None:
+                    yield chunk
+        if req.include_usage:
+            usage = usage_dict(record.prompt, record.completion, record.cached)
+            yield envelope("chat.completion.chunk", rid, self.state.model_name, [], usage)
+
+    def _event_chunk(self, req: ChatRequest, rid: str, k: int, ev: ChoiceEvent) -> dict | None:
+        if ev.kind == "content":
+            if not ev.text and not ev.logprobs:
+                return None
+            lps = {"content": ev.logprobs, "refusal": None} if req.logprobs else None
+            return self._chat_chunk(req, rid, k, {"content": ev.text}, logprobs=lps)
+        if ev.kind == "call_start":
+            call = {"index": ev.call_index, "id": ev.call_id, "type": "function",
+                    "function": {"name": ev.name, "arguments": ""}}
+            return self._chat_chunk(req, rid, k, {"tool_calls": [call]})
+        if ev.kind == "call_args":
+            return self._chat_chunk(req, rid, k, {"tool_calls": [{"index": ev.call_index,
+                                                                    "function": {"arguments": ev.text}}]})
+        return self._chat_chunk(req, rid, k, {}, reason=ev.finish_reason)
+
+    def _chat_chunk(self, req: ChatRequest, rid: str, k: int, delta: dict, reason: str | None = None,
+                    logprobs: dict | None = None) -> dict:
+        choice = {"index": k, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
+        return self._chunk("chat.completion.chunk", rid, [choice], req.include_usage)
+
+
+async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
+    """Run one choice to the end and build its ``choices[i]`` object."""
+    content: list[str] = []
+    calls: dict[int, ToolCall] = {}
+    lps: list[dict] = []
+    reason = None
+    async for ev in runner.events():
+        if ev.kind == "content":
+            content.append(ev.text)
+            lps.extend(ev.logprobs or [])
+        elif ev.kind == "call_start":
+            calls[ev.call_index] = ToolCall(ev.call_id or "", ev.name or "", "")
+        elif ev.kind == "call_args":
+            calls[ev.call_index].arguments += ev.text
+        else:
+            reason = ev.finish_reason
+    text = "".join(content)
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    if calls:
+        message["tool_calls"] = [c.to_dict() for c in calls.values()]
+    return {"index": runner.index, "message": message,
+            "logprobs": {"content": lps, "refusal": None} if want_logprobs else None, "finish_reason": reason}

@@ -1,0 +1,299 @@
+"""OpenAI request parsing (into dataclasses, every field type- and range-checked) and response shapes.
+
+Parsing never touches the engine: it turns a JSON body into a :class:`CompletionRequest` or a
+:class:`ChatRequest` whose ``sampling`` dict is ready for ``SamplingParams.from_dict``, or raises
+a 400 :class:`~radixlm.runtime.server.http_errors.APIError` naming the bad field.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixlm.runtime.server.http_errors import bad_request
+from radixlm.runtime.server.request_fields import FieldReader, check_str_list, check_token_ids, is_kind
+from radixlm.runtime.server.tool_calls import ToolChoice, ToolSpec, parse_tool_choice, parse_tools
+
+# Accepted and ignored: they change nothing about how we generate.
+IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls",
+                            "suffix", "best_of", "modalities", "prediction", "reasoning_effort"})
+# SGLang extensions accepted on the OpenAI routes (SamplingParams names).
+_EXTENSIONS = {"top_k": ("int", None, None), "min_p": ("number", 0.0, 1.0),
+               "repetition_penalty": ("number", 0.0, None), "min_tokens": ("int", 0, None),
+               "ignore_eos": ("bool", None, None), "stop_token_ids": ("list", None, None),
+               "no_stop_trim": ("bool", None, None), "skip_special_tokens": ("bool", None, None),
+               "regex": ("str", None, None)}
+_EXTENSION_TARGET = {"min_tokens": "min_new_tokens"}
+MAX_N = 64
+
+
+@dataclass
+class ResponseFormat:
+    """``response_format``: kind is ``text`` | ``json_object`` | ``json_schema``."""
+
+    kind: str = "text"
+    name: str | None = None
+    schema: dict | None = None
+    strict: bool = False
+
+
+@dataclass
+class CompletionRequest:
+    """A parsed ``POST /v1/completions`` body; ``prompts`` holds text or token-id lists."""
+
+    model: str | None
+    prompts: list[str | list[int]]
+    sampling: dict[str, Any]
+    n: int = 1
+    echo: bool = False
+    logprobs: int | None = None
+    stream: bool = False
+    include_usage: bool = False
+
+
+@dataclass
+class ChatRequest:
+    """A parsed ``POST /v1/chat/completions`` body; ``messages`` are ready for the chat template."""
+
+    model: str | None
+    messages: list[dict[str, Any]]
+    sampling: dict[str, Any]
+    n: int = 1
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+    response_format: ResponseFormat = field(default_factory=ResponseFormat)
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+
+
+def _common_sampling(r: FieldReader, max_tokens_keys: tuple[str, ...], max_default: int | None) -> dict:
+    """Sampler fields shared by completions and chat, renamed to ``SamplingParams`` fields."""
+    s: dict[str, Any] = {}
+    max_tokens = max_default
+    for key in max_tokens_keys:
+        value = r.get(key, "int", lo=0)
+        if value is not None:
+            max_tokens = value
+    if max_tokens is not None:
+        s["max_new_tokens"] = max_tokens
+    s["temperature"] = r.get("temperature", "number", 1.0, lo=0.0, hi=2.0)
+    s["top_p"] = r.get("top_p", "number", 1.0, lo=0.0, hi=1.0)
+    if s["top_p"] == 0.0:
+        raise bad_request("'top_p' must be in (0, 1]", param="top_p", code="out_of_range")
+    s["presence_penalty"] = r.get("presence_penalty", "number", 0.0, lo=-2.0, hi=2.0)
+    s["frequency_penalty"] = r.get("frequency_penalty", "number", 0.0, lo=-2.0, hi=2.0)
+    seed = r.get("seed", "int")
+    if seed is not None:
+        s["seed"] = seed
+    stop = r.get("stop", ("str", "list"))
+    if stop is not None:
+        s["stop"] = check_str_list(stop, "stop")
+    bias = r.get("logit_bias", "object")
+    if bias:
+        s["logit_bias"] = _logit_bias(bias)
+    for key, (kind, lo, hi) in _EXTENSIONS.items():
+        value = r.get(key, kind, lo=lo, hi=hi)
+        if value is not None:
+            s[_EXTENSION_TARGET.get(key, key)] = value
+    return s
+
+
+def _logit_bias(bias: dict) -> dict[int, float]:
+    out = {}
+    for key, value in bias.items():
+        if not (isinstance(key, str) and key.isdigit()) or not is_kind(value, "number"):
+            raise bad_request(f"'logit_bias' must map token ids to numbers, got {key!r}: {value!r}",
+                              param="logit_bias", code="invalid_type")
+        if not -100 <= value <= 100:
+            raise bad_request(f"'logit_bias[{key}]' must be in [-100, 100], got {value}",
+                              param="logit_bias", code="out_of_range")
+        out[int(key)] = float(value)
+    return out
+
+
+def _stream_options(r: FieldReader, stream: bool) -> bool:
+    opts = r.get("stream_options", "object")
+    if opts is None:
+        return False
+    if not stream:
+        raise bad_request("'stream_options' is only allowed when 'stream' is true", param="stream_options")
+    sub = FieldReader(opts, "stream_options")
+    include = sub.get("include_usage", "bool", False)
+    sub.get("continuous_usage_stats", "bool")
+    sub.reject_unknown()
+    return include
+
+
+def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
+    """Validate a ``/v1/completions`` body (400 naming the bad field)."""
+    r = FieldReader(body)
+    model = r.get("model", "str")
+    raw = r.get("prompt", ("str", "list"), required=True)
+    prompts = _prompts(raw)
+    sampling = _common_sampling(r, ("max_tokens",), 16)
+    n = r.get("n", "int", 1, lo=1, hi=MAX_N)
+    echo = r.get("echo", "bool", False)
+    logprobs = r.get("logprobs", "int", lo=0, hi=20)
+    stream = r.get("stream", "bool", False)
+    include_usage = _stream_options(r, stream)
+    r.reject_unknown(IGNORED_FIELDS)
+    return CompletionRequest(model, prompts, sampling, n, echo, logprobs, stream, include_usage)
+
+
+def _prompts(raw: Any) -> list[str | list[int]]:
+    """``prompt``: a string, a list of strings, a token-id list, or a list of token-id lists."""
+    if isinstance(raw, str):
+        raw = [raw]
+    if not raw:
+        raise bad_request("'prompt' must not be empty", param="prompt", code="invalid_value")
+    if all(is_kind(t, "int") for t in raw):
+        return [check_token_ids(raw, "prompt")]
+    out: list[str | list[int]] = []
+    for i, p in enumerate(raw):
+        if isinstance(p, list):
+            out.append(check_token_ids(p, f"prompt[{i}]"))
+        elif isinstance(p, str) and p:
+            out.append(p)
+        else:
+            raise bad_request(f"'prompt[{i}]' must be a non-empty string or an array of token ids",
+                              param=f"prompt[{i}]", code="invalid_type")
+    return out
+
+
+def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
+    """Validate a ``/v1/chat/completions`` body (400 naming the bad field)."""
+    r = FieldReader(body)
+    model = r.get("model", "str")
+    messages = [_message(m, i) for i, m in enumerate(r.get("messages", "list", required=True))]
+    if not messages:
+        raise bad_request("'messages' must not be empty", param="messages", code="invalid_value")
+    sampling = _common_sampling(r, ("max_tokens", "max_completion_tokens"), None)
+    n = r.get("n", "int", 1, lo=1, hi=MAX_N)
+    stream = r.get("stream", "bool", False)
+    include_usage = _stream_options(r, stream)
+    logprobs = r.get("logprobs", "bool", False)
+    top_logprobs = r.get("top_logprobs", "int", 0, lo=0, hi=20)
+    if top_logprobs and not logprobs:
+        raise bad_request("'top_logprobs' requires 'logprobs' to be true", param="top_logprobs")
+    fmt = _response_format(r.get("response_format", "object"))
+    tools = parse_tools(r.get("tools", "list"))
+    choice = parse_tool_choice(r.get("tool_choice", ("str", "object")), tools)
+    if choice.mode == "auto" and fmt.kind != "text":
+        raise bad_request("'response_format' other than text cannot be combined with tool_choice "
+                          "'auto'; use tool_choice 'none', 'required' or a named function",
+                          param="response_format")
+    r.reject_unknown(IGNORED_FIELDS)
+    return ChatRequest(model, messages, sampling, n, stream, include_usage, logprobs, top_logprobs,
+                       fmt, tools, choice)
+
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _message(m: Any, i: int) -> dict[str, Any]:
+    """One chat message, normalised for the template: content as a string, tool-call args as dicts."""
+    prefix = f"messages[{i}]"
+    r = FieldReader(m, prefix) if isinstance(m, dict) else None
+    if r is None:
+        raise bad_request(f"'{prefix}' must be an object", param=prefix, code="invalid_type")
+    role = r.get("role", "str", required=True, choices=_ROLES)
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role,
+                           "content": _content(r.get("content", ("str", "list")), f"{prefix}.content")}
+    name = r.get("name", "str")
+    if name is not None:
+        out["name"] = name
+    if role == "tool":
+        out["tool_call_id"] = r.get("tool_call_id", "str", required=True)
+    calls = r.get("tool_calls", "list") if role == "assistant" else None
+    if calls:
+        out["tool_calls"] = [_history_call(c, f"{prefix}.tool_calls[{j}]") for j, c in enumerate(calls)]
+    elif role != "assistant" and out["content"] is None:
+        raise bad_request(f"'{prefix}.content' is required for role '{role}'", param=f"{prefix}.content",
+                          code="missing_field")
+    r.get("refusal", "str")
+    r.reject_unknown()
+    return out
+
+
+def _content(content: Any, param: str) -> str | None:
+    """Message content as text; array content must be text parts."""
+    if content is None or isinstance(content, str):
+        return content
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise bad_request(f"'{param}[{j}]' must be a text part {{\"type\": \"text\", \"text\": ...}}; "
+                              "other content types are not supported", param=f"{param}[{j}]",
+                              code="invalid_type")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _history_call(call: Any, prefix: str) -> dict[str, Any]:
+    """An earlier assistant tool call, with ``arguments`` parsed for the chat template."""
+    r = FieldReader(call, prefix)
+    call_id = r.get("id", "str", "")
+    r.get("type", "str", "function", choices=("function",))
+    fn = FieldReader(r.get("function", "object", required=True), f"{prefix}.function")
+    name = fn.get("name", "str", required=True)
+    args = fn.get("arguments", ("str", "object"), "{}")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as e:
+            raise bad_request(f"'{prefix}.function.arguments' is not valid JSON: {e}",
+                              param=f"{prefix}.function.arguments", code="invalid_json") from None
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def _response_format(fmt: dict | None) -> ResponseFormat:
+    if fmt is None:
+        return ResponseFormat()
+    r = FieldReader(fmt, "response_format")
+    kind = r.get("type", "str", required=True, choices=("text", "json_object", "json_schema"))
+    if kind != "json_schema":
+        r.reject_unknown()
+        return ResponseFormat(kind)
+    js = FieldReader(r.get("json_schema", "object", required=True), "response_format.json_schema")
+    name = js.get("name", "str", required=True)
+    schema = js.get("schema", "object", {})
+    strict = js.get("strict", "bool", False)
+    js.get("description", "str")
+    js.reject_unknown()
+    r.reject_unknown()
+    return ResponseFormat("json_schema", name, schema, strict)
+
+
+# ---- response shapes -------------------------------------------------------------------------
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def usage_dict(prompt: int, completion: int, cached: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def envelope(obj: str, rid: str, model: str, choices: list[dict], usage: dict | None = None) -> dict:
+    """The outer object every completion / chunk shares."""
+    out = {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": choices,
+           "system_fingerprint": None}
+    if usage is not None or obj.endswith(".chunk"):
+        out["usage"] = usage
+    return out
+
+
+def finish_reason(meta: dict[str, Any]) -> str | None:
+    """Engine ``finish_reason`` {type, matched} -> OpenAI's string."""
+    fr = meta.get("finish_reason")
+    if fr is None:
+        return None
+    kind = fr.get("type") if isinstance(fr, dict) else str(fr)
+    return {"stop": "stop", "length": "length"}.get(kind, kind)

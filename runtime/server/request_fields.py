@@ -1,0 +1,117 @@
+"""Typed, range-checked reads of JSON request fields, with errors that name the field.
+
+Both the native and the OpenAI routes read their bodies through :class:`FieldReader`, so a wrong
+type or an out-of-range value is always a 400 whose ``param`` is the offending field's path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from radixlm.runtime.server.http_errors import APIError, bad_request
+
+_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int,),
+    "number": (int, float),
+    "bool": (bool,),
+    "str": (str,),
+    "object": (dict,),
+    "list": (list,),
+}
+_KIND_WORDS = {"int": "an integer", "number": "a number", "bool": "a boolean", "str": "a string",
+               "object": "an object", "list": "an array"}
+
+_MISSING = object()
+
+
+def parse_json_body(raw: bytes) -> dict[str, Any]:
+    """Decode a request body that must be a JSON object (400 otherwise)."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise APIError(400, f"request body is not valid JSON: {e}", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise APIError(400, f"request body must be a JSON object, got {type(body).__name__}",
+                       code="invalid_json")
+    return body
+
+
+def is_kind(value: Any, kind: str) -> bool:
+    """Whether ``value`` has JSON type ``kind`` (booleans are not numbers here)."""
+    if kind in ("int", "number") and isinstance(value, bool):
+        return False
+    return isinstance(value, _KINDS[kind])
+
+
+class FieldReader:
+    """Reads fields from one JSON object; remembers which were read so extras can be rejected."""
+
+    def __init__(self, body: dict[str, Any], prefix: str = ""):
+        if not isinstance(body, dict):
+            raise bad_request(f"{prefix or 'body'} must be an object", param=prefix or None)
+        self.body = body
+        self.prefix = prefix
+        self.seen: set[str] = set()
+
+    def path(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def has(self, key: str) -> bool:
+        return self.body.get(key) is not None
+
+    def get(self, key: str, kind: str | tuple[str, ...], default: Any = None, *, required: bool = False,
+            lo: float | None = None, hi: float | None = None, choices: tuple | None = None) -> Any:
+        """The value of ``key`` checked against ``kind`` (one kind or several), bounds and choices.
+
+        ``null`` counts as absent and yields ``default``; a missing required field is a 400.
+        """
+        self.seen.add(key)
+        value = self.body.get(key, _MISSING)
+        if value is _MISSING or value is None:
+            if required:
+                raise bad_request(f"missing required field '{self.path(key)}'", param=self.path(key),
+                                  code="missing_field")
+            return default
+        kinds = (kind,) if isinstance(kind, str) else kind
+        if not any(is_kind(value, k) for k in kinds):
+            words = " or ".join(_KIND_WORDS[k] for k in kinds)
+            raise bad_request(f"'{self.path(key)}' must be {words}, got {json.dumps(value)[:80]}",
+                              param=self.path(key), code="invalid_type")
+        if lo is not None and isinstance(value, (int, float)) and value < lo:
+            raise bad_request(f"'{self.path(key)}' must be >= {lo}, got {value}", param=self.path(key),
+                              code="out_of_range")
+        if hi is not None and isinstance(value, (int, float)) and value > hi:
+            raise bad_request(f"'{self.path(key)}' must be <= {hi}, got {value}", param=self.path(key),
+                              code="out_of_range")
+        if choices is not None and value not in choices:
+            raise bad_request(f"'{self.path(key)}' must be one of {', '.join(map(str, choices))}, got "
+                              f"{json.dumps(value)[:80]}", param=self.path(key), code="invalid_value")
+        return value
+
+    def reject_unknown(self, ignored: frozenset[str] = frozenset()) -> None:
+        """400 naming the first field that was neither read nor explicitly ignored."""
+        extra = sorted(set(self.body) - self.seen - ignored)
+        if extra:
+            raise bad_request(f"unrecognized request argument '{self.path(extra[0])}'",
+                              param=self.path(extra[0]), code="unknown_field")
+
+
+def check_str_list(value: Any, param: str, allow_empty: bool = False) -> list[str]:
+    """A string or a list of strings, as a list (400 naming ``param`` otherwise)."""
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise bad_request(f"'{param}' must be a string or an array of strings", param=param,
+                          code="invalid_type")
+    if not allow_empty and any(not s for s in value):
+        raise bad_request(f"'{param}' must not contain empty strings", param=param, code="invalid_value")
+    return value
+
+
+def check_token_ids(value: Any, param: str) -> list[int]:
+    """A non-empty list of non-negative integer token ids."""
+    if not isinstance(value, list) or not value or not all(is_kind(t, "int") and t >= 0 for t in value):
+        raise bad_request(f"'{param}' must be a non-empty array of non-negative integer token ids",
+                          param=param, code="invalid_type")
+    return value

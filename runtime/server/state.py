@@ -1,0 +1,178 @@
+"""What every route shares: the engine, the server config, metrics, and the request bookkeeping.
+
+:meth:`ServerState.generate` and :meth:`ServerState.stream` are the only places the HTTP layer
+calls the engine. Both go through ``Engine.async_generate`` (the engine's step loop runs in its own
+thread, so the event loop never blocks), give each engine request an id so that a cancelled
+handler (client gone) aborts it and its KV slots are freed, and feed the per-request record that
+becomes one INFO log line and the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from radixlm.runtime.server.http_errors import APIError, from_exception
+from radixlm.runtime.server.metrics import ServerMetrics
+
+logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
+
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+@dataclass
+class ServerConfig:
+    """HTTP-level settings (the engine's live in ``ServerArgs``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    served_model_name: str | None = None
+    graceful_shutdown_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be an integer in [0, 65535], got {self.port!r}")
+        if not isinstance(self.max_body_bytes, int) or self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes must be an integer >= 1024, got {self.max_body_bytes!r}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must be a non-empty string when given")
+        if not isinstance(self.graceful_shutdown_s, (int, float)) or self.graceful_shutdown_s < 0:
+            raise ValueError(f"graceful_shutdown_s must be >= 0, got {self.graceful_shutdown_s!r}")
+
+
+class RequestRecord:
+    """One HTTP request's totals across all the engine requests it made."""
+
+    def __init__(self, route: str, request_id: str):
+        self.route = route
+        self.id = request_id
+        self.start = time.perf_counter()
+        self.prompt = self.cached = self.completion = 0
+        self.outcome = "success"
+        self.status = 200
+
+    def add(self, meta: dict[str, Any], prompt: bool = True) -> None:
+        """Count a finished engine request's tokens (``prompt=False`` for a continuation phase)."""
+        if prompt:
+            self.prompt += int(meta.get("prompt_tokens", 0))
+            self.cached += int(meta.get("cached_tokens", 0))
+        self.completion += int(meta.get("completion_tokens", 0))
+
+
+class ServerState:
+    """The engine plus the HTTP layer's own state; one per application."""
+
+    def __init__(self, engine: Any, config: ServerConfig):
+        self.engine = engine
+        self.config = config
+        self.metrics = ServerMetrics()
+        self.tokenizer = engine.tokenizer
+        self.model_path = str(getattr(engine, "model_path", None) or engine.server_args.model_path or "")
+        self.model_name = config.served_model_name or os.path.basename(self.model_path.rstrip("/")) or "default"
+        self.port = config.port  # the bound port once listening (config.port may be 0)
+        args = engine.server_args
+        self.context_len = int(args.context_length or getattr(engine.model_config, "context_len", 0) or 0)
+        self.started_at = time.time()
+        self.inflight: set[str] = set()
+        self.draining = False
+
+    def check_model(self, model: str | None) -> None:
+        """404 unless ``model`` is absent, the served name, the model path or ``"default"``."""
+        if model is not None and model not in (self.model_name, self.model_path, "default"):
+            raise APIError(404, f"the model '{model}' does not exist; this server serves "
+                           f"'{self.model_name}'", param="model", code="model_not_found")
+
+    @asynccontextmanager
+    async def track(self, route: str, request_id: str | None = None) -> AsyncIterator[RequestRecord]:
+        """Bookkeeping around one HTTP request: the INFO log line and the metrics."""
+        record = RequestRecord(route, request_id or uuid.uuid4().hex[:16])
+        try:
+            yield record
+        except (asyncio.CancelledError, ConnectionResetError):
+            record.outcome, record.status = "aborted", 499
+            raise
+        except BaseException as e:  # noqa: B036 - re-raised: this only records the outcome
+            err = from_exception(e) if isinstance(e, Exception) else None
+            record.outcome, record.status = "error", (err.status if err else 500)
+            raise
+        finally:
+            latency = time.perf_counter() - record.start
+            self.metrics.record_request(record.outcome, record.prompt, record.cached, record.completion,
+                                        latency if record.outcome == "success" else None)
+            logger.info("%s %s status=%d prompt_tokens=%d cached_tokens=%d completion_tokens=%d "
+                        "latency=%.1fms", record.route, record.id, record.status, record.prompt,
+                        record.cached, record.completion, latency * 1000)
+
+    def new_rid(self, record: RequestRecord, suffix: str = "") -> str:
+        return f"{record.id}{suffix}-{uuid.uuid4().hex[:6]}"
+
+    async def generate(self, rid: str, observe_ttft: bool = True, **kwargs: Any) -> Any:
+        """One non-streamed engine request; cancelling the caller aborts it in the engine.
+
+        Its time to first token comes from the engine's ``first_token_latency`` (``observe_ttft=False``
+        for continuation phases, whose first token is not the request's)."""
+        self.inflight.add(rid)
+        try:
+            result = self.engine.async_generate(rid=rid, stream=False, **kwargs)
+            result = await result if inspect.isawaitable(result) else result
+            if observe_ttft:
+                for out in result if isinstance(result, list) else [result]:
+                    ttft = out.get("meta_info", {}).get("first_token_latency")
+                    if ttft is not None:
+                        self.metrics.ttft.observe(ttft)
+            return result
+        except asyncio.CancelledError:
+            self.engine.abort(rid)
+            raise
+        finally:
+            self.inflight.discard(rid)
+
+    async def stream(self, rid: str, observe_ttft: bool = True, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        """One streamed engine request: incremental dicts. Leaving early aborts it in the engine.
+
+        ``observe_ttft=False`` for continuation phases, whose first token is not the request's."""
+        self.inflight.add(rid)
+        finished = False
+        start = last = time.perf_counter()
+        sent_tokens = 0
+        try:
+            chunks = self.engine.async_generate(rid=rid, stream=True, **kwargs)
+            if inspect.isawaitable(chunks):
+                chunks = await chunks
+            async for chunk in chunks:
+                now = time.perf_counter()
+                new = _new_tokens(chunk, sent_tokens)
+                if new:
+                    if sent_tokens == 0:
+                        if observe_ttft:
+                            self.metrics.ttft.observe(now - start)
+                    else:
+                        for _ in range(new):
+                            self.metrics.itl.observe((now - last) / new)
+                    sent_tokens += new
+                    last = now
+                finished = chunk.get("meta_info", {}).get("finish_reason") is not None
+                yield chunk
+        finally:
+            self.inflight.discard(rid)
+            if not finished:
+                self.engine.abort(rid)
+
+
+def _new_tokens(chunk: dict[str, Any], sent: int) -> int:
+    """How many tokens this chunk adds, from its running completion count."""
+    meta = chunk.get("meta_info", {})
+    total = meta.get("completion_tokens")
+    if isinstance(total, int):
+        return max(total - sent, 0)
+    return len(chunk.get("output_ids") or [])

@@ -1,0 +1,208 @@
+"""Tool calling: parsing ``tools`` / ``tool_choice``, the constraint for a call, and extracting calls.
+
+A call is generated in the chat template's format, ``<tool_call>\\n{"name": ..., "arguments":
+{...}}\\n</tool_call>``. The JSON object between the markers is always generated under a JSON-schema
+constraint (:func:`call_schema`): ``name`` is one of the declared tools (or the one named) and
+``arguments`` follows that tool's ``parameters`` schema, so every call parses and validates.
+
+- ``required`` / a named function: the prompt ends with ``<tool_call>\\n`` and the whole completion
+  is the constrained object.
+- ``auto``: two-phase generation. Phase 1 generates freely with ``<tool_call>`` as a stop string;
+  if the model stops there, phase 2 appends the marker to the exact token sequence so far (a radix
+  cache hit) and continues under the call constraint. Then phase 1 resumes after ``</tool_call>``
+  (parallel calls) until the model stops or ``max_tokens`` is spent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixlm.runtime.server.http_errors import APIError, bad_request
+from radixlm.runtime.server.request_fields import FieldReader
+
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+MAX_CALLS_PER_TURN = 8
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# The generated object starts with its name (the schema lists ``name`` first); arguments follow.
+_HEADER_RE = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One declared function tool; ``parameters`` is its arguments' JSON schema."""
+
+    name: str
+    description: str | None = None
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def to_template(self) -> dict[str, Any]:
+        """The OpenAI shape chat templates expect in ``tools``."""
+        fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description is not None:
+            fn["description"] = self.description
+        return {"type": "function", "function": fn}
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """``mode``: none | auto | required | named (then ``name`` is the function)."""
+
+    mode: str = "none"
+    name: str | None = None
+
+    @property
+    def forces_call(self) -> bool:
+        return self.mode in ("required", "named")
+
+
+def parse_tools(raw: list | None) -> list[ToolSpec]:
+    """Validate ``tools`` (400 naming ``tools[i]...``); names must be unique."""
+    tools: list[ToolSpec] = []
+    for i, item in enumerate(raw or []):
+        r = FieldReader(item, f"tools[{i}]") if isinstance(item, dict) else None
+        if r is None:
+            raise bad_request(f"'tools[{i}]' must be an object", param=f"tools[{i}]", code="invalid_type")
+        r.get("type", "str", required=True, choices=("function",))
+        fn = FieldReader(r.get("function", "object", required=True), f"tools[{i}].function")
+        name = fn.get("name", "str", required=True)
+        if not _NAME_RE.match(name):
+            raise bad_request(f"'tools[{i}].function.name' must match [A-Za-z0-9_-]{{1,64}}, got {name!r}",
+                              param=f"tools[{i}].function.name", code="invalid_value")
+        if any(t.name == name for t in tools):
+            raise bad_request(f"duplicate tool name {name!r}", param=f"tools[{i}].function.name",
+                              code="invalid_value")
+        params = fn.get("parameters", "object", {"type": "object", "properties": {}})
+        fn.get("strict", "bool")
+        tools.append(ToolSpec(name, fn.get("description", "str"), params))
+        fn.reject_unknown()
+        r.reject_unknown()
+    return tools
+
+
+def parse_tool_choice(raw: str | dict | None, tools: list[ToolSpec]) -> ToolChoice:
+    """``tool_choice`` against the declared tools; default auto with tools, none without."""
+    if raw is None:
+        return ToolChoice("auto" if tools else "none")
+    if isinstance(raw, str):
+        if raw not in ("none", "auto", "required"):
+            raise bad_request(f"'tool_choice' must be none, auto, required or a function object, got {raw!r}",
+                              param="tool_choice", code="invalid_value")
+        if raw != "none" and not tools:
+            raise bad_request(f"tool_choice {raw!r} requires 'tools'", param="tool_choice")
+        return ToolChoice(raw)
+    r = FieldReader(raw, "tool_choice")
+    r.get("type", "str", required=True, choices=("function",))
+    name = FieldReader(r.get("function", "object", required=True), "tool_choice.function").get(
+        "name", "str", required=True)
+    r.reject_unknown()
+    if not any(t.name == name for t in tools):
+        raise bad_request(f"tool_choice names function {name!r}, which is not in 'tools'",
+                          param="tool_choice.function.name", code="invalid_value")
+    return ToolChoice("named", name)
+
+
+def call_schema(tools: list[ToolSpec], name: str | None = None) -> dict[str, Any]:
+    """The JSON schema of one call: ``{"name": <declared name>, "arguments": <its parameters>}``."""
+    chosen = [t for t in tools if name is None or t.name == name]
+    variants = [
+        {"type": "object",
+         "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+         "required": ["name", "arguments"], "additionalProperties": False}
+        for t in chosen
+    ]
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def error_pointer(exc: BaseException) -> str | None:
+    """The JSON pointer a constraint error names (its ``pointer``, or the ``(at #/...)`` it ends with)."""
+    pointer = getattr(exc, "pointer", None)
+    if pointer:
+        return pointer
+    m = re.search(r"\(at (#?/[^)]*)\)\s*$", str(exc))
+    return m.group(1) if m else None
+
+
+def constraint_error(exc: ValueError, tools: list[ToolSpec], name: str | None) -> APIError | None:
+    """Re-point a constraint error inside :func:`call_schema`'s schema at the tool that caused it
+    (None when the error is not about a tool's parameters)."""
+    pointer = error_pointer(exc) or ""
+    chosen = [t for t in tools if name is None or t.name == name]
+    m = re.match(r"^#?(?:/anyOf/(\d+))?/properties/arguments(.*)$", pointer)
+    if not m or int(m.group(1) or 0) >= len(chosen):
+        return None
+    index = tools.index(chosen[int(m.group(1) or 0)])
+    inner = "#" + (m.group(2) or "")
+    message = str(exc).replace(pointer, inner)
+    return APIError(400, f"tools[{index}].function.parameters: {message}",
+                    param=f"tools[{index}].function.parameters", code="unsupported_schema")
+
+
+def new_call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+@dataclass
+class ToolCall:
+    """A completed call: ``arguments`` is the JSON text exactly as generated."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+class CallExtractor:
+    """Feeds on the generated call object's text; yields the name once, then argument deltas.
+
+    The argument deltas concatenate to :meth:`finish`'s ``arguments``: the trailing ``}`` that
+    closes the outer object (and whitespace) is held back until the object is complete.
+    """
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.name: str | None = None
+        self._args_from: int | None = None
+        self.sent = ""
+
+    def feed(self, delta: str) -> tuple[str | None, str]:
+        """Add generated text; return (the name if it just became known, new argument text)."""
+        self.text += delta
+        new_name = None
+        if self._args_from is None:
+            m = _HEADER_RE.match(self.text)
+            if not m:
+                return None, ""
+            self.name, self._args_from = json.loads(f'"{m.group(1)}"'), m.end()
+            new_name = self.name
+        visible = self.text[self._args_from:].strip()
+        if visible.endswith("}"):
+            visible = visible[:-1].rstrip()
+        if not visible.startswith(self.sent):
+            return new_name, ""
+        delta_args, self.sent = visible[len(self.sent):], visible
+        return new_name, delta_args
+
+    def finish(self) -> tuple[str, str] | None:
+        """(name, arguments JSON text) if the object is complete and well-formed, else None."""
+        try:
+            obj = json.loads(self.text)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or "arguments" not in obj:
+            return None
+        if self._args_from is not None:
+            raw = self.text[self._args_from:].strip()[:-1].rstrip()
+            try:
+                if json.loads(raw) == obj["arguments"]:
+                    return obj["name"], raw
+            except json.JSONDecodeError:
+                pass
+        return obj["name"], json.dumps(obj["arguments"], ensure_ascii=False)
