@@ -16,6 +16,7 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from radixlm.kernels.online_softmax import online_softmax_block
 from radixlm.kernels.triton_mode import check_device, dot_in_f32
 from radixlm.kernels.validate import check_attention
 
@@ -55,26 +56,9 @@ def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE, Out
     for n0 in range(lo, hi, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         mask_n = offs_n < hi
-        slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0).to(tl.int64)
-        kv_mask = mask_n[:, None] & mask_d[None, :]
-        k = tl.load(K + slots[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :],
-                    mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-        if DOT_F32:
-            k = k.to(tl.float32)
-        qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [BLOCK_H, BLOCK_N]
-        qk = tl.where(mask_n[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(V + slots[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
-                    mask=kv_mask, other=0.0)
-        p = p.to(V.dtype.element_ty)  # probabilities rounded like the values, as on the GPU
-        if DOT_F32:
-            p = p.to(tl.float32)
-            v = v.to(tl.float32)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_block(q, m_i, l_i, acc, K, V, kv_head, kv_indices + kv_start, offs_n,
+                                             mask_n, mask_n[None, :], offs_d, mask_d, stride_kt, stride_kh,
+                                             stride_vt, stride_vh, sm_scale, PRECISION, DOT_F32)
 
     has_keys = l_i > 0
     out = acc / tl.where(has_keys, l_i, 1.0)[:, None]  # a request with no keys at all: zeros

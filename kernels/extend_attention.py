@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from radixlm.kernels.online_softmax import online_softmax_block
 from radixlm.kernels.triton_mode import check_device, dot_in_f32
 from radixlm.kernels.validate import check_attention
 
@@ -56,28 +57,10 @@ def _extend_kernel(Q, K, V, Out, qo_indptr, kv_indptr, kv_indices, sm_scale,
         for n0 in range(0, kv_end, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
             mask_n = offs_n < kv_end
-            slots = tl.load(kv_indices + kv_start + offs_n, mask=mask_n, other=0).to(tl.int64)
-            kv_mask = mask_n[:, None] & mask_d[None, :]
-            k = tl.load(K + slots[:, None] * stride_kt + kv_head * stride_kh + offs_d[None, :],
-                        mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-            if DOT_F32:
-                k = k.to(tl.float32)
-            qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [rows, BLOCK_N]
-            visible = (offs_n[None, :] <= (prefix + token)[:, None]) & mask_n[None, :]
-            qk = tl.where(visible, qk, float("-inf"))
-
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            v = tl.load(V + slots[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
-                        mask=kv_mask, other=0.0)
-            p = p.to(V.dtype.element_ty)  # probabilities rounded like the values, as on the GPU
-            if DOT_F32:
-                p = p.to(tl.float32)
-                v = v.to(tl.float32)
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
-            m_i = m_new
+            visible = (offs_n[None, :] <= (prefix + token)[:, None]) & mask_n[None, :]  # causal
+            m_i, l_i, acc = online_softmax_block(q, m_i, l_i, acc, K, V, kv_head, kv_indices + kv_start,
+                                                 offs_n, mask_n, visible, offs_d, mask_d, stride_kt, stride_kh,
+                                                 stride_vt, stride_vh, sm_scale, PRECISION, DOT_F32)
 
         out = acc / l_i[:, None]
         o_ptrs = Out + (q_start + token)[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :]

@@ -3,13 +3,13 @@
 The full public surface lives in :mod:`radixlm.lang.api` and is re-exported by ``radixlm``.
 """
 
-from .api import (
+from radixlm.lang.api import (
     RuntimeEndpoint,
     function,
     gen,
     select,
     set_default_backend,
 )
-from .state import ProgramState
+from radixlm.lang.state import ProgramState
 
 __all__ = ["ProgramState", "RuntimeEndpoint", "function", "gen", "select", "set_default_backend"]

@@ -14,18 +14,17 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from radixlm.runtime.sampling_params import SamplingParams
-
-from . import ir
-from .backend_http import RuntimeEndpoint
-from .choices import (
+from radixlm.lang import ir
+from radixlm.lang.backend_http import RuntimeEndpoint
+from radixlm.lang.choices import (
     ChoicesMethod,
     greedy_token_selection,
     token_length_normalized,
     unconditional_likelihood_normalized,
 )
-from .program import SglFunction, set_default_backend
-from .state import ProgramState, ProgramStateGroup
+from radixlm.lang.program import SglFunction, set_default_backend
+from radixlm.lang.state import ProgramState, ProgramStateGroup
+from radixlm.runtime.sampling_params import SamplingParams
 
 __all__ = [
     "function", "gen", "gen_int", "gen_string", "select", "image", "system", "user", "assistant",
@@ -109,44 +108,48 @@ def image(path: Any) -> ir.Expr:
     raise ValueError("image() is not supported: radixlm serves text-only models (no vision encoder)")
 
 
-def _role(role: str, expr: Any) -> ir.ExprList:
-    inner = [] if expr is None else ir.to_exprs(expr)
-    return ir.ExprList([ir.RoleBegin(role), *inner, ir.RoleEnd(role)])
-
-
 def system(expr: Any = None) -> ir.ExprList:
-    return _role("system", expr)
+    """A system turn holding ``expr`` (empty without it)."""
+    return ir.role_turn("system", expr)
 
 
 def user(expr: Any = None) -> ir.ExprList:
-    return _role("user", expr)
+    """A user turn holding ``expr`` (empty without it)."""
+    return ir.role_turn("user", expr)
 
 
 def assistant(expr: Any = None) -> ir.ExprList:
-    return _role("assistant", expr)
+    """An assistant turn holding ``expr`` (empty without it)."""
+    return ir.role_turn("assistant", expr)
 
 
 def system_begin() -> ir.Expr:
+    """Start a system turn; ``system_end()`` closes it."""
     return ir.RoleBegin("system")
 
 
 def system_end() -> ir.Expr:
+    """End the system turn opened by ``system_begin()``."""
     return ir.RoleEnd("system")
 
 
 def user_begin() -> ir.Expr:
+    """Start a user turn; ``user_end()`` closes it."""
     return ir.RoleBegin("user")
 
 
 def user_end() -> ir.Expr:
+    """End the user turn opened by ``user_begin()``."""
     return ir.RoleEnd("user")
 
 
 def assistant_begin() -> ir.Expr:
+    """Start an assistant turn; ``assistant_end()`` closes it."""
     return ir.RoleBegin("assistant")
 
 
 def assistant_end() -> ir.Expr:
+    """End the assistant turn opened by ``assistant_begin()``."""
     return ir.RoleEnd("assistant")
 
 

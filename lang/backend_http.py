@@ -14,11 +14,11 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from .backend_engine import stream_delta
-from .chat_template import LazyRoleTemplate, RoleTemplate
+from radixlm.lang.backend_base import Backend
+from radixlm.lang.chat_template import RoleTemplate
 
 
-class RuntimeEndpoint:
+class RuntimeEndpoint(Backend):
     """A backend talking to ``base_url`` (e.g. ``http://127.0.0.1:30000``).
 
     ``api_key`` is sent as a bearer token. Server errors are raised as ``ValueError`` (HTTP 400:
@@ -29,30 +29,30 @@ class RuntimeEndpoint:
     def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 600.0):
         if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
             raise ValueError(f"base_url must be an http(s) URL, got {base_url!r}")
+        super().__init__(self._load_template)
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.model_info = self._request("GET", "/get_model_info")
-        self._template = LazyRoleTemplate(self._load_template)
 
-    @property
-    def role_template(self) -> RoleTemplate:
-        return self._template.get()
+    def flush_cache(self) -> None:
+        """``POST /flush_cache``."""
+        self._request("POST", "/flush_cache", {})
 
-    def generate(self, text: str | list[str] | None, sampling_params: dict[str, Any],
-                 input_ids: list | None = None, return_logprob: bool = False,
-                 logprob_start_len: int | None = None, top_logprobs_num: int = 0) -> dict | list[dict]:
-        """``POST /generate``; returns what ``Engine.generate`` would."""
-        body = self._body(text, sampling_params, input_ids, return_logprob, logprob_start_len,
-                          top_logprobs_num)
-        return self._request("POST", "/generate", body)
+    def get_server_info(self) -> dict:
+        """``GET /get_server_info``."""
+        return self._request("GET", "/get_server_info")
 
-    def generate_stream(self, text: str, sampling_params: dict[str, Any],
-                        **logprob_args: Any) -> Iterator[tuple[str, dict]]:
-        """Yield ``(text_delta, meta_info)`` from the SSE stream until ``data: [DONE]``."""
-        body = self._body(text, sampling_params, None, **logprob_args)
+    def _generate(self, text: str | list[str] | None, sampling_params: dict[str, Any],
+                  input_ids: list | None, logprob: dict[str, Any]) -> dict | list[dict]:
+        # The server fills in the logprob entries' token text (return_text_in_logprobs).
+        return self._request("POST", "/generate", self._body(text, sampling_params, input_ids, **logprob))
+
+    def _stream(self, text: str, sampling_params: dict[str, Any],
+                logprob: dict[str, Any]) -> Iterator[dict]:
+        """The chunks of the SSE stream until ``data: [DONE]``."""
+        body = self._body(text, sampling_params, None, **logprob)
         body["stream"] = True
-        emitted = ""
         with self._open("POST", "/generate", body) as resp:
             for raw in resp:
                 line = raw.decode("utf-8").strip()
@@ -64,14 +64,7 @@ class RuntimeEndpoint:
                 chunk = json.loads(payload)
                 if "error" in chunk:
                     raise _error_from(400, chunk)
-                delta, emitted = stream_delta(chunk, emitted)
-                yield delta, chunk.get("meta_info", {})
-
-    def flush_cache(self) -> None:
-        self._request("POST", "/flush_cache", {})
-
-    def get_server_info(self) -> dict:
-        return self._request("GET", "/get_server_info")
+                yield chunk
 
     def _body(self, text, sampling_params, input_ids, return_logprob=False, logprob_start_len=None,
               top_logprobs_num=0) -> dict[str, Any]:
@@ -112,7 +105,7 @@ class RuntimeEndpoint:
     def _load_template(self) -> RoleTemplate:
         path = self.model_info.get("model_path") or self.model_info.get("tokenizer_path")
         if isinstance(path, str) and os.path.isdir(path):
-            from radixlm.runtime.tokenizer import Tokenizer
+            from radixlm.runtime.engine.tokenizer import Tokenizer
 
             return RoleTemplate.from_tokenizer(Tokenizer(path))
         return RoleTemplate.chatml()

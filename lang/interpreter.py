@@ -13,8 +13,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import ir
-from .choices import run_select
+from radixlm.lang import ir
+from radixlm.lang.choices import run_select
 
 
 @dataclass(eq=False)

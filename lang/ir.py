@@ -111,6 +111,12 @@ class RoleEnd(Expr):
         return f"role_end {self.role}"
 
 
+def role_turn(role: str, expr: Any = None) -> ExprList:
+    """A whole chat turn: ``role``'s begin, ``expr`` (if any), its end."""
+    inner = [] if expr is None else to_exprs(expr)
+    return ExprList([RoleBegin(role), *inner, RoleEnd(role)])
+
+
 @dataclass(eq=False)
 class VarScopeBegin(Expr):
     """Start capturing everything appended until the matching end as variable ``name``."""
@@ -123,6 +129,8 @@ class VarScopeBegin(Expr):
 
 @dataclass(eq=False)
 class VarScopeEnd(Expr):
+    """End the capture started by the ``VarScopeBegin`` of the same ``name``."""
+
     name: str
 
     def describe(self) -> str:
@@ -216,17 +224,3 @@ def _append_lines(out: list[str], nodes: list[Expr], indent: str) -> None:
             for i, branch in enumerate(node.branches):
                 out.append(f"{indent}  branch {i}:")
                 _append_lines(out, branch, indent + "    ")
-
-
-class RoleMethods:
-    """``s.system(...)``, ``s.user(...)``, ``s.assistant(...)`` for any state with ``_role(role, expr)``
-    (the running ``ProgramState`` and the tracing ``TracerState``)."""
-
-    def system(self, expr: Any = None):
-        return self._role("system", expr)
-
-    def user(self, expr: Any = None):
-        return self._role("user", expr)
-
-    def assistant(self, expr: Any = None):
-        return self._role("assistant", expr)

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import ir
-from .backend_engine import as_backend
-from .interpreter import StreamExecutor
-from .state import ProgramState
-from .tracer import TracerState, trace
+from radixlm.lang import ir
+from radixlm.lang.backend_engine import as_backend
+from radixlm.lang.interpreter import StreamExecutor
+from radixlm.lang.state import ProgramState
+from radixlm.lang.tracer import TracerState, trace
 
 _default_backend: Any = None
 

@@ -7,15 +7,16 @@ Appending (``s += ...``) enqueues on the state's interpreter and returns immedia
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from . import ir
-from .interpreter import StreamExecutor, _Raise
+from radixlm.lang import ir
+from radixlm.lang.fork_group import ForkGroup
+from radixlm.lang.interpreter import StreamExecutor, _Raise
+from radixlm.lang.scope_methods import ScopeMethods
 
 
-class ProgramState(ir.RoleMethods):
+class ProgramState(ScopeMethods):
     """The state of one running program (SGLang's ``ProgramState``)."""
 
     def __init__(self, executor: StreamExecutor):
@@ -29,25 +30,6 @@ class ProgramState(ir.RoleMethods):
 
     def __setitem__(self, name: str, value: Any) -> None:
         self._exec.submit(ir.SetVar(name, value))
-
-    def _role(self, role: str, expr: Any):
-        """With ``expr``: append the whole turn. Without: a context manager for ``with s.user():``."""
-        if expr is not None:
-            self._exec.submit(ir.ExprList([ir.RoleBegin(role), *ir.to_exprs(expr), ir.RoleEnd(role)]))
-            return None
-        return self._scope(ir.RoleBegin(role), ir.RoleEnd(role))
-
-    def var_scope(self, name: str):
-        """``with s.var_scope("x"):`` stores everything appended inside as variable ``x``."""
-        return self._scope(ir.VarScopeBegin(name), ir.VarScopeEnd(name))
-
-    @contextlib.contextmanager
-    def _scope(self, begin: ir.Expr, end: ir.Expr):
-        self._exec.submit(begin)
-        try:
-            yield self
-        finally:
-            self._exec.submit(end)
 
     def fork(self, size: int = 1) -> ProgramStateGroup:
         """``size`` children sharing this state's text so far (pre-filled once for all of them)."""
@@ -140,27 +122,8 @@ class ProgramState(ir.RoleMethods):
                 ex.cond.wait()
 
 
-class ProgramStateGroup:
-    """The children of ``s.fork(n)``: index them, append to all, then ``join()``."""
-
-    def __init__(self, parent: ProgramState, states: list[ProgramState]):
-        self.parent = parent
-        self.states = states
-
-    def __len__(self) -> int:
-        return len(self.states)
-
-    def __getitem__(self, i: int) -> ProgramState:
-        return self.states[i]
-
-    def __iter__(self) -> Iterator[ProgramState]:
-        return iter(self.states)
-
-    def __iadd__(self, other: Any) -> ProgramStateGroup:
-        """Append to every child: the same expression, or ``lambda i: expr`` per child ``i``."""
-        for i, state in enumerate(self.states):
-            state += other(i) if callable(other) else other
-        return self
+class ProgramStateGroup(ForkGroup[ProgramState]):
+    """The running children of ``s.fork(n)``; ``join`` waits for them and merges them back."""
 
     def join(self, mode: str = "gather_variable") -> None:
         """Wait for the children and merge them into the parent.

@@ -9,13 +9,14 @@ frameworks do. The IR's leading constant nodes give the prefix every run shares,
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import ir
+from radixlm.lang import ir
+from radixlm.lang.fork_group import ForkGroup
+from radixlm.lang.scope_methods import ScopeMethods
 
 
 class TracingError(TypeError):
@@ -105,7 +106,7 @@ class VarRef(Placeholder):
         return f"var {self.name}"
 
 
-class TracerState(ir.RoleMethods):
+class TracerState(ScopeMethods):
     """Stands in for ``ProgramState`` while tracing: records nodes instead of running them."""
 
     def __init__(self, defined: set[str] | None = None):
@@ -135,23 +136,6 @@ class TracerState(ir.RoleMethods):
     def __contains__(self, name: str) -> bool:
         return name in self.defined
 
-    def _role(self, role: str, expr: Any):
-        if expr is not None:
-            self += ir.RoleBegin(role) + expr + ir.RoleEnd(role)
-            return None
-        return self._scope(ir.RoleBegin(role), ir.RoleEnd(role))
-
-    def var_scope(self, name: str):
-        return self._scope(ir.VarScopeBegin(name), ir.VarScopeEnd(name))
-
-    @contextlib.contextmanager
-    def _scope(self, begin: ir.Expr, end: ir.Expr):
-        self += begin
-        try:
-            yield self
-        finally:
-            self += end
-
     def fork(self, size: int = 1) -> TracerGroup:
         node = ir.Fork(size, [[] for _ in range(size)])
         self.nodes.append(node)
@@ -179,28 +163,11 @@ class TracerState(ir.RoleMethods):
         return None
 
 
-class TracerGroup:
+class TracerGroup(ForkGroup[TracerState]):
     """The traced ``fork``: records appends into each branch and the join into the parent."""
 
-    def __init__(self, parent: TracerState, states: list[TracerState]):
-        self.parent = parent
-        self.states = states
-
-    def __len__(self) -> int:
-        return len(self.states)
-
-    def __getitem__(self, i: int) -> TracerState:
-        return self.states[i]
-
-    def __iter__(self):
-        return iter(self.states)
-
-    def __iadd__(self, other: Any) -> TracerGroup:
-        for i, state in enumerate(self.states):
-            state += other(i) if callable(other) else other
-        return self
-
     def join(self, mode: str = "gather_variable") -> None:
+        """Record the join; afterwards the parent knows every variable a child defined."""
         self.parent.nodes.append(ir.Join(mode))
         for state in self.states:
             self.parent.defined |= state.defined

@@ -2,7 +2,7 @@
 (``TRITON_INTERPRET=1``) and the fast torch ops the CPU engine uses.
 
 Triton fixes interpreted-or-compiled when it is first imported, so the Triton tests are decorated
-``@interpreted`` (``kernels/interpreted.py``): they run in this process when it can be put in
+``@interpreted`` (``kernels/testing/interpreted.py``): they run in this process when it can be put in
 interpreter mode, else in one child pytest with ``TRITON_INTERPRET=1``.
 
 Tolerances: float32 atol/rtol 1e-5 (1e-4 for the interpreter's flash-attention, which sums in a
@@ -24,8 +24,8 @@ from radixlm.kernels.attention_ref import (
     extend_attention_ref,
     store_kv_ref,
 )
-from radixlm.kernels.interpreted import interpreted
-from radixlm.kernels.random_batch import random_paged_batch
+from radixlm.kernels.testing.interpreted import interpreted
+from radixlm.kernels.testing.random_batch import random_paged_batch
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 TRITON_TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 2e-3}

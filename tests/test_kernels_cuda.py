@@ -19,7 +19,7 @@ from radixlm.kernels.attention_ref import (
     extend_attention_ref,
     store_kv_ref,
 )
-from radixlm.kernels.random_batch import random_paged_batch
+from radixlm.kernels.testing.random_batch import random_paged_batch
 from radixlm.kernels.triton_mode import interpreter_enabled
 
 pytestmark = [
@@ -106,7 +106,7 @@ def test_auto_backend_is_triton_on_cuda():
 
 
 def test_engine_triton_matches_torch_on_cuda(tiny_llama):
-    from radixlm.runtime.engine import Engine
+    from radixlm.runtime.engine.engine import Engine
 
     prompts = ["System: be brief. " * 4 + f"Question {i}: what is {i} + {i}?" for i in range(6)]
     params = {"temperature": 0.0, "max_new_tokens": 12}

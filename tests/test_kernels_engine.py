@@ -4,8 +4,8 @@ prefix), decode, and a regex-constrained request (the Triton bitmask kernel). Sh
 
 from __future__ import annotations
 
-from radixlm.kernels.interpreted import interpreted
-from radixlm.runtime.engine import Engine
+from radixlm.kernels.testing.interpreted import interpreted
+from radixlm.runtime.engine.engine import Engine
 
 SHARED = "System: answer briefly and precisely. "
 PROMPTS = [SHARED + "What is two plus two?", SHARED + "Name a colour.", "Hi"]

@@ -22,7 +22,7 @@ IPV4 = r"((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9
 
 @pytest.fixture(scope="module")
 def engine(tiny_llama):
-    from radixlm.runtime.engine import Engine
+    from radixlm.runtime.engine.engine import Engine
 
     eng = Engine(model_path=tiny_llama, max_total_tokens=32768, random_seed=0)
     yield eng
@@ -31,7 +31,7 @@ def engine(tiny_llama):
 
 @pytest.fixture(scope="module")
 def endpoint(engine):
-    from radixlm.runtime.server import BackgroundServer
+    from radixlm.runtime.server.app import BackgroundServer
 
     with BackgroundServer(engine) as server:
         yield sgl.RuntimeEndpoint(server.url)

@@ -191,7 +191,7 @@ def test_abort_running_and_waiting_frees_slots():
     assert len(sched.running) == 2 and len(sched.waiting) == 1
     assert [r.rid for r in sched.abort("r0")] == ["r0"]
     assert [r.rid for r in sched.abort("r2")] == ["r2"]
-    assert reqs[0].finished_reason.type == "abort" and reqs[0].req_pool_idx is None
+    assert reqs[0].finished_reason.type == "abort" and reqs[0].kv.req_pool_idx is None
     assert sched.abort("nope") == []
     run_all(sched, runner)
     assert reqs[1].output_ids == expected_output(reqs[1].origin_input_ids, 50)
@@ -221,7 +221,7 @@ def test_logprob_start_len_limits_the_match():
     assert batch.spec.prefix_lens == [10]
     sched.process_batch_result(batch, runner.run(batch))
     run_all(sched, runner)
-    assert b.input_token_logprobs[0] is None and len(b.input_token_logprobs) == len(p) - 10
+    assert b.logprobs.input_token[0] is None and len(b.logprobs.input_token) == len(p) - 10
     c = req("c", p)  # never the whole prompt: the last token is recomputed for its logits
     sched.add(c)
     assert sched.schedule().spec.extend_lens == [1]
@@ -234,7 +234,7 @@ def test_max_new_tokens_zero_prefills_and_caches(chunk):
     a = req("a", p, max_new=0, return_logprob=True, logprob_start_len=len(p) - 1)
     sched.add(a)
     assert run_all(sched, runner) == [a]
-    assert a.output_ids == [] and a.finished_reason.type == "length" and a.input_token_logprobs == [None]
+    assert a.output_ids == [] and a.finished_reason.type == "length" and a.logprobs.input_token == [None]
     assert not any(b.sample_reqs for b in runner.steps)
     b = req("b", p + [50, 51])
     sched.add(b)

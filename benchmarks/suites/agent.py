@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .context import SuiteContext
-from .measure import agreement, alternate, summarize, target
-from .workloads import agent_prompts
+from suites.context import SuiteContext
+from suites.measure import agreement, alternate, summarize, target
+from suites.workloads import agent_prompts
 
 SYSTEMS = ("radixlm", "radixlm-nocache", "hf", "hf-prefix", "llama.cpp")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .context import SuiteContext
-from .measure import alternate, summarize
-from .workloads import chat_followup, chat_openers
+from suites.context import SuiteContext
+from suites.measure import alternate, summarize
+from suites.workloads import chat_followup, chat_openers
 
 SYSTEMS = ("radixlm", "radixlm-nocache", "hf", "llama.cpp")
 

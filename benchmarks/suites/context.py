@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .systems import SystemPool, Unavailable
+from suites.systems import SystemPool, Unavailable
 
 
 @dataclass

@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 
-from .context import SuiteContext
-from .measure import alternate, summarize
-from .workloads import few_shot_prefix, few_shot_questions
+from suites.context import SuiteContext
+from suites.measure import alternate, summarize
+from suites.workloads import few_shot_prefix, few_shot_questions
 
 SYSTEMS = ("radixlm", "radixlm-nocache", "hf")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .systems import Generation
+from suites.systems import Generation
 
 
 def _common_prefix_len(prompts: list[list[int]]) -> int:

@@ -14,9 +14,9 @@ from typing import Any
 
 import jsonschema
 
-from .context import SuiteContext
-from .measure import alternate, summarize, target
-from .workloads import TOOL_CALL_SCHEMA, user_turn
+from suites.context import SuiteContext
+from suites.measure import alternate, summarize, target
+from suites.workloads import TOOL_CALL_SCHEMA, user_turn
 
 
 def json_trial(system: Any, prompts: list[list[int]], max_tokens: int, jump: bool, stats: dict):

@@ -19,8 +19,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .gguf_convert import convert
-from .systems import Generation
+from suites.gguf_convert import convert
+from suites.systems import Generation
 
 
 def gguf_path_for(model_path: str) -> Path:

@@ -13,10 +13,10 @@ import os
 import time
 from typing import Any
 
-from . import roofline
-from .context import SuiteContext
-from .measure import alternate, target
-from .workloads import random_prompts
+from suites import roofline
+from suites.context import SuiteContext
+from suites.measure import alternate, target
+from suites.workloads import random_prompts
 
 BATCHES = (1, 16, 64)
 

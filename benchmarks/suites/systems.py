@@ -97,7 +97,7 @@ class SystemPool:
                             disable_radix_cache=name == "radixlm-nocache", log_level="error")
             return RadixSystem(name, engine)
         if name in ("hf", "hf-prefix"):
-            from .hf_systems import HFBatched, HFPrefixReuse
+            from suites.hf_systems import HFBatched, HFPrefixReuse
 
             model, pad_id = self.hf_model()
             cls = HFBatched if name == "hf" else HFPrefixReuse
@@ -106,7 +106,7 @@ class SystemPool:
             missing = [m for m in ("llama_cpp", "gguf") if importlib.util.find_spec(m) is None]
             return Unavailable(name, f"python module(s) {', '.join(missing)} not installed "
                                      "(pip install 'radixlm[bench]')")
-        from .llamacpp_system import LlamaCppSystem
+        from suites.llamacpp_system import LlamaCppSystem
 
         return LlamaCppSystem(name, self.model_path)
 

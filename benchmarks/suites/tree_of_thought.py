@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .context import SuiteContext
-from .measure import alternate, summarize
-from .workloads import tot_problems
+from suites.context import SuiteContext
+from suites.measure import alternate, summarize
+from suites.workloads import tot_problems
 
 SYSTEMS = ("radixlm", "radixlm-nocache", "hf")
 WIDTH = 4

@@ -40,6 +40,10 @@ class IncrementalDetokenizer:
         self.prefix_offset = max(self.read_offset - _CONTEXT_TOKENS, 0)
         self._pieces: list[str] = []
 
+    def fresh(self) -> IncrementalDetokenizer:
+        """A new detokenizer with the same settings and no ids (to decode a changed output anew)."""
+        return type(self)(self.tokenizer, skip_special_tokens=self.skip_special_tokens)
+
     @property
     def output_ids(self) -> list[int]:
         return self._ids[self._num_prompt:]

@@ -24,7 +24,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from radixlm.runtime.engine.grammar_compiler import GrammarHooks
+from radixlm.runtime.engine.delivery import Delivery, RequestHandle, ResultCollector
+from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.inputs import (
     InputLimits,
     build_reqs,
@@ -32,7 +33,6 @@ from radixlm.runtime.engine.inputs import (
     normalize_params,
     normalize_rids,
 )
-from radixlm.runtime.engine.request_output import RequestHandle
 from radixlm.runtime.engine.step_loop import EngineLoop
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.scheduler.req import Req
@@ -54,12 +54,10 @@ class Engine:
         args = self.server_args
         logging.getLogger("radixlm").setLevel(args.log_level.upper())
         from radixlm.runtime.checkpoints.synthetic import default_model_path
-        from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
         from radixlm.runtime.engine.tokenizer import Tokenizer
 
         self.model_path = args.model_path or default_model_path()
         self.tokenizer = Tokenizer(args.tokenizer_path or self.model_path)
-        self._detok_cls = IncrementalDetokenizer
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
         self.model_config = self.runner.model_config
         cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,
@@ -68,8 +66,8 @@ class Engine:
                                    schedule_policy=args.schedule_policy,
                                    max_running_requests=args.max_running_requests,
                                    max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size)
-        self._grammar = GrammarHooks(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
-                                     args.enable_jump_forward, self._make_detokenizer, args.grammar_max_regex_chars)
+        self._grammar = GrammarCompiler(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
+                                        args.enable_jump_forward, args.grammar_max_regex_chars)
         self._limits = InputLimits(
             context_len=self.runner.context_len,
             max_req_input_len=args.max_req_input_len or self.runner.context_len,
@@ -94,47 +92,42 @@ class Engine:
         request. ``meta_info["first_token_latency"]`` is the time from submission to the first
         output token (None without one).
         """
-        reqs, single = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
-                                       logprob_start_len, top_logprobs_num, stream, rid)
+        reqs, collector = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
+                                          logprob_start_len, top_logprobs_num, stream, rid)
         handle = RequestHandle()
         self._submit(reqs, handle)
         if stream:
-            return self._stream(reqs, handle)
-        results: list[Any] = [None] * len(reqs)
-        for _ in reqs:
-            index, kind, payload = handle.get()
-            if kind == "error":
-                self._abort_all(reqs)
-                raise payload
-            results[index] = payload
-        return results[0] if single else results
+            return self._stream(reqs, handle, collector)
+        try:
+            while not collector.complete:
+                collector.add(handle.get())
+        except BaseException:
+            self._abort_all(reqs)
+            raise
+        return collector.result()
 
     async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: Any = None,
                              input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
                              logprob_start_len: int | None = None, top_logprobs_num: int = 0,
                              stream: bool = False, rid: str | list[str] | None = None) -> Any:
         """``generate`` for asyncio: awaits the result, or (``stream=True``) returns an async iterator."""
-        reqs, single = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
-                                       logprob_start_len, top_logprobs_num, stream, rid)
+        reqs, collector = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
+                                          logprob_start_len, top_logprobs_num, stream, rid)
         handle = RequestHandle(asyncio.get_running_loop())
         self._submit(reqs, handle)
         if stream:
-            return self._astream(reqs, handle)
-        results: list[Any] = [None] * len(reqs)
+            return self._astream(reqs, handle, collector)
         try:
-            for _ in reqs:
-                index, kind, payload = await handle.aget()
-                if kind == "error":
-                    raise payload
-                results[index] = payload
+            while not collector.complete:
+                collector.add(await handle.aget())
         except BaseException:
             self._abort_all(reqs)
             raise
-        return results[0] if single else results
+        return collector.result()
 
     def _make_reqs(self, prompt: Any, sampling_params: Any, input_ids: Any, return_logprob: bool,
                    logprob_start_len: Any, top_logprobs_num: Any, stream: bool,
-                   rid: Any) -> tuple[list[Req], bool]:
+                   rid: Any) -> tuple[list[Req], ResultCollector]:
         items, is_batch = normalize_inputs(prompt, input_ids)
         params = normalize_params(sampling_params, len(items))
         token_lists = [self.tokenizer.encode(x, add_special_tokens=True) if isinstance(x, str) else x
@@ -145,12 +138,8 @@ class Engine:
                           return_logprob=bool(return_logprob), logprob_start_len=logprob_start_len,
                           top_logprobs_num=top_logprobs_num, stream=bool(stream))
         for req in reqs:
-            req.detokenizer = self._make_detokenizer(req)
-        single = not is_batch and params[0].n == 1
-        return reqs, single
-
-    def _make_detokenizer(self, req: Req) -> Any:
-        return self._detok_cls(self.tokenizer, skip_special_tokens=req.params.skip_special_tokens)
+            req.decoded.detokenizer = self.tokenizer.incremental_detokenizer(req.params.skip_special_tokens)
+        return reqs, ResultCollector(len(reqs), single=not is_batch and params[0].n == 1)
 
     def _submit(self, reqs: list[Req], handle: RequestHandle) -> None:
         limit = self.server_args.max_queued_requests
@@ -158,40 +147,26 @@ class Engine:
             raise QueueFullError(f"too many queued requests (max_queued_requests={limit})")
         now = time.perf_counter()
         for i, req in enumerate(reqs):
-            req.handle, req.handle_index, req.created_at = handle, i, now
+            req.delivery = Delivery(handle, i, now)
         self._loop.submit(reqs)
 
-    def _stream(self, reqs: list[Req], handle: RequestHandle) -> Iterator[dict[str, Any]]:
-        done = 0
+    def _stream(self, reqs: list[Req], handle: RequestHandle,
+                collector: ResultCollector) -> Iterator[dict[str, Any]]:
         try:
-            while done < len(reqs):
-                index, kind, payload = handle.get()
-                if kind == "error":
-                    raise payload
-                done += kind == "done"
-                yield self._tag(payload, index, len(reqs))
+            while not collector.complete:
+                yield collector.chunk(handle.get())
         finally:
-            if done < len(reqs):
+            if not collector.complete:
                 self._abort_all(reqs)
 
-    async def _astream(self, reqs: list[Req], handle: RequestHandle) -> AsyncIterator[dict[str, Any]]:
-        done = 0
+    async def _astream(self, reqs: list[Req], handle: RequestHandle,
+                       collector: ResultCollector) -> AsyncIterator[dict[str, Any]]:
         try:
-            while done < len(reqs):
-                index, kind, payload = await handle.aget()
-                if kind == "error":
-                    raise payload
-                done += kind == "done"
-                yield self._tag(payload, index, len(reqs))
+            while not collector.complete:
+                yield collector.chunk(await handle.aget())
         finally:
-            if done < len(reqs):
+            if not collector.complete:
                 self._abort_all(reqs)
-
-    @staticmethod
-    def _tag(chunk: dict[str, Any], index: int, count: int) -> dict[str, Any]:
-        if count > 1:
-            chunk["index"] = index
-        return chunk
 
     def _abort_all(self, reqs: list[Req]) -> None:
         for req in reqs:

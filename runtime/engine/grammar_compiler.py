@@ -1,38 +1,37 @@
-"""Constrained decoding inside the engine loop: compile, accept, jump forward, validate.
+"""``GrammarCompiler``: the engine side of constrained decoding: start, poll and cancel compiles.
 
-- ``start``: a constrained request's grammar compiles in the backend's worker thread; the request
-  waits outside the scheduler (others keep running) until ``poll`` sees the future resolve.
-  A compile error or timeout fails just that request with the ``ConstraintError`` message.
-- ``on_token``: after each sampled token the matcher accepts it; a terminated matcher finishes the
-  request (``stop``; ``matched`` is the EOS id when EOS ended it, else None).
-- ``jump_forward``: when the grammar forces a continuation, drop ``num_drop`` output tokens and
-  append the re-tokenised forced text; the request is re-queued (its KV goes into the radix
-  cache first) so one extend step computes all forced tokens instead of one decode per token.
-- ``finish``: with ``strict=False`` the final text is validated and any violations reported in
-  ``meta_info["constraint_violations"]``.
+A constrained request's grammar compiles in the backend's worker thread while the request waits
+here, outside the scheduler (other requests keep running). ``poll`` hands back the requests whose
+compile finished: each ready one carries its ``RequestMatcher`` in ``req.matcher`` and goes to the
+scheduler, which from then on asks the matcher for its decisions itself. A compile error or
+timeout fails just that request with the ``ConstraintError`` message.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any
 
+from radixlm.runtime.engine.request_matcher import RequestMatcher
 from radixlm.runtime.scheduler.req import Req
-from radixlm.runtime.scheduler.scheduler import Scheduler
 
 
-class GrammarHooks:
-    """Owns the ``GrammarBackend`` (created on the first constrained request)."""
+class GrammarCompiler:
+    """Owns the ``GrammarBackend`` (created on the first constrained request) and the compiling requests."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, compile_timeout_s: float,
-                 enable_jump_forward: bool, make_detokenizer: Any, max_regex_chars: int | None = None) -> None:
+                 enable_jump_forward: bool, max_regex_chars: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.compile_timeout_s = compile_timeout_s
         self.max_regex_chars = max_regex_chars
         self.enable_jump_forward = enable_jump_forward
-        self.make_detokenizer = make_detokenizer
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self._backend = None
+        self._pending: dict[Req, Future | None] = {}  # None: the submit itself failed (req.error)
+
+    def __len__(self) -> int:
+        return len(self._pending)
 
     def backend(self) -> Any:
         if self._backend is None:
@@ -44,82 +43,55 @@ class GrammarHooks:
         return self._backend
 
     def close(self) -> None:
-        if self._backend is not None and hasattr(self._backend, "shutdown"):
+        if self._backend is not None:
             self._backend.shutdown()
 
-    # ------------------------------------------------------------------ compile
-
     def start(self, req: Req) -> None:
+        """Submit ``req``'s constraint for compilation; it waits here until ``poll`` returns it."""
+        future = None
         try:
-            req.grammar_future = self.backend().submit(req.params)
+            future = self.backend().submit(req.params)
         except Exception as e:  # noqa: BLE001 - the request fails, the engine goes on
-            req.error = e if isinstance(e, ValueError) else ValueError(f"constraint: {e}")
+            req.error = _as_value_error(e)
+        self._pending[req] = future
 
-    def poll(self, req: Req, admit: Any, fail: Any) -> bool:
-        """True once the request left the pending list (admitted, or failed via ``fail``)."""
-        if req.error is None:
-            future = req.grammar_future
-            if not future.done():
-                return False
-            try:
-                req.grammar = future.result().matcher()
-            except Exception as e:  # noqa: BLE001 - ConstraintError, timeout: this request only
-                req.error = e if isinstance(e, ValueError) else ValueError(f"constraint: {e}")
-        if req.error is not None:
-            req.finish("abort", message=str(req.error))
-            fail(req)
-        else:
-            admit(req)
-        return True
-
-    def cancel(self, req: Req) -> None:
-        if req.grammar_future is not None:
-            req.grammar_future.cancel()
-
-    # ------------------------------------------------------------------ decoding
-
-    def on_token(self, req: Req, token: int) -> None:
-        matcher = req.grammar
-        if matcher is None:
-            return
-        if not matcher.accept_token(token):
-            if token in self.eos_token_ids:
-                req.finish("stop", token)
+    def poll(self) -> tuple[list[Req], list[Req]]:
+        """``(ready, failed)``: requests whose compile finished; failed ones are finished as ``abort``."""
+        ready, failed = [], []
+        for req, future in list(self._pending.items()):
+            if future is not None and not future.done():
+                continue
+            del self._pending[req]
+            if req.error is None:
+                try:
+                    req.matcher = RequestMatcher(future.result().matcher(), self.tokenizer, self.eos_token_ids,
+                                                 self.enable_jump_forward and not req.params.disable_jump_forward)
+                except Exception as e:  # noqa: BLE001 - ConstraintError, timeout: this request only
+                    req.error = _as_value_error(e)
+            if req.error is None:
+                ready.append(req)
             else:
-                req.finish("abort", message=f"constraint rejected sampled token {token}")
-        elif matcher.is_terminated():
-            req.finish("stop", token if token in self.eos_token_ids else None)
+                req.finish("abort", message=str(req.error))
+                failed.append(req)
+        return ready, failed
 
-    def jump_forward(self, req: Req, scheduler: Scheduler) -> bool:
-        """Splice forced tokens into ``req``; True if that finished it (caller emits it)."""
-        if not self.enable_jump_forward or req.params.disable_jump_forward:
-            return False
-        from radixlm.constrained import jump_forward
+    def cancel(self, rid: str) -> list[Req]:
+        """Stop compiling for the requests with this rid (or group rid); they finish as ``abort``."""
+        cancelled = []
+        for req, future in list(self._pending.items()):
+            if rid in (req.rid, req.group_rid):
+                del self._pending[req]
+                if future is not None:
+                    future.cancel()
+                req.finish("abort", message="aborted")
+                cancelled.append(req)
+        return cancelled
 
-        jf = jump_forward(req.grammar, self.tokenizer, req.output_ids)
-        if jf is None or (not jf.new_ids and not jf.num_drop):
-            return False
-        room = req.params.max_new_tokens - (req.output_len - jf.num_drop)
-        new_ids = list(jf.new_ids)[:max(room, 0)]
-        scheduler.requeue(req)  # releases the KV under the old ids before they change
-        req.grammar.rollback(jf.num_drop)
-        for token in new_ids:
-            req.grammar.accept_token(token)
-        req.replace_tail(jf.num_drop, new_ids, self.make_detokenizer(req))
-        if req.grammar.is_terminated():
-            req.finish("stop")
-        else:
-            scheduler.stop_checker.check(req, num_new=max(len(new_ids), 1))
-        if req.finished:
-            scheduler.waiting.remove(req)
-            return True
-        return False
+    def drop_all(self) -> list[Req]:
+        """Forget every compiling request (the engine is failing them all); return them."""
+        dropped, self._pending = list(self._pending), {}
+        return dropped
 
-    # ------------------------------------------------------------------ finish
 
-    def finish(self, req: Req) -> None:
-        if req.grammar is None or req.params.strict or req.error is not None:
-            return
-        from radixlm.runtime.scheduler.stop_checker import StopChecker
-
-        req.constraint_violations = req.grammar.grammar.validate_output(StopChecker.final_text(req))
+def _as_value_error(e: Exception) -> ValueError:
+    return e if isinstance(e, ValueError) else ValueError(f"constraint: {e}")

@@ -4,11 +4,11 @@ Callers (any thread) ``submit`` requests, ``abort`` them and ``call`` functions 
 between steps (flush, leak checks). The loop thread alone touches the scheduler, the runner and
 the requests' state. One step::
 
-    drain inbox (grammar requests wait in `pending` until their grammar compiled)
+    drain inbox (constrained requests wait in the GrammarCompiler until their grammar compiled)
     batch = scheduler.schedule()                     -> None: sleep until woken
     result = runner.run(batch)                       forward + masks + sample
-    scheduler.process_batch_result(batch, result)    append, accept (on_token), stop, cache, release
-    jump-forward for constrained requests            splice forced tokens, re-queue to extend them
+    scheduler.process_batch_result(batch, result)    append, ask the constraint, stop, jump-forward,
+                                                     cache, release
     emit stream chunks / final results
 
 An exception in a step fails every in-flight request with a ``RuntimeError`` naming the cause and
@@ -26,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from radixlm.runtime.engine.grammar_compiler import GrammarHooks
+from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.request_output import final_output, stream_chunk
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.scheduler.req import Req
@@ -60,11 +60,10 @@ class StepTimers:
 class EngineLoop:
     """Runs the scheduler/runner steps in a daemon thread."""
 
-    def __init__(self, scheduler: Scheduler, runner: ModelRunner, grammar: GrammarHooks) -> None:
+    def __init__(self, scheduler: Scheduler, runner: ModelRunner, grammar: GrammarCompiler) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self.grammar = grammar
-        scheduler.on_token = grammar.on_token
         self.timers = StepTimers()
         self.prompt_tokens = self.cached_tokens = self.finished_requests = 0
         self._lock = threading.Lock()
@@ -72,7 +71,6 @@ class EngineLoop:
         self._inbox: deque[Req] = deque()
         self._aborts: deque[str] = deque()
         self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
-        self._pending: list[Req] = []  # waiting for their grammar to compile
         self._inflight: list[Req] = []
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="radixlm-engine", daemon=True)
@@ -94,7 +92,7 @@ class EngineLoop:
 
     def num_queued(self) -> int:
         """Requests not yet admitted (submitted, compiling a grammar, or waiting)."""
-        return len(self._inbox) + len(self._pending) + len(self.scheduler.waiting)
+        return len(self._inbox) + len(self.grammar) + len(self.scheduler.waiting)
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn`` in the loop thread between steps and return its result."""
@@ -122,7 +120,7 @@ class EngineLoop:
                     break
                 if not self._has_ready_work(progress):
                     # pending grammars are polled; otherwise sleep until a door is used
-                    self._wake.wait(timeout=0.005 if self._pending or self.scheduler.has_work() else None)
+                    self._wake.wait(timeout=0.005 if len(self.grammar) or self.scheduler.has_work() else None)
                     if self._stopped:
                         break
             try:
@@ -141,16 +139,17 @@ class EngineLoop:
         """One step; False when no batch could run."""
         start = time.perf_counter()
         self._drain_doors()
-        self._pending = [r for r in self._pending if not self.grammar.poll(r, self._admit, self._emit_final)]
+        ready, failed = self.grammar.poll()
+        for req in ready:
+            self.scheduler.add(req)
+        for req in failed:
+            self._emit_final(req)
         batch = self.scheduler.schedule()
         if batch is None:
             return False
         self._inflight = batch.reqs
         result = self.runner.run(batch)
         finished = self.scheduler.process_batch_result(batch, result)
-        for req in batch.sample_reqs:
-            if not req.finished and req.grammar is not None and self.grammar.jump_forward(req, self.scheduler):
-                finished.append(req)
         self._inflight = []
         for req in finished:
             self._emit_final(req)
@@ -158,7 +157,7 @@ class EngineLoop:
             if req.stream and not req.finished:
                 chunk = stream_chunk(req)
                 if chunk is not None:
-                    req.handle.put(req.handle_index, "chunk", chunk)
+                    req.delivery.put("chunk", chunk)
         self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s)
         return True
 
@@ -169,10 +168,9 @@ class EngineLoop:
             calls, self._calls = list(self._calls), deque()
         for req in new:
             if req.params.constraint_kind is not None:
-                self._pending.append(req)
                 self.grammar.start(req)
             else:
-                self._admit(req)
+                self.scheduler.add(req)
         for rid in aborts:
             self._abort(rid)
         for fn, future in calls:
@@ -181,36 +179,23 @@ class EngineLoop:
             except Exception as e:  # noqa: BLE001 - handed to the caller
                 future.set_exception(e)
 
-    def _admit(self, req: Req) -> None:
-        self.scheduler.add(req)
-
     def _abort(self, rid: str) -> None:
-        for req in list(self._pending):
-            if rid in (req.rid, req.group_rid):
-                self._pending.remove(req)
-                self.grammar.cancel(req)
-                req.finish("abort", message="aborted")
-                self._emit_final(req)
-        for req in self.scheduler.abort(rid):
+        for req in self.grammar.cancel(rid) + self.scheduler.abort(rid):
             self._emit_final(req)
 
     def _emit_final(self, req: Req) -> None:
         self.finished_requests += 1
         self.prompt_tokens += req.prompt_len
         self.cached_tokens += req.cached_tokens
-        self.grammar.finish(req)
         if req.error is not None:
-            req.handle.put(req.handle_index, "error", req.error)
-            return
-        if req.stream:
-            req.handle.put(req.handle_index, "done", stream_chunk(req))
+            req.delivery.put("error", req.error)
         else:
-            req.handle.put(req.handle_index, "done", final_output(req))
+            req.delivery.put("done", stream_chunk(req) if req.stream else final_output(req))
 
     def _fail_all(self, error: Exception) -> None:
         with self._wake:
             inbox, self._inbox = list(self._inbox), deque()
-        dropped = {id(r): r for r in inbox + self._pending + self._inflight + self.scheduler.reset()}
-        self._pending, self._inflight = [], []
+        dropped = {id(r): r for r in inbox + self.grammar.drop_all() + self._inflight + self.scheduler.reset()}
+        self._inflight = []
         for req in dropped.values():
-            req.handle.put(req.handle_index, "error", error)
+            req.delivery.put("error", error)

@@ -11,9 +11,12 @@ import json
 from datetime import datetime
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tokenizers
+
+if TYPE_CHECKING:
+    from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
 
 
 class ChatTemplateError(ValueError):
@@ -136,6 +139,12 @@ class Tokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``; incomplete UTF-8 sequences decode to U+FFFD."""
         return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def incremental_detokenizer(self, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
+        """A fresh ``IncrementalDetokenizer`` over this tokenizer (text deltas for streaming)."""
+        from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
+
+        return IncrementalDetokenizer(self, skip_special_tokens=skip_special_tokens)
 
     def id_to_bytes(self, token_id: int) -> bytes:
         """The exact bytes token ``token_id`` contributes to the text (its content for added tokens)."""

@@ -183,14 +183,14 @@ class ModelRunner:
             logprobs = torch.log_softmax(rows.float(), dim=-1)
             targets = torch.tensor(span.target_ids, dtype=torch.int64, device=self.device)
             result.input_logprobs.append(logprobs.gather(1, targets.unsqueeze(1)).squeeze(1).tolist())
-            result.input_top_logprobs.append(_top_logprobs(logprobs, span.req.top_logprobs_num))
+            result.input_top_logprobs.append(_top_logprobs(logprobs, span.req.logprobs.top_num))
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor, result: BatchResult) -> None:
         logits = logits.float()  # [bs, vocab] (a copy: indexing gathered the rows)
-        want_logprobs = any(r.return_logprob for r in reqs)
+        want_logprobs = any(r.logprobs.return_logprob for r in reqs)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
         apply_logit_processors(logits, reqs, self.eos_token_ids)
-        if any(r.grammar is not None for r in reqs):
+        if any(r.matcher is not None for r in reqs):
             self.ops.apply_token_bitmask(logits, self._grammar_bitmask(reqs))
         if self.token_vocab_size < self.vocab_size:  # ids the tokenizer cannot decode
             logits[:, self.token_vocab_size:] = float("-inf")
@@ -200,14 +200,14 @@ class ModelRunner:
         if raw_logprobs is not None:
             chosen = raw_logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
             result.next_token_logprobs = chosen.tolist()
-            result.next_top_logprobs = _top_logprobs(raw_logprobs, max(r.top_logprobs_num for r in reqs))
+            result.next_top_logprobs = _top_logprobs(raw_logprobs, max(r.logprobs.top_num for r in reqs))
 
     def _grammar_bitmask(self, reqs: list[Req]) -> torch.Tensor:
         """int32 ``[bs, ceil(vocab / 32)]``: constrained rows from their matchers, others all ones."""
         bitmask = torch.full((len(reqs), math.ceil(self.vocab_size / 32)), -1, dtype=torch.int32)
         for i, req in enumerate(reqs):
-            if req.grammar is not None:
-                req.grammar.fill_mask(bitmask[i])
+            if req.matcher is not None:
+                req.matcher.fill_mask(bitmask[i])
         return bitmask.to(self.device, non_blocking=True)
 
 

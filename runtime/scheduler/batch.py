@@ -135,14 +135,14 @@ def build_extend_batch(reqs: list[Req], chunked: Req | None,
     batch = ScheduledBatch(False, reqs, spec, chunked_req=chunked)
     row = 0
     for req in reqs:
-        start, end = req.kv_len, req.kv_len + req.extend_len
-        spec.req_pool_indices.append(req.req_pool_idx)
+        start, end = req.kv.kv_len, req.kv.kv_len + req.kv.extend_len
+        spec.req_pool_indices.append(req.kv.req_pool_idx)
         spec.input_ids.extend(req.fill_slice(start, end))
         spec.prefix_lens.append(start)
-        spec.extend_lens.append(req.extend_len)
-        spec.out_cache_loc.extend(req.kv_slots[start:end])
+        spec.extend_lens.append(req.kv.extend_len)
+        spec.out_cache_loc.extend(req.kv.slots[start:end])
         if req.wants_input_logprobs:
-            lo, hi = max(req.logprob_start_len, start), min(end, req.fill_len - 1)
+            lo, hi = max(req.logprobs.start_len, start), min(end, req.fill_len - 1)
             if lo < hi:
                 batch.logprob_spans.append(LogprobSpan(req, len(spec.logits_indices), lo,
                                                        req.fill_slice(lo + 1, hi + 1)))
@@ -151,7 +151,7 @@ def build_extend_batch(reqs: list[Req], chunked: Req | None,
             batch.sample_reqs.append(req)
             batch.sample_rows.append(len(spec.logits_indices))
             spec.logits_indices.append(row + end - 1 - start)
-        row += req.extend_len
+        row += req.kv.extend_len
     if not spec.logits_indices:  # a lone middle chunk: the forward still needs one logit row
         spec.logits_indices.append(row - 1)
     return batch

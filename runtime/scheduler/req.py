@@ -7,11 +7,17 @@ Memory regions of a request, along ``fill_ids = origin_input_ids + output_ids``:
               |  shared, locked through |  allocated by this|  rest of prompt not yet
               |  last_node (not ours to |  request; freed or|  prefilled, and the last
               |  free)                  |  inserted at end  |  sampled token
-    kv_slots[i] is the KV slot of position i, for i < kv_len.
+    kv.slots[i] is the KV slot of position i, for i < kv.kv_len.
 
 One step extends ``fill_ids[kv_len : kv_len + extend_len]`` (a whole prompt, one chunk of it,
 or the single last token in a decode step) and then ``kv_len += extend_len``. A running
 (decoding) request always has ``kv_len == len(fill_ids) - 1``.
+
+The state is split by owner: ``kv`` (``KVState``, changed by ``ReqCache``), ``logprobs``
+(``LogprobState``), ``decoded`` (``TextState``: text and stop-string search), ``matcher`` (the
+constraint the scheduler asks, see ``constraint.py``), and two opaque slots that other layers own:
+``delivery`` (the engine's stream offsets and output handle) and ``sampler_state`` (the model
+runner's per-request generator).
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.scheduler.req_kv import KVState
+from radixlm.runtime.scheduler.req_logprobs import LogprobState
+from radixlm.runtime.scheduler.req_text import TextState
 
 _arrival = itertools.count()
 
@@ -42,7 +51,7 @@ class FinishReason:
 
 
 class Req:
-    """A request's token ids, KV accounting, sampler state and outputs."""
+    """A request's token ids and lengths, its parts (see the module docstring) and its outcome."""
 
     def __init__(self, rid: str, input_ids: list[int], params: SamplingParams, *,
                  return_logprob: bool = False, logprob_start_len: int | None = None,
@@ -56,47 +65,25 @@ class Req:
         self.arrival = next(_arrival)  # retraction picks the youngest (largest) first
         self.extra_key = extra_key
         self.seed_offset = seed_offset  # sibling i of an n > 1 request samples with seed + i
-        # logprobs: prompt logprobs cover positions logprob_start_len .. len(prompt) - 1
-        self.return_logprob = return_logprob
-        self.logprob_start_len = logprob_start_len if logprob_start_len is not None else len(input_ids)
-        self.top_logprobs_num = top_logprobs_num
-        self.input_token_logprobs: list[float | None] = []
-        self.input_top_logprobs: list[list[tuple[float, int]] | None] = []
-        self.input_logprobs_done = False
-        self.output_token_logprobs: list[float | None] = []  # None: a jump-forward token
-        self.output_top_logprobs: list[list[tuple[float, int]]] = []
         self.stream = stream
-        # KV accounting (see the module docstring)
-        self.kv_slots: list[int] = []
-        self.kv_len = 0
-        self.cache_protected_len = 0
-        self.last_node: Any = None
-        self.req_pool_idx: int | None = None
-        self.extend_len = 0
+        self.kv = KVState()
+        self.logprobs = LogprobState(
+            return_logprob, logprob_start_len if logprob_start_len is not None else len(input_ids),
+            top_logprobs_num)
+        self.decoded = TextState(detokenizer)
+        self.matcher: Any = None  # a ``Constraint`` once the request's grammar compiled, else None
+        # statistics
         self.cached_tokens = 0  # prompt tokens served from the radix cache at first admission
         self.admitted_once = False
         self.forward_passes = 0
         self.num_retractions = 0
-        # text and finishing
-        self.detokenizer = detokenizer  # .step(new_ids) -> str; None: no text (scheduler tests)
-        self.text = ""
-        self.stop_pos: int | None = None  # where the matched stop string starts in text
-        self.stop_checked_len = 0  # text searched for stop strings so far
+        self.first_token_at: float | None = None  # time.perf_counter() when the first output token came
+        # outcome
         self.finished_reason: FinishReason | None = None
         self.error: Exception | None = None  # raised in the caller instead of a result
-        # constrained decoding (set by the engine loop)
-        self.grammar: Any = None  # a GrammarMatcher or None
-        self.grammar_future: Any = None
-        self.constraint_violations: list[str] | None = None
-        # engine-side state: the output handle, streaming offsets, sampler generator
-        self.handle: Any = None  # a RequestHandle, shared by the requests of one generate call
-        self.handle_index = 0  # this request's index among them
-        self.sent_text_len = 0
-        self.sent_ids_len = 0
-        self.sent_logprobs_len = 0
-        self.sampler_state: Any = None
-        self.created_at = 0.0  # time.perf_counter() at submission
-        self.first_token_at: float | None = None  # time.perf_counter() when the first output token came
+        # owned by other layers
+        self.delivery: Any = None  # the engine's ``Delivery`` (output handle, stream offsets)
+        self.sampler_state: Any = None  # the sampler's per-request generator (seeded requests)
 
     # ------------------------------------------------------------------ lengths
 
@@ -138,7 +125,7 @@ class Req:
     @property
     def wants_input_logprobs(self) -> bool:
         """Prompt logprobs still to compute (they are computed once, never after a retraction)."""
-        return self.return_logprob and self.logprob_start_len < self.prompt_len and not self.input_logprobs_done
+        return self.logprobs.wants_input(self.prompt_len)
 
     @property
     def finished(self) -> bool:
@@ -147,44 +134,26 @@ class Req:
     # ------------------------------------------------------------------ outputs
 
     def append_token(self, token_id: int) -> None:
-        """Append a sampled (or forced) token and its text."""
+        """Append a sampled token and its text."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         self.output_ids.append(token_id)
-        if self.detokenizer is not None:
-            self.text += self.detokenizer.step([token_id])
+        self.decoded.append([token_id])
 
-    def replace_tail(self, num_drop: int, new_ids: list[int], detokenizer: Any) -> None:
+    def replace_tail(self, num_drop: int, new_ids: list[int] | tuple[int, ...]) -> None:
         """Drop ``num_drop`` output tokens, append ``new_ids`` and re-decode (jump-forward)."""
-        if num_drop:
-            keep = len(self.output_ids) - num_drop
-            del self.output_ids[keep:]
-            del self.output_token_logprobs[keep:]
-            del self.output_top_logprobs[keep:]
+        keep = len(self.output_ids) - num_drop
+        del self.output_ids[keep:]
         self.output_ids.extend(new_ids)
-        if self.return_logprob:  # forced tokens were never sampled: no logprob
-            self.output_token_logprobs.extend([None] * len(new_ids))
-            self.output_top_logprobs.extend([[] for _ in new_ids])
-        self.detokenizer = detokenizer
-        if detokenizer is not None:
-            self.text = detokenizer.step(list(self.output_ids))
-            self.stop_checked_len = 0
+        self.logprobs.replace_output_tail(keep, len(new_ids))
+        self.decoded.redecode(self.output_ids)
 
     def finish(self, type_: str, matched: str | int | None = None, message: str | None = None) -> None:
+        """Record why the request stopped (the first reason wins) and flush held-back text."""
         if self.finished_reason is None:
             self.finished_reason = FinishReason(type_, matched, message)
-            if self.detokenizer is not None and hasattr(self.detokenizer, "finish"):
-                self.text += self.detokenizer.finish()  # text held back for an unfinished character
-
-    def reset_kv(self) -> None:
-        """Forget the KV state (after release: retraction, jump-forward re-queue, abort)."""
-        self.kv_slots = []
-        self.kv_len = 0
-        self.cache_protected_len = 0
-        self.last_node = None
-        self.req_pool_idx = None
-        self.extend_len = 0
+            self.decoded.flush()
 
     def __repr__(self) -> str:
-        return (f"Req({self.rid!r}, prompt={self.prompt_len}, out={self.output_len}, kv={self.kv_len}, "
-                f"protected={self.cache_protected_len}, finished={self.finished_reason})")
+        return (f"Req({self.rid!r}, prompt={self.prompt_len}, out={self.output_len}, kv={self.kv.kv_len}, "
+                f"protected={self.kv.cache_protected_len}, finished={self.finished_reason})")

@@ -5,17 +5,19 @@ The scheduler's only way to take or give back KV slots. It owns the ``RadixCache
 req_to_token rows, and queues the table writes the next ``BatchSpec`` must carry.
 
 Slot ownership (see ``req.py`` for the picture): slots of positions below
-``req.cache_protected_len`` belong to the tree and are protected by a lock on ``req.last_node``;
-slots from there to ``req.kv_len`` belong to the request. ``cache_unfinished`` moves a request's
-computed prefix into the tree (SGLang's ``cache_unfinished_req``), so chunks of a long prompt and
-a prompt being decoded are already shared with the requests behind it; ``release`` does the same
-for a finished (or retracted) request and then drops its lock and its remaining slots.
+``req.kv.cache_protected_len`` belong to the tree and are protected by a lock on
+``req.kv.last_node``; slots from there to ``req.kv.kv_len`` belong to the request.
+``cache_unfinished`` moves a request's computed prefix into the tree (SGLang's
+``cache_unfinished_req``), so chunks of a long prompt and a prompt being decoded are already
+shared with the requests behind it; ``release`` does the same for a finished (or retracted)
+request and then drops its lock and its remaining slots. Only this class changes ``req.kv``.
 """
 
 from __future__ import annotations
 
 from radixlm.radix_cache import RadixCache
 from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.req_kv import KVState
 from radixlm.runtime.scheduler.slot_allocator import ReqSlotAllocator, SlotAllocator
 
 
@@ -68,13 +70,25 @@ class ReqCache:
             return False
         if node is not None:
             self.tree.lock(node)
-        req.req_pool_idx = rows[0]
-        req.last_node = node
-        req.kv_slots = list(prefix)
-        req.kv_len = req.cache_protected_len = len(prefix)
+        kv = req.kv
+        kv.req_pool_idx = rows[0]
+        kv.last_node = node
+        kv.slots = list(prefix)
+        kv.kv_len = kv.cache_protected_len = len(prefix)
         if prefix:
-            self.pending_table_writes.append((req.req_pool_idx, 0, list(prefix)))
+            self.pending_table_writes.append((kv.req_pool_idx, 0, list(prefix)))
         return True
+
+    def assign(self, req: Req, slots: list[int]) -> None:
+        """This step computes ``len(slots)`` new positions of ``req`` into ``slots``."""
+        req.kv.extend_len = len(slots)
+        req.kv.slots.extend(slots)
+
+    @staticmethod
+    def advance(req: Req) -> None:
+        """The step ran: the positions it computed now have KV."""
+        req.kv.kv_len += req.kv.extend_len
+        req.kv.extend_len = 0
 
     def pop_table_writes(self) -> list[tuple[int, int, list[int]]]:
         writes, self.pending_table_writes = self.pending_table_writes, []
@@ -89,40 +103,42 @@ class ReqCache:
         same tokens meanwhile) replace the request's duplicates, which are freed; the request's
         table row is rewritten for them.
         """
+        kv = req.kv
         if self.tree is None:
             return
-        n = req.kv_len - req.kv_len % self.page_size
-        if n <= req.cache_protected_len:
+        n = kv.kv_len - kv.kv_len % self.page_size
+        if n <= kv.cache_protected_len:
             return
         key = req.fill_slice(0, n)
-        already = self.tree.insert(key, req.kv_slots[:n], req.extra_key)
-        self._free_duplicates(req, already)
+        already = self.tree.insert(key, kv.slots[:n], req.extra_key)
+        self._free_duplicates(kv, already)
         result = self.tree.match_prefix(key, req.extra_key)
         self.tree.lock(result.last_node)
-        self._unlock(req)
-        if result.value[req.cache_protected_len:already] != req.kv_slots[req.cache_protected_len:already]:
-            self.pending_table_writes.append((req.req_pool_idx, req.cache_protected_len,
-                                              result.value[req.cache_protected_len:already]))
-        req.kv_slots[:n] = result.value
-        req.last_node = result.last_node
-        req.cache_protected_len = n
+        self._unlock(kv)
+        protected = kv.cache_protected_len
+        if result.value[protected:already] != kv.slots[protected:already]:
+            self.pending_table_writes.append((kv.req_pool_idx, protected, result.value[protected:already]))
+        kv.slots[:n] = result.value
+        kv.last_node = result.last_node
+        kv.cache_protected_len = n
 
     def release(self, req: Req, insert: bool = True) -> None:
         """Give back everything ``req`` holds: cache its computed prefix (when ``insert``),
         unlock, free its own slots and its table row. Afterwards ``req`` holds nothing."""
-        if req.req_pool_idx is None:
+        kv = req.kv
+        if kv.req_pool_idx is None:
             return
-        own_from = req.cache_protected_len
+        own_from = kv.cache_protected_len
         if self.tree is not None and insert:
-            n = req.kv_len - req.kv_len % self.page_size
-            if n > req.cache_protected_len:
-                already = self.tree.insert(req.fill_slice(0, n), req.kv_slots[:n], req.extra_key)
-                self._free_duplicates(req, already)
+            n = kv.kv_len - kv.kv_len % self.page_size
+            if n > kv.cache_protected_len:
+                already = self.tree.insert(req.fill_slice(0, n), kv.slots[:n], req.extra_key)
+                self._free_duplicates(kv, already)
                 own_from = n  # positions below n are now the tree's
-        self._unlock(req)
-        self.slots.free(req.kv_slots[own_from:req.kv_len])
-        self.rows.free([req.req_pool_idx])
-        req.reset_kv()
+        self._unlock(kv)
+        self.slots.free(kv.slots[own_from:kv.kv_len])
+        self.rows.free([kv.req_pool_idx])
+        kv.reset()
 
     def flush(self) -> None:
         """Drop every cached prefix (only valid when no request holds a lock)."""
@@ -153,11 +169,11 @@ class ReqCache:
             f"KV slot leak: free {self.slots.num_free} + cached {cached} != {self.usable_slots}")
         assert self.rows.num_used == 0, f"req_to_token rows leaked: {self.rows.num_used}"
 
-    def _free_duplicates(self, req: Req, already: int) -> None:
-        if already > req.cache_protected_len:
-            self.slots.free(req.kv_slots[req.cache_protected_len:already])
+    def _free_duplicates(self, kv: KVState, already: int) -> None:
+        if already > kv.cache_protected_len:
+            self.slots.free(kv.slots[kv.cache_protected_len:already])
 
-    def _unlock(self, req: Req) -> None:
-        if req.last_node is not None:
-            self.tree.unlock(req.last_node)
-            req.last_node = None
+    def _unlock(self, kv: KVState) -> None:
+        if kv.last_node is not None:
+            self.tree.unlock(kv.last_node)
+            kv.last_node = None

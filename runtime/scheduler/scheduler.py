@@ -23,12 +23,9 @@ tokens, scaled by ``new_token_ratio`` (SGLang's estimate, raised after a retract
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from radixlm.runtime.scheduler.batch import (
     BatchResult,
     BatchSpec,
-    LogprobSpan,
     ScheduledBatch,
     build_extend_batch,
 )
@@ -48,14 +45,13 @@ class Scheduler:
 
     def __init__(self, cache: ReqCache, stop_checker: StopChecker, *, schedule_policy: str = "lpm",
                  max_running_requests: int = 256, max_prefill_tokens: int = 16384,
-                 chunk_size: int | None = None, on_token: Callable[[Req, int], None] | None = None) -> None:
+                 chunk_size: int | None = None) -> None:
         self.cache = cache
         self.stop_checker = stop_checker
         self.policy = schedule_policy
         self.max_running = max_running_requests
         self.max_prefill_tokens = max_prefill_tokens
         self.chunk_size = chunk_size
-        self.on_token = on_token  # called after each appended token, before the stop checks
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.chunked: Req | None = None
@@ -89,7 +85,7 @@ class Scheduler:
     def _match_limit(self, req: Req) -> int:
         limit = req.fill_len - 1
         if req.wants_input_logprobs:
-            limit = min(limit, req.logprob_start_len)
+            limit = min(limit, req.logprobs.start_len)
         return limit
 
     def _schedule_prefill(self) -> ScheduledBatch | None:
@@ -101,13 +97,14 @@ class Scheduler:
         chunked: Req | None = None
         if self.chunked is not None:
             req = self.chunked
-            take = min(req.fill_len - req.kv_len, budget)
+            take = min(req.fill_len - req.kv.kv_len, budget)
             slots = self.cache.alloc(take)
             if slots is None:
                 return None
-            self._add_extend(req, slots, reqs)
+            self.cache.assign(req, slots)
+            reqs.append(req)
             budget -= take
-            chunked = req if req.kv_len + take < req.fill_len else None
+            chunked = req if req.kv.kv_len + take < req.fill_len else None
         if chunked is None and self.waiting and len(self.running) < self.max_running and budget > 0:
             chunked = self._admit_waiting(reqs, budget)
         if not reqs:
@@ -151,7 +148,8 @@ class Scheduler:
             if not req.admitted_once:
                 req.admitted_once, req.cached_tokens = True, len(prefix)
             admitted.append(req)
-            self._add_extend(req, slots, reqs)
+            self.cache.assign(req, slots)
+            reqs.append(req)
             budget -= take
             if take < extend:
                 chunked = req
@@ -166,8 +164,8 @@ class Scheduler:
 
     @staticmethod
     def _add_extend(req: Req, slots: list[int], reqs: list[Req]) -> None:
-        req.extend_len = len(slots)
-        req.kv_slots.extend(slots)
+        req.kv.extend_len = len(slots)
+        req.kv.slots.extend(slots)
         reqs.append(req)
 
     def _schedule_decode(self) -> ScheduledBatch:
@@ -178,11 +176,10 @@ class Scheduler:
                                f"after retraction (available {self.cache.available()})")
         reqs = list(self.running)  # the batch's own list: `running` changes when requests finish
         rows = list(range(len(reqs)))
-        spec = BatchSpec(True, [r.req_pool_idx for r in reqs], [r.output_ids[-1] for r in reqs],
-                         [r.kv_len for r in reqs], [1] * len(reqs), slots, rows, self.cache.pop_table_writes())
+        spec = BatchSpec(True, [r.kv.req_pool_idx for r in reqs], [r.output_ids[-1] for r in reqs],
+                         [r.kv.kv_len for r in reqs], [1] * len(reqs), slots, rows, self.cache.pop_table_writes())
         for req, slot in zip(reqs, slots):
-            req.extend_len = 1
-            req.kv_slots.append(slot)
+            self.cache.assign(req, [slot])
         self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         return ScheduledBatch(True, reqs, spec, reqs, list(rows))
 
@@ -201,8 +198,7 @@ class Scheduler:
     def retract(self, req: Req) -> None:
         """Send ``req`` back to the queue, keeping its outputs; its KV goes to the radix cache."""
         self.cache.release(req, insert=True)
-        if not req.input_logprobs_done:
-            req.input_token_logprobs, req.input_top_logprobs = [], []
+        req.logprobs.restart_input()
         req.num_retractions += 1
         self.num_retractions += 1
         self.new_token_ratio = min(1.0, self.new_token_ratio + 0.3)
@@ -211,51 +207,65 @@ class Scheduler:
     # ------------------------------------------------------------------ results
 
     def process_batch_result(self, batch: ScheduledBatch, result: BatchResult) -> list[Req]:
-        """Apply one step's results; return the requests that finished in it (already released)."""
+        """Apply one step's results; return the requests that finished in it (already released).
+
+        Per sampled token: append it, ask the request's constraint (finish?), run the stop
+        checks. Then constrained requests that the grammar forces ahead are spliced and re-queued
+        (jump-forward: one extend step computes all the forced tokens).
+        """
         for req in batch.reqs:
-            req.kv_len += req.extend_len
-            req.extend_len = 0
+            self.cache.advance(req)
             req.forward_passes += 1
         for i, span in enumerate(batch.logprob_spans):
-            self._add_input_logprobs(span, result, i)
+            tops = result.input_top_logprobs[i] if result.input_top_logprobs else None
+            span.req.logprobs.add_input(result.input_logprobs[i], tops)
         want_lp = bool(result.next_token_logprobs)
         for i, (req, token) in enumerate(zip(batch.sample_reqs, result.next_token_ids)):
             if req.finished:  # aborted while in flight
                 continue
-            if req.wants_input_logprobs and not req.input_token_logprobs:  # logprob_start_len = prompt_len - 1
-                req.input_token_logprobs.append(None)
-                req.input_top_logprobs.append(None)
-            req.input_logprobs_done = True
+            req.logprobs.finish_input(req.wants_input_logprobs)
             req.append_token(token)
-            if req.return_logprob and want_lp:
-                req.output_token_logprobs.append(result.next_token_logprobs[i])
-                req.output_top_logprobs.append(result.next_top_logprobs[i][:req.top_logprobs_num])
-            if self.on_token is not None:
-                self.on_token(req, token)
+            if want_lp:
+                req.logprobs.add_output(result.next_token_logprobs[i], result.next_top_logprobs[i])
+            if req.matcher is not None:
+                reason = req.matcher.accept(token)
+                if reason is not None:
+                    req.finish(reason.type, reason.matched, reason.message)
             self.stop_checker.check(req)
         if not batch.is_decode:
             self._finish_prefill_only(batch)
-        return self._settle(batch)
+        finished = self._settle(batch)
+        return finished + self._jump_forward(batch.sample_reqs)
 
     @staticmethod
     def _finish_prefill_only(batch: ScheduledBatch) -> None:
         """``max_new_tokens == 0`` requests whose whole prompt is now in the KV finish as ``length``."""
         for req in batch.reqs:
-            if req.prefill_only and not req.finished and req.kv_len == req.fill_len:
-                if req.wants_input_logprobs and not req.input_token_logprobs:  # start = prompt_len - 1
-                    req.input_token_logprobs.append(None)
-                    req.input_top_logprobs.append(None)
-                req.input_logprobs_done = True
+            if req.prefill_only and not req.finished and req.kv.kv_len == req.fill_len:
+                req.logprobs.finish_input(req.wants_input_logprobs)
                 req.finish("length")
 
-    def _add_input_logprobs(self, span: LogprobSpan, result: BatchResult, i: int) -> None:
-        req = span.req
-        if not req.input_token_logprobs:
-            req.input_token_logprobs.append(None)
-            req.input_top_logprobs.append(None)
-        req.input_token_logprobs.extend(result.input_logprobs[i])
-        if result.input_top_logprobs:
-            req.input_top_logprobs.extend(t[:req.top_logprobs_num] for t in result.input_top_logprobs[i])
+    def _jump_forward(self, reqs: list[Req]) -> list[Req]:
+        """Splice forced continuations into constrained requests; return those it finished."""
+        finished = []
+        for req in reqs:
+            if req.finished or req.matcher is None:
+                continue
+            splice = req.matcher.splice(req.output_ids, req.params.max_new_tokens)
+            if splice is None:
+                continue
+            self._remove(req)
+            self.cache.release(req, insert=True)  # the KV under the old ids, before they change
+            req.replace_tail(splice.num_drop, splice.new_ids)
+            if splice.terminated:
+                req.finish("stop")
+            else:
+                self.stop_checker.check(req, num_new=max(len(splice.new_ids), 1))
+            if req.finished:
+                finished.append(req)
+            else:
+                self.waiting.append(req)
+        return finished
 
     def _settle(self, batch: ScheduledBatch) -> list[Req]:
         finished = []
@@ -292,12 +302,6 @@ class Scheduler:
                 req.finish("abort", message=message)
                 aborted.append(req)
         return aborted
-
-    def requeue(self, req: Req) -> None:
-        """Take a running request out and queue it again (jump-forward re-prefills its new tail)."""
-        self._remove(req)
-        self.cache.release(req, insert=True)
-        self.waiting.append(req)
 
     def flush_cache(self) -> bool:
         """Empty the radix cache; refused (False) while any request is queued or running."""

@@ -9,6 +9,7 @@ once ``min_new_tokens`` tokens exist (the sampler also masks EOS and stop ids be
 from __future__ import annotations
 
 from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.req_text import TextState
 
 
 class StopChecker:
@@ -28,10 +29,10 @@ class StopChecker:
                 if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
                     req.finish("stop", token)
                     return
-            if params.stop and req.detokenizer is not None:
-                found = self._find_stop_string(req)
+            if params.stop and req.decoded.detokenizer is not None:
+                found = self._find_stop_string(req.decoded, params.stop)
                 if found is not None:
-                    req.stop_pos = found[0]
+                    req.decoded.stop_pos = found[0]
                     req.finish("stop", found[1])
                     return
         if req.output_len >= params.max_new_tokens:
@@ -40,14 +41,14 @@ class StopChecker:
             req.finish("length", message="reached the context length")
 
     @staticmethod
-    def _find_stop_string(req: Req) -> tuple[int, str] | None:
+    def _find_stop_string(decoded: TextState, stop: list[str]) -> tuple[int, str] | None:
         # Only text not yet searched, plus a stop string's length before it, can hold a new match.
-        longest = max(len(s) for s in req.params.stop)
-        start = max(req.stop_checked_len - longest + 1, 0)
-        req.stop_checked_len = len(req.text)
-        tail = req.text[start:]
+        longest = max(len(s) for s in stop)
+        start = max(decoded.checked_len - longest + 1, 0)
+        decoded.checked_len = len(decoded.text)
+        tail = decoded.text[start:]
         first: tuple[int, str] | None = None
-        for s in req.params.stop:
+        for s in stop:
             i = tail.find(s)
             if i != -1 and (first is None or i < first[0]):
                 first = (i, s)
@@ -56,10 +57,10 @@ class StopChecker:
     @staticmethod
     def final_text(req: Req) -> str:
         """The output text, cut before the first stop string unless ``no_stop_trim``."""
-        reason = req.finished_reason
+        reason, text = req.finished_reason, req.decoded.text
         if reason is None or not isinstance(reason.matched, str) or req.params.no_stop_trim:
-            return req.text
-        return req.text if req.stop_pos is None else req.text[:req.stop_pos]
+            return text
+        return text if req.decoded.stop_pos is None else text[:req.decoded.stop_pos]
 
     @staticmethod
     def stream_safe_len(req: Req) -> int:
@@ -67,6 +68,6 @@ class StopChecker:
         if req.finished:
             return len(StopChecker.final_text(req))
         if not req.params.stop:
-            return len(req.text)
+            return len(req.decoded.text)
         hold = max(len(s) for s in req.params.stop) - 1
-        return max(len(req.text) - hold, 0)
+        return max(len(req.decoded.text) - hold, 0)

@@ -1,6 +1,6 @@
 """The HTTP server: application factory, middlewares, and start-up / graceful shutdown.
 
-``create_app(engine, config)`` wires the native routes (:mod:`.server_native`) and the OpenAI
+``create_app(engine, config)`` wires the native routes (:mod:`.native_api`) and the OpenAI
 routes (:mod:`.openai_api`) behind three middlewares: errors (every failure becomes an
 OpenAI-shaped JSON error), authentication (``--api-key``; ``/health`` stays open) and the body
 limit (aiohttp's ``client_max_size``, answered with 413).

@@ -68,9 +68,7 @@ class TextCursor:
     character completes; special tokens add nothing), so offsets agree streamed or not."""
 
     def __init__(self, tokenizer: Any, offset: int = 0):
-        from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
-
-        self.detok = IncrementalDetokenizer(tokenizer)
+        self.detok = tokenizer.incremental_detokenizer()
         self.offset = offset
 
     def advance(self, token_id: int) -> int:

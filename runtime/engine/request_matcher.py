@@ -1,0 +1,71 @@
+"""``RequestMatcher``: a request's grammar matcher with the decisions the scheduler asks of it.
+
+It implements the scheduler's ``Constraint`` (``accept``, ``splice``) over a
+``constrained.GrammarMatcher``; the model runner calls ``fill_mask`` for the logit mask, and the
+result builder asks ``violations`` and ``notes``. One per request; the compiled grammar under it
+is shared.
+
+- ``accept``: the matcher takes the sampled token; a terminated grammar finishes the request as
+  ``stop`` (``matched`` is the EOS id when EOS ended it, else None); a rejected token (only EOS can
+  be, at an accepting state) ends it too.
+- ``splice``: when the grammar forces a continuation, drop ``num_drop`` output tokens and append
+  the re-tokenised forced text (``constrained.jump_forward``), cut to the output budget; the
+  matcher moves to the spliced state before the splice is returned.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixlm.constrained import GrammarMatcher, jump_forward
+from radixlm.runtime.scheduler.constraint import Splice
+from radixlm.runtime.scheduler.req import FinishReason
+
+
+class RequestMatcher:
+    """One request's constraint; ``jump_forward=False`` never splices."""
+
+    def __init__(self, matcher: GrammarMatcher, tokenizer: Any, eos_token_ids: frozenset[int],
+                 jump_forward: bool) -> None:
+        self.matcher = matcher
+        self.tokenizer = tokenizer
+        self.eos_token_ids = eos_token_ids
+        self.jump_forward = jump_forward
+
+    def fill_mask(self, bitmask_row: Any) -> None:
+        """Allowed next tokens into an int32 bitmask row ``[ceil(vocab / 32)]``."""
+        self.matcher.fill_mask(bitmask_row)
+
+    def accept(self, token: int) -> FinishReason | None:
+        """Advance over ``token``; the reason to finish now, or None."""
+        eos = token in self.eos_token_ids
+        if not self.matcher.accept_token(token):
+            if eos:
+                return FinishReason("stop", token)
+            return FinishReason("abort", message=f"constraint rejected sampled token {token}")
+        if self.matcher.is_terminated():
+            return FinishReason("stop", token if eos else None)
+        return None
+
+    def splice(self, output_ids: list[int], max_output_len: int) -> Splice | None:
+        """The forced continuation after ``output_ids`` within ``max_output_len`` tokens, or None."""
+        if not self.jump_forward:
+            return None
+        jf = jump_forward(self.matcher, self.tokenizer, output_ids)
+        if jf is None or (not jf.new_ids and not jf.num_drop):
+            return None
+        room = max_output_len - (len(output_ids) - jf.num_drop)
+        new_ids = tuple(jf.new_ids[:max(room, 0)])
+        self.matcher.rollback(jf.num_drop)
+        for token in new_ids:
+            self.matcher.accept_token(token)
+        return Splice(jf.num_drop, new_ids, self.matcher.is_terminated())
+
+    @property
+    def notes(self) -> list[str]:
+        """Restrictions the compiler applied to fit the schema (empty for most grammars)."""
+        return self.matcher.grammar.notes
+
+    def violations(self, text: str) -> list[str]:
+        """Why ``text`` does not satisfy the constraint (empty when it does)."""
+        return self.matcher.grammar.validate_output(text)

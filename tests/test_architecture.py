@@ -1,0 +1,126 @@
+"""The package map of docs/DESIGN.md, enforced: which package may import which, no import cycles
+between packages, torch only where tensors live, and absolute imports everywhere.
+
+Every ``import`` statement counts, also those inside functions (a lazy import is still a
+dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ROOT_FOLDERS = ("radixlm", "radix_cache", "constrained", "lang", "runtime", "kernels")
+RUNTIME_PARTS = ("server", "engine", "scheduler", "model", "scaleout", "checkpoints")
+
+# unit -> the units it may import (docs/DESIGN.md draws the same picture)
+ALLOWED: dict[str, set[str]] = {
+    "radixlm.cli": {"radixlm", "runtime", "runtime.server", "runtime.engine", "runtime.scaleout"},
+    "radixlm": set(),  # the facade names its exports lazily, by string
+    "lang": {"runtime", "runtime.engine"},
+    "runtime.server": {"radixlm", "runtime", "constrained"},  # the engine comes in as an object
+    "runtime.scaleout": {"runtime", "runtime.server", "runtime.scheduler", "radix_cache", "torch"},
+    "runtime.engine": {"runtime", "runtime.scheduler", "runtime.model", "runtime.checkpoints", "constrained"},
+    "runtime.model": {"runtime", "runtime.scheduler", "runtime.scaleout", "kernels", "torch"},
+    "runtime.scheduler": {"runtime", "radix_cache"},
+    "runtime.checkpoints": set(),
+    "runtime": set(),
+    "constrained": {"torch"},
+    "constrained.testing": {"constrained", "torch"},
+    "kernels": {"torch"},
+    "kernels.testing": {"kernels", "torch"},
+    "radix_cache": set(),
+}
+
+
+def unit_of(module: str) -> str | None:
+    """The package unit of a module name (None for modules outside radixlm and torch)."""
+    parts = module.split(".")
+    if parts[0] == "torch":
+        return "torch"
+    if parts[0] != "radixlm":
+        return None
+    if len(parts) == 1:
+        return "radixlm"
+    if parts[1] == "__main__":
+        return "radixlm.cli"
+    if parts[1] == "runtime":
+        return f"runtime.{parts[2]}" if len(parts) > 2 and parts[2] in RUNTIME_PARTS else "runtime"
+    if len(parts) > 2 and parts[2] == "testing":
+        return f"{parts[1]}.testing"
+    return parts[1]
+
+
+def package_modules() -> dict[str, Path]:
+    """Installed module name -> source file, for every module of the root folders."""
+    out = {}
+    for folder in ROOT_FOLDERS:
+        base = REPO / folder
+        prefix = ["radixlm"] if folder == "radixlm" else ["radixlm", folder]
+        for path in base.rglob("*.py"):
+            parts = [*prefix, *path.relative_to(base).with_suffix("").parts]
+            out[".".join(parts).removesuffix(".__init__")] = path
+    return out
+
+
+def import_edges() -> dict[str, dict[str, list[str]]]:
+    """unit -> imported unit -> the modules that import it (relative imports raise)."""
+    edges: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for module, path in package_modules().items():
+        src = unit_of(module)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                raise AssertionError(f"{path.relative_to(REPO)}:{node.lineno}: relative import; use radixlm.…")
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                dst = unit_of(name)
+                if dst is not None and dst != src:
+                    edges[src][dst].append(module)
+    return edges
+
+
+def test_imports_follow_the_package_map():
+    bad = [f"{src} -> {dst} (in {', '.join(sorted(set(mods)))})"
+           for src, targets in import_edges().items() for dst, mods in targets.items()
+           if dst not in ALLOWED[src]]
+    assert not bad, "imports outside docs/DESIGN.md's map:\n" + "\n".join(bad)
+
+
+def test_no_import_cycles_between_packages():
+    graph = {src: set(t) - {"torch"} for src, t in import_edges().items()}
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_the_checker_sees_a_forbidden_edge():
+    assert unit_of("radixlm.runtime.scheduler.req") == "runtime.scheduler"
+    assert unit_of("radixlm.runtime.sampling_params") == "runtime"
+    assert unit_of("radixlm.kernels.testing.random_batch") == "kernels.testing"
+    assert "torch" not in ALLOWED["runtime.scheduler"] and "runtime.model" not in ALLOWED["runtime.scheduler"]
+    assert import_edges()["runtime.engine"]["runtime.scheduler"], "the engine imports the scheduler"
+
+
+@pytest.mark.parametrize("package", ["radixlm.runtime.scheduler", "radixlm.radix_cache", "radixlm.runtime.server_args",
+                                     "radixlm.runtime.sampling_params", "radixlm"])
+def test_light_packages_do_not_import_torch(package):
+    code = f"import sys, {package}; assert 'torch' not in sys.modules, 'torch imported by {package}'"
+    subprocess.run([sys.executable, "-c", code], check=True)
