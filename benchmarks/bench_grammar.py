@@ -8,7 +8,7 @@ each walk's output with ``jsonschema``, and counts sampling steps with and witho
 If ``xgrammar`` or ``llguidance`` is installed, it is measured on the same schemas in the same run
 (compile coverage within the budget, compile ms, mask us along a random walk).
 
-    python3 benchmarks/bench_grammar.py [--data ../shared/data/jsonschemabench] [--tokenizer small]
+    python3 benchmarks/bench_grammar.py [--data tests/data/jsonschemabench] [--tokenizer small]
 
 Targets (issue 5): coverage >= 90%, mask p50 <= 10 us and p99 <= 100 us on a 32k vocabulary,
 zero invalid instances accepted, every generated output valid.
@@ -244,7 +244,7 @@ def summarise(results: list[dict]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", default=str(REPO.parent / "shared" / "data" / "jsonschemabench"))
+    p.add_argument("--data", default=str(REPO / "tests" / "data" / "jsonschemabench"))
     p.add_argument("--tokenizer", default="small", choices=["tiny", "small"],
                    help="test checkpoint whose tokenizer to use (small: 32k vocabulary)")
     p.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, seconds")

@@ -1,4 +1,4 @@
-"""JSONSchemaBench sample (``../shared/data/jsonschemabench`` beside the checkout): the front end
+"""JSONSchemaBench sample (``tests/data/jsonschemabench``): the front end
 over every schema, then for a fixed subset of compiled grammars: shipped instances walked through
 the matcher (no invalid instance accepted) and random token walks (uniform among allowed tokens,
 fixed seed: an untrained model at temperature 1) whose outputs must validate with ``jsonschema``.
@@ -14,7 +14,7 @@ import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
 from radixlm.constrained.testing.walks import accepts_text, compact_json, random_walk
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench"
+DATA = Path(__file__).resolve().parent / "data" / "jsonschemabench"
 PER_SUBSET = 2  # compiled schemas per subset in the default run
 MAX_REGEX = 4000  # keep the default run's compile time small: larger ones are in the benchmark
 
@@ -23,7 +23,7 @@ MAX_REGEX = 4000  # keep the default run's compile time small: larger ones are i
 def docs() -> dict[str, dict]:
     if not DATA.is_dir():
         pytest.fail(f"JSONSchemaBench sample not found at {DATA}: it ships beside the checkout "
-                    "(../shared/data/jsonschemabench)")
+                    "(tests/data/jsonschemabench)")
     return {f"{p.parent.name}/{p.name}": json.loads(p.read_text()) for p in sorted(DATA.glob("*/*.json"))}
 
 

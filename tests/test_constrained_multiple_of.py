@@ -17,7 +17,7 @@ from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar
 from radixlm.constrained.json_schema_normalize import clean, merge
 from radixlm.constrained.testing.walks import random_walk
 
-BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench"
+BENCH = Path(__file__).resolve().parent / "data" / "jsonschemabench"
 BENCH_SCHEMAS = ["Github_trivial/Github_trivial---o83695.json", "Snowplow/Snowplow---sp_31_Normalized.json",
                  "Handwritten/Handwritten---itemscontains2.json"]
 

@@ -21,7 +21,7 @@ from radixlm.constrained.pattern_chars import sre_parse
 from radixlm.constrained.pattern_measure import dfa_states, max_len, min_len
 from radixlm.constrained.testing.walks import accepts_text, compact_json, random_walk
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench"
+DATA = Path(__file__).resolve().parent / "data" / "jsonschemabench"
 DURATION = "^([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$"  # prometheus
 
 

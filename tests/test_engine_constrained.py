@@ -94,14 +94,14 @@ def test_grammar_request_reports_cached_prefix(engine):
     assert second["meta_info"]["cached_tokens"] > 0, second["meta_info"]
 
 
-BENCH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "jsonschemabench"
+BENCH = Path(__file__).resolve().parent / "data" / "jsonschemabench"
 BENCH_MAX_REGEX = 3000  # small grammars only: each compiles in well under a second
 
 
 def _bench_sample() -> list[tuple[str, dict]]:
     """One schema per JSONSchemaBench subset: the first that compiles strictly to a small regex."""
     if not BENCH.is_dir():
-        pytest.fail(f"JSONSchemaBench sample not found at {BENCH} (../shared/data/jsonschemabench)")
+        pytest.fail(f"JSONSchemaBench sample not found at {BENCH} (tests/data/jsonschemabench)")
     picked: dict[str, tuple[str, dict]] = {}
     for path in sorted(BENCH.glob("*/*.json")):
         if path.parent.name in picked:
