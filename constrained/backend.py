@@ -1,24 +1,29 @@
-"""``GrammarBackend``: compiles constraints off the engine's hot path, with a time budget and an
-LRU cache of compiled grammars."""
+"""``GrammarBackend``: compiles constraints off the engine's hot path, in worker processes with a
+wall-time and a memory budget (``compile_pool``), and keeps an LRU cache of compiled grammars."""
 
 from __future__ import annotations
 
-import json
+import functools
 import logging
+import pickle
+import sys
 import threading
-import time
 from collections import OrderedDict
-from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
+from radixlm.constrained import json_schema as front_end
+from radixlm.constrained.compile_job import CompileRequest, constraint_regex
+from radixlm.constrained.compile_pool import CompileJob, CompilePool
+from radixlm.constrained.compile_threads import ThreadCompilePool
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
-from radixlm.constrained.json_schema import DEFAULT_MAX_REF_DEPTH, any_json_regex, schema_to_regex
-from radixlm.constrained.pattern_chars import escape_literal
 from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)
-JSON_OBJECT_DEPTH = 2  # the object plus one container level inside it: {"a": [1], "b": {"c": 2}}
+DEFAULT_MAX_MEMORY_MB = 4096  # address space one compile may add; the largest bench schemas need < 2 GB
+# Outcomes whose failure says nothing about the constraint: the next identical request retries.
+_RETRY = ("timeout", "crash", "shutdown")
 
 
 def compile_grammar(
@@ -27,137 +32,154 @@ def compile_grammar(
     spec: Any,
     whitespace_pattern: str | None = None,
     strict: bool = True,
-    max_ref_depth: int = DEFAULT_MAX_REF_DEPTH,
+    max_ref_depth: int = front_end.DEFAULT_MAX_REF_DEPTH,
     max_regex_chars: int | None = None,
 ) -> CompiledGrammar:
-    """Compile one constraint synchronously (what the backend's worker threads run).
+    """Compile one constraint synchronously, in this process (no budgets: for tools and tests).
 
     ``kind`` is ``json_schema`` (a dict or bool), ``regex`` (a string), ``choices`` (a list of
     strings, matched literally) or ``json_object`` (``spec`` ignored).
     """
-    relaxed: list[str] = []
-    notes: list[str] = []
-    if kind == "json_schema":
-        out = schema_to_regex(spec, whitespace_pattern, strict, max_ref_depth, max_regex_chars=max_regex_chars)
-        regex, relaxed = out.regex, out.relaxed
-        if out.max_ref_depth is not None and out.max_ref_depth < max_ref_depth:
-            notes.append(f"schema too large for one automaton: recursive $refs expand at most "
-                         f"{out.max_ref_depth} times")
-        if out.optional_depth is not None:
-            notes.append(f"schema too large for one automaton: objects nested deeper than "
-                         f"{out.optional_depth} levels generate only their required members")
-        for note in notes:
-            logger.warning("json_schema: %s", note)
-    elif kind == "regex":
-        if not isinstance(spec, str) or not spec:
-            raise ConstraintError("regex must be a non-empty string")
-        regex = spec
-    elif kind == "choices":
-        if not isinstance(spec, list) or not spec or not all(isinstance(c, str) and c for c in spec):
-            raise ConstraintError("choices must be a non-empty list of non-empty strings")
-        # Longest first: outlines-core alternations are leftmost-first ("a" would shadow "ab").
-        ordered = sorted(dict.fromkeys(spec), key=len, reverse=True)
-        regex = "(" + "|".join(escape_literal(c) for c in ordered) + ")"
-    elif kind == "json_object":
-        ws = f"({whitespace_pattern})" if whitespace_pattern else ""
-        inner = any_json_regex(JSON_OBJECT_DEPTH - 1, whitespace_pattern or "")
-        member = rf'"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{{4}})*"{ws}:{ws}{inner}'
-        regex = rf"\{{{ws}({member}({ws},{ws}{member})*)?{ws}\}}"
-    else:
-        raise ConstraintError(f"unknown constraint kind {kind!r}")
-    return CompiledGrammar(vocab, regex, kind, spec, relaxed, notes)
+    req = CompileRequest(kind, spec, whitespace_pattern, strict, max_ref_depth, max_regex_chars)
+    parts = constraint_regex(req)
+    for note in parts.notes:
+        logger.warning("json_schema: %s", note)
+    return CompiledGrammar(vocab, parts.regex, kind, spec, parts.relaxed, parts.notes)
 
 
-def cache_key(kind: str, spec: Any, whitespace_pattern: str | None, strict: bool) -> str:
-    return json.dumps([kind, spec, whitespace_pattern, strict], sort_keys=True, ensure_ascii=False)
+class _Compile:
+    """One compile shared by identical constraints: its job and the futures waiting on it."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.job: CompileJob | None = None
+        self.waiters: list[Future] = []
+        self.done = False
+        self.grammar: CompiledGrammar | None = None
+        self.error: ConstraintError | None = None
 
 
 class GrammarBackend:
-    """Compiles ``SamplingParams`` constraints in worker threads; caches the results (LRU).
+    """Compiles ``SamplingParams`` constraints in worker processes; caches the results (LRU).
 
-    ``submit(params)`` returns a ``Future[CompiledGrammar]`` at once. The future fails with a
-    ``ConstraintError`` when the spec is invalid or unsupported, or when compiling takes longer
-    than ``compile_timeout_s`` (the worker finishes in the background; a grammar that does
-    finish is cached for the next request). Identical concurrent requests share one compile.
+    ``submit(params)`` returns a new ``Future[CompiledGrammar]`` at once (one per caller).
+    The future fails with a ``ConstraintError`` when the spec is invalid or unsupported, when
+    compiling takes longer than ``compile_timeout_s`` or more than ``max_memory_mb`` MiB
+    (the worker is killed and replaced). Identical constraints share one compile; cancelling
+    a future stops the compile once no other future waits on it. Errors are cached like
+    grammars, except timeouts and worker failures (the next identical request retries).
     """
 
     def __init__(self, vocab: TokenizerVocab, compile_timeout_s: float = 10.0, cache_size: int = 256,
-                 max_ref_depth: int = DEFAULT_MAX_REF_DEPTH, num_workers: int = 2,
-                 max_regex_chars: int | None = None) -> None:
+                 max_ref_depth: int = front_end.DEFAULT_MAX_REF_DEPTH, num_workers: int = 2,
+                 max_regex_chars: int | None = None, max_memory_mb: int = DEFAULT_MAX_MEMORY_MB) -> None:
         if compile_timeout_s <= 0:
             raise ValueError(f"compile_timeout_s must be > 0, got {compile_timeout_s}")
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         self.vocab = vocab
         self.compile_timeout_s = compile_timeout_s
         self.cache_size = cache_size
         self.max_ref_depth = max_ref_depth
         self.max_regex_chars = max_regex_chars  # None: json_schema.MAX_REGEX_CHARS
-        self._pool = ThreadPoolExecutor(max_workers=num_workers, thread_name_prefix="grammar")
-        self._cache: OrderedDict[str, Future] = OrderedDict()
+        self.max_memory_mb = max_memory_mb
+        self._cache: OrderedDict[str, _Compile] = OrderedDict()
         self._lock = threading.Lock()
-        self.stats = {"hits": 0, "misses": 0, "timeouts": 0, "errors": 0}
+        self.stats = {"hits": 0, "misses": 0, "timeouts": 0, "errors": 0, "cancelled": 0}
+        self.pool = self._make_pool(num_workers)
+
+    def _make_pool(self, num_workers: int) -> CompilePool | ThreadCompilePool:
+        """Worker processes; threads in this process only where no process can be used."""
+        reason = None
+        if not sys.executable:
+            reason = "there is no Python executable to start workers with (embedded interpreter)"
+        else:
+            try:
+                return CompilePool(self.vocab, num_workers, self.compile_timeout_s, self.max_memory_mb)
+            except (pickle.PicklingError, TypeError, AttributeError) as e:
+                reason = f"the vocabulary cannot be sent to a worker process ({e})"
+        logger.warning("grammar compiles run in this process: %s; a compile past its budget "
+                       "fails its requests but keeps running, and memory is not bounded", reason)
+        return ThreadCompilePool(self.vocab, num_workers, self.compile_timeout_s, self.max_memory_mb)
 
     def submit(self, params: Any) -> Future:
-        """Start (or reuse) the compile of ``params``' constraint (a ``SamplingParams``)."""
+        """Start (or join) the compile of ``params``' constraint (a ``SamplingParams``)."""
         kind = params.constraint_kind
         if kind is None:
             raise ValueError("sampling params carry no constraint (json_schema/regex/choices/json_object)")
         spec = True if kind == "json_object" else getattr(params, kind)
-        key = cache_key(kind, spec, params.whitespace_pattern, params.strict)
+        # The size budget's default is read here, not in the worker: this process's setting rules.
+        req = CompileRequest(kind, spec, params.whitespace_pattern, params.strict, self.max_ref_depth,
+                             self.max_regex_chars or front_end.MAX_REGEX_CHARS)
+        key = req.cache_key()
+        fut: Future = Future()
         with self._lock:
-            fut = self._cache.get(key)
-            if fut is not None and not (fut.done() and fut.exception() is not None
-                                        and getattr(fut, "timed_out", False)):
+            entry = self._cache.get(key)
+            start = entry is None
+            if start:
+                self.stats["misses"] += 1
+                entry = self._cache[key] = _Compile(key)
+                entry.job = CompileJob(req, functools.partial(self._on_done, entry))
+                while len(self._cache) > self.cache_size:  # an evicted running compile still answers
+                    self._cache.popitem(last=False)
+            else:
                 self._cache.move_to_end(key)
                 self.stats["hits"] += 1
-                return fut
-            self.stats["misses"] += 1
-            fut = Future()
-            self._cache[key] = fut
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-        self._pool.submit(self._run, fut, key, kind, spec, params.whitespace_pattern, params.strict)
+            if not entry.done:
+                entry.waiters.append(fut)
+        if entry.done:
+            _settle(fut, entry.grammar, entry.error)
+        else:
+            fut.add_done_callback(functools.partial(self._on_waiter_done, entry))
+        if start:
+            self.pool.submit(entry.job)
         return fut
 
-    def _run(self, fut: Future, key: str, kind: str, spec: Any, ws: str | None, strict: bool) -> None:
-        timer = threading.Timer(self.compile_timeout_s, self._expire, (fut,))
-        timer.daemon = True
-        timer.start()
-        start = time.perf_counter()
-        try:
-            grammar = compile_grammar(self.vocab, kind, spec, ws, strict, self.max_ref_depth, self.max_regex_chars)
-        except ConstraintError as e:
-            self.stats["errors"] += 1
-            _settle(fut, exc=e)
-        except Exception as e:  # a bug or an engine error must still fail only this request
-            self.stats["errors"] += 1
-            _settle(fut, exc=ConstraintError(f"{kind}: compile failed: {type(e).__name__}: {e}"))
-        else:
-            grammar.compile_s = time.perf_counter() - start
-            if not _settle(fut, result=grammar):
-                with self._lock:  # finished after the deadline: cache it for the next request
-                    done = Future()
-                    done.set_result(grammar)
-                    self._cache[key] = done
-        finally:
-            timer.cancel()
+    def _on_done(self, entry: _Compile, job: CompileJob) -> None:
+        """The pool finished ``entry``'s job: settle every waiting future."""
+        grammar, error = None, job.error
+        if job.outcome == "ok":
+            req, parts = job.request, job.parts
+            try:
+                grammar = CompiledGrammar(self.vocab, parts.regex, req.kind, req.spec, parts.relaxed,
+                                          parts.notes, index=parts.index)
+                grammar.compile_s = job.wall_s
+            except ConstraintError as e:
+                error = e
+            for note in parts.notes:
+                logger.warning("json_schema: %s", note)
+        with self._lock:
+            entry.done, entry.grammar, entry.error = True, grammar, error
+            if error is not None:
+                self.stats["timeouts" if job.outcome == "timeout" else "errors"] += 1
+            if job.outcome in _RETRY and self._cache.get(entry.key) is entry:
+                del self._cache[entry.key]
+            waiters, entry.waiters = entry.waiters, []
+        for fut in waiters:
+            _settle(fut, grammar, error)
 
-    def _expire(self, fut: Future) -> None:
-        err = ConstraintError(f"grammar compilation exceeded the {self.compile_timeout_s:g} s budget")
-        fut.timed_out = True  # before settling: submit() must never see a bare timeout
-        if _settle(fut, exc=err):
-            self.stats["timeouts"] += 1
-        else:
-            fut.timed_out = False
+    def _on_waiter_done(self, entry: _Compile, fut: Future) -> None:
+        """A waiting future was cancelled: stop the compile if nobody else waits on it."""
+        if not fut.cancelled():
+            return
+        with self._lock:
+            entry.waiters = [w for w in entry.waiters if w is not fut]
+            if entry.waiters or entry.done:
+                return
+            if self._cache.get(entry.key) is entry:  # forgotten: a later request compiles afresh
+                del self._cache[entry.key]
+            self.stats["cancelled"] += 1
+        self.pool.cancel(entry.job)
 
     def shutdown(self) -> None:
-        """Stop the workers (running compiles finish in the background)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Kill the workers and fail the compiles in flight; never waits for a compile."""
+        self.pool.shutdown()
 
 
 def _settle(fut: Future, result: Any = None, exc: BaseException | None = None) -> bool:
-    """Complete ``fut`` unless it already is; True if this call completed it."""
+    """Complete ``fut`` unless it already is (cancelled); True if this call completed it."""
     try:
         if exc is not None:
             fut.set_exception(exc)

@@ -19,6 +19,11 @@ class ConstraintError(ValueError):
         self.pointer = pointer
         self.keyword = keyword
 
+    def __reduce__(self) -> tuple:
+        # Errors cross from compile worker processes: keep the pointer and keyword, and do not
+        # append the location to the message a second time.
+        return _rebuild, (type(self), str(self), self.pointer, self.keyword)
+
     @property
     def location(self) -> str | None:
         """``pointer/keyword``, e.g. ``#/properties/tags/uniqueItems``."""
@@ -29,3 +34,10 @@ class ConstraintError(ValueError):
 
 class RegexTooLarge(ConstraintError):
     """A schema whose regex grows past the size limit (the front end retries with restrictions)."""
+
+
+def _rebuild(cls: type, message: str, pointer: str | None, keyword: str | None) -> ConstraintError:
+    """Unpickle a ``ConstraintError`` (``message`` already names its location)."""
+    err = cls(message)
+    err.pointer, err.keyword = pointer, keyword
+    return err

@@ -10,6 +10,7 @@ from typing import Any
 import jsonschema
 import outlines_core
 import torch
+from radixlm.constrained.compile_job import build_index
 from radixlm.constrained.vocab import TokenizerVocab
 
 # Bytes that never occur in UTF-8 text (and NUL, the sentinel): no byte token needed for them.
@@ -27,21 +28,15 @@ class CompiledGrammar:
     """
 
     def __init__(self, vocab: TokenizerVocab, regex: str, kind: str, spec: Any,
-                 relaxed: list[str] | None = None, notes: list[str] | None = None) -> None:
+                 relaxed: list[str] | None = None, notes: list[str] | None = None, index: Any = None) -> None:
         self.vocab = vocab
         self.regex = regex
         self.kind = kind
         self.spec = spec
         self.relaxed = list(relaxed or [])
         self.notes = list(notes or [])
-        try:
-            # outlines-core stops exploring once a match is complete (``a(bb)?`` loses "abb"),
-            # so the regex ends in a NUL sentinel that the vocabulary spells as EOS: a state is
-            # accepting iff EOS (the sentinel) may follow, and nothing is cut short.
-            self.index = outlines_core.Index(f"({regex})\\x00", vocab.outlines)
-        except (ValueError, RuntimeError) as e:
-            from radixlm.constrained.errors import ConstraintError
-            raise ConstraintError(f"{kind}: cannot compile regex: {str(e)[:300]}") from None
+        # ``index``: one built elsewhere (a compile worker process) for this regex and vocabulary.
+        self.index = build_index(regex, vocab, kind) if index is None else index
         self.initial_state: int = self.index.get_initial_state()
         self._eos = vocab.eos_token_ids[0]
         self._final: dict[int, bool] = {}

@@ -9,7 +9,8 @@ after generation).
 
 Compilation walks the schema with ``_Compiler.value``: resolve ``$ref``/``allOf``/``if``/``not``
 (``json_schema_not``) into one canonical node (``flatten``), split ``anyOf``/``oneOf`` into alternatives, then emit the
-regex of each allowed type. ``None`` stands for an unsatisfiable sub-schema.
+regex of each allowed type. ``None`` stands for an unsatisfiable sub-schema; ``$ref`` handling
+(aliases, cycles, endless recursion) is in ``json_schema_refs``.
 """
 
 from __future__ import annotations
@@ -18,21 +19,21 @@ import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
 
 import jsonschema
 from radixlm.constrained import json_schema_not as negation
+from radixlm.constrained import json_schema_refs as refs_
 from radixlm.constrained import json_schema_types as types_
 from radixlm.constrained.errors import ConstraintError, RegexTooLarge
 from radixlm.constrained.json_schema_normalize import canonical, clean, merge
 from radixlm.constrained.json_schema_object import object_regex
 from radixlm.constrained.json_schema_one_of import one_of_branches
+from radixlm.constrained.json_schema_refs import MAX_REF_CHAIN
 from radixlm.constrained.json_schema_switch import discriminator, flatten_else, is_switch_case, switch_schemas
 from radixlm.constrained.pattern_chars import escape_literal
 
 DEFAULT_MAX_REF_DEPTH = 3
 DEFAULT_ANY_DEPTH = 1
-MAX_REF_CHAIN = 16  # $ref expansions on one path, whatever the refs: bounds mutual recursion
 MAX_REGEX_CHARS = 250_000  # a few seconds of outlines-core compilation on a 32k vocabulary
 # When the full regex is over MAX_REGEX_CHARS, optional members are dropped from objects nested
 # deeper than these levels, trying each in turn (a restriction; see docs/constrained.md).
@@ -77,10 +78,25 @@ def schema_to_regex(
                 attempts = [(r, None) for r in fewer] + [(1 if fewer else ref_depth, d) for d in OPTIONAL_DEPTHS]
             continue
         if rx is None:
-            raise ConstraintError("schema is unsatisfiable (or only satisfiable past the $ref depth limit)", "#")
+            raise _unsatisfiable(comp, schema, whitespace_pattern, strict, any_depth)
         return SchemaRegex(rx, comp.relaxed, depth, ref_depth)
     assert too_large is not None
     raise too_large
+
+
+def _unsatisfiable(comp: _Compiler, schema: Any, ws: str | None, strict: bool, any_depth: int) -> ConstraintError:
+    """Why ``schema`` has no instance: recursion that never ends (when the $refs left unexpanded,
+    read as any value, make it satisfiable), or plain unsatisfiability."""
+    if comp.cut is not None:
+        again = _Compiler(schema, ws, strict, comp.max_ref_depth, any_depth, comp.optional_depth, lenient_cuts=True)
+        again.max_chars = comp.max_chars
+        try:
+            endless = again.value(schema, "#", ()) is not None
+        except ConstraintError as e:  # too large still means satisfiable
+            endless = isinstance(e, RegexTooLarge)
+        if endless:
+            return refs_.no_finite_instance(comp.cut, comp.max_ref_depth, MAX_REF_CHAIN)
+    return ConstraintError("schema is unsatisfiable", "#")
 
 
 def any_json_regex(depth: int, ws: str = "") -> str:
@@ -90,7 +106,7 @@ def any_json_regex(depth: int, ws: str = "") -> str:
 
 class _Compiler:
     def __init__(self, root: Any, ws: str | None, strict: bool, max_ref_depth: int, any_depth: int,
-                 optional_depth: int | None = None):
+                 optional_depth: int | None = None, lenient_cuts: bool = False):
         self.root = root
         self.ws = f"({ws})" if ws else ""
         self.strict = strict
@@ -99,6 +115,9 @@ class _Compiler:
         self.optional_depth = optional_depth
         self.object_depth = 0  # objects open on the current path
         self.recursive = False  # some $ref was expanded inside itself
+        self.cut: tuple[str, str, bool] | None = None  # first $ref not expanded: (pointer, ref, repeated)
+        self.lenient_cuts = lenient_cuts  # a $ref not expanded is any value (diagnosis only)
+        self.ref_sites: dict[tuple, str] = {}  # refs on a path -> where its last ref was expanded
         self.max_chars = MAX_REGEX_CHARS  # the size budget (schema_to_regex's max_regex_chars)
         self.relaxed: list[str] = []
         self._memo: dict[tuple, str | None] = {}
@@ -132,22 +151,9 @@ class _Compiler:
         return self.is_valid(loose, value)
 
     # ---- flattening ---------------------------------------------------------------------------
-    def resolve(self, ref: str, pointer: str) -> tuple[Any, str]:
-        if not ref.startswith("#"):
-            raise ConstraintError(f"remote $ref {ref!r} is not supported", pointer, "$ref")
-        node: Any = self.root
-        for part in [p for p in ref[1:].split("/") if p]:
-            part = unquote(part.replace("~1", "/").replace("~0", "~"))
-            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            elif isinstance(node, dict) and part in node:
-                node = node[part]
-            else:
-                raise ConstraintError(f"$ref {ref!r} does not resolve", pointer, "$ref")
-        return node, ref
-
-    def flatten(self, node: Any, pointer: str, refs: tuple) -> tuple[dict | None, tuple]:
-        """One canonical node without $ref/allOf/if/not, or None when unsatisfiable."""
+    def flatten(self, node: Any, pointer: str, refs: tuple, chain: tuple = ()) -> tuple[dict | None, tuple]:
+        """One canonical node without $ref/allOf/if/not, or None when unsatisfiable. ``chain``:
+        the refs expanded at this same instance position (one coming back is a cycle)."""
         if node is True or node == {}:
             return {"_sources": [True]}, refs
         if node is False:
@@ -155,31 +161,32 @@ class _Compiler:
         if not isinstance(node, dict):
             raise ConstraintError(f"a schema must be an object or a boolean, got {type(node).__name__}",
                                   pointer)
-        out = clean(node, pointer, self.unsupported)
-        parts: list[tuple[Any, str, tuple]] = []
+        # The target is a source of its own: jsonschema need not chase the $ref (or its aliases).
+        out = clean({k: v for k, v in node.items() if k != "$ref"} if "$ref" in node else node, pointer,
+                    self.unsupported)
+        parts: list[tuple[Any, str, tuple, tuple]] = []
         if "$ref" in node:
-            self.recursive = self.recursive or node["$ref"] in refs
-            if refs.count(node["$ref"]) >= self.max_ref_depth or len(refs) >= MAX_REF_CHAIN:
-                return None, refs
-            target, tp = self.resolve(node["$ref"], pointer)
-            parts.append((target, tp, refs + (node["$ref"],)))
+            part = refs_.expand(self, node, pointer, refs, chain)
+            if part is None:  # recursion cut here
+                return ({"_sources": [True]} if self.lenient_cuts else None), refs
+            parts.append(part)
         cases = [sub for sub in node.get("allOf", []) if is_switch_case(sub)]
         if "if" in node and discriminator(node["if"]) is not None:
             cases.append({k: node[k] for k in ("if", "then", "else") if k in node})
         for i, sub in enumerate(node.get("allOf", [])):
             if not is_switch_case(sub):
-                parts.append((sub, f"{pointer}/allOf/{i}", refs))
+                parts.append((sub, f"{pointer}/allOf/{i}", refs, chain))
         for sub in switch_schemas(cases):  # tagged unions written as if/then on one property
-            parts.append((sub, f"{pointer}/allOf", refs))
+            parts.append((sub, f"{pointer}/allOf", refs, chain))
         if _forces_if(node):
-            parts.append((node["if"], f"{pointer}/if", refs))
+            parts.append((node["if"], f"{pointer}/if", refs, chain))
             if "then" in node:
-                parts.append((node["then"], f"{pointer}/then", refs))
+                parts.append((node["then"], f"{pointer}/then", refs, chain))
         for key in ("$ref", "allOf", "if", "then", "else", "not"):
             out.pop(key, None)
         base, grown = len(refs), refs
-        for sub, sub_pointer, sub_refs in parts:
-            flat, sub_refs = self.flatten(sub, sub_pointer, sub_refs)
+        for sub, sub_pointer, sub_refs, sub_chain in parts:
+            flat, sub_refs = self.flatten(sub, sub_pointer, sub_refs, sub_chain)
             if flat is None:
                 if sub_pointer.endswith(("/if", "/then")):  # if+then impossible: take not-if+else
                     return flatten_else(self, node, pointer, refs)

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -48,8 +49,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     http = p.add_argument_group("HTTP")
     http.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
     http.add_argument("--port", type=int, default=30000, help="TCP port; 0 picks a free one (default: %(default)s)")
-    http.add_argument("--api-key", default=None,
-                      help="require 'Authorization: Bearer KEY' on every route but /health")
+    http.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                      help="require 'Authorization: Bearer KEY' on every route but /health; repeat for "
+                           "several keys (each then gets its own radix-cache namespace). Flags show in "
+                           "ps: prefer --api-key-file or the RADIXLM_API_KEY variable (comma-separated)")
+    http.add_argument("--api-key-file", default=None, metavar="PATH",
+                      help="read API keys from PATH, one per line (blank lines and # comments skipped)")
     http.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                       help="reject request bodies larger than this with 413 (default: %(default)s)")
     http.add_argument("--served-model-name", default=None,
@@ -68,11 +73,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from radixlm.runtime.server.app import serve
+    from radixlm.runtime.server.auth import load_api_keys
     from radixlm.runtime.server.state import ServerConfig
 
     server_args = _server_args(args.parser, args)
     try:
-        config = ServerConfig(host=args.host, port=args.port, api_key=args.api_key,
+        keys = load_api_keys(args.api_key or [], args.api_key_file, os.environ)
+        config = ServerConfig(host=args.host, port=args.port, api_keys=tuple(keys),
                               max_body_bytes=args.max_body_bytes, served_model_name=args.served_model_name,
                               graceful_shutdown_s=args.graceful_shutdown_s)
     except ValueError as e:
@@ -82,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not args.log_requests:
         logging.getLogger("radixlm.server.requests").setLevel(logging.WARNING)
     if args.dp_size != 1:
-        return _serve_data_parallel(args, server_args)
+        return _serve_data_parallel(args, server_args, config.keys)
     engine = _make_engine(server_args)
     try:
         _run(serve(engine, config))
@@ -91,15 +98,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_data_parallel(args: argparse.Namespace, server_args) -> int:
+def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str]) -> int:
     from radixlm.runtime.scaleout.dp_launcher import serve_data_parallel
+    from radixlm.runtime.server.auth import API_KEY_ENV
 
     if args.dp_size < 1:
         args.parser.error(f"--dp-size must be >= 1, got {args.dp_size}")
     extra = ["--max-body-bytes", str(args.max_body_bytes),
              "--graceful-shutdown-s", str(args.graceful_shutdown_s)]
-    if args.api_key is not None:
-        extra += ["--api-key", args.api_key]
+    # the replicas inherit the environment: the keys reach them without showing in their command lines
+    os.environ.pop(API_KEY_ENV, None)
+    if keys:
+        os.environ[API_KEY_ENV] = ",".join(keys)
     if args.served_model_name is not None:
         extra += ["--served-model-name", args.served_model_name]
     if not args.log_requests:

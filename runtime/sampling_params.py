@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.runtime.validation import check_bools, check_int, check_num
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "choices", "json_object")
+
+
+MAX_TEMPERATURE = 100.0  # far past uniform sampling already; larger values are a client bug
+SEED_RANGE = (-(2**63), 2**63 - 1)  # 64-bit seeds; sibling i of an n > 1 request draws with seed + i
 
 
 @dataclass
@@ -33,6 +38,7 @@ class SamplingParams:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    stop_regex: list[str] = field(default_factory=list)  # stop once the output text matches one (SGLang)
     ignore_eos: bool = False
     no_stop_trim: bool = False
     skip_special_tokens: bool = True
@@ -93,6 +99,10 @@ class SamplingParams:
             self.stop = []
         if self.stop_token_ids is None:
             self.stop_token_ids = []
+        if isinstance(self.stop_regex, str):
+            self.stop_regex = [self.stop_regex]
+        elif self.stop_regex is None:
+            self.stop_regex = []
         if isinstance(self.stop_token_ids, int):
             self.stop_token_ids = [self.stop_token_ids]
         if self.logit_bias is not None:
@@ -114,7 +124,7 @@ class SamplingParams:
         check_int("min_new_tokens", self.min_new_tokens, lo=0)
         if self.min_new_tokens > self.max_new_tokens:
             raise ValueError("min_new_tokens must be <= max_new_tokens")
-        check_num("temperature", self.temperature, lo=0.0)
+        check_num("temperature", self.temperature, lo=0.0, hi=MAX_TEMPERATURE)
         check_num("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
@@ -128,9 +138,16 @@ class SamplingParams:
         check_num("frequency_penalty", self.frequency_penalty, lo=-2.0, hi=2.0)
         check_num("presence_penalty", self.presence_penalty, lo=-2.0, hi=2.0)
         if self.seed is not None:
-            check_int("seed", self.seed)
+            check_int("seed", self.seed, lo=SEED_RANGE[0], hi=SEED_RANGE[1])
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
             raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+        if not isinstance(self.stop_regex, list) or not all(isinstance(r, str) and r for r in self.stop_regex):
+            raise ValueError("stop_regex must be a non-empty string or a list of non-empty strings")
+        for pattern in self.stop_regex:
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"stop_regex {pattern!r} is not a valid regular expression: {e}") from None
         if not isinstance(self.stop_token_ids, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
         ):

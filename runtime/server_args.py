@@ -20,6 +20,12 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+# Levels a request body adds above a schema it carries (body > tools > [i] > function > parameters),
+# plus slack: a schema the engine accepts must fit in a body the server accepts.
+JSON_BODY_WRAPPING = 8
+MAX_JSON_DEPTH_CEILING = 512  # the decoder recurses once per level; Python's recursion limit is 1000
+REQUEST_LIMITS = ("max_prompts_per_request", "max_n", "max_sequences_per_request", "max_logit_bias",
+                  "max_stop_strings", "max_schema_bytes", "max_schema_depth")
 
 
 def _arg(default: Any, help: str, type: Any = None, choices: tuple[str, ...] | None = None) -> Any:
@@ -56,7 +62,24 @@ class ServerArgs:
         None, "size budget of one JSON schema's regex (default 250000); larger schemas are compiled "
         "with fewer recursion levels / only required members deep down", int)
     enable_jump_forward: bool = _arg(True, "append forced grammar text without decoding it token by token", bool)
+    # per-request limits, enforced by the engine for every caller and route (a ValueError naming the field)
+    max_prompts_per_request: int = _arg(1024, "most prompts in one batched request", int)
+    max_n: int = _arg(64, "most samples (n) per prompt", int)
+    max_sequences_per_request: int = _arg(1024, "most sequences (prompts x n) one request may queue", int)
+    max_logit_bias: int = _arg(1024, "most logit_bias entries per request", int)
+    max_stop_strings: int = _arg(64, "most stop strings (and stop_token_ids) per request", int)
+    max_schema_bytes: int = _arg(1 << 20, "largest constraint (JSON schema, regex, choices) in bytes of JSON", int)
+    max_schema_depth: int = _arg(128, "deepest nesting of a JSON schema document", int)
     log_level: str = _arg("warning", "logging level", str, LOG_LEVELS)
+    grammar_compile_max_memory_mb: int = _arg(
+        4096, "memory budget of one constraint's compile in its worker process (MiB of address space "
+        "above the worker's start-up size); a compile past it fails its request; 0 = no budget", int)
+    # HTTP server limits (runtime/server reads them; the engine ignores them)
+    max_json_depth: int = _arg(256, "HTTP: deepest nesting of arrays and objects in a request body (400 "
+                               f"beyond); at least max_schema_depth + {JSON_BODY_WRAPPING}, at most "
+                               f"{MAX_JSON_DEPTH_CEILING}", int)
+    max_new_tokens_default: int = _arg(1024, "HTTP: max_tokens of an OpenAI chat request that sets none "
+                                       "(capped by the context left)", int)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -76,7 +99,7 @@ class ServerArgs:
                 check_int(name, value, lo=1)
         if self.max_total_tokens is not None and self.max_total_tokens < 2:
             raise ValueError(f"max_total_tokens must be >= 2, got {self.max_total_tokens}")
-        for name in ("max_running_requests", "max_prefill_tokens", "page_size", "tp_size"):
+        for name in ("max_running_requests", "max_prefill_tokens", "page_size", "tp_size", *REQUEST_LIMITS):
             check_int(name, getattr(self, name), lo=1)
         if self.chunked_prefill_size is not None:
             check_int("chunked_prefill_size", self.chunked_prefill_size, lo=-1)
@@ -94,10 +117,20 @@ class ServerArgs:
         if self.grammar_compile_timeout_s <= 0:
             raise ValueError(f"grammar_compile_timeout_s must be > 0, got {self.grammar_compile_timeout_s}")
         check_bools(self, ("disable_radix_cache", "enable_jump_forward"))
+        self._validate_http_limits()
         for name in ("model_path", "tokenizer_path"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"{name} must be a non-empty string")
+        check_int("grammar_compile_max_memory_mb", self.grammar_compile_max_memory_mb, lo=0)
+
+    def _validate_http_limits(self) -> None:
+        check_int("max_new_tokens_default", self.max_new_tokens_default, lo=1)
+        check_int("max_json_depth", self.max_json_depth, lo=1, hi=MAX_JSON_DEPTH_CEILING)
+        if self.max_json_depth < self.max_schema_depth + JSON_BODY_WRAPPING:
+            raise ValueError(f"max_json_depth must be >= max_schema_depth + {JSON_BODY_WRAPPING} "
+                             f"({self.max_schema_depth + JSON_BODY_WRAPPING}), so that a request body can "
+                             f"carry the deepest schema the engine accepts; got {self.max_json_depth}")
 
     @property
     def chunk_size(self) -> int | None:

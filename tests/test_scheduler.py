@@ -273,3 +273,23 @@ def test_scheduler_never_imports_torch():
             "radixlm.runtime.scheduler.policy, radixlm.runtime.scheduler.stop_checker, radixlm.runtime.scheduler.req; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("policy", ["lpm", "fcfs", "dfs-weight"])
+def test_admission_is_fair_between_callers(policy):
+    sched, runner = make(policy=policy, max_reqs=4)
+    batch = [req(f"big{i}", p, max_new=4) for i, p in enumerate(prompts(200, shared=30))]
+    for r in batch:
+        r.caller = 1  # one generate call of 200 prompts
+        sched.add(r)
+    lone = req("lone", prompts(1, seed=5)[0], max_new=4)
+    lone.caller = 2
+    sched.add(lone)
+    steps = 0
+    while not lone.finished:
+        batch_ = sched.schedule()
+        sched.process_batch_result(batch_, runner.run(batch_))
+        steps += 1
+    assert steps <= 12, f"the lone request waited {steps} steps behind a 200-prompt batch"
+    run_all(sched, runner)
+    check_outputs(batch + [lone])

@@ -29,6 +29,8 @@ from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.inputs import (
     InputLimits,
     build_reqs,
+    check_fan_out,
+    normalize_extra_keys,
     normalize_inputs,
     normalize_params,
     normalize_rids,
@@ -67,13 +69,10 @@ class Engine:
                                    max_running_requests=args.max_running_requests,
                                    max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size)
         self._grammar = GrammarCompiler(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
-                                        args.enable_jump_forward, args.grammar_max_regex_chars)
-        self._limits = InputLimits(
-            context_len=self.runner.context_len,
-            max_req_input_len=args.max_req_input_len or self.runner.context_len,
-            usable_slots=cache.usable_slots,
-            vocab_size=self.runner.token_vocab_size,
-        )
+                                        args.enable_jump_forward, args.grammar_max_regex_chars,
+                                        args.grammar_compile_max_memory_mb)
+        self._limits = InputLimits.build(args, self.runner.context_len, cache.usable_slots,
+                                         self.runner.token_vocab_size)
         self._loop = EngineLoop(self.scheduler, self.runner, self._grammar)
         self._closed = False
 
@@ -82,7 +81,7 @@ class Engine:
     def generate(self, prompt: str | list[str] | None = None, sampling_params: Any = None,
                  input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
                  logprob_start_len: int | None = None, top_logprobs_num: int = 0, stream: bool = False,
-                 rid: str | list[str] | None = None) -> Any:
+                 rid: str | list[str] | None = None, extra_key: str | list[str] | None = None) -> Any:
         """Generate for one prompt or a batch; see the module docstring for the result shapes.
 
         ``max_new_tokens=0`` only prefills: no output tokens, the prompt enters the radix cache,
@@ -90,10 +89,11 @@ class Engine:
         ``logprob_start_len=k``) need the logits of positions ``k ..``, so the radix-cache match is
         capped at ``k`` tokens: ``cached_tokens <= k``, and ``k=0`` disables any cache hit for the
         request. ``meta_info["first_token_latency"]`` is the time from submission to the first
-        output token (None without one).
+        output token (None without one). ``extra_key`` (a string, or one per prompt) puts the
+        prompt in its own radix-cache namespace: prompts under different keys share no KV.
         """
         reqs, collector = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
-                                          logprob_start_len, top_logprobs_num, stream, rid)
+                                          logprob_start_len, top_logprobs_num, stream, rid, extra_key)
         handle = RequestHandle()
         self._submit(reqs, handle)
         if stream:
@@ -109,10 +109,11 @@ class Engine:
     async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: Any = None,
                              input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
                              logprob_start_len: int | None = None, top_logprobs_num: int = 0,
-                             stream: bool = False, rid: str | list[str] | None = None) -> Any:
+                             stream: bool = False, rid: str | list[str] | None = None,
+                             extra_key: str | list[str] | None = None) -> Any:
         """``generate`` for asyncio: awaits the result, or (``stream=True``) returns an async iterator."""
         reqs, collector = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
-                                          logprob_start_len, top_logprobs_num, stream, rid)
+                                          logprob_start_len, top_logprobs_num, stream, rid, extra_key)
         handle = RequestHandle(asyncio.get_running_loop())
         self._submit(reqs, handle)
         if stream:
@@ -127,16 +128,18 @@ class Engine:
 
     def _make_reqs(self, prompt: Any, sampling_params: Any, input_ids: Any, return_logprob: bool,
                    logprob_start_len: Any, top_logprobs_num: Any, stream: bool,
-                   rid: Any) -> tuple[list[Req], ResultCollector]:
+                   rid: Any, extra_key: Any) -> tuple[list[Req], ResultCollector]:
         items, is_batch = normalize_inputs(prompt, input_ids)
         params = normalize_params(sampling_params, len(items))
+        check_fan_out(len(items), params, self._limits)  # before tokenizing a huge batch
+        extra_keys = normalize_extra_keys(extra_key, len(items))
         token_lists = [self.tokenizer.encode(x, add_special_tokens=True) if isinstance(x, str) else x
                        for x in items]
         if any(not ids for ids in token_lists):
             raise ValueError("prompt must be non-empty (it encodes to no tokens)")
         reqs = build_reqs(token_lists, params, normalize_rids(rid, len(items)), limits=self._limits,
                           return_logprob=bool(return_logprob), logprob_start_len=logprob_start_len,
-                          top_logprobs_num=top_logprobs_num, stream=bool(stream))
+                          top_logprobs_num=top_logprobs_num, stream=bool(stream), extra_keys=extra_keys)
         for req in reqs:
             req.decoded.detokenizer = self.tokenizer.incremental_detokenizer(req.params.skip_special_tokens)
         return reqs, ResultCollector(len(reqs), single=not is_batch and params[0].n == 1)
@@ -146,8 +149,10 @@ class Engine:
         if limit is not None and self._loop.num_queued() + len(reqs) > limit:
             raise QueueFullError(f"too many queued requests (max_queued_requests={limit})")
         now = time.perf_counter()
+        caller = reqs[0].arrival  # one id for the whole call (fair admission between calls)
         for i, req in enumerate(reqs):
             req.delivery = Delivery(handle, i, now)
+            req.caller = caller
         self._loop.submit(reqs)
 
     def _stream(self, reqs: list[Req], handle: RequestHandle,

@@ -1,10 +1,11 @@
 """``GrammarCompiler``: the engine side of constrained decoding: start, poll and cancel compiles.
 
-A constrained request's grammar compiles in the backend's worker thread while the request waits
+A constrained request's grammar compiles in a backend worker process while the request waits
 here, outside the scheduler (other requests keep running). ``poll`` hands back the requests whose
 compile finished: each ready one carries its ``RequestMatcher`` in ``req.matcher`` and goes to the
 scheduler, which from then on asks the matcher for its decisions itself. A compile error or
-timeout fails just that request with the ``ConstraintError`` message.
+timeout fails just that request with the ``ConstraintError`` message. Cancelling a request (or
+dropping them all) cancels its compile: the worker stops unless another request shares it.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ class GrammarCompiler:
     """Owns the ``GrammarBackend`` (created on the first constrained request) and the compiling requests."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, compile_timeout_s: float,
-                 enable_jump_forward: bool, max_regex_chars: int | None = None) -> None:
+                 enable_jump_forward: bool, max_regex_chars: int | None = None,
+                 max_memory_mb: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.compile_timeout_s = compile_timeout_s
         self.max_regex_chars = max_regex_chars
+        self.max_memory_mb = max_memory_mb  # None: the backend's default (ServerArgs.grammar_compile_max_memory_mb)
         self.enable_jump_forward = enable_jump_forward
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self._backend = None
@@ -36,10 +39,12 @@ class GrammarCompiler:
     def backend(self) -> Any:
         if self._backend is None:
             from radixlm.constrained import GrammarBackend, TokenizerVocab
+            from radixlm.constrained.backend import DEFAULT_MAX_MEMORY_MB
 
             vocab = TokenizerVocab.from_tokenizer(self.tokenizer, vocab_size=self.vocab_size)
+            memory = DEFAULT_MAX_MEMORY_MB if self.max_memory_mb is None else self.max_memory_mb
             self._backend = GrammarBackend(vocab, compile_timeout_s=self.compile_timeout_s,
-                                           max_regex_chars=self.max_regex_chars)
+                                           max_regex_chars=self.max_regex_chars, max_memory_mb=memory)
         return self._backend
 
     def close(self) -> None:
@@ -88,9 +93,13 @@ class GrammarCompiler:
         return cancelled
 
     def drop_all(self) -> list[Req]:
-        """Forget every compiling request (the engine is failing them all); return them."""
-        dropped, self._pending = list(self._pending), {}
-        return dropped
+        """Forget every compiling request (the engine is failing them all) and cancel their
+        compiles; return them."""
+        dropped, self._pending = self._pending, {}
+        for future in dropped.values():
+            if future is not None:
+                future.cancel()
+        return list(dropped)
 
 
 def _as_value_error(e: Exception) -> ValueError:

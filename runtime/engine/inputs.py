@@ -9,6 +9,7 @@ prompt's KV through the radix cache.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -19,12 +20,87 @@ from radixlm.runtime.scheduler.req import Req
 
 @dataclass
 class InputLimits:
-    """Facts the checks need (from the tokenizer, runner and server args)."""
+    """Facts the checks need (from the tokenizer and runner) and the per-request limits (server args)."""
 
     context_len: int
     max_req_input_len: int
     usable_slots: int
     vocab_size: int
+    max_prompts: int = 1024
+    max_n: int = 64
+    max_sequences: int = 1024
+    max_logit_bias: int = 1024
+    max_stop_strings: int = 64
+    max_schema_bytes: int = 1 << 20
+    max_schema_depth: int = 128
+
+    @classmethod
+    def build(cls, args: Any, context_len: int, usable_slots: int, vocab_size: int) -> InputLimits:
+        """From ``ServerArgs`` and the facts the runner found."""
+        return cls(context_len=context_len, max_req_input_len=args.max_req_input_len or context_len,
+                   usable_slots=usable_slots, vocab_size=vocab_size, max_prompts=args.max_prompts_per_request,
+                   max_n=args.max_n, max_sequences=args.max_sequences_per_request,
+                   max_logit_bias=args.max_logit_bias, max_stop_strings=args.max_stop_strings,
+                   max_schema_bytes=args.max_schema_bytes, max_schema_depth=args.max_schema_depth)
+
+
+def check_fan_out(num_prompts: int, params: list[SamplingParams], limits: InputLimits) -> None:
+    """How many sequences one call may queue (checked before anything is tokenized)."""
+    if num_prompts > limits.max_prompts:
+        raise ValueError(f"prompt: {num_prompts} prompts in one request, more than max_prompts_per_request "
+                         f"({limits.max_prompts})")
+    for p in _distinct(params):
+        if p.n > limits.max_n:
+            raise ValueError(f"n must be <= {limits.max_n} (max_n), got {p.n}")
+    total = sum(p.n for p in params)
+    if total > limits.max_sequences:
+        raise ValueError(f"n: {total} sequences (prompts x n) in one request, more than "
+                         f"max_sequences_per_request ({limits.max_sequences})")
+    for p in _distinct(params):
+        check_params(p, limits)
+
+
+def check_params(p: SamplingParams, limits: InputLimits) -> None:
+    """Size limits of one request's sampling parameters and constraint."""
+    if p.logit_bias:
+        if len(p.logit_bias) > limits.max_logit_bias:
+            raise ValueError(f"logit_bias has {len(p.logit_bias)} entries, more than {limits.max_logit_bias}")
+        bad = [t for t in p.logit_bias if not 0 <= t < limits.vocab_size]
+        if bad:
+            raise ValueError(f"logit_bias: token id {bad[0]} is outside the vocabulary [0, {limits.vocab_size})")
+    if len(p.stop) > limits.max_stop_strings or len(p.stop_token_ids) > limits.max_stop_strings:
+        raise ValueError(f"stop: at most {limits.max_stop_strings} stop strings and stop_token_ids")
+    bad_stop = [t for t in p.stop_token_ids if t >= limits.vocab_size]
+    if bad_stop:
+        raise ValueError(f"stop_token_ids: token id {bad_stop[0]} is outside the vocabulary [0, {limits.vocab_size})")
+    kind = p.constraint_kind
+    if kind in ("json_schema", "regex", "choices"):
+        spec = getattr(p, kind)
+        size = len(json.dumps(spec, ensure_ascii=False).encode())
+        if size > limits.max_schema_bytes:
+            raise ValueError(f"{kind} is {size} bytes, more than max_schema_bytes ({limits.max_schema_bytes})")
+        depth = json_depth(spec)
+        if depth > limits.max_schema_depth:
+            raise ValueError(f"{kind} nests {depth} levels deep, more than max_schema_depth ({limits.max_schema_depth})")
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a JSON value (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+    return deepest
+
+
+def _distinct(params: list[SamplingParams]) -> list[SamplingParams]:
+    return list({id(p): p for p in params}.values())
 
 
 def normalize_inputs(prompt: Any, input_ids: Any) -> tuple[list[Any], bool]:
@@ -93,18 +169,28 @@ def check_request(ids: list[int], params: SamplingParams, limits: InputLimits,
         raise ValueError(f"top_logprobs_num must be a non-negative integer, got {top_logprobs_num!r}")
 
 
+def normalize_extra_keys(extra_key: Any, count: int) -> list[str | None]:
+    """One radix-cache namespace per prompt (None: the shared one); prompts under different keys
+    never share KV, so their ``cached_tokens`` say nothing about each other."""
+    keys = extra_key if isinstance(extra_key, (list, tuple)) else [extra_key] * count
+    if len(keys) != count or not all(k is None or (isinstance(k, str) and k) for k in keys):
+        raise ValueError(f"extra_key (cache_salt) must be a non-empty string, or a list of {count} for a batch")
+    return list(keys)
+
+
 def build_reqs(token_lists: list[list[int]], params: list[SamplingParams], rids: list[str], *,
                limits: InputLimits, return_logprob: bool, logprob_start_len: int | None,
-               top_logprobs_num: int, stream: bool) -> list[Req]:
+               top_logprobs_num: int, stream: bool, extra_keys: list[str | None] | None = None) -> list[Req]:
     """One ``Req`` per prompt and sample, in prompt-major order."""
     reqs = []
     start = None if logprob_start_len in (None, -1) else logprob_start_len
-    for ids, p, rid in zip(token_lists, params, rids):
+    extra_keys = extra_keys or [None] * len(token_lists)
+    for ids, p, rid, key in zip(token_lists, params, rids, extra_keys):
         check_request(ids, p, limits, logprob_start_len, top_logprobs_num)
         for i in range(p.n):
             req = Req(rid if p.n == 1 else f"{rid}_{i}", ids, p, return_logprob=return_logprob,
                       logprob_start_len=start, top_logprobs_num=top_logprobs_num, stream=stream,
-                      seed_offset=i)
+                      seed_offset=i, extra_key=key)
             req.group_rid = rid
             reqs.append(req)
     return reqs

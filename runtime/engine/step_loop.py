@@ -11,9 +11,11 @@ the requests' state. One step::
                                                      cache, release
     emit stream chunks / final results
 
-An exception in a step fails every in-flight request with a ``RuntimeError`` naming the cause and
-resets the scheduler; the loop keeps serving. A request's own failure (a grammar that does not
-compile) fails only that request.
+A request's own failure fails only that request, with its exception: a grammar that does not
+compile, its sampling (logit processors, grammar mask, generator: ``BatchResult.errors``), its
+post-processing (detokenizer, constraint, stop checks) or building its output. An exception in
+the step itself (the forward) fails every in-flight request with a ``RuntimeError`` naming the
+cause and resets the scheduler; the loop keeps serving.
 """
 
 from __future__ import annotations
@@ -155,9 +157,7 @@ class EngineLoop:
             self._emit_final(req)
         for req in batch.reqs:
             if req.stream and not req.finished:
-                chunk = stream_chunk(req)
-                if chunk is not None:
-                    req.delivery.put("chunk", chunk)
+                self._emit_chunk(req)
         self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s)
         return True
 
@@ -187,10 +187,28 @@ class EngineLoop:
         self.finished_requests += 1
         self.prompt_tokens += req.prompt_len
         self.cached_tokens += req.cached_tokens
+        if req.error is None:
+            try:
+                payload = stream_chunk(req) if req.stream else final_output(req)
+            except Exception as e:  # noqa: BLE001 - building this result failed: this request only
+                logger.exception("building the result of %s failed", req.rid)
+                req.error = e
         if req.error is not None:
             req.delivery.put("error", req.error)
         else:
-            req.delivery.put("done", stream_chunk(req) if req.stream else final_output(req))
+            req.delivery.put("done", payload)
+
+    def _emit_chunk(self, req: Req) -> None:
+        """Send a running request's new output; a failure to build it fails that request alone."""
+        try:
+            chunk = stream_chunk(req)
+        except Exception as e:  # noqa: BLE001 - e.g. its detokenizer raised
+            logger.exception("streaming %s failed", req.rid)
+            self.scheduler.fail(req, e)
+            self._emit_final(req)
+            return
+        if chunk is not None:
+            req.delivery.put("chunk", chunk)
 
     def _fail_all(self, error: Exception) -> None:
         with self._wake:

@@ -186,8 +186,30 @@ class ModelRunner:
             result.input_top_logprobs.append(_top_logprobs(logprobs, span.req.logprobs.top_num))
 
     def _sample(self, reqs: list[Req], logits: torch.Tensor, result: BatchResult) -> None:
-        logits = logits.float()  # [bs, vocab] (a copy: indexing gathered the rows)
+        """Sample every row at once. If that raises, sample row by row, so that a request's own
+        failure (its logit processors, its grammar mask, its generator) fails it alone: its
+        exception goes into ``result.errors`` and its row gets a placeholder token."""
         want_logprobs = any(r.logprobs.return_logprob for r in reqs)
+        top_k = max(r.logprobs.top_num for r in reqs) if want_logprobs else 0
+        try:
+            rows = [self._sample_rows(reqs, logits, want_logprobs, top_k)]
+        except Exception:  # noqa: BLE001 - find the request(s) that raised
+            rows = []
+            for i, req in enumerate(reqs):
+                try:
+                    rows.append(self._sample_rows([req], logits[i:i + 1], want_logprobs, top_k))
+                except Exception as e:  # noqa: BLE001 - this request fails, the batch goes on
+                    result.errors[i] = e
+                    rows.append(([0], [0.0] if want_logprobs else [], [[]] if want_logprobs else []))
+        for ids, lps, tops in rows:
+            result.next_token_ids += ids
+            result.next_token_logprobs += lps
+            result.next_top_logprobs += tops
+
+    def _sample_rows(self, reqs: list[Req], logits: torch.Tensor, want_logprobs: bool,
+                     top_k: int) -> tuple[list[int], list[float], list[list[tuple[float, int]]]]:
+        """Next token ids of ``reqs`` from their logit rows ``[len(reqs), vocab]`` (and logprobs)."""
+        logits = logits.float()  # [bs, vocab] (a copy: indexing gathered the rows)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
         apply_logit_processors(logits, reqs, self.eos_token_ids)
         if any(r.matcher is not None for r in reqs):
@@ -196,11 +218,10 @@ class ModelRunner:
             logits[:, self.token_vocab_size:] = float("-inf")
         info = SamplingInfo.build(reqs, self.vocab_size, self.device)
         next_ids = self.sampler.sample(logits, reqs, info)  # [bs]
-        result.next_token_ids = next_ids.tolist()
-        if raw_logprobs is not None:
-            chosen = raw_logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
-            result.next_token_logprobs = chosen.tolist()
-            result.next_top_logprobs = _top_logprobs(raw_logprobs, max(r.logprobs.top_num for r in reqs))
+        if raw_logprobs is None:
+            return next_ids.tolist(), [], []
+        chosen = raw_logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
+        return next_ids.tolist(), chosen.tolist(), _top_logprobs(raw_logprobs, top_k)
 
     def _grammar_bitmask(self, reqs: list[Req]) -> torch.Tensor:
         """int32 ``[bs, ceil(vocab / 32)]``: constrained rows from their matchers, others all ones."""

@@ -174,7 +174,7 @@ class Sampler:
         """The request's own generator, created on first use from ``seed + seed_offset``."""
         if req.sampler_state is None:
             gen = torch.Generator(device=self.device)
-            gen.manual_seed(req.params.seed + req.seed_offset)
+            gen.manual_seed((req.params.seed + req.seed_offset) % 2**64)  # torch takes [0, 2**64)
             req.sampler_state = gen
         return req.sampler_state
 

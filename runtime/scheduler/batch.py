@@ -113,7 +113,8 @@ class BatchResult:
     Logprobs are ``log_softmax`` of the model's raw float32 logits (before logit_bias, penalties,
     grammar masks and temperature); top lists are ``[(logprob, token_id), ...]``, best first.
     ``next_token_logprobs`` / ``next_top_logprobs`` are filled for every sampled row when any
-    request in the batch asked for logprobs, else empty.
+    request in the batch asked for logprobs, else empty. ``errors[i]``: sampling failed for
+    ``sample_reqs[i]`` alone (its token is a placeholder); the scheduler fails that request.
     """
 
     next_token_ids: list[int]
@@ -122,6 +123,7 @@ class BatchResult:
     input_logprobs: list[list[float]] = field(default_factory=list)
     input_top_logprobs: list[list[list[tuple[float, int]]]] = field(default_factory=list)
     forward_s: float = 0.0  # time in the model forward (for the overhead counters)
+    errors: dict[int, Exception] = field(default_factory=dict)  # sample row -> what failed that request
 
 
 def build_extend_batch(reqs: list[Req], chunked: Req | None,

@@ -7,10 +7,15 @@
 - ``dfs-weight``: a depth-first walk of the prefix trie of the waiting prompts, the heavier
   subtree (more requests) first, so requests sharing a prefix are admitted next to each other and
   the largest group first (SGLang's ``dfs-weight`` without reaching into the radix tree's nodes).
+
+Whatever the policy, admission is fair between callers: the order is interleaved round-robin by
+``req.caller`` (one ``generate`` call), keeping the policy's order inside each caller, so a lone
+request behind a 10,000-prompt batch waits for one free slot, not for the whole batch.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 from radixlm.radix_cache.key_match import common_prefix_len
@@ -23,7 +28,11 @@ IN_BATCH_PREFIX_THRESHOLD = 32
 
 
 def order_waiting(waiting: list[Req], policy: str, prefix_len: Callable[[Req], int]) -> list[Req]:
-    """The waiting requests in admission order under ``policy``."""
+    """The waiting requests in admission order under ``policy``, fair between callers."""
+    return interleave_callers(_policy_order(waiting, policy, prefix_len))
+
+
+def _policy_order(waiting: list[Req], policy: str, prefix_len: Callable[[Req], int]) -> list[Req]:
     if policy == "fcfs" or (policy == "lpm" and len(waiting) > LPM_FALLBACK_QUEUE_LEN):
         return sorted(waiting, key=lambda r: r.arrival)
     if policy == "lpm":
@@ -31,6 +40,20 @@ def order_waiting(waiting: list[Req], policy: str, prefix_len: Callable[[Req], i
     if policy == "dfs-weight":
         return dfs_weight_order(waiting)
     raise ValueError(f"schedule_policy must be lpm, dfs-weight or fcfs; got {policy!r}")
+
+
+def interleave_callers(order: list[Req]) -> list[Req]:
+    """Round-robin over callers (in order of their first request in ``order``), keeping each
+    caller's own order: one request of each caller, then the second of each, and so on."""
+    queues: dict[int, list[Req]] = {}
+    for req in order:
+        queues.setdefault(req.caller, []).append(req)
+    if len(queues) == 1:
+        return order
+    out: list[Req] = []
+    for round_ in itertools.zip_longest(*queues.values()):
+        out.extend(r for r in round_ if r is not None)
+    return out
 
 
 def dfs_weight_order(reqs: list[Req]) -> list[Req]:

@@ -63,6 +63,7 @@ class Req:
         self.params = params
         self.output_ids: list[int] = []
         self.arrival = next(_arrival)  # retraction picks the youngest (largest) first
+        self.caller = self.arrival  # which call submitted it (the engine sets one id per call): fair admission
         self.extra_key = extra_key
         self.seed_offset = seed_offset  # sibling i of an n > 1 request samples with seed + i
         self.stream = stream
@@ -153,6 +154,14 @@ class Req:
         if self.finished_reason is None:
             self.finished_reason = FinishReason(type_, matched, message)
             self.decoded.flush()
+
+    def fail(self, error: Exception) -> None:
+        """End the request with ``error``: its caller gets the exception instead of a result.
+        Nothing of its own runs any more (its text is not flushed: the detokenizer may be what failed)."""
+        if self.error is None:
+            self.error = error
+        if self.finished_reason is None:
+            self.finished_reason = FinishReason("abort", message=f"{type(error).__name__}: {error}")
 
     def __repr__(self) -> str:
         return (f"Req({self.rid!r}, prompt={self.prompt_len}, out={self.output_len}, kv={self.kv.kv_len}, "

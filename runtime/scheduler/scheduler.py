@@ -219,23 +219,33 @@ class Scheduler:
         for i, span in enumerate(batch.logprob_spans):
             tops = result.input_top_logprobs[i] if result.input_top_logprobs else None
             span.req.logprobs.add_input(result.input_logprobs[i], tops)
-        want_lp = bool(result.next_token_logprobs)
         for i, (req, token) in enumerate(zip(batch.sample_reqs, result.next_token_ids)):
             if req.finished:  # aborted while in flight
                 continue
-            req.logprobs.finish_input(req.wants_input_logprobs)
-            req.append_token(token)
-            if want_lp:
-                req.logprobs.add_output(result.next_token_logprobs[i], result.next_top_logprobs[i])
-            if req.matcher is not None:
-                reason = req.matcher.accept(token)
-                if reason is not None:
-                    req.finish(reason.type, reason.matched, reason.message)
-            self.stop_checker.check(req)
+            error = result.errors.get(i)
+            if error is None:
+                try:
+                    self._take_token(req, token, result, i)
+                except Exception as e:  # noqa: BLE001 - this request's own failure fails it alone
+                    error = e
+            if error is not None:
+                req.fail(error)
         if not batch.is_decode:
             self._finish_prefill_only(batch)
         finished = self._settle(batch)
         return finished + self._jump_forward(batch.sample_reqs)
+
+    def _take_token(self, req: Req, token: int, result: BatchResult, row: int) -> None:
+        """Append the sampled ``token``, ask the request's constraint, run the stop checks."""
+        req.logprobs.finish_input(req.wants_input_logprobs)
+        req.append_token(token)
+        if result.next_token_logprobs:
+            req.logprobs.add_output(result.next_token_logprobs[row], result.next_top_logprobs[row])
+        if req.matcher is not None:
+            reason = req.matcher.accept(token)
+            if reason is not None:
+                req.finish(reason.type, reason.matched, reason.message)
+        self.stop_checker.check(req)
 
     @staticmethod
     def _finish_prefill_only(batch: ScheduledBatch) -> None:
@@ -246,26 +256,35 @@ class Scheduler:
                 req.finish("length")
 
     def _jump_forward(self, reqs: list[Req]) -> list[Req]:
-        """Splice forced continuations into constrained requests; return those it finished."""
+        """Splice forced continuations into constrained requests and re-queue them (one extend
+        step computes all the forced tokens); return the requests this finished."""
         finished = []
         for req in reqs:
             if req.finished or req.matcher is None:
                 continue
-            splice = req.matcher.splice(req.output_ids, req.params.max_new_tokens)
-            if splice is None:
-                continue
+            try:
+                if not self._splice(req):
+                    continue
+            except Exception as e:  # noqa: BLE001 - this request's own failure fails it alone
+                req.fail(e)
             self._remove(req)
-            self.cache.release(req, insert=True)  # the KV under the old ids, before they change
-            req.replace_tail(splice.num_drop, splice.new_ids)
-            if splice.terminated:
-                req.finish("stop")
-            else:
-                self.stop_checker.check(req, num_new=max(len(splice.new_ids), 1))
-            if req.finished:
-                finished.append(req)
-            else:
-                self.waiting.append(req)
+            self.cache.release(req, insert=True)  # no-op when the splice released it already
+            (finished if req.finished else self.waiting).append(req)
         return finished
+
+    def _splice(self, req: Req) -> bool:
+        """Apply the constraint's forced splice to ``req``; False when nothing is forced."""
+        splice = req.matcher.splice(req.output_ids, req.params.max_new_tokens)
+        if splice is None:
+            return False
+        self._remove(req)
+        self.cache.release(req, insert=True)  # the KV under the old ids, before they change
+        req.replace_tail(splice.num_drop, splice.new_ids)
+        if splice.terminated:
+            req.finish("stop")
+        else:
+            self.stop_checker.check(req, num_new=max(len(splice.new_ids), 1))
+        return True
 
     def _settle(self, batch: ScheduledBatch) -> list[Req]:
         finished = []
@@ -302,6 +321,15 @@ class Scheduler:
                 req.finish("abort", message=message)
                 aborted.append(req)
         return aborted
+
+    def fail(self, req: Req, error: Exception) -> None:
+        """Finish ``req`` with ``error`` (raised in its caller) and free what it holds; the other
+        requests go on. For failures found outside a step (delivering its output)."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+        self._remove(req)
+        self.cache.release(req, insert=True)
+        req.fail(error)
 
     def flush_cache(self) -> bool:
         """Empty the radix cache; refused (False) while any request is queued or running."""

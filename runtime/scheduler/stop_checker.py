@@ -2,11 +2,17 @@
 
 Order of checks: EOS / ``stop_token_ids`` (the token itself; ``ignore_eos`` skips EOS only),
 ``stop`` strings (matched in the decoded text, so a stop string split over several tokens is
-found), then ``max_new_tokens``, then the context length. EOS, stop ids and stop strings count only
-once ``min_new_tokens`` tokens exist (the sampler also masks EOS and stop ids before that).
+found), ``stop_regex`` patterns (the earliest match anywhere in the text), then
+``max_new_tokens``, then the context length. EOS, stop ids, stop strings and stop regexes count
+only once ``min_new_tokens`` tokens exist (the sampler also masks EOS and stop ids before that).
+A streamed request holds back the last ``len(longest stop) - 1`` characters; with ``stop_regex``
+it holds back all text until it finishes, since any tail may still start a match.
 """
 
 from __future__ import annotations
+
+import functools
+import re
 
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_text import TextState
@@ -35,6 +41,12 @@ class StopChecker:
                     req.decoded.stop_pos = found[0]
                     req.finish("stop", found[1])
                     return
+            if params.stop_regex and req.decoded.detokenizer is not None:
+                found = self._find_stop_regex(req.decoded.text, params.stop_regex)
+                if found is not None:
+                    req.decoded.stop_pos = found[0]
+                    req.finish("stop", found[1])
+                    return
         if req.output_len >= params.max_new_tokens:
             req.finish("length")
         elif req.fill_len >= self.context_len:
@@ -55,6 +67,16 @@ class StopChecker:
         return None if first is None else (start + first[0], first[1])
 
     @staticmethod
+    def _find_stop_regex(text: str, patterns: list[str]) -> tuple[int, str] | None:
+        # A regex match can span any length, so the whole text is searched (outputs are short).
+        first: tuple[int, str] | None = None
+        for pattern in patterns:
+            m = _compiled(pattern).search(text)
+            if m is not None and (first is None or m.start() < first[0]):
+                first = (m.start(), m.group(0))
+        return first
+
+    @staticmethod
     def final_text(req: Req) -> str:
         """The output text, cut before the first stop string unless ``no_stop_trim``."""
         reason, text = req.finished_reason, req.decoded.text
@@ -67,7 +89,14 @@ class StopChecker:
         """How much of the text may be streamed: hold back a possible prefix of a stop string."""
         if req.finished:
             return len(StopChecker.final_text(req))
+        if req.params.stop_regex:
+            return len(req.decoded.text) if req.finished else 0  # any tail may still start a match
         if not req.params.stop:
             return len(req.decoded.text)
         hold = max(len(s) for s in req.params.stop) - 1
         return max(len(req.decoded.text) - hold, 0)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern:
+    return re.compile(pattern)

@@ -1,9 +1,9 @@
 """The HTTP server: application factory, middlewares, and start-up / graceful shutdown.
 
 ``create_app(engine, config)`` wires the native routes (:mod:`.native_api`) and the OpenAI
-routes (:mod:`.openai_api`) behind three middlewares: errors (every failure becomes an
-OpenAI-shaped JSON error), authentication (``--api-key``; ``/health`` stays open) and the body
-limit (aiohttp's ``client_max_size``, answered with 413).
+routes (:mod:`.openai_api`) behind the middlewares: errors (every failure becomes an
+OpenAI-shaped JSON error), the URL limit (414), authentication (:mod:`.auth`; ``/health`` stays
+open) and the body limit (aiohttp's ``client_max_size``, answered with 413).
 
 ``serve(engine, config)`` runs until SIGINT/SIGTERM (or ``stop`` is set): it then stops accepting
 connections, gives in-flight requests ``graceful_shutdown_s`` to finish, and cancels the rest,
@@ -14,7 +14,6 @@ benchmarks and notebooks.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import signal
 import socket
@@ -23,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from radixlm.runtime.server.auth import auth_middleware
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
 from radixlm.runtime.server.openai_api import OpenAIRoutes
@@ -30,9 +30,13 @@ from radixlm.runtime.server.state import ServerConfig, ServerState
 
 logger = logging.getLogger("radixlm.server")
 
-OPEN_PATHS = frozenset({"/health"})
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 STATE_KEY = web.AppKey("radixlm_state", ServerState)
+MAX_URL_BYTES = 8192  # longer URLs (path and query) get a JSON 414
+# aiohttp's parser answers a request line over max_line_size (8190 by default) with a plain-text
+# 400 that no middleware sees; it parses URLs up to this size instead, so the URL middleware
+# answers them in JSON. Header limits (max_field_size 8190, max_headers 128) stay aiohttp's.
+PARSER_MAX_LINE = 1 << 20
 
 
 @web.middleware
@@ -49,30 +53,23 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return err.to_response()
 
 
-def auth_middleware(api_key: str) -> Any:
-    """401 unless ``Authorization: Bearer <api_key>`` (compared in constant time)."""
-    expected = api_key.encode()
-
-    @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in OPEN_PATHS:
-            header = request.headers.get("Authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
-                raise APIError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'",
-                               code="invalid_api_key")
-        return await handler(request)
-
-    return check
+@web.middleware
+async def url_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """414 for a URL over ``MAX_URL_BYTES``, before authentication or routing look at it."""
+    if len(request.raw_path) > MAX_URL_BYTES:
+        raise APIError(414, f"the URL is {len(request.raw_path)} bytes, more than {MAX_URL_BYTES}; "
+                       "send large inputs in the request body", code="uri_too_long")
+    return await handler(request)
 
 
 def create_app(engine: Any, config: ServerConfig | None = None) -> web.Application:
     """The aiohttp application serving ``engine`` (an ``Engine`` or anything with its API)."""
     config = config or ServerConfig()
-    middlewares = [error_middleware]
-    if config.api_key is not None:
-        middlewares.append(auth_middleware(config.api_key))
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares)
+    middlewares = [error_middleware, url_limit_middleware]
+    if config.keys:
+        middlewares.append(auth_middleware(config.keys))
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares,
+                          handler_args={"max_line_size": PARSER_MAX_LINE})
     state = ServerState(engine, config)
     app[STATE_KEY] = state
     NativeRoutes(state).register(app)

@@ -58,6 +58,7 @@ class ChatPlan:
     stream: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    extra_key: str | None = None  # the radix-cache namespace (tenant and salt); every phase shares it
 
 
 @dataclass
@@ -172,7 +173,7 @@ class ChoiceRunner:
             sampling["max_new_tokens"] = max(min(sampling["max_new_tokens"],
                                                  self.state.context_len - len(self.ids)), 0)
         kwargs = {"input_ids": list(self.ids), "sampling_params": sampling, "return_logprob": want_lp,
-                  "top_logprobs_num": self.plan.top_logprobs if want_lp else 0}
+                  "top_logprobs_num": self.plan.top_logprobs if want_lp else 0, "extra_key": self.plan.extra_key}
         rid = self.state.new_rid(self.record, f"-c{self.index}")
         first = self.first_phase or self.index > 0  # later phases' first token is not the request's
         if self.plan.stream:

@@ -8,8 +8,16 @@ on the native and the OpenAI routes.
 from __future__ import annotations
 
 import json
+import logging
+import re
 
 from aiohttp import web
+
+RETRY_AFTER_S = 1  # what a 503 tells clients to wait: the queue drains in decode steps, not minutes
+# A bug below the server can surface inside a ValueError's message, wrapped as "...: compile failed:
+# TypeError: <Python text>"; that text is for the log, not for clients.
+_WRAPPED_PYTHON_ERROR = re.compile(r"(?:^|(?<=: ))[A-Z]\w*(?:Error|Exception): .*", re.S)
+logger = logging.getLogger("radixlm.server")
 
 # HTTP status -> OpenAI error "type"
 _ERROR_TYPES = {
@@ -18,6 +26,7 @@ _ERROR_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     413: "request_too_large",
+    414: "invalid_request_error",
     499: "client_closed_request",
     500: "internal_server_error",
     503: "server_overloaded",
@@ -31,12 +40,16 @@ class APIError(Exception):
     one is to blame; ``code`` is a short machine-readable reason.
     """
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 retry_after_s: int | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        if retry_after_s is None and status == 503:
+            retry_after_s = RETRY_AFTER_S
+        self.retry_after_s = retry_after_s
 
     @property
     def type(self) -> str:
@@ -46,9 +59,15 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param,
                           "code": self.code}}
 
+    def headers(self) -> dict[str, str]:
+        """``WWW-Authenticate`` on a 401, ``Retry-After`` (seconds) on a 503."""
+        out = {"WWW-Authenticate": "Bearer"} if self.status == 401 else {}
+        if self.retry_after_s is not None:
+            out["Retry-After"] = str(self.retry_after_s)
+        return out
+
     def to_response(self) -> web.Response:
-        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
-        return web.json_response(self.to_dict(), status=self.status, headers=headers)
+        return web.json_response(self.to_dict(), status=self.status, headers=self.headers())
 
     def to_sse(self) -> bytes:
         """The error as one SSE event, for failures after a stream has started."""
@@ -69,7 +88,9 @@ def from_exception(exc: BaseException) -> APIError:
 
     ``ValueError`` (which includes the constraint compiler's ``ConstraintError``) is bad input:
     400, with the JSON pointer in ``param`` when the error carries one. A full waiting queue
-    (any exception class named ``QueueFullError``) is 503. Anything else is a 500.
+    (any exception class named ``QueueFullError``) is 503. Anything else is a 500 whose message
+    says nothing about the exception (the error middleware logs it): Python exception text is for
+    the log, never for clients.
     """
     if isinstance(exc, APIError):
         return exc
@@ -79,8 +100,16 @@ def from_exception(exc: BaseException) -> APIError:
         return _from_http_exception(exc)
     if isinstance(exc, ValueError):
         pointer = getattr(exc, "pointer", None)
-        return APIError(400, str(exc), param=pointer, code=_code_for(exc))
-    return APIError(500, f"internal error: {type(exc).__name__}: {exc}", code="internal_error")
+        return APIError(400, client_message(str(exc)), param=pointer, code=_code_for(exc))
+    return APIError(500, "internal error; the server log has the details", code="internal_error")
+
+
+def client_message(message: str) -> str:
+    """``message`` without the Python exception text a wrapped internal error carries (logged instead)."""
+    clean = _WRAPPED_PYTHON_ERROR.sub("an internal error (the server log has the details)", message)
+    if clean != message:
+        logger.warning("internal error in a client error: %s", message)
+    return clean
 
 
 def _code_for(exc: ValueError) -> str:

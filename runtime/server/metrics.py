@@ -62,7 +62,8 @@ class ServerMetrics:
     """What the HTTP layer has seen: requests by outcome, token totals, latencies."""
 
     def __init__(self) -> None:
-        self.requests: dict[str, int] = {"success": 0, "error": 0, "aborted": 0}
+        # aborted: the client went away (499); abort: ended by /abort_request (the answer is a 200)
+        self.requests: dict[str, int] = {"success": 0, "error": 0, "aborted": 0, "abort": 0}
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion_tokens = 0
@@ -72,7 +73,7 @@ class ServerMetrics:
 
     def record_request(self, outcome: str, prompt: int = 0, cached: int = 0, completion: int = 0,
                        latency_s: float | None = None) -> None:
-        """Count one finished request (``outcome``: success | error | aborted) and its tokens."""
+        """Count one finished request (``outcome``: success | error | aborted | abort) and its tokens."""
         self.requests[outcome] = self.requests.get(outcome, 0) + 1
         self.prompt_tokens += prompt
         self.cached_tokens += cached

@@ -17,8 +17,8 @@ from typing import Any
 
 from aiohttp import web
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.server.http_errors import APIError, bad_request
-from radixlm.runtime.server.request_fields import FieldReader, check_token_ids, parse_json_body
+from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
+from radixlm.runtime.server.request_fields import FieldReader, check_token_ids, read_cache_salt
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
 from radixlm.runtime.server.tool_calls import error_pointer
@@ -43,6 +43,7 @@ class GenerateRequest:
     logprob_start_len: int | None = None
     top_logprobs_num: int = 0
     return_text_in_logprobs: bool = False
+    salt: str | None = None  # cache_salt / extra_key: the request's radix-cache namespace
 
 
 def parse_generate_request(body: dict[str, Any]) -> GenerateRequest:
@@ -68,8 +69,9 @@ def parse_generate_request(body: dict[str, Any]) -> GenerateRequest:
     for i, sp in enumerate(sampling):
         try:
             SamplingParams.from_dict(sp)
-        except (TypeError, ValueError) as e:
-            raise bad_request(f"sampling_params: {e}", param="sampling_params" + (f"[{i}]" if is_batch else ""),
+        except (TypeError, ValueError) as e:  # a TypeError's text is Python's, not a reason for the client
+            why = client_message(str(e)) if isinstance(e, ValueError) else "a field has the wrong type"
+            raise bad_request(f"sampling_params: {why}", param="sampling_params" + (f"[{i}]" if is_batch else ""),
                               code="invalid_value") from None
     rid = r.get("rid", ("str", "list"))
     rids = _per_item(rid, n, "rid") if isinstance(rid, list) else [rid] * n
@@ -82,6 +84,7 @@ def parse_generate_request(body: dict[str, Any]) -> GenerateRequest:
         logprob_start_len=r.get("logprob_start_len", "int", lo=-1),
         top_logprobs_num=r.get("top_logprobs_num", "int", 0, lo=0, hi=100),
         return_text_in_logprobs=r.get("return_text_in_logprobs", "bool", False),
+        salt=read_cache_salt(r),
     )
     if req.logprob_start_len == -1:
         req.logprob_start_len = None
@@ -118,29 +121,32 @@ class NativeRoutes:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/generate") as record:
-            req = parse_generate_request(parse_json_body(await request.read()))
+            req = parse_generate_request(await self.state.read_json(request))
+            extra_key = self.state.extra_key(request, req.salt)
             try:
                 if req.stream:
-                    return await write_stream(request, self._events(req, record))
-                results = await gather_all([self._one(req, i, record) for i in range(len(req.prompts))])
+                    return await write_stream(request, self._events(req, record, extra_key))
+                results = await gather_all([self._one(req, i, record, extra_key)
+                                            for i in range(len(req.prompts))])
             except ValueError as e:
                 if error_pointer(e) is None:
                     raise
-                raise APIError(400, f"sampling_params.json_schema: {e}", param="sampling_params.json_schema",
-                               code="unsupported_schema") from None
+                raise APIError(400, f"sampling_params.json_schema: {client_message(str(e))}",
+                               param="sampling_params.json_schema", code="unsupported_schema") from None
             return web.json_response(results if req.is_batch else results[0])
 
-    def _kwargs(self, req: GenerateRequest, i: int, record: RequestRecord) -> dict[str, Any]:
+    def _kwargs(self, req: GenerateRequest, i: int, record: RequestRecord,
+                extra_key: str | None) -> dict[str, Any]:
         prompt = req.prompts[i]
         return {
             "prompt": None if req.is_ids else prompt, "input_ids": prompt if req.is_ids else None,
             "sampling_params": req.sampling[i], "return_logprob": req.return_logprob,
             "logprob_start_len": req.logprob_start_len, "top_logprobs_num": req.top_logprobs_num,
-            "rid": req.rids[i] or self.state.new_rid(record, f"-{i}"),
+            "rid": req.rids[i] or self.state.new_rid(record, f"-{i}"), "extra_key": extra_key,
         }
 
-    async def _one(self, req: GenerateRequest, i: int, record: RequestRecord) -> Any:
-        kwargs = self._kwargs(req, i, record)
+    async def _one(self, req: GenerateRequest, i: int, record: RequestRecord, extra_key: str | None) -> Any:
+        kwargs = self._kwargs(req, i, record, extra_key)
         result = await self.state.generate(kwargs.pop("rid"), **kwargs)
         for item in result if isinstance(result, list) else [result]:
             record.add(item.get("meta_info", {}))
@@ -148,10 +154,11 @@ class NativeRoutes:
                 add_logprob_text(item.get("meta_info", {}), self.state.tokenizer)
         return result
 
-    async def _events(self, req: GenerateRequest, record: RequestRecord) -> AsyncIterator[dict]:
+    async def _events(self, req: GenerateRequest, record: RequestRecord,
+                      extra_key: str | None) -> AsyncIterator[dict]:
         streams = []
         for i in range(len(req.prompts)):
-            kwargs = self._kwargs(req, i, record)
+            kwargs = self._kwargs(req, i, record, extra_key)
             streams.append(self.state.stream(kwargs.pop("rid"), **kwargs))
         async with aclosing(merge_streams(streams)) as merged:
             async for i, chunk in merged:
@@ -200,8 +207,9 @@ class NativeRoutes:
         return web.json_response({
             "version": __version__,
             "server_args": _jsonable(dataclasses.asdict(self.state.engine.server_args)),
-            "http": {"host": cfg.host, "port": self.state.port, "api_key_set": cfg.api_key is not None,
-                     "max_body_bytes": cfg.max_body_bytes, "served_model_name": self.state.model_name},
+            "http": {"host": cfg.host, "port": self.state.port, "api_key_set": bool(cfg.keys),
+                     "api_keys": len(cfg.keys), "max_body_bytes": cfg.max_body_bytes,
+                     "served_model_name": self.state.model_name},
             "stats": _jsonable(stats),
             "inflight_requests": len(self.state.inflight),
             "uptime_s": round(time.time() - self.state.started_at, 3),
@@ -214,7 +222,7 @@ class NativeRoutes:
         return web.json_response({"success": True, "message": "cache flushed"})
 
     async def abort_request(self, request: web.Request) -> web.Response:
-        r = FieldReader(parse_json_body(await request.read()))
+        r = FieldReader(await self.state.read_json(request))
         rid = r.get("rid", "str", required=True)
         r.reject_unknown()
         found = self.state.engine.abort(rid)

@@ -13,9 +13,10 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
+import jinja2
 from aiohttp import web
 from radixlm.runtime.server.chat_generation import ChatPlan, ChoiceEvent, ChoiceRunner
-from radixlm.runtime.server.http_errors import APIError, bad_request
+from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
 from radixlm.runtime.server.openai_logprobs import (
     TextCursor,
     completion_logprobs,
@@ -32,10 +33,10 @@ from radixlm.runtime.server.openai_protocol import (
     parse_completion_request,
     usage_dict,
 )
-from radixlm.runtime.server.request_fields import parse_json_body
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
 from radixlm.runtime.server.tool_calls import ToolCall, constraint_error, error_pointer
+from radixlm.runtime.server.tool_schema import check_tool_schemas
 
 
 class OpenAIRoutes:
@@ -65,14 +66,16 @@ class OpenAIRoutes:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/v1/completions") as record:
-            req = parse_completion_request(parse_json_body(await request.read()))
+            req = parse_completion_request(await self.state.read_json(request))
             self.state.check_model(req.model)
             jobs = [(p, j) for p in range(len(req.prompts)) for j in range(req.n)]
             rid = new_id("cmpl")
+            extra_key = self.state.extra_key(request, req.salt)
             if req.stream:
-                return await write_stream(request, self._completion_chunks(req, jobs, rid, record))
+                return await write_stream(request, self._completion_chunks(req, jobs, rid, record, extra_key))
             results = await gather_all([
-                self.state.generate(self.state.new_rid(record, f"-{k}"), **self._completion_kwargs(req, p, j))
+                self.state.generate(self.state.new_rid(record, f"-{k}"),
+                                    **self._completion_kwargs(req, p, j, extra_key))
                 for k, (p, j) in enumerate(jobs)])
             choices = []
             for k, ((p, j), res) in enumerate(zip(jobs, results)):
@@ -84,12 +87,13 @@ class OpenAIRoutes:
             usage = usage_dict(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage))
 
-    def _completion_kwargs(self, req: CompletionRequest, p: int, j: int) -> dict[str, Any]:
+    def _completion_kwargs(self, req: CompletionRequest, p: int, j: int,
+                           extra_key: str | None) -> dict[str, Any]:
         sampling = dict(req.sampling)
         if sampling.get("seed") is not None:
             sampling["seed"] += j
         prompt = req.prompts[p]
-        kwargs: dict[str, Any] = {"sampling_params": sampling}
+        kwargs: dict[str, Any] = {"sampling_params": sampling, "extra_key": extra_key}
         kwargs["input_ids" if isinstance(prompt, list) else "prompt"] = prompt
         if req.logprobs is not None:
             kwargs.update(return_logprob=True, top_logprobs_num=req.logprobs)
@@ -116,8 +120,9 @@ class OpenAIRoutes:
                                                                   cursor))
 
     async def _completion_chunks(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
-                                 record: RequestRecord) -> AsyncIterator[dict]:
-        streams = [self.state.stream(self.state.new_rid(record, f"-{k}"), **self._completion_kwargs(req, p, j))
+                                 record: RequestRecord, extra_key: str | None) -> AsyncIterator[dict]:
+        streams = [self.state.stream(self.state.new_rid(record, f"-{k}"),
+                                     **self._completion_kwargs(req, p, j, extra_key))
                    for k, (p, j) in enumerate(jobs)]
         sent: dict[int, TextCursor] = {}  # where each choice's next token starts in its text
         async with aclosing(merge_streams(streams)) as merged:
@@ -158,9 +163,11 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/v1/chat/completions") as record:
-            req = parse_chat_request(parse_json_body(await request.read()))
+            req = parse_chat_request(await self.state.read_json(request))
             self.state.check_model(req.model)
-            plan = self._chat_plan(req)
+            if req.tools:  # every tool, whatever tool_choice: auto would otherwise fail mid-answer
+                await self.state.offload(check_tool_schemas, req.tools)
+            plan = self._chat_plan(req, self.state.extra_key(request, req.salt))
             runners = [ChoiceRunner(self.state, plan, record, j) for j in range(req.n)]
             rid = new_id("chatcmpl")
             try:
@@ -172,12 +179,14 @@ class OpenAIRoutes:
             usage = usage_dict(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("chat.completion", rid, self.state.model_name, choices, usage))
 
-    def _chat_plan(self, req: ChatRequest) -> ChatPlan:
+    def _chat_plan(self, req: ChatRequest, extra_key: str | None) -> ChatPlan:
         tools = [t.to_template() for t in req.tools] if req.tools and req.tool_choice.mode != "none" else None
         try:
             text = self.state.tokenizer.apply_chat_template(req.messages, tools=tools, add_generation_prompt=True)
         except Exception as e:  # jinja's raise_exception, or a template that cannot render these messages
-            raise bad_request(f"the chat template cannot render these messages: {e}", param="messages",
+            # the template's own words (raise_exception, jinja errors) help; a Python error's do not
+            why = f": {client_message(str(e))}" if isinstance(e, (ValueError, jinja2.TemplateError)) else ""
+            raise bad_request(f"the chat template cannot render these messages{why}", param="messages",
                               code="invalid_messages") from None
         ids = self.state.tokenizer.encode(text, add_special_tokens=False)
         ctx = self.state.context_len
@@ -185,8 +194,9 @@ class OpenAIRoutes:
             raise APIError(400, f"this model's maximum context length is {ctx} tokens, but the messages "
                            f"take {len(ids)} tokens", param="messages", code="context_length_exceeded")
         sampling = dict(req.sampling)
-        if "max_new_tokens" not in sampling:
-            sampling["max_new_tokens"] = max(ctx - len(ids) - 1, 1) if ctx else 128
+        if "max_new_tokens" not in sampling:  # the server's default, within the context left
+            default = self.state.max_new_tokens_default
+            sampling["max_new_tokens"] = min(default, max(ctx - len(ids) - 1, 1)) if ctx else default
         elif ctx and len(ids) + sampling["max_new_tokens"] > ctx:
             raise APIError(400, f"this model's maximum context length is {ctx} tokens; the messages take "
                            f"{len(ids)} and max_tokens asks for {sampling['max_new_tokens']}",
@@ -197,7 +207,8 @@ class OpenAIRoutes:
                 sampling["json_object"] = True
             elif fmt.kind == "json_schema":
                 sampling["json_schema"] = fmt.schema
-        return ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs)
+        return ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
+                        extra_key)
 
     def _schema_error(self, req: ChatRequest, e: ValueError) -> Exception:
         """Point a constraint error at ``tools`` or ``response_format`` instead of our wrapper schema."""
@@ -206,7 +217,7 @@ class OpenAIRoutes:
         if req.tools and req.tool_choice.mode != "none":
             return constraint_error(e, req.tools, req.tool_choice.name) or e
         if req.response_format.kind == "json_schema":
-            return APIError(400, f"response_format.json_schema.schema: {e}",
+            return APIError(400, f"response_format.json_schema.schema: {client_message(str(e))}",
                             param="response_format.json_schema.schema", code="unsupported_schema")
         return e
 

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.runtime.server.http_errors import bad_request
-from radixlm.runtime.server.request_fields import FieldReader, check_str_list, check_token_ids, is_kind
+from radixlm.runtime.server.request_fields import (
+    FieldReader,
+    check_str_list,
+    check_token_ids,
+    is_kind,
+    read_cache_salt,
+)
 from radixlm.runtime.server.tool_calls import ToolChoice, ToolSpec, parse_tool_choice, parse_tools
 
 # Accepted and ignored: they change nothing about how we generate.
@@ -52,6 +58,7 @@ class CompletionRequest:
     logprobs: int | None = None
     stream: bool = False
     include_usage: bool = False
+    salt: str | None = None  # cache_salt / extra_key: the request's radix-cache namespace
 
 
 @dataclass
@@ -69,6 +76,7 @@ class ChatRequest:
     response_format: ResponseFormat = field(default_factory=ResponseFormat)
     tools: list[ToolSpec] = field(default_factory=list)
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    salt: str | None = None
 
 
 def _common_sampling(r: FieldReader, max_tokens_keys: tuple[str, ...], max_default: int | None) -> dict:
@@ -141,8 +149,9 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
     logprobs = r.get("logprobs", "int", lo=0, hi=20)
     stream = r.get("stream", "bool", False)
     include_usage = _stream_options(r, stream)
+    salt = read_cache_salt(r)
     r.reject_unknown(IGNORED_FIELDS)
-    return CompletionRequest(model, prompts, sampling, n, echo, logprobs, stream, include_usage)
+    return CompletionRequest(model, prompts, sampling, n, echo, logprobs, stream, include_usage, salt)
 
 
 def _prompts(raw: Any) -> list[str | list[int]]:
@@ -187,9 +196,10 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
         raise bad_request("'response_format' other than text cannot be combined with tool_choice "
                           "'auto'; use tool_choice 'none', 'required' or a named function",
                           param="response_format")
+    salt = read_cache_salt(r)
     r.reject_unknown(IGNORED_FIELDS)
     return ChatRequest(model, messages, sampling, n, stream, include_usage, logprobs, top_logprobs,
-                       fmt, tools, choice)
+                       fmt, tools, choice, salt)
 
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from radixlm.runtime.server.http_errors import APIError, bad_request
+from radixlm.runtime.server.http_errors import bad_request
 
 _KINDS: dict[str, tuple[type, ...]] = {
     "int": (int,),
@@ -23,18 +23,6 @@ _KIND_WORDS = {"int": "an integer", "number": "a number", "bool": "a boolean", "
                "object": "an object", "list": "an array"}
 
 _MISSING = object()
-
-
-def parse_json_body(raw: bytes) -> dict[str, Any]:
-    """Decode a request body that must be a JSON object (400 otherwise)."""
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise APIError(400, f"request body is not valid JSON: {e}", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise APIError(400, f"request body must be a JSON object, got {type(body).__name__}",
-                       code="invalid_json")
-    return body
 
 
 def is_kind(value: Any, kind: str) -> bool:
@@ -115,3 +103,19 @@ def check_token_ids(value: Any, param: str) -> list[int]:
         raise bad_request(f"'{param}' must be a non-empty array of non-negative integer token ids",
                           param=param, code="invalid_type")
     return value
+
+
+def read_cache_salt(r: FieldReader) -> str | None:
+    """The request's radix-cache namespace: ``cache_salt`` (vLLM's name) and/or ``extra_key``
+    (SGLang's), non-empty strings. Prompts under different salts never share cached KV."""
+    salts = []
+    for key in ("cache_salt", "extra_key"):
+        value = r.get(key, "str")
+        if value is not None and not value:
+            raise bad_request(f"'{r.path(key)}' must be a non-empty string", param=r.path(key),
+                              code="invalid_value")
+        salts.append(value)
+    salt, extra = salts
+    if salt is not None and extra is not None:
+        return json.dumps([salt, extra])  # both given: one namespace per pair, never a concatenation's
+    return salt if salt is not None else extra

@@ -20,21 +20,30 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from aiohttp import web
+from radixlm.runtime.server.auth import TENANT_KEY, cache_namespace, check_api_key
 from radixlm.runtime.server.http_errors import APIError, from_exception
+from radixlm.runtime.server.json_body import parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
 
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_JSON_DEPTH = 256  # ServerArgs.max_json_depth, for engines whose server_args lack it
+DEFAULT_MAX_NEW_TOKENS = 1024  # ServerArgs.max_new_tokens_default, likewise
 
 
 @dataclass
 class ServerConfig:
-    """HTTP-level settings (the engine's live in ``ServerArgs``)."""
+    """HTTP-level settings (the engine's live in ``ServerArgs``).
+
+    ``api_key`` and ``api_keys`` together are the accepted keys (none: no auth); with more than one,
+    each key's requests get their own radix-cache namespace (see :mod:`.auth`)."""
 
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
+    api_keys: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     served_model_name: str | None = None
     graceful_shutdown_s: float = 30.0
@@ -46,8 +55,18 @@ class ServerConfig:
             raise ValueError(f"max_body_bytes must be an integer >= 1024, got {self.max_body_bytes!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must be a non-empty string when given")
+        if isinstance(self.api_keys, str):
+            raise ValueError("api_keys must be a sequence of keys, not one string")
+        for key in self.api_keys:
+            check_api_key(key, "api_keys")
+        self.api_keys = tuple(self.api_keys)
         if not isinstance(self.graceful_shutdown_s, (int, float)) or self.graceful_shutdown_s < 0:
             raise ValueError(f"graceful_shutdown_s must be >= 0, got {self.graceful_shutdown_s!r}")
+
+    @property
+    def keys(self) -> list[str]:
+        """Every accepted API key, without repeats (empty: authentication is off)."""
+        return list(dict.fromkeys(([self.api_key] if self.api_key is not None else []) + list(self.api_keys)))
 
 
 class RequestRecord:
@@ -62,7 +81,13 @@ class RequestRecord:
         self.status = 200
 
     def add(self, meta: dict[str, Any], prompt: bool = True) -> None:
-        """Count a finished engine request's tokens (``prompt=False`` for a continuation phase)."""
+        """Count a finished engine request's tokens (``prompt=False`` for a continuation phase).
+
+        A request ended by ``/abort_request`` still answers 200, but it did not succeed: its
+        outcome becomes ``abort``."""
+        finish = meta.get("finish_reason")
+        if (finish.get("type") if isinstance(finish, dict) else finish) == "abort":
+            self.outcome = "abort"
         if prompt:
             self.prompt += int(meta.get("prompt_tokens", 0))
             self.cached += int(meta.get("cached_tokens", 0))
@@ -82,6 +107,8 @@ class ServerState:
         self.port = config.port  # the bound port once listening (config.port may be 0)
         args = engine.server_args
         self.context_len = int(args.context_length or getattr(engine.model_config, "context_len", 0) or 0)
+        self.max_json_depth = int(getattr(args, "max_json_depth", DEFAULT_MAX_JSON_DEPTH))
+        self.max_new_tokens_default = int(getattr(args, "max_new_tokens_default", DEFAULT_MAX_NEW_TOKENS))
         self.started_at = time.time()
         self.inflight: set[str] = set()
         self.draining = False
@@ -91,6 +118,18 @@ class ServerState:
         if model is not None and model not in (self.model_name, self.model_path, "default"):
             raise APIError(404, f"the model '{model}' does not exist; this server serves "
                            f"'{self.model_name}'", param="model", code="model_not_found")
+
+    async def read_json(self, request: web.Request) -> dict[str, Any]:
+        """The request's body as a JSON object, within the size and depth limits (400 / 413 otherwise)."""
+        return parse_json_body(await request.read(), self.max_json_depth)
+
+    async def offload(self, fn: Any, *args: Any) -> Any:
+        """Run blocking work (a schema check) in a worker thread, so the event loop keeps serving."""
+        return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+    def extra_key(self, request: web.Request, salt: str | None) -> str | None:
+        """The engine's ``extra_key`` for this request: its API key's tenant and its own salt."""
+        return cache_namespace(request.get(TENANT_KEY), salt)
 
     @asynccontextmanager
     async def track(self, route: str, request_id: str | None = None) -> AsyncIterator[RequestRecord]:

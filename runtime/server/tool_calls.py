@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.runtime.server.http_errors import APIError, bad_request
+from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
 from radixlm.runtime.server.request_fields import FieldReader
 
 TOOL_CALL_START = "<tool_call>"
@@ -137,7 +137,7 @@ def constraint_error(exc: ValueError, tools: list[ToolSpec], name: str | None) -
         return None
     index = tools.index(chosen[int(m.group(1) or 0)])
     inner = "#" + (m.group(2) or "")
-    message = str(exc).replace(pointer, inner)
+    message = client_message(str(exc)).replace(pointer, inner)
     return APIError(400, f"tools[{index}].function.parameters: {message}",
                     param=f"tools[{index}].function.parameters", code="unsupported_schema")
 

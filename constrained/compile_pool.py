@@ -1,0 +1,284 @@
+"""``CompilePool``: grammar compiles in persistent worker processes, where they can be stopped.
+
+Python threads cannot be stopped, and outlines-core builds its automaton in native code: a
+compile that runs away keeps its CPU and memory until it ends, whatever budget said. Here each
+of ``num_workers`` slots owns one worker process (``compile_worker``), given the vocabulary once
+at start-up. A job runs in one worker; the slot's thread in this process only waits on the
+socket. Past the wall budget (``timeout_s``) the worker is SIGKILLed and replaced, and so is a
+worker that ran out of its memory budget (``max_memory_mb`` of address space, ``RLIMIT_AS``)
+or whose job was cancelled. ``shutdown()`` kills the workers and returns at once.
+
+Results come back as ``CompiledParts`` (the regex and the outlines-core ``Index``, which
+pickles through its binary form).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from radixlm.constrained.compile_job import CompiledParts, CompileRequest
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.vocab import TokenizerVocab
+
+logger = logging.getLogger(__name__)
+DEFAULT_COMPILE_FN = "radixlm.constrained.compile_job:compile_parts"
+WORKER_START_TIMEOUT_S = 60.0  # imports and the vocabulary; generous for loaded CI machines
+
+
+@dataclass(eq=False)
+class CompileJob:
+    """One compile in flight. ``on_done(job)`` is called once (from a slot thread, or from
+    ``submit``/``shutdown`` once the pool is closed) with ``outcome`` ``ok`` (``parts`` set) or
+    ``error``/``timeout``/``memory``/``crash``/``shutdown`` (``error`` set); never for a job that
+    was cancelled."""
+
+    request: CompileRequest
+    on_done: Callable[[CompileJob], None]
+    outcome: str = "pending"
+    parts: CompiledParts | None = None
+    error: ConstraintError | None = None
+    wall_s: float = 0.0  # from sending the job to having its result in this process
+    cancelled: bool = False
+    worker: Any = field(default=None, repr=False)  # the _Worker running it (pool-internal)
+
+
+def job_error(job: CompileJob, outcome: str, detail: Any, timeout_s: float, max_memory_mb: int) -> ConstraintError:
+    """The ``ConstraintError`` a failed job reports, by outcome (shared with the thread pool)."""
+    kind = job.request.kind
+    if outcome == "timeout":
+        return ConstraintError(f"grammar compilation exceeded the {timeout_s:g} s budget")
+    if outcome == "memory":
+        return ConstraintError(f"{kind}: grammar compilation exceeded the {max_memory_mb} MB memory budget")
+    if outcome == "shutdown":
+        return ConstraintError("grammar compilation stopped: the grammar backend shut down")
+    return ConstraintError(f"{kind}: the grammar compile worker failed ({detail})")
+
+
+class _Worker:
+    """One worker process and this process's end of its socket."""
+
+    def __init__(self, max_memory_mb: int) -> None:
+        ours, theirs = socket.socketpair()
+        cmd = [sys.executable, "-m", "radixlm.constrained.compile_worker",
+               str(theirs.fileno()), str(os.getpid()), str(max_memory_mb)]
+        # The child imports radixlm the way this process did (a source tree, an editable install).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        try:
+            self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+        finally:
+            theirs.close()
+        self.conn = Connection(ours.detach())
+        self.pid = self.proc.pid
+        self.ready = False
+
+    def handshake(self, init_blob: bytes) -> None:
+        """Send the vocabulary; wait until the worker is ready (OSError if it is not)."""
+        self.conn.send_bytes(init_blob)
+        if not self.conn.poll(WORKER_START_TIMEOUT_S):
+            raise OSError(f"compile worker {self.pid} did not start within {WORKER_START_TIMEOUT_S:g} s")
+        try:
+            self.conn.recv()
+        except EOFError:
+            raise OSError(f"compile worker {self.pid} exited at start-up ({self.proc.wait()})") from None
+        self.ready = True
+
+    def compile(self, request: CompileRequest, timeout_s: float) -> tuple[str, Any]:
+        """``(outcome, value)`` of one job; ``timeout`` leaves the worker running (kill it)."""
+        self.conn.send(request)
+        if not self.conn.poll(timeout_s):
+            return "timeout", None
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            code = self.proc.wait()
+            # A native allocation failing under RLIMIT_AS aborts the process.
+            return ("memory" if code == -signal.SIGABRT else "crash"), f"exit status {code}"
+        except Exception:  # the result could not be unpickled here (MemoryError included)
+            logger.exception("loading a compiled %s grammar failed", request.kind)
+            return "error", ConstraintError(f"{request.kind}: the compiled grammar could not be loaded "
+                                            "(internal error, logged by the server)")
+
+    def kill(self) -> None:
+        """SIGKILL (does not wait); safe to call from any thread, any number of times."""
+        try:
+            self.proc.kill()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        """Kill, reap and close the socket (the slot thread's job)."""
+        self.kill()
+        self.proc.wait()
+        self.conn.close()
+
+
+class CompilePool:
+    """``num_workers`` worker processes; ``submit``, ``cancel`` and ``shutdown`` never block.
+
+    ``compile_fn`` (``"module:function"``, called as ``fn(vocab, request)`` in the worker) is
+    the compile itself; tests swap it for slow or memory-hungry stand-ins.
+    """
+
+    def __init__(self, vocab: TokenizerVocab, num_workers: int = 2, timeout_s: float = 10.0,
+                 max_memory_mb: int = 4096, compile_fn: str = DEFAULT_COMPILE_FN) -> None:
+        self.timeout_s = timeout_s
+        self.max_memory_mb = max_memory_mb
+        self._init_blob = pickle.dumps((vocab, compile_fn))  # fails here if the vocab cannot travel
+        self._queue: queue.SimpleQueue[CompileJob | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._workers: set[_Worker] = set()
+        self._closed = False
+        self.stats = {"worker_starts": 0, "workers_replaced": 0}
+        self._threads = [threading.Thread(target=self._serve, name=f"grammar-slot-{i}", daemon=True)
+                         for i in range(num_workers)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, job: CompileJob) -> None:
+        """Queue ``job``; the first free worker runs it (after ``shutdown`` it fails at once)."""
+        with self._lock:
+            if not self._closed:
+                self._queue.put(job)
+                return
+        self._finish(job, "shutdown", None)
+
+    def cancel(self, job: CompileJob) -> None:
+        """Drop ``job``: skipped if still queued, its worker killed (and replaced) if running."""
+        with self._lock:
+            job.cancelled = True
+            worker = job.worker
+        if worker is not None:
+            worker.kill()
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the started workers, ready for a job (for tests and diagnostics)."""
+        with self._lock:
+            return sorted(w.pid for w in self._workers if w.ready)
+
+    def shutdown(self) -> None:
+        """Kill every worker and fail the queued and running jobs; returns without waiting."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._workers)
+        for w in workers:
+            w.kill()
+        pending = []
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None:
+                pending.append(job)
+        for _ in self._threads:
+            self._queue.put(None)
+        for job in pending:
+            if not job.cancelled:
+                self._finish(job, "shutdown", None)
+
+    # ---- slot threads ------------------------------------------------------------------------
+    def _serve(self) -> None:
+        """A slot: keep one worker warm, run queued jobs on it, replace it when it is killed."""
+        worker = self._start_worker()
+        try:
+            while True:
+                job = self._queue.get()
+                if job is None:
+                    return
+                worker = self._run(worker, job)
+        finally:
+            if worker is not None:
+                self._retire(worker)
+
+    def _run(self, worker: _Worker | None, job: CompileJob) -> _Worker | None:
+        """Run ``job``; return the worker to keep (a fresh one when this one had to go)."""
+        outcome, value = "crash", "no worker could be started"
+        for _ in range(2):  # a worker that died while idle costs a fresh start, not the request
+            worker = worker or self._start_worker()
+            if worker is None:
+                break
+            with self._lock:
+                if job.cancelled or self._closed:
+                    outcome = "shutdown"
+                    break
+                job.worker = worker
+            outcome, value = self._attempt(worker, job)
+            with self._lock:
+                job.worker = None
+            if outcome in ("ok", "error"):
+                break
+            self._retire(worker, replaced=True)  # timed out, out of memory, killed or dead
+            worker = None
+            if outcome != "resend":
+                break
+        if worker is None:
+            worker = self._start_worker()
+        if outcome == "resend":
+            outcome = "crash"
+        if not job.cancelled:
+            self._finish(job, "shutdown" if self._closed and outcome != "ok" else outcome, value)
+        return worker
+
+    def _attempt(self, worker: _Worker, job: CompileJob) -> tuple[str, Any]:
+        start = time.perf_counter()
+        try:
+            outcome, value = worker.compile(job.request, self.timeout_s)
+        except OSError as e:  # the job never reached the worker: it was gone already
+            return "resend", f"{type(e).__name__}: {e}"
+        job.wall_s = time.perf_counter() - start
+        return outcome, value
+
+    def _finish(self, job: CompileJob, outcome: str, value: Any) -> None:
+        job.outcome = outcome
+        if outcome == "ok":
+            job.parts = value
+        else:
+            job.error = value if isinstance(value, ConstraintError) else job_error(
+                job, outcome, value, self.timeout_s, self.max_memory_mb)
+        job.on_done(job)
+
+    def _start_worker(self) -> _Worker | None:
+        """A ready worker, or None (logged) when none can be started or the pool is closed."""
+        if self._closed:
+            return None
+        try:
+            worker = _Worker(self.max_memory_mb)
+        except OSError as e:
+            logger.error("grammar compile worker could not be started: %s", e)
+            return None
+        with self._lock:
+            self._workers.add(worker)
+            closed = self._closed
+        try:
+            if closed:
+                raise OSError("the pool shut down")
+            worker.handshake(self._init_blob)
+        except OSError as e:
+            if not self._closed:
+                logger.error("grammar compile worker failed to start: %s", e)
+            self._retire(worker)
+            return None
+        with self._lock:
+            self.stats["worker_starts"] += 1
+        return worker
+
+    def _retire(self, worker: _Worker, replaced: bool = False) -> None:
+        with self._lock:
+            self._workers.discard(worker)
+            self.stats["workers_replaced"] += replaced
+        worker.close()

@@ -1,0 +1,112 @@
+"""Local ``$ref`` resolution for the JSON-schema front end: pointers, alias chains and cycles.
+
+Two shapes of ``$ref`` have no instance the grammar could ever finish, and are reported here
+instead of being left to the compile budget:
+
+- a cycle of ``$ref`` (through ``allOf``/``if``/``then`` too) that comes back to the same
+  instance position with no object or array in between (``a -> b -> a``): validating it never
+  terminates, so the schema is invalid (``cyclic_ref``);
+- recursion that every instance needs again at each level (``{"properties": {"child":
+  {"$ref": "#"}}, "required": ["child"]}``): no finite instance. ``schema_to_regex`` reports it
+  when the schema is unsatisfiable only because recursion was cut (``no_finite_instance``); the
+  same test also catches schemas whose instances all nest deeper than the recursion limit.
+
+A ``$ref`` whose target is itself only a ``$ref`` (an alias) is followed in a loop, so a chain
+of a thousand aliases costs one expansion, not a thousand levels of recursion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import unquote
+
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema_normalize import HANDLED, UNSUPPORTED
+
+MAX_REF_CHAIN = 16  # $ref expansions on one path, whatever the refs: bounds mutual recursion
+
+
+def resolve(root: Any, ref: str, pointer: str) -> tuple[Any, str]:
+    """The node a local ``$ref`` names, and its pointer (the ref itself)."""
+    if not isinstance(ref, str):
+        raise ConstraintError("$ref must be a string", pointer, "$ref")
+    if not ref.startswith("#"):
+        raise ConstraintError(f"remote $ref {ref!r} is not supported", pointer, "$ref")
+    node: Any = root
+    for part in [p for p in ref[1:].split("/") if p]:
+        part = unquote(part.replace("~1", "/").replace("~0", "~"))
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            raise ConstraintError(f"$ref {ref!r} does not resolve", pointer, "$ref")
+    return node, ref
+
+
+def is_alias(node: Any) -> bool:
+    """A node that is a ``$ref`` and nothing else that changes validity (annotations aside)."""
+    return isinstance(node, dict) and "$ref" in node and all(
+        k == "$ref" or (k not in HANDLED and k not in UNSUPPORTED) for k in node)
+
+
+def follow(root: Any, node: dict, pointer: str, chain: tuple) -> tuple[Any, str, str, tuple]:
+    """Expand ``node``'s ``$ref`` through any aliases: ``(target, its pointer, the last ref,
+    chain)``. ``chain`` holds the refs already expanded at this instance position; meeting one
+    again is a cycle with nothing in between (``ConstraintError``)."""
+    ref = node["$ref"]
+    while True:
+        if ref in chain:
+            raise cyclic_ref(chain, ref, pointer)
+        chain += (ref,)
+        target, pointer = resolve(root, ref, pointer)
+        if not is_alias(target):
+            return target, pointer, ref, chain
+        ref = target["$ref"]
+
+
+def expand(comp: Any, node: dict, pointer: str, refs: tuple, chain: tuple) -> tuple | None:
+    """What ``node``'s ``$ref`` adds to its flattening, ``(target, pointer, refs, chain)``, or
+    None where the recursion limits cut it (the first cut is kept in ``comp.cut``). ``comp`` is
+    the front end's compiler (its ``root``, limits and bookkeeping)."""
+    target, target_pointer, ref, ref_chain = follow(comp.root, node, pointer, chain)
+    comp.recursive = comp.recursive or ref in refs
+    repeated = refs.count(ref) >= comp.max_ref_depth
+    if repeated or len(refs) >= MAX_REF_CHAIN:
+        comp.cut = comp.cut or (_document_pointer(comp, refs, pointer), ref, repeated)
+        return None
+    comp.ref_sites.setdefault(refs + (ref,), pointer)
+    return target, target_pointer, refs + (ref,), ref_chain
+
+
+def _document_pointer(comp: Any, refs: tuple, pointer: str) -> str:
+    """Where the ``$ref`` at ``pointer`` sits in the document: inside the target of the last
+    ``$ref`` on the path. Other errors name the location along the instance, but in a recursion
+    that grows by a level each time round (``#/properties/child/properties/child/...``)."""
+    site = comp.ref_sites.get(refs)
+    if refs and site is not None and pointer.startswith(site) and pointer != site:
+        return refs[-1] + pointer[len(site):]
+    return pointer
+
+
+def cyclic_ref(chain: tuple, ref: str, pointer: str) -> ConstraintError:
+    loop = chain[chain.index(ref):] + (ref,)
+    if len(loop) > 5:  # a long chain: its ends say enough
+        loop = loop[:3] + (f"... ({len(loop) - 4} more)",) + loop[-1:]
+    loop = " -> ".join(loop)
+    return ConstraintError(f"cyclic $ref {loop}: it comes back to the same value with no object or "
+                           "array in between, so it never resolves to a schema", pointer, "$ref")
+
+
+def no_finite_instance(cut: tuple[str, str, bool], max_ref_depth: int, max_chain: int) -> ConstraintError:
+    """The error for a schema that is unsatisfiable only because recursion was cut at ``cut``
+    (``(pointer, ref, repeated)``: the same ref again, or too many refs on one path)."""
+    pointer, ref, repeated = cut
+    if repeated:
+        # Deeper instances may exist (recursion is cut, not solved), but a self-reference that is
+        # required at every level, the usual cause, has none: say both.
+        return ConstraintError(f"schema has no finite instance within the recursion limit: the $ref to "
+                               f"{ref!r} is required again at every level ({max_ref_depth} tried; a "
+                               "required self-reference never ends)", pointer, "$ref")
+    return ConstraintError(f"schema has no instance within {max_chain} nested $ref expansions (the $ref "
+                           f"to {ref!r} here is required beyond that)", pointer, "$ref")

@@ -1,0 +1,29 @@
+"""Stand-in compiles for ``CompilePool(compile_fn="radixlm.constrained.testing.compile_hooks:NAME")``.
+
+They run inside a compile worker process (no torch), so a test can make a compile slow or
+memory-hungry in pure Python as well as in outlines-core's native code.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from radixlm.constrained.compile_job import CompiledParts, CompileRequest, compile_parts
+
+
+def allocate(vocab: Any, request: CompileRequest) -> CompiledParts:
+    """Hold ``request.spec`` MiB for a moment, then compile the regex ``"a"``: a memory-hungry
+    compile that fails with ``MemoryError`` under a smaller budget."""
+    block = bytearray(int(request.spec) << 20)
+    block[:: 1 << 12] = b"x" * len(block[:: 1 << 12])  # touch every page: really resident
+    del block
+    return compile_parts(vocab, CompileRequest("regex", "a"))
+
+
+def spin(vocab: Any, request: CompileRequest) -> CompiledParts:
+    """Burn CPU in Python for ``request.spec`` seconds, then compile the regex ``"a"``."""
+    end = time.perf_counter() + float(request.spec)
+    while time.perf_counter() < end:
+        pass
+    return compile_parts(vocab, CompileRequest("regex", "a"))

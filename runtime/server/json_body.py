@@ -1,0 +1,67 @@
+"""Decoding a request body: UTF-8 JSON whose nesting depth is measured before it is decoded.
+
+``json.loads`` recurses once per nesting level, so a body of 10,000 ``[`` raises ``RecursionError``
+(and every later walk over a deep value risks the same). :func:`nesting_depth` measures the depth
+on the raw bytes first, without recursion and at C speed (bytes methods and numpy), so a body
+deeper than ``max_json_depth`` is a 400 and never reaches the decoder.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+from radixlm.runtime.server.http_errors import APIError
+
+# +1 for an opening bracket, -1 for a closing one, 0 for every other byte.
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[[ord("["), ord("{")]] = 1
+_STEP[[ord("]"), ord("}")]] = -1
+_QUOTE = ord('"')
+_CHUNK = 1 << 20  # brackets per running-sum slice: bounds the int64 scratch to 8 MiB
+
+
+def nesting_depth(raw: bytes, limit: int | None = None) -> int:
+    """The deepest ``[``/``{`` nesting of the JSON text ``raw`` (UTF-8), brackets inside strings
+    excluded (0 for a scalar). With ``limit``, counting stops once the depth passes it (the result
+    is then some value > limit)."""
+    # Drop escaped backslashes, then escaped quotes, so every remaining quote opens or closes a
+    # string (left-to-right pairing is JSON's escape rule: a run of 2k+1 backslashes escapes the
+    # next byte). In UTF-8, bytes below 0x80 only ever encode ASCII, so the byte view is exact.
+    text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    codes = np.frombuffer(text, dtype=np.uint8)
+    in_string = np.bitwise_xor.accumulate((codes == _QUOTE).view(np.uint8))
+    steps = _STEP[codes]
+    steps[in_string.view(bool)] = 0
+    steps = steps[steps != 0]
+    depth = deepest = 0
+    for start in range(0, steps.size, _CHUNK):
+        running = np.cumsum(steps[start:start + _CHUNK], dtype=np.int64) + depth
+        deepest = max(deepest, int(running.max()))
+        depth = int(running[-1])
+        if limit is not None and deepest > limit:
+            break
+    return deepest
+
+
+def parse_json_body(raw: bytes, max_depth: int) -> dict[str, Any]:
+    """Decode a request body that must be a UTF-8 JSON object at most ``max_depth`` deep (400 otherwise)."""
+    try:
+        text = raw.decode("utf-8-sig")  # JSON over HTTP is UTF-8 (RFC 8259); the depth scan relies on it
+    except UnicodeDecodeError as e:
+        raise APIError(400, f"request body is not valid UTF-8 (byte {e.start})", code="invalid_json") from None
+    # Fewer brackets than the limit cannot nest past it: most bodies skip the scan.
+    if raw.count(b"[") + raw.count(b"{") > max_depth and nesting_depth(raw, max_depth) > max_depth:
+        raise APIError(400, f"request body nests deeper than max_json_depth ({max_depth} levels of arrays "
+                       "and objects)", code="json_too_deep")
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise APIError(400, f"request body is not valid JSON: {e}", code="invalid_json") from None
+    except RecursionError:  # only if max_json_depth was set near Python's recursion limit
+        raise APIError(400, "request body nests too deep to decode", code="json_too_deep") from None
+    if not isinstance(body, dict):
+        raise APIError(400, f"request body must be a JSON object, got {type(body).__name__}",
+                       code="invalid_json")
+    return body
