@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.runtime.validation import check_bools, check_int, check_num
+from radixlm.runtime.validation import FieldError, check_bools, check_int, check_num
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "choices", "json_object")
 
@@ -65,11 +65,11 @@ class SamplingParams:
         if isinstance(d, SamplingParams):
             return d
         if not isinstance(d, dict):
-            raise ValueError(f"sampling_params must be an object, got {type(d).__name__}")
+            raise FieldError("sampling_params", f"sampling_params must be an object, got {type(d).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown sampling_params field(s): {', '.join(unknown)}")
+            raise FieldError(unknown[0], f"unknown sampling_params field(s): {', '.join(unknown)}")
         return cls(**d)
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,65 +107,65 @@ class SamplingParams:
             self.stop_token_ids = [self.stop_token_ids]
         if self.logit_bias is not None:
             if not isinstance(self.logit_bias, dict):
-                raise ValueError("logit_bias must be an object mapping token id to bias")
+                raise FieldError("logit_bias", "logit_bias must be an object mapping token id to bias")
             try:
                 self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
             except (TypeError, ValueError) as e:
-                raise ValueError(f"logit_bias must map integer token ids to numbers: {e}") from None
+                raise FieldError("logit_bias", f"logit_bias must map integer token ids to numbers: {e}") from None
         if isinstance(self.json_schema, str):
             try:
                 self.json_schema = json.loads(self.json_schema)
             except json.JSONDecodeError as e:
-                raise ValueError(f"json_schema is not valid JSON: {e}") from None
+                raise FieldError("json_schema", f"json_schema is not valid JSON: {e}") from None
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first out-of-range or ill-typed field."""
         check_int("max_new_tokens", self.max_new_tokens, lo=0)
         check_int("min_new_tokens", self.min_new_tokens, lo=0)
         if self.min_new_tokens > self.max_new_tokens:
-            raise ValueError("min_new_tokens must be <= max_new_tokens")
+            raise FieldError("min_new_tokens", "min_new_tokens must be <= max_new_tokens")
         check_num("temperature", self.temperature, lo=0.0, hi=MAX_TEMPERATURE)
         check_num("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise FieldError("top_p", f"top_p must be in (0, 1], got {self.top_p}")
         check_int("top_k", self.top_k)
         if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k must be -1 (disabled) or >= 1, got {self.top_k}")
+            raise FieldError("top_k", f"top_k must be -1 (disabled) or >= 1, got {self.top_k}")
         check_num("min_p", self.min_p, lo=0.0, hi=1.0)
         check_num("repetition_penalty", self.repetition_penalty)
         if self.repetition_penalty <= 0.0:
-            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+            raise FieldError("repetition_penalty", f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         check_num("frequency_penalty", self.frequency_penalty, lo=-2.0, hi=2.0)
         check_num("presence_penalty", self.presence_penalty, lo=-2.0, hi=2.0)
         if self.seed is not None:
             check_int("seed", self.seed, lo=SEED_RANGE[0], hi=SEED_RANGE[1])
         if not isinstance(self.stop, list) or not all(isinstance(s, str) and s for s in self.stop):
-            raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+            raise FieldError("stop", "stop must be a non-empty string or a list of non-empty strings")
         if not isinstance(self.stop_regex, list) or not all(isinstance(r, str) and r for r in self.stop_regex):
-            raise ValueError("stop_regex must be a non-empty string or a list of non-empty strings")
+            raise FieldError("stop_regex", "stop_regex must be a non-empty string or a list of non-empty strings")
         for pattern in self.stop_regex:
             try:
                 re.compile(pattern)
             except re.error as e:
-                raise ValueError(f"stop_regex {pattern!r} is not a valid regular expression: {e}") from None
+                raise FieldError("stop_regex", f"stop_regex {pattern!r} is not a valid regular expression: {e}") from None
         if not isinstance(self.stop_token_ids, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
         ):
-            raise ValueError("stop_token_ids must be a list of non-negative integers")
+            raise FieldError("stop_token_ids", "stop_token_ids must be a list of non-negative integers")
         check_int("n", self.n, lo=1)
         check_bools(self, ("ignore_eos", "no_stop_trim", "skip_special_tokens", "json_object", "strict",
                      "disable_jump_forward", "spaces_between_special_tokens"))
         kinds = [n for n in CONSTRAINT_FIELDS if getattr(self, n) not in (None, False)]
         if len(kinds) > 1:
-            raise ValueError(f"at most one constraint may be set, got {', '.join(kinds)}")
+            raise FieldError(kinds[1], f"at most one constraint may be set, got {', '.join(kinds)}")
         if self.json_schema is not None and not isinstance(self.json_schema, (dict, bool)):
-            raise ValueError("json_schema must be an object (or a JSON string of one)")
+            raise FieldError("json_schema", "json_schema must be an object (or a JSON string of one)")
         if self.regex is not None and (not isinstance(self.regex, str) or not self.regex):
-            raise ValueError("regex must be a non-empty string")
+            raise FieldError("regex", "regex must be a non-empty string")
         if self.choices is not None and (
             not isinstance(self.choices, list) or not self.choices
             or not all(isinstance(c, str) and c for c in self.choices)
         ):
-            raise ValueError("choices must be a non-empty list of non-empty strings")
+            raise FieldError("choices", "choices must be a non-empty list of non-empty strings")
         if self.whitespace_pattern is not None and not isinstance(self.whitespace_pattern, str):
-            raise ValueError("whitespace_pattern must be a string (a regex)")
+            raise FieldError("whitespace_pattern", "whitespace_pattern must be a string (a regex)")

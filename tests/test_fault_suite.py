@@ -208,3 +208,33 @@ def test_a_killed_replica_leaves_the_router_serving(tmp_path, tiny_llama):
         assert ok >= 5, f"{ok}/6 answered after one replica died"
     finally:
         stop_replicas([proc])
+
+
+@pytest.mark.parametrize("route, body", [
+    ("/generate", {"text": "x", "sampling_params": {"seed": 10**30, "max_new_tokens": 2}}),
+    ("/v1/completions", {"model": "default", "prompt": "x", "seed": 10**30, "max_tokens": 2}),
+    ("/v1/chat/completions", {"model": "default", "seed": 10**30, "max_tokens": 2,
+                              "messages": [{"role": "user", "content": "x"}]}),
+])
+def test_one_bad_seed_fails_alone_beside_running_requests(server, route, body):
+    """The 10**30 seed once failed every request in its batch with a 500."""
+    proc, url, limit = server
+
+    async def run() -> tuple[int, list[int]]:
+        async with aiohttp.ClientSession() as session:
+            async def normal(i: int) -> int:
+                b = {"text": SYSTEM + f"neighbour {i}", "sampling_params": {"max_new_tokens": 12, "seed": i}}
+                async with session.post(url + "/generate", json=b) as resp:
+                    await resp.read()
+                    return resp.status
+            neighbours = [asyncio.ensure_future(normal(i)) for i in range(4)]
+            await asyncio.sleep(0.2)
+            async with session.post(url + route, json=body) as resp:
+                bad = resp.status
+                err = (await resp.json())["error"]
+            assert err["param"] and "seed" in err["param"], err
+            return bad, await asyncio.gather(*neighbours)
+
+    bad, neighbours = asyncio.run(run())
+    assert bad == 400 and neighbours == [200] * 4
+    assert_healthy(proc, url, limit)

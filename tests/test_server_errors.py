@@ -72,7 +72,7 @@ def test_400_invalid_json_and_wrong_types(server):
     assert_error(call(server, "/v1/completions", {"prompt": 42}), 400, param="prompt")
     assert_error(call(server, "/v1/completions", {"prompt": "hi", "bogus": 1}), 400, param="bogus")
     assert_error(call(server, "/generate", {"text": "hi", "sampling_params": {"temperature": "x"}}), 400,
-                 param="sampling_params", contains="temperature")
+                 param="sampling_params.temperature", contains="temperature")
     assert_error(call(server, "/generate", {"text": "hi", "input_ids": [1]}), 400)
     assert_error(call(server, "/v1/chat/completions", {"messages": MSG, "tools": [
         {"type": "function", "function": {"name": "f"}}], "tool_choice": {

@@ -16,6 +16,7 @@ from typing import Any
 
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.validation import FieldError
 
 
 @dataclass
@@ -47,14 +48,14 @@ class InputLimits:
 def check_fan_out(num_prompts: int, params: list[SamplingParams], limits: InputLimits) -> None:
     """How many sequences one call may queue (checked before anything is tokenized)."""
     if num_prompts > limits.max_prompts:
-        raise ValueError(f"prompt: {num_prompts} prompts in one request, more than max_prompts_per_request "
+        raise FieldError("prompt", f"prompt: {num_prompts} prompts in one request, more than max_prompts_per_request "
                          f"({limits.max_prompts})")
     for p in _distinct(params):
         if p.n > limits.max_n:
-            raise ValueError(f"n must be <= {limits.max_n} (max_n), got {p.n}")
+            raise FieldError("n", f"n must be <= {limits.max_n} (max_n), got {p.n}")
     total = sum(p.n for p in params)
     if total > limits.max_sequences:
-        raise ValueError(f"n: {total} sequences (prompts x n) in one request, more than "
+        raise FieldError("n", f"n: {total} sequences (prompts x n) in one request, more than "
                          f"max_sequences_per_request ({limits.max_sequences})")
     for p in _distinct(params):
         check_params(p, limits)
@@ -64,24 +65,24 @@ def check_params(p: SamplingParams, limits: InputLimits) -> None:
     """Size limits of one request's sampling parameters and constraint."""
     if p.logit_bias:
         if len(p.logit_bias) > limits.max_logit_bias:
-            raise ValueError(f"logit_bias has {len(p.logit_bias)} entries, more than {limits.max_logit_bias}")
+            raise FieldError("logit_bias", f"logit_bias has {len(p.logit_bias)} entries, more than {limits.max_logit_bias}")
         bad = [t for t in p.logit_bias if not 0 <= t < limits.vocab_size]
         if bad:
-            raise ValueError(f"logit_bias: token id {bad[0]} is outside the vocabulary [0, {limits.vocab_size})")
+            raise FieldError("logit_bias", f"logit_bias: token id {bad[0]} is outside the vocabulary [0, {limits.vocab_size})")
     if len(p.stop) > limits.max_stop_strings or len(p.stop_token_ids) > limits.max_stop_strings:
-        raise ValueError(f"stop: at most {limits.max_stop_strings} stop strings and stop_token_ids")
+        raise FieldError("stop", f"stop: at most {limits.max_stop_strings} stop strings and stop_token_ids")
     bad_stop = [t for t in p.stop_token_ids if t >= limits.vocab_size]
     if bad_stop:
-        raise ValueError(f"stop_token_ids: token id {bad_stop[0]} is outside the vocabulary [0, {limits.vocab_size})")
+        raise FieldError("stop_token_ids", f"stop_token_ids: token id {bad_stop[0]} is outside the vocabulary [0, {limits.vocab_size})")
     kind = p.constraint_kind
     if kind in ("json_schema", "regex", "choices"):
         spec = getattr(p, kind)
         size = len(json.dumps(spec, ensure_ascii=False).encode())
         if size > limits.max_schema_bytes:
-            raise ValueError(f"{kind} is {size} bytes, more than max_schema_bytes ({limits.max_schema_bytes})")
+            raise FieldError(kind, f"{kind} is {size} bytes, more than max_schema_bytes ({limits.max_schema_bytes})")
         depth = json_depth(spec)
         if depth > limits.max_schema_depth:
-            raise ValueError(f"{kind} nests {depth} levels deep, more than max_schema_depth ({limits.max_schema_depth})")
+            raise FieldError(kind, f"{kind} nests {depth} levels deep, more than max_schema_depth ({limits.max_schema_depth})")
 
 
 def json_depth(value: Any) -> int:
@@ -106,16 +107,16 @@ def _distinct(params: list[SamplingParams]) -> list[SamplingParams]:
 def normalize_inputs(prompt: Any, input_ids: Any) -> tuple[list[Any], bool]:
     """``(items, is_batch)``: items are str prompts or lists of token ids."""
     if (prompt is None) == (input_ids is None):
-        raise ValueError("pass exactly one of prompt and input_ids")
+        raise FieldError("prompt", "pass exactly one of prompt and input_ids")
     if prompt is not None:
         if isinstance(prompt, str):
             items, is_batch = [prompt], False
         elif isinstance(prompt, (list, tuple)) and all(isinstance(p, str) for p in prompt):
             items, is_batch = list(prompt), True
         else:
-            raise ValueError("prompt must be a string or a list of strings")
+            raise FieldError("prompt", "prompt must be a string or a list of strings")
         if not items or any(not p for p in items):
-            raise ValueError("prompt must be non-empty")
+            raise FieldError("prompt", "prompt must be non-empty")
         return items, is_batch
     if isinstance(input_ids, (list, tuple)) and input_ids and all(_is_int(t) for t in input_ids):
         return [list(input_ids)], False
@@ -123,15 +124,15 @@ def normalize_inputs(prompt: Any, input_ids: Any) -> tuple[list[Any], bool]:
             and all(isinstance(x, (list, tuple)) and all(_is_int(t) for t in x) for x in input_ids)):
         items = [list(x) for x in input_ids]
         if any(not x for x in items):
-            raise ValueError("input_ids must be non-empty")
+            raise FieldError("input_ids", "input_ids must be non-empty")
         return items, True
-    raise ValueError("input_ids must be a non-empty list of ints or a list of such lists")
+    raise FieldError("input_ids", "input_ids must be a non-empty list of ints or a list of such lists")
 
 
 def normalize_params(sampling_params: Any, count: int) -> list[SamplingParams]:
     if isinstance(sampling_params, (list, tuple)):
         if len(sampling_params) != count:
-            raise ValueError(f"sampling_params has {len(sampling_params)} entries for {count} prompts")
+            raise FieldError("sampling_params", f"sampling_params has {len(sampling_params)} entries for {count} prompts")
         return [SamplingParams.from_dict(p) for p in sampling_params]
     params = SamplingParams.from_dict(sampling_params)
     return [params] * count
@@ -142,9 +143,9 @@ def normalize_rids(rid: Any, count: int) -> list[str]:
         return [uuid.uuid4().hex for _ in range(count)]
     rids = [rid] if isinstance(rid, str) else rid
     if not isinstance(rids, (list, tuple)) or len(rids) != count or not all(isinstance(r, str) and r for r in rids):
-        raise ValueError(f"rid must be a non-empty string, or a list of {count} strings for a batch")
+        raise FieldError("rid", f"rid must be a non-empty string, or a list of {count} strings for a batch")
     if len(set(rids)) != len(rids):
-        raise ValueError("rid values must be distinct")
+        raise FieldError("rid", "rid values must be distinct")
     return list(rids)
 
 
@@ -152,21 +153,21 @@ def check_request(ids: list[int], params: SamplingParams, limits: InputLimits,
                   logprob_start_len: int | None, top_logprobs_num: Any) -> None:
     """Raise ``ValueError`` naming the field when the request can never run."""
     if any(not 0 <= t < limits.vocab_size for t in ids):
-        raise ValueError(f"input_ids contains token ids outside [0, {limits.vocab_size})")
+        raise FieldError("input_ids", f"input_ids contains token ids outside [0, {limits.vocab_size})")
     if len(ids) > limits.max_req_input_len or len(ids) >= limits.context_len:
-        raise ValueError(f"prompt has {len(ids)} tokens, longer than the limit "
+        raise FieldError("prompt", f"prompt has {len(ids)} tokens, longer than the limit "
                          f"({min(limits.max_req_input_len, limits.context_len - 1)}; context length "
                          f"{limits.context_len})")
     if len(ids) + params.max_new_tokens > limits.context_len:
-        raise ValueError(f"max_new_tokens: prompt ({len(ids)} tokens) + max_new_tokens "
+        raise FieldError("max_new_tokens", f"max_new_tokens: prompt ({len(ids)} tokens) + max_new_tokens "
                          f"({params.max_new_tokens}) exceeds the context length {limits.context_len}")
     if len(ids) + params.max_new_tokens > limits.usable_slots:
-        raise ValueError(f"max_total_tokens: prompt ({len(ids)} tokens) + max_new_tokens "
+        raise FieldError("max_new_tokens", f"max_total_tokens: prompt ({len(ids)} tokens) + max_new_tokens "
                          f"({params.max_new_tokens}) can never fit in {limits.usable_slots} KV slots")
     if logprob_start_len is not None and (not _is_int(logprob_start_len) or not -1 <= logprob_start_len < len(ids)):
-        raise ValueError(f"logprob_start_len must be -1 or in [0, {len(ids)}), got {logprob_start_len!r}")
+        raise FieldError("logprob_start_len", f"logprob_start_len must be -1 or in [0, {len(ids)}), got {logprob_start_len!r}")
     if not _is_int(top_logprobs_num) or top_logprobs_num < 0:
-        raise ValueError(f"top_logprobs_num must be a non-negative integer, got {top_logprobs_num!r}")
+        raise FieldError("top_logprobs_num", f"top_logprobs_num must be a non-negative integer, got {top_logprobs_num!r}")
 
 
 def normalize_extra_keys(extra_key: Any, count: int) -> list[str | None]:
@@ -174,7 +175,7 @@ def normalize_extra_keys(extra_key: Any, count: int) -> list[str | None]:
     never share KV, so their ``cached_tokens`` say nothing about each other."""
     keys = extra_key if isinstance(extra_key, (list, tuple)) else [extra_key] * count
     if len(keys) != count or not all(k is None or (isinstance(k, str) and k) for k in keys):
-        raise ValueError(f"extra_key (cache_salt) must be a non-empty string, or a list of {count} for a batch")
+        raise FieldError("extra_key", f"extra_key (cache_salt) must be a non-empty string, or a list of {count} for a batch")
     return list(keys)
 
 

@@ -3,24 +3,26 @@
 Works for any local HF checkpoint directory (not only ours): ``eos_token_id`` may be an int or a list,
 special tokens may be strings or ``{"content": ...}`` dicts, and the chat template may live in
 ``tokenizer_config.json`` (a string or a list of named templates) or in ``chat_template.jinja``.
+Rendering is ``chat_template.py``'s (transformers' semantics); ``ChatTemplateError`` is re-exported here.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tokenizers
+from radixlm.runtime.engine.chat_template import (
+    SPECIAL_TOKEN_NAMES,
+    ChatTemplateError,
+    render_chat_template,
+    select_chat_template,
+)
 
 if TYPE_CHECKING:
     from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
-
-
-class ChatTemplateError(ValueError):
-    """The checkpoint has no chat template, or the template rejected the messages."""
 
 
 @lru_cache(maxsize=1)
@@ -34,31 +36,6 @@ def _unicode_to_byte() -> dict[str, int]:
             table[chr(256 + shift)] = b
             shift += 1
     return table
-
-
-def _raise_exception(message: str) -> None:
-    raise ChatTemplateError(message)
-
-
-def _tojson(value: Any, indent: int | None = None, separators=None, sort_keys: bool = False) -> str:
-    # Like HF's: no HTML escaping (jinja2's built-in tojson escapes <, >, & and ').
-    return json.dumps(value, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-@lru_cache(maxsize=16)
-def _compile_template(source: str):
-    """Compile a chat template in a sandbox with the helpers HF templates expect."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env.from_string(source)
 
 
 def _read_json(path: Path) -> dict:
@@ -104,6 +81,11 @@ class Tokenizer:
         self.bos_token: str | None = _token_content(self.config.get("bos_token"))
         self.eos_token: str | None = _token_content(self.config.get("eos_token"))
         self.pad_token: str | None = _token_content(self.config.get("pad_token"))
+        # What transformers hands a chat template: the special tokens that are set, by attribute name.
+        self.special_tokens: dict[str, str] = {
+            name: content for name in SPECIAL_TOKEN_NAMES
+            if isinstance(content := _token_content(self.config.get(name)), str)
+        }
         self.bos_token_id: int | None = self._id_of(self.bos_token)
         if self.bos_token_id is None and "bos_token" not in self.config:
             self.bos_token_id = generation_config.get("bos_token_id", model_config.get("bos_token_id"))
@@ -176,39 +158,32 @@ class Tokenizer:
     # --- chat ---------------------------------------------------------------------------------
 
     @cached_property
-    def chat_template(self) -> str | None:
-        """The default chat template source, or None when the checkpoint has none."""
+    def _template_entry(self) -> str | list | dict | None:
+        """``chat_template.jinja`` (it wins, as in transformers), else the config's string or named templates."""
         template_file = self.path / "chat_template.jinja"
         if template_file.is_file():
             return template_file.read_text(encoding="utf-8")
-        template = self.config.get("chat_template")
-        if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
-            named = {entry["name"]: entry["template"] for entry in template}
-            template = named.get("default") or next(iter(named.values()), None)
-        return template
+        return self.config.get("chat_template")
+
+    @cached_property
+    def chat_template(self) -> str | None:
+        """The default chat template source, or None when the checkpoint has none."""
+        return select_chat_template(self._template_entry)
 
     def apply_chat_template(self, messages: list[dict], tools: list[dict] | None = None,
                             add_generation_prompt: bool = True, **kwargs: Any) -> str:
-        """Render ``messages`` (and ``tools``) with the checkpoint's Jinja chat template.
+        """Render ``messages`` (and ``tools``) with the checkpoint's Jinja chat template, as transformers does.
 
-        Raises ``ChatTemplateError`` when the checkpoint has no template or the template calls
-        ``raise_exception`` (e.g. an unknown role).
+        ``kwargs`` are extra template variables (``documents``, ``enable_thinking``, ...); they override
+        the special tokens. Raises ``ChatTemplateError`` when the checkpoint has no template or the
+        template rejects the messages (``raise_exception``, e.g. an unknown role) or fails on them.
         """
-        if self.chat_template is None:
+        template = select_chat_template(self._template_entry, tools)  # named `tool_use` with tools
+        if template is None:
             raise ChatTemplateError(
                 f"no chat template in {str(self.path)!r} (looked for tokenizer_config.json 'chat_template' "
                 "and chat_template.jinja)"
             )
-        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
-            raise TypeError("messages must be a list of dicts with 'role' and 'content'")
-        template = _compile_template(self.chat_template)
-        context = {
-            "bos_token": self.bos_token or "",
-            "eos_token": self.eos_token or "",
-            "pad_token": self.pad_token or "",
-            **kwargs,
-            "messages": messages,
-            "tools": tools,
-            "add_generation_prompt": add_generation_prompt,
-        }
-        return template.render(**context)
+        variables = {**self.special_tokens, **kwargs}
+        return render_chat_template(template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                    **variables)

@@ -99,8 +99,8 @@ def from_exception(exc: BaseException) -> APIError:
     if isinstance(exc, web.HTTPException):
         return _from_http_exception(exc)
     if isinstance(exc, ValueError):
-        pointer = getattr(exc, "pointer", None)
-        return APIError(400, client_message(str(exc)), param=pointer, code=_code_for(exc))
+        param = getattr(exc, "pointer", None) or getattr(exc, "field", None)  # JSON pointer, or field name
+        return APIError(400, client_message(str(exc)), param=param, code=_code_for(exc))
     return APIError(500, "internal error; the server log has the details", code="internal_error")
 
 

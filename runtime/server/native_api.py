@@ -71,7 +71,9 @@ def parse_generate_request(body: dict[str, Any]) -> GenerateRequest:
             SamplingParams.from_dict(sp)
         except (TypeError, ValueError) as e:  # a TypeError's text is Python's, not a reason for the client
             why = client_message(str(e)) if isinstance(e, ValueError) else "a field has the wrong type"
-            raise bad_request(f"sampling_params: {why}", param="sampling_params" + (f"[{i}]" if is_batch else ""),
+            where = "sampling_params" + (f"[{i}]" if is_batch else "")
+            field = getattr(e, "field", None)
+            raise bad_request(f"sampling_params: {why}", param=f"{where}.{field}" if field else where,
                               code="invalid_value") from None
     rid = r.get("rid", ("str", "list"))
     rids = _per_item(rid, n, "rid") if isinstance(rid, list) else [rid] * n
