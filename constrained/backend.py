@@ -14,7 +14,8 @@ from typing import Any
 
 from radixlm.constrained import json_schema as front_end
 from radixlm.constrained.compile_job import CompileRequest, constraint_regex
-from radixlm.constrained.compile_pool import CompileJob, CompilePool
+from radixlm.constrained.compile_pool import CompilePool
+from radixlm.constrained.compile_slots import CompileJob
 from radixlm.constrained.compile_threads import ThreadCompilePool
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar

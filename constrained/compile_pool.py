@@ -17,54 +17,22 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from radixlm.constrained.compile_job import CompiledParts, CompileRequest
+from radixlm.constrained.compile_job import CompileRequest
+from radixlm.constrained.compile_slots import CompileJob, CompileSlots
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)
 DEFAULT_COMPILE_FN = "radixlm.constrained.compile_job:compile_parts"
 WORKER_START_TIMEOUT_S = 60.0  # imports and the vocabulary; generous for loaded CI machines
-
-
-@dataclass(eq=False)
-class CompileJob:
-    """One compile in flight. ``on_done(job)`` is called once (from a slot thread, or from
-    ``submit``/``shutdown`` once the pool is closed) with ``outcome`` ``ok`` (``parts`` set) or
-    ``error``/``timeout``/``memory``/``crash``/``shutdown`` (``error`` set); never for a job that
-    was cancelled."""
-
-    request: CompileRequest
-    on_done: Callable[[CompileJob], None]
-    outcome: str = "pending"
-    parts: CompiledParts | None = None
-    error: ConstraintError | None = None
-    wall_s: float = 0.0  # from sending the job to having its result in this process
-    cancelled: bool = False
-    worker: Any = field(default=None, repr=False)  # the _Worker running it (pool-internal)
-
-
-def job_error(job: CompileJob, outcome: str, detail: Any, timeout_s: float, max_memory_mb: int) -> ConstraintError:
-    """The ``ConstraintError`` a failed job reports, by outcome (shared with the thread pool)."""
-    kind = job.request.kind
-    if outcome == "timeout":
-        return ConstraintError(f"grammar compilation exceeded the {timeout_s:g} s budget")
-    if outcome == "memory":
-        return ConstraintError(f"{kind}: grammar compilation exceeded the {max_memory_mb} MB memory budget")
-    if outcome == "shutdown":
-        return ConstraintError("grammar compilation stopped: the grammar backend shut down")
-    return ConstraintError(f"{kind}: the grammar compile worker failed ({detail})")
 
 
 class _Worker:
@@ -125,7 +93,7 @@ class _Worker:
         self.conn.close()
 
 
-class CompilePool:
+class CompilePool(CompileSlots):
     """``num_workers`` worker processes; ``submit``, ``cancel`` and ``shutdown`` never block.
 
     ``compile_fn`` (``"module:function"``, called as ``fn(vocab, request)`` in the worker) is
@@ -134,26 +102,11 @@ class CompilePool:
 
     def __init__(self, vocab: TokenizerVocab, num_workers: int = 2, timeout_s: float = 10.0,
                  max_memory_mb: int = 4096, compile_fn: str = DEFAULT_COMPILE_FN) -> None:
-        self.timeout_s = timeout_s
-        self.max_memory_mb = max_memory_mb
+        super().__init__(num_workers, timeout_s, max_memory_mb, "grammar-slot")
         self._init_blob = pickle.dumps((vocab, compile_fn))  # fails here if the vocab cannot travel
-        self._queue: queue.SimpleQueue[CompileJob | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
         self._workers: set[_Worker] = set()
-        self._closed = False
         self.stats = {"worker_starts": 0, "workers_replaced": 0}
-        self._threads = [threading.Thread(target=self._serve, name=f"grammar-slot-{i}", daemon=True)
-                         for i in range(num_workers)]
-        for t in self._threads:
-            t.start()
-
-    def submit(self, job: CompileJob) -> None:
-        """Queue ``job``; the first free worker runs it (after ``shutdown`` it fails at once)."""
-        with self._lock:
-            if not self._closed:
-                self._queue.put(job)
-                return
-        self._finish(job, "shutdown", None)
+        self._start()
 
     def cancel(self, job: CompileJob) -> None:
         """Drop ``job``: skipped if still queued, its worker killed (and replaced) if running."""
@@ -173,23 +126,13 @@ class CompilePool:
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
+        pending = self._close_queue()
+        with self._lock:  # closed now: no worker starts after this copy
             workers = list(self._workers)
         for w in workers:
             w.kill()
-        pending = []
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                pending.append(job)
-        for _ in self._threads:
-            self._queue.put(None)
         for job in pending:
-            if not job.cancelled:
-                self._finish(job, "shutdown", None)
+            self._report(job, "shutdown", None)
 
     # ---- slot threads ------------------------------------------------------------------------
     def _serve(self) -> None:
@@ -231,7 +174,7 @@ class CompilePool:
         if outcome == "resend":
             outcome = "crash"
         if not job.cancelled:
-            self._finish(job, "shutdown" if self._closed and outcome != "ok" else outcome, value)
+            self._report(job, "shutdown" if self._closed and outcome != "ok" else outcome, value)
         return worker
 
     def _attempt(self, worker: _Worker, job: CompileJob) -> tuple[str, Any]:
@@ -242,15 +185,6 @@ class CompilePool:
             return "resend", f"{type(e).__name__}: {e}"
         job.wall_s = time.perf_counter() - start
         return outcome, value
-
-    def _finish(self, job: CompileJob, outcome: str, value: Any) -> None:
-        job.outcome = outcome
-        if outcome == "ok":
-            job.parts = value
-        else:
-            job.error = value if isinstance(value, ConstraintError) else job_error(
-                job, outcome, value, self.timeout_s, self.max_memory_mb)
-        job.on_done(job)
 
     def _start_worker(self) -> _Worker | None:
         """A ready worker, or None (logged) when none can be started or the pool is closed."""

@@ -10,43 +10,26 @@ the whole server). The threads are daemons, so a stuck compile never holds up in
 
 from __future__ import annotations
 
-import logging
-import queue
 import threading
 import time
 from typing import Any
 
 from radixlm.constrained.compile_job import compile_parts
-from radixlm.constrained.compile_pool import CompileJob, job_error
-from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.compile_slots import CompileJob, CompileSlots
+from radixlm.constrained.compile_worker import run_compile
 from radixlm.constrained.vocab import TokenizerVocab
 
-logger = logging.getLogger("radixlm.grammar")
 
-
-class ThreadCompilePool:
+class ThreadCompilePool(CompileSlots):
     """``num_workers`` daemon threads compiling in this process; see the module docstring."""
 
     def __init__(self, vocab: TokenizerVocab, num_workers: int = 2, timeout_s: float = 10.0,
                  max_memory_mb: int = 0) -> None:
+        # max_memory_mb is reported in errors only: it cannot be enforced inside this process
+        super().__init__(num_workers, timeout_s, max_memory_mb, "grammar")
         self.vocab = vocab
-        self.timeout_s = timeout_s
-        self.max_memory_mb = max_memory_mb  # reported in errors only: not enforceable in process
-        self._queue: queue.SimpleQueue[CompileJob | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._closed = False
         self.stats: dict[str, int] = {}
-        self._threads = [threading.Thread(target=self._serve, name=f"grammar-{i}", daemon=True)
-                         for i in range(num_workers)]
-        for t in self._threads:
-            t.start()
-
-    def submit(self, job: CompileJob) -> None:
-        with self._lock:
-            if not self._closed:
-                self._queue.put(job)
-                return
-        self._settle(job, "shutdown", None)
+        self._start()
 
     def cancel(self, job: CompileJob) -> None:
         """Mark ``job`` cancelled; a running compile ends on its own and its result is dropped."""
@@ -57,17 +40,8 @@ class ThreadCompilePool:
 
     def shutdown(self) -> None:
         """Fail the queued jobs and stop the threads after their current compile (not waited for)."""
-        with self._lock:
-            self._closed = True
-        while True:
-            try:
-                job = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                self._settle(job, "shutdown", None)
-        for _ in self._threads:
-            self._queue.put(None)
+        for job in self._close_queue():
+            self._settle(job, "shutdown", None)
 
     def _serve(self) -> None:
         while True:
@@ -83,15 +57,7 @@ class ThreadCompilePool:
         timer.start()
         start = time.perf_counter()
         try:
-            outcome, value = "ok", compile_parts(self.vocab, job.request)
-        except ConstraintError as e:
-            outcome, value = "error", e
-        except MemoryError:
-            outcome, value = "memory", None
-        except Exception:  # a bug must fail only this request; its details go to the log, not the client
-            logger.exception("compiling a %s constraint failed", job.request.kind)
-            outcome, value = "error", ConstraintError(f"{job.request.kind}: the constraint could not be compiled "
-                                                      "(internal error, logged by the server)")
+            outcome, value = run_compile(compile_parts, self.vocab, job.request)
         finally:
             timer.cancel()
         job.wall_s = time.perf_counter() - start
@@ -102,10 +68,5 @@ class ThreadCompilePool:
         with self._lock:
             if job.outcome != "pending" or job.cancelled:
                 return
-            job.outcome = outcome
-        if outcome == "ok":
-            job.parts = value
-        else:
-            job.error = value if isinstance(value, ConstraintError) else job_error(
-                job, outcome, value, self.timeout_s, self.max_memory_mb)
-        job.on_done(job)
+            job.outcome = outcome  # claimed: a later deadline or result is ignored
+        self._report(job, outcome, value)

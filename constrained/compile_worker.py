@@ -48,14 +48,14 @@ def main(argv: list[str] | None = None) -> None:
             request = conn.recv()
         except EOFError:
             return
-        answer = _run(fn, vocab, request)
+        answer = run_compile(fn, vocab, request)
         try:
             conn.send(answer)
         except MemoryError:  # pickling a large index can need as much again; nothing was sent
             conn.send(("memory", None))
 
 
-def _run(fn: Any, vocab: Any, request: Any) -> tuple[str, Any]:
+def run_compile(fn: Any, vocab: Any, request: Any) -> tuple[str, Any]:
     """One job's answer; every failure becomes a ``ConstraintError`` the parent can unpickle."""
     try:
         return "ok", fn(vocab, request)

@@ -14,7 +14,8 @@ import time
 import pytest
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab, schema_to_regex
 from radixlm.constrained.compile_job import CompileRequest
-from radixlm.constrained.compile_pool import CompileJob, CompilePool
+from radixlm.constrained.compile_pool import CompilePool
+from radixlm.constrained.compile_slots import CompileJob
 from radixlm.constrained.compile_threads import ThreadCompilePool
 from radixlm.constrained.errors import RegexTooLarge
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import unquote
 
 import jsonschema
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema_refs import resolve as resolve_ref
 from radixlm.runtime.server.http_errors import APIError
 from radixlm.runtime.server.tool_calls import ToolSpec
 
@@ -84,15 +85,10 @@ class _RefGraph:
         if not ref.startswith("#"):
             raise SchemaProblem(f"$ref {ref!r} is not a local reference (#/...); remote schemas are not "
                                 "supported", where)
-        node: Any = self.root
-        for part in [p for p in ref[1:].split("/") if p]:
-            part = unquote(part.replace("~1", "/").replace("~0", "~"))
-            if isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            elif isinstance(node, dict) and part in node:
-                node = node[part]
-            else:
-                raise SchemaProblem(f"$ref {ref!r} does not resolve", where)
+        try:
+            node, _ = resolve_ref(self.root, ref, where)
+        except ConstraintError:
+            raise SchemaProblem(f"$ref {ref!r} does not resolve", where) from None
         if not isinstance(node, (dict, bool)):
             raise SchemaProblem(f"$ref {ref!r} names a {type(node).__name__}, not a schema", where)
         return node
