@@ -4,12 +4,16 @@ The full public surface lives in :mod:`radixlm.lang.api` and is re-exported by `
 """
 
 from radixlm.lang.api import (
+    OpenAI,
     RuntimeEndpoint,
+    flush_cache,
     function,
     gen,
+    get_server_info,
     select,
     set_default_backend,
 )
 from radixlm.lang.state import ProgramState
 
-__all__ = ["ProgramState", "RuntimeEndpoint", "function", "gen", "select", "set_default_backend"]
+__all__ = ["OpenAI", "ProgramState", "RuntimeEndpoint", "flush_cache", "function", "gen",
+           "get_server_info", "select", "set_default_backend"]

@@ -35,9 +35,13 @@ class RuntimeEndpoint(Backend):
         self.timeout_s = timeout_s
         self.model_info = self._request("GET", "/get_model_info")
 
-    def flush_cache(self) -> None:
-        """``POST /flush_cache``."""
-        self._request("POST", "/flush_cache", {})
+    def flush_cache(self) -> bool:
+        """``POST /flush_cache``; False when the server declines (requests still running)."""
+        try:
+            self._request("POST", "/flush_cache", {})
+        except ValueError:  # HTTP 400: the server's "requests are still running"
+            return False
+        return True
 
     def get_server_info(self) -> dict:
         """``GET /get_server_info``."""

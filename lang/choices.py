@@ -138,13 +138,19 @@ def choice_entries(context: str, context_tokens: int, start: int, entries: list[
 
 def run_select(backend: Any, context: str, choices: list[str], method: ChoicesMethod,
                temperature: float = 0.0) -> ChoicesDecision:
-    """Score ``choices`` after ``context`` on ``backend`` (one batched request) and decide."""
+    """Score ``choices`` after ``context`` on ``backend`` (one batched request) and decide.
+
+    A backend with its own scoring (``select_choices``, e.g. an OpenAI API) does it instead.
+    """
     if not isinstance(choices, (list, tuple)) or not choices or not all(
             isinstance(c, str) and c for c in choices):
         raise ValueError("select choices must be a non-empty list of non-empty strings")
     if not isinstance(method, ChoicesMethod):
         raise TypeError(f"choices_method must be a ChoicesMethod such as token_length_normalized, "
                         f"got {type(method).__name__}")
+    own = getattr(backend, "select_choices", None)
+    if own is not None:
+        return own(context, list(choices), method, temperature)
     context_tokens = 0
     if context:  # pre-fill the shared context once; every choice request then hits the cache
         context_tokens = backend.generate(context, {"max_new_tokens": 0})["meta_info"]["prompt_tokens"]

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixlm.lang import ir
+from radixlm.lang.backend_base import ChatContext
 from radixlm.lang.choices import run_select
+from radixlm.lang.text_stream import merge_stream_meta
 
 
 @dataclass(eq=False)
@@ -35,8 +37,9 @@ class StreamExecutor:
     """
 
     def __init__(self, backend: Any, defaults: dict[str, Any], logprob_defaults: dict[str, Any],
-                 stream: bool = False, prefill: bool = True):
+                 stream: bool = False, prefill: bool = True, blocking: bool = False):
         self.backend = backend
+        self.blocking = blocking  # SGLang's use_thread=False: each append runs before returning
         self.defaults = defaults
         self.logprob_defaults = logprob_defaults
         self.stream = stream
@@ -47,6 +50,7 @@ class StreamExecutor:
         self.role_start = 0
         self.variables: dict[str, Any] = {}
         self.partial: dict[str, str] = {}  # streaming values of gens still running
+        self.stream_log: list[tuple[str | None, dict]] = []  # (gen name, meta info) per streamed chunk
         self.meta_info: dict[str, Any] = {}
         self.events: dict[str, threading.Event] = {}
         self.scopes: dict[str, int] = {}
@@ -75,6 +79,8 @@ class StreamExecutor:
                 if not self._worker_alive:
                     self._worker_alive = True
                     threading.Thread(target=self._loop, daemon=True, name="radixlm-lang").start()
+        if self.blocking:
+            self.sync()
 
     def end(self) -> None:
         """Mark the end of the program (streams finish once everything before it ran)."""
@@ -193,24 +199,45 @@ class StreamExecutor:
 
     def _gen(self, expr: ir.Gen) -> None:
         params = {**self.defaults, **expr.params}
-        logprob = {**self.logprob_defaults, **expr.logprob}
-        if not self.stream:
-            out = self.backend.generate(self.text_, params, **logprob)
-            self._append(out["text"])
-            if expr.name:
-                self._set_var(expr.name, out["text"], out["meta_info"])
+        options = {**self.logprob_defaults, **expr.logprob}  # the logprob family (+ chat for chat APIs)
+        if self.backend_context_wanted():
+            options["chat"] = self.chat_context()
+        # n > 1 samples are not streamed: the variable is their list, complete at once.
+        if self.stream and params.get("n", 1) == 1:
+            self._gen_stream(expr.name, params, options)
             return
-        value, meta = "", {}
-        for delta, chunk_meta in self.backend.generate_stream(self.text_, params, **logprob):
-            meta = chunk_meta
-            with self.cond:
-                self.text_ += delta
-                value += delta
-                if expr.name:
-                    self.partial[expr.name] = value
-                self.cond.notify_all()
+        out = self.backend.generate(self.text_, params, **options)
+        if isinstance(out, list):  # n > 1: SGLang keeps every sample, the text takes the first
+            value, meta = [o["text"] for o in out], [o["meta_info"] for o in out]
+            self._append(value[0])
+        else:
+            value, meta = out["text"], out["meta_info"]
+            self._append(value)
         if expr.name:
             self._set_var(expr.name, value, meta)
+
+    def _gen_stream(self, name: str | None, params: dict[str, Any], options: dict[str, Any]) -> None:
+        value, merged = "", None
+        for delta, chunk_meta in self.backend.generate_stream(self.text_, params, **options):
+            merged = merge_stream_meta(merged, chunk_meta)
+            with self.cond:  # text and meta info together, so readers see them consistently
+                self.text_ += delta
+                value += delta
+                if name:
+                    self.partial[name] = value
+                self.stream_log.append((name, chunk_meta))
+                self.cond.notify_all()
+        if name:
+            self._set_var(name, value, merged if merged is not None else {})
+
+    def backend_context_wanted(self) -> bool:
+        """Whether the backend needs the conversation (a chat API) besides the text."""
+        return bool(getattr(self.backend, "needs_chat_context", False))
+
+    def chat_context(self) -> ChatContext:
+        """The finished turns, and whether the current position opens an assistant turn."""
+        at_start = self.cur_role == "assistant" and len(self.text_) == self.role_start
+        return ChatContext([dict(m) for m in self.messages_], at_start)
 
     def _role_begin(self, role: str) -> None:
         if self.cur_role is not None:

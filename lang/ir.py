@@ -11,6 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# SGLang's type regexes (``sglang.lang.ir``), with its exact values, for ``gen(regex=REGEX_INT)``.
+# ``gen(dtype=...)`` uses the bounded forms in ``radixlm.lang.gen_exprs.DTYPE_REGEX`` instead, so
+# that a typed gen always ends on its own rather than at ``max_tokens``.
+REGEX_INT = r"[-+]?[0-9]+[ \n]*"
+REGEX_FLOAT = r"[-+]?[0-9]*\.?[0-9]+[ \n]*"
+REGEX_BOOL = r"(True|False)"
+REGEX_STR = r"\"[\w\d\s]*\""  # SGLang's comment: r"\".*\"" hit a bug in the interegular package
+
 
 class Expr:
     """Base of every appendable expression; supports ``+`` with strings and other expressions."""

@@ -5,39 +5,25 @@ from __future__ import annotations
 import inspect
 import os
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from radixlm.lang import ir
-from radixlm.lang.backend_engine import as_backend
+from radixlm.lang.batch import iter_results, normalize_arguments, num_workers, run_all
+from radixlm.lang.default_backend import resolve_backend, set_default_backend
 from radixlm.lang.interpreter import StreamExecutor
 from radixlm.lang.state import ProgramState
 from radixlm.lang.tracer import TracerState, trace
 
-_default_backend: Any = None
+__all__ = ["SglFunction", "set_default_backend", "split_run_options"]
 
-# run() keywords that are sampling params, with SGLang's defaults
+# run() keywords that are sampling params, with SGLang's defaults (None: left to the engine)
 SAMPLING_DEFAULTS: dict[str, Any] = {
-    "max_new_tokens": 128, "stop": None, "stop_token_ids": None, "temperature": 1.0, "top_p": 1.0,
-    "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0, "ignore_eos": False,
+    "max_new_tokens": 128, "n": None, "stop": None, "stop_token_ids": None, "stop_regex": None,
+    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0,
+    "presence_penalty": 0.0, "ignore_eos": False,
 }
-LOGPROB_KEYS = ("return_logprob", "logprob_start_len", "top_logprobs_num")
-
-
-def set_default_backend(backend: Any) -> None:
-    """Use ``backend`` (an ``Engine`` or a ``RuntimeEndpoint``) when a run names none; None clears it."""
-    global _default_backend
-    _default_backend = None if backend is None else as_backend(backend)
-
-
-def resolve_backend(backend: Any) -> Any:
-    if backend is not None:
-        return as_backend(backend)
-    if _default_backend is None:
-        raise ValueError("no backend: pass backend=... or call set_default_backend(Engine(...) or "
-                         "RuntimeEndpoint(url)) first")
-    return _default_backend
+LOGPROB_KEYS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 
 
 def split_run_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -81,16 +67,18 @@ class SglFunction:
             return self.func(args[0], *args[1:], **{**self.bound, **kwargs})
         return self.run(*args, **kwargs)
 
-    def run(self, *args: Any, stream: bool = False, backend: Any = None, prefill_prefix: bool = True,
-            **kwargs: Any) -> ProgramState:
+    def run(self, *args: Any, stream: bool = False, backend: Any = None, use_thread: bool = True,
+            prefill_prefix: bool = True, **kwargs: Any) -> ProgramState:
         """Run once; returns when the program finished (at once with ``stream=True``).
 
-        Sampling keywords (``max_new_tokens``, ``temperature``, ``top_p``, ``top_k``, ``min_p``,
-        ``frequency_penalty``, ``presence_penalty``, ``stop``, ...) are the defaults of every gen;
-        other keywords are the program's arguments.
+        Sampling keywords (``max_new_tokens``, ``n``, ``stop``, ``stop_regex``, ``temperature``,
+        ``top_p``, ``top_k``, ``min_p``, ``frequency_penalty``, ``presence_penalty``, the
+        ``return_logprob`` family, ...) are the defaults of every gen; other keywords are the
+        program's arguments. ``use_thread=False`` (SGLang) runs each ``s += ...`` before it returns.
         """
         sampling, logprob, program_args = split_run_options(kwargs)
-        state = self._new_state(resolve_backend(backend), sampling, logprob, stream, prefill_prefix)
+        state = self._new_state(resolve_backend(backend), sampling, logprob, stream, prefill_prefix,
+                                blocking=not use_thread)
         if stream:
             threading.Thread(target=self._run_streaming, args=(state, args, program_args),
                              daemon=True, name="radixlm-program").start()
@@ -102,43 +90,42 @@ class SglFunction:
         state._exec.sync()
         return state
 
-    def run_batch(self, batch_kwargs: list[dict[str, Any]], *, num_threads: int | str = "auto",
-                  progress_bar: bool = False, backend: Any = None, prefill_prefix: bool = True,
-                  **options: Any) -> list[ProgramState]:
-        """Run once per kwargs dict, concurrently; the batch's shared prefix is pre-filled once."""
-        if not isinstance(batch_kwargs, list) or not all(isinstance(k, dict) for k in batch_kwargs):
-            raise TypeError("run_batch expects a list of dicts of program arguments")
+    def run_batch(self, batch_kwargs: list[dict[str, Any]] | list[list[Any]], *,
+                  num_threads: int | str = "auto", progress_bar: bool = False,
+                  generator_style: bool = False, backend: Any = None, prefill_prefix: bool = True,
+                  **options: Any) -> list[ProgramState] | Iterator[ProgramState]:
+        """Run once per kwargs dict (or list of positional values), concurrently.
+
+        The batch's shared prefix is pre-filled once first. ``num_threads`` ("auto": max(96, 16 x
+        CPUs)) bounds the programs running at once; ``progress_bar`` shows a tqdm bar;
+        ``generator_style=True`` returns a generator yielding the states in input order, each
+        as soon as it is done.
+        """
+        batch = normalize_arguments(self.func, batch_kwargs)
         sampling, logprob, extra = split_run_options(options)
         if extra:
             raise TypeError(f"run_batch got unknown keyword(s): {', '.join(sorted(extra))}")
-        if not batch_kwargs:
-            return []
+        workers = num_workers(num_threads, len(batch))
+        if not batch:
+            return iter(()) if generator_style else []
         backend = resolve_backend(backend)
-        if prefill_prefix and len(batch_kwargs) > 1:
-            prefix = self.shared_prefix(batch_kwargs, backend.role_template)
+        if prefill_prefix and len(batch) > 1:
+            prefix = self.shared_prefix(batch, backend.role_template)
             if prefix:
                 backend.generate(prefix, {"max_new_tokens": 0})
-        workers = _num_threads(num_threads, len(batch_kwargs))
-        states = [self._new_state(backend, sampling, logprob, False, prefill_prefix) for _ in batch_kwargs]
-        bar = _progress(len(batch_kwargs)) if progress_bar else None
 
-        def one(i: int) -> None:
+        def one(kwargs: dict[str, Any]) -> ProgramState:
+            state = self._new_state(backend, sampling, logprob, False, prefill_prefix)
             try:
-                states[i].ret_value = self.func(states[i], **{**self.bound, **batch_kwargs[i]})
+                state.ret_value = self.func(state, **{**self.bound, **kwargs})
             finally:
-                states[i]._exec.end()
-                states[i]._exec.sync()
-                if bar is not None:
-                    bar.update(1)
+                state._exec.end()
+                state._exec.sync()
+            return state
 
-        try:
-            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="radixlm-batch") as pool:
-                for future in [pool.submit(one, i) for i in range(len(states))]:
-                    future.result()
-        finally:
-            if bar is not None:
-                bar.close()
-        return states
+        if generator_style:
+            return iter_results(one, batch, workers, progress_bar)
+        return run_all(one, batch, workers, progress_bar)
 
     def trace(self, **example_kwargs: Any) -> ir.ProgramIR:
         """The program's IR; arguments not given become placeholders (f-strings on them raise)."""
@@ -154,8 +141,9 @@ class SglFunction:
                 return ""
         return prefix or ""
 
-    def _new_state(self, backend, sampling, logprob, stream, prefill) -> ProgramState:
-        return ProgramState(StreamExecutor(backend, sampling, logprob, stream=stream, prefill=prefill))
+    def _new_state(self, backend, sampling, logprob, stream, prefill, blocking=False) -> ProgramState:
+        return ProgramState(StreamExecutor(backend, sampling, logprob, stream=stream, prefill=prefill,
+                                           blocking=blocking))
 
     def _run_streaming(self, state: ProgramState, args: tuple, program_args: dict) -> None:
         try:
@@ -168,17 +156,3 @@ class SglFunction:
 
 def _common_prefix(a: str, b: str) -> str:
     return os.path.commonprefix([a, b])
-
-
-def _num_threads(num_threads: int | str, n: int) -> int:
-    if num_threads == "auto":
-        return max(1, min(n, max(64, 16 * (os.cpu_count() or 1))))
-    if not isinstance(num_threads, int) or isinstance(num_threads, bool) or num_threads < 1:
-        raise ValueError(f"num_threads must be 'auto' or a positive integer, got {num_threads!r}")
-    return num_threads
-
-
-def _progress(total: int):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="run_batch")

@@ -11,9 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixlm.lang import ir
-from radixlm.lang.fork_group import ForkGroup
+from radixlm.lang.fork_group import ForkGroup, check_join_mode
 from radixlm.lang.interpreter import StreamExecutor, _Raise
-from radixlm.lang.scope_methods import ScopeMethods
+from radixlm.lang.scope_methods import ScopeMethods, check_position_ids_offset
+from radixlm.lang.text_stream import TextReader
 
 
 class ProgramState(ScopeMethods):
@@ -31,8 +32,9 @@ class ProgramState(ScopeMethods):
     def __setitem__(self, name: str, value: Any) -> None:
         self._exec.submit(ir.SetVar(name, value))
 
-    def fork(self, size: int = 1) -> ProgramStateGroup:
+    def fork(self, size: int = 1, position_ids_offset: list[int] | None = None) -> ProgramStateGroup:
         """``size`` children sharing this state's text so far (pre-filled once for all of them)."""
+        check_position_ids_offset(position_ids_offset)
         return ProgramStateGroup(self, [ProgramState(e) for e in self._exec.fork(size)])
 
     # ---- reading --------------------------------------------------------------------------
@@ -75,51 +77,35 @@ class ProgramState(ScopeMethods):
         return f"ProgramState({self._exec.text_[-80:]!r})"
 
     # ---- streaming ------------------------------------------------------------------------
-    def text_iter(self, var: str | None = None) -> Iterator[str]:
-        """Yield the text (or variable ``var``) in pieces as it is generated (``stream=True``)."""
-        pos = 0
+    def text_iter(self, var_name: str | None = None) -> Iterator[str]:
+        """Yield the text (or variable ``var_name``) in pieces as it is generated (``stream=True``).
+
+        Without streaming, pieces arrive as whole expressions finish (a variable: in one piece).
+        """
+        reader = TextReader(self._exec, var_name)
         while True:
-            chunk, pos, done = self._next_chunk(var, pos)
-            if chunk:
-                yield chunk
+            piece, _, done = reader.next_piece()
+            if piece:
+                yield piece
             if done:
                 return
 
-    async def text_async_iter(self, var: str | None = None,
+    async def text_async_iter(self, var_name: str | None = None,
                               return_meta_data: bool = False) -> AsyncIterator[Any]:
-        """Async ``text_iter``; with ``return_meta_data`` yields ``(chunk, meta_info)`` pairs."""
-        pos = 0
+        """Async ``text_iter``; with ``return_meta_data`` yields ``(piece, meta_info)`` pairs.
+
+        A piece's ``meta_info`` is that of the engine chunks that produced it: the newest fields,
+        with ``output_token_logprobs`` (when the gen set ``return_logprob=True``) covering exactly
+        the piece's tokens; None for text no gen produced. Meta info that arrives with no new text
+        (e.g. the last chunk's finish reason) goes with the next piece, or a final ``("", meta)``.
+        """
+        reader = TextReader(self._exec, var_name)
         while True:
-            chunk, pos, done = await asyncio.to_thread(self._next_chunk, var, pos)
-            if chunk:
-                if return_meta_data:
-                    meta = self._exec.meta_info.get(var) if var else None
-                    yield chunk, meta
-                else:
-                    yield chunk
+            piece, meta, done = await asyncio.to_thread(reader.next_piece)
+            if piece or (return_meta_data and done and meta is not None):
+                yield (piece, meta) if return_meta_data else piece
             if done:
                 return
-
-    def _next_chunk(self, var: str | None, pos: int) -> tuple[str, int, bool]:
-        """Wait for text past ``pos``; return (new text, new pos, whether the source is complete)."""
-        ex = self._exec
-        with ex.cond:
-            while True:
-                if var is None:
-                    current, done = ex.text_, ex.finished or ex.error_ is not None
-                else:
-                    event = ex.events.get(var)
-                    if event is None and var not in ex.variables:
-                        if ex.finished or ex.error_ is not None:
-                            raise KeyError(f"unknown variable {var!r}")
-                        ex.cond.wait()
-                        continue
-                    done = event is None or event.is_set()
-                    current = ex.variables.get(var, "") if done else ex.partial.get(var, "")
-                    current = current if isinstance(current, str) else str(current)
-                if len(current) > pos or done:
-                    return current[pos:], len(current), done
-                ex.cond.wait()
 
 
 class ProgramStateGroup(ForkGroup[ProgramState]):
@@ -129,10 +115,10 @@ class ProgramStateGroup(ForkGroup[ProgramState]):
         """Wait for the children and merge them into the parent.
 
         ``gather_variable``: each variable a child set becomes a list (one entry per child, None
-        where a child lacks it) on the parent. ``concate_join``: append the children's new texts.
+        where a child lacks it) on the parent. ``concate_and_append`` (SGLang's name; also
+        ``concate_join``): append the children's new texts, in order, to the parent's text.
         """
-        if mode not in ("gather_variable", "concate_join"):
-            raise ValueError(f"join mode must be 'gather_variable' or 'concate_join', got {mode!r}")
+        check_join_mode(mode)
         execs = [s._exec for s in self.states]
         for ex in execs:
             ex.end()  # the children are complete: their streams may finish

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixlm.lang import ir
-from radixlm.lang.fork_group import ForkGroup
-from radixlm.lang.scope_methods import ScopeMethods
+from radixlm.lang.fork_group import ForkGroup, check_join_mode
+from radixlm.lang.scope_methods import ScopeMethods, check_position_ids_offset
 
 
 class TracingError(TypeError):
@@ -136,7 +136,8 @@ class TracerState(ScopeMethods):
     def __contains__(self, name: str) -> bool:
         return name in self.defined
 
-    def fork(self, size: int = 1) -> TracerGroup:
+    def fork(self, size: int = 1, position_ids_offset: list[int] | None = None) -> TracerGroup:
+        check_position_ids_offset(position_ids_offset)
         node = ir.Fork(size, [[] for _ in range(size)])
         self.nodes.append(node)
         children = [TracerState(self.defined) for _ in range(size)]
@@ -167,10 +168,12 @@ class TracerGroup(ForkGroup[TracerState]):
     """The traced ``fork``: records appends into each branch and the join into the parent."""
 
     def join(self, mode: str = "gather_variable") -> None:
-        """Record the join; afterwards the parent knows every variable a child defined."""
+        """Record the join; after ``gather_variable`` the parent knows every variable a child defined."""
+        check_join_mode(mode)
         self.parent.nodes.append(ir.Join(mode))
-        for state in self.states:
-            self.parent.defined |= state.defined
+        if mode == "gather_variable":  # the concatenating modes append text, not variables
+            for state in self.states:
+                self.parent.defined |= state.defined
 
 
 def trace(func: Callable, kwargs: dict[str, Any], strict: bool = True) -> ir.ProgramIR:
