@@ -19,6 +19,11 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
+# runtime.server.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import server)
+TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseekr1", "deepseekv3", "deepseekv31",
+                     "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "granite", "hermes", "kimi", "kimi_k2",
+                     "llama", "llama3", "llama31", "llama32", "llama33", "llama4", "mistral", "pythonic", "qwen",
+                     "qwen25", "qwen3", "qwen3_coder")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # Levels a request body adds above a schema it carries (body > tools > [i] > function > parameters),
 # plus slack: a schema the engine accepts must fit in a body the server accepts.
@@ -80,12 +85,17 @@ class ServerArgs:
                                f"{MAX_JSON_DEPTH_CEILING}", int)
     max_new_tokens_default: int = _arg(1024, "HTTP: max_tokens of an OpenAI chat request that sets none "
                                        "(capped by the context left)", int)
+    tool_call_parser: str | None = _arg(None, "HTTP: the tool-call format (hermes, qwen3_coder, llama3, pythonic, "
+                                        "mistral, ...); default: detected from the chat template", str)
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the first bad field."""
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
+            raise ValueError(f"tool_call_parser must be one of {', '.join(TOOL_CALL_PARSERS)}; "
+                             f"got {self.tool_call_parser!r}")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)

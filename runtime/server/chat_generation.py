@@ -18,16 +18,9 @@ from typing import Any
 
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
 from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_calls import (
-    MAX_CALLS_PER_TURN,
-    TOOL_CALL_END,
-    TOOL_CALL_START,
-    CallExtractor,
-    ToolChoice,
-    ToolSpec,
-    call_schema,
-    new_call_id,
-)
+from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolChoice, ToolSpec
+from radixlm.runtime.server.tool_formats.base import ToolFormat
+from radixlm.runtime.server.tool_formats.registry import FORMATS
 
 # Sampler fields that would break a call's JSON if kept in a call phase.
 _NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", "regex", "json_schema", "json_object",
@@ -59,6 +52,8 @@ class ChatPlan:
     logprobs: bool = False
     top_logprobs: int = 0
     extra_key: str | None = None  # the radix-cache namespace (tenant and salt); every phase shares it
+    fmt: ToolFormat = field(default_factory=lambda: FORMATS["hermes"])  # the family's call syntax
+    max_calls: int = MAX_CALLS_PER_TURN  # 1 with parallel_tool_calls: false
 
 
 @dataclass
@@ -86,9 +81,8 @@ class ChoiceRunner:
         self.calls = 0
         self.call_end = "length"  # OpenAI finish_reason of the last call phase, if it did not complete
         self.first_phase = index == 0  # usage counts the prompt once, not once per choice
-        tok = state.tokenizer
-        self.start_ids = tok.encode(TOOL_CALL_START, add_special_tokens=False)
-        self.end_ids = tok.encode(TOOL_CALL_END, add_special_tokens=False)
+        self.fmt = plan.fmt
+        self.start_ids = self._encode(self.fmt.open_marker)
 
     def _sampling(self, **changes: Any) -> dict[str, Any]:
         s = dict(self.plan.sampling)
@@ -100,70 +94,84 @@ class ChoiceRunner:
     async def events(self) -> AsyncIterator[ChoiceEvent]:
         choice = self.plan.tool_choice
         if choice.forces_call:
-            self.ids += self.start_ids
+            self.ids += self._encode(self.fmt.forced_prefix)
             async for ev in self._call_phase(choice.name):
                 yield ev
             yield ChoiceEvent("finish", finish_reason="tool_calls" if self.calls else self.call_end)
             return
         stops = list(self.plan.sampling.get("stop") or [])
         if choice.mode == "auto":
-            stops.append(TOOL_CALL_START)
+            stops.append(self.fmt.open_marker)
         while True:
             phase = _Phase()
             async for ev in self._run(phase, self._sampling(max_new_tokens=self.budget, stop=stops), True):
                 yield ev
             fr = phase.finish
-            called = choice.mode == "auto" and fr.get("type") == "stop" and fr.get("matched") == TOOL_CALL_START
-            if not called or self.budget <= 0 or self.calls >= MAX_CALLS_PER_TURN:
+            called = choice.mode == "auto" and fr.get("type") == "stop" and fr.get("matched") == self.fmt.open_marker
+            if not called or self.budget <= 0 or self.calls >= self.plan.max_calls:
                 reason = "tool_calls" if self.calls and fr.get("type") == "stop" else _openai_reason(fr)
                 yield ChoiceEvent("finish", finish_reason=reason)
                 return
-            self.ids += self._through_marker(phase)
+            self.ids += self._through_marker(phase) + self._encode(
+                self.fmt.forced_prefix[len(self.fmt.open_marker):])
             calls_before = self.calls
             async for ev in self._call_phase(None):
                 yield ev
             if self.calls == calls_before:  # the call was cut off: say why
                 yield ChoiceEvent("finish", finish_reason=self.call_end)
                 return
-            if self.budget <= 0:
+            if self.budget <= 0 or self.calls >= self.plan.max_calls:
                 yield ChoiceEvent("finish", finish_reason="tool_calls")
                 return
 
+    def _encode(self, text: str) -> list[int]:
+        return self.state.tokenizer.encode(text, add_special_tokens=False) if text else []
+
     def _through_marker(self, phase: _Phase) -> list[int]:
-        """The phase's tokens up to and including ``<tool_call>`` (exact ids when they end with it)."""
-        tok = self.state.tokenizer
+        """The phase's tokens up to and including the open marker (exact ids when they end with it)."""
         if phase.output_ids[-len(self.start_ids):] == self.start_ids:
             return list(phase.output_ids)
-        return tok.encode(phase.text + TOOL_CALL_START, add_special_tokens=False)
+        return self._encode(phase.text + self.fmt.open_marker)
 
     async def _call_phase(self, name: str | None) -> AsyncIterator[ChoiceEvent]:
-        """One constrained call; ``self.calls`` counts it if it completed."""
+        """One constrained call body in the family's wrapper; ``self.calls`` counts the calls it made.
+
+        The family's streaming parser reads the wrapper text, the generated body and the suffix, so
+        the events are the ones the family's parser gives for the whole call text."""
         sampling = self._sampling(max_new_tokens=self.budget)
         for key in _NOT_IN_CALL_PHASE:
             sampling.pop(key, None)
-        sampling["json_schema"] = call_schema(self.plan.tools, name)
-        call_id, extractor, phase = new_call_id(), CallExtractor(), _Phase()
-        started = False
+        sampling.update(self.fmt.body_constraint(self.plan.tools, name))
+        parser, phase = self.fmt.stream(self.plan.tools, first_index=self.calls), _Phase()
+        events = parser.feed(self.fmt.forced_prefix)
         async for ev in self._run(phase, sampling, False):
-            new_name, args = extractor.feed(ev.text)
-            if new_name is not None:
-                started = True
-                yield ChoiceEvent("call_start", call_index=self.calls, call_id=call_id, name=new_name)
-            if args:
-                yield ChoiceEvent("call_args", text=args, call_index=self.calls)
-        done = extractor.finish()
-        if done is None:  # cut off by max_tokens (or aborted): not a call
+            events += parser.feed(ev.text)
+            for out in self._call_events(events):
+                yield out
+            events = []
+        complete = phase.finish.get("type") not in ("length", "abort")
+        if complete:
+            events += parser.feed(self.fmt.call_suffix)
+        events += parser.finish()
+        made = [e for e in events if e.kind == "call_start"]
+        for out in self._call_events(events):
+            yield out
+        if not made and not parser.calls:  # cut off by max_tokens (or aborted): not a call
             self.call_end = _openai_reason(phase.finish)
-            if not started:
-                yield ChoiceEvent("content", text=TOOL_CALL_START + phase.text)
             return
-        if not started:
-            yield ChoiceEvent("call_start", call_index=self.calls, call_id=call_id, name=done[0])
-        rest = done[1][len(extractor.sent):] if done[1].startswith(extractor.sent) else ""
-        if rest:
-            yield ChoiceEvent("call_args", text=rest, call_index=self.calls)
-        self.calls += 1
-        self.ids += phase.output_ids + self.end_ids
+        self.calls = parser.next_index
+        self.ids += phase.output_ids + (self._encode(self.fmt.call_suffix) if complete else [])
+
+    def _call_events(self, events: list) -> list[ChoiceEvent]:
+        out = []
+        for e in events:
+            if e.kind == "content":
+                out.append(ChoiceEvent("content", text=e.text))
+            elif e.kind == "call_start":
+                out.append(ChoiceEvent("call_start", call_index=e.index, call_id=e.id, name=e.name))
+            else:
+                out.append(ChoiceEvent("call_args", text=e.text, call_index=e.index))
+        return out
 
     async def _run(self, phase: _Phase, sampling: dict[str, Any], is_text: bool) -> AsyncIterator[ChoiceEvent]:
         """One engine request continuing ``self.ids``; yields content events (text phases) or raw

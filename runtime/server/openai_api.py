@@ -35,7 +35,8 @@ from radixlm.runtime.server.openai_protocol import (
 )
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_calls import ToolCall, constraint_error, error_pointer
+from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolCall, constraint_error, error_pointer
+from radixlm.runtime.server.tool_formats.base import FormatUnsupported
 from radixlm.runtime.server.tool_schema import check_tool_schemas
 
 
@@ -201,6 +202,11 @@ class OpenAIRoutes:
             raise APIError(400, f"this model's maximum context length is {ctx} tokens; the messages take "
                            f"{len(ids)} and max_tokens asks for {sampling['max_new_tokens']}",
                            param="max_tokens", code="context_length_exceeded")
+        if req.tool_choice.forces_call:  # a layout that cannot express a tool's schema: 400 before generating
+            try:
+                self.state.tool_format.body_constraint(req.tools, req.tool_choice.name)
+            except FormatUnsupported as e:
+                raise self._schema_error(req, e) from None
         fmt = req.response_format
         if not req.tool_choice.forces_call:
             if fmt.kind == "json_object":
@@ -208,10 +214,12 @@ class OpenAIRoutes:
             elif fmt.kind == "json_schema":
                 sampling["json_schema"] = fmt.schema
         return ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
-                        extra_key)
+                        extra_key, self.state.tool_format, MAX_CALLS_PER_TURN if req.parallel_tool_calls else 1)
 
     def _schema_error(self, req: ChatRequest, e: ValueError) -> Exception:
         """Point a constraint error at ``tools`` or ``response_format`` instead of our wrapper schema."""
+        if isinstance(e, FormatUnsupported):  # the family's layout cannot express this tool's schema
+            return APIError(400, str(e), param=f"tools[{e.index}].function.parameters", code="unsupported_schema")
         if error_pointer(e) is None:
             return e
         if req.tools and req.tool_choice.mode != "none":

@@ -77,6 +77,7 @@ class ChatRequest:
     tools: list[ToolSpec] = field(default_factory=list)
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     salt: str | None = None
+    parallel_tool_calls: bool = True  # false: at most one call per answer
 
 
 def _common_sampling(r: FieldReader, max_tokens_keys: tuple[str, ...], max_default: int | None) -> dict:
@@ -197,9 +198,10 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
                           "'auto'; use tool_choice 'none', 'required' or a named function",
                           param="response_format")
     salt = read_cache_salt(r)
+    parallel = r.get("parallel_tool_calls", "bool", True)
     r.reject_unknown(IGNORED_FIELDS)
     return ChatRequest(model, messages, sampling, n, stream, include_usage, logprobs, top_logprobs,
-                       fmt, tools, choice, salt)
+                       fmt, tools, choice, salt, parallel)
 
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")

@@ -25,6 +25,7 @@ from radixlm.runtime.server.auth import TENANT_KEY, cache_namespace, check_api_k
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.json_body import parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
+from radixlm.runtime.server.tool_formats.registry import resolve
 
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
 
@@ -109,6 +110,9 @@ class ServerState:
         self.context_len = int(args.context_length or getattr(engine.model_config, "context_len", 0) or 0)
         self.max_json_depth = int(getattr(args, "max_json_depth", DEFAULT_MAX_JSON_DEPTH))
         self.max_new_tokens_default = int(getattr(args, "max_new_tokens_default", DEFAULT_MAX_NEW_TOKENS))
+        # the tool-call format: --tool-call-parser, else detected from the chat template
+        self.tool_format = resolve(getattr(args, "tool_call_parser", None),
+                                   getattr(self.tokenizer, "chat_template", None))
         self.started_at = time.time()
         self.inflight: set[str] = set()
         self.draining = False

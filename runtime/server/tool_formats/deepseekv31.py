@@ -1,0 +1,42 @@
+"""DeepSeek V3.1 / V3.2: the V3 section markers, with ``NAME<｜tool▁sep｜>{json}`` per call.
+
+``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from radixlm.runtime.server.tool_calls import ToolSpec
+from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat
+from radixlm.runtime.server.tool_formats.deepseekv3 import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    SECTION_CLOSE,
+    SECTION_OPEN,
+    SEP,
+    section_calls,
+)
+from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
+
+_CALL = re.compile(re.escape(CALL_OPEN) + r"([^<\n]+?)" + re.escape(SEP) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
+
+
+class DeepSeekV31Format(ToolFormat):
+    """DeepSeek V3.1 (name, separator, JSON arguments)."""
+
+    name = "deepseekv31"
+    aliases = ("deepseek_v31", "deepseekv32")
+    openers = (SECTION_OPEN,)
+    closer = SECTION_CLOSE
+    open_marker = SECTION_OPEN
+    forced_prefix = SECTION_OPEN + CALL_OPEN
+    call_suffix = CALL_CLOSE + SECTION_CLOSE
+
+    def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
+        calls = section_calls(block, _CALL)
+        return (calls, len(block)) if calls else None
+
+    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
+        return per_tool(tools, name, lambda i, t: lit(t.name + SEP) + json_args(i, t))

@@ -1,0 +1,69 @@
+"""The tool-call formats by name, and detection of a checkpoint's format from its chat template.
+
+Names follow SGLang's / vLLM's ``--tool-call-parser`` names. Detection looks for each family's
+markers in the template source, most specific first (several families reuse ``<tool_call>``);
+a template with none of them (our test checkpoints' Hermes template included) gets ``hermes``.
+"""
+
+from __future__ import annotations
+
+from radixlm.runtime.server.tool_formats.base import ToolFormat
+from radixlm.runtime.server.tool_formats.deepseekv3 import DeepSeekV3Format
+from radixlm.runtime.server.tool_formats.deepseekv31 import DeepSeekV31Format
+from radixlm.runtime.server.tool_formats.glm45 import Glm45Format
+from radixlm.runtime.server.tool_formats.granite import GraniteFormat
+from radixlm.runtime.server.tool_formats.hermes import HermesFormat
+from radixlm.runtime.server.tool_formats.kimi_k2 import KimiK2Format
+from radixlm.runtime.server.tool_formats.llama3 import Llama3Format
+from radixlm.runtime.server.tool_formats.mistral import MistralFormat
+from radixlm.runtime.server.tool_formats.pythonic import PythonicFormat
+from radixlm.runtime.server.tool_formats.qwen3_coder import Qwen3CoderFormat
+
+FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
+    HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
+    DeepSeekV3Format(), DeepSeekV31Format(), Glm45Format(), KimiK2Format(), GraniteFormat())}
+ALIASES: dict[str, str] = {a: f.name for f in FORMATS.values() for a in f.aliases}
+DEFAULT = "hermes"
+
+# (family, markers that must all be in the template), most specific first
+_DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("kimi_k2", ("<|tool_calls_section_begin|>",)),
+    ("deepseekv3", ("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>' + tool['type']")),
+    ("deepseekv3", ("<｜tool▁calls▁begin｜>", "' + tool['type'] + '<｜tool▁sep｜>")),
+    ("deepseekv3", ("<｜tool▁calls▁begin｜>", "function<｜tool▁sep｜>")),
+    ("deepseekv31", ("<｜tool▁calls▁begin｜>",)),
+    ("mistral", ("[TOOL_CALLS]",)),
+    ("glm45", ("<arg_key>",)),
+    ("qwen3_coder", ("<function=", "<parameter=")),
+    ("granite", ("<|tool_call|>",)),
+    ("pythonic", ("[func_name1(",)),
+    ("llama3", ("<|start_header_id|>", '"parameters": ')),
+    ("hermes", ("<tool_call>",)),
+)
+
+
+def names() -> list[str]:
+    """Every accepted parser name (formats and aliases), sorted."""
+    return sorted(set(FORMATS) | set(ALIASES))
+
+
+def get_format(name: str) -> ToolFormat:
+    """The format called ``name`` (or an alias); ``ValueError`` naming the valid names otherwise."""
+    key = ALIASES.get(name, name)
+    if key not in FORMATS:
+        raise ValueError(f"tool_call_parser must be one of {', '.join(names())}; got {name!r}")
+    return FORMATS[key]
+
+
+def detect_name(chat_template: str | None) -> str:
+    """The family whose call markers the template writes (``hermes`` when none match)."""
+    source = chat_template or ""
+    for family, markers in _DETECT:
+        if all(m in source for m in markers):
+            return family
+    return DEFAULT
+
+
+def resolve(parser: str | None, chat_template: str | None) -> ToolFormat:
+    """``--tool-call-parser`` if set, else the format detected from the chat template."""
+    return get_format(parser) if parser else FORMATS[detect_name(chat_template)]
