@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-VERSION = "0.3.36"
+from radixlm.runtime.checkpoints.llamacpp_fixtures import LLAMACPP_VERSION
+
+VERSION = LLAMACPP_VERSION  # one pin, shared with the checkpoints that need these files
 FETCH_COMMAND = "python tests/llamacpp_assets.py"
 _MODELS_DIR = "vendor/llama.cpp/models/"
 _VOCAB_SUFFIXES = (".gguf", ".gguf.inp", ".gguf.out")

@@ -68,6 +68,14 @@ _ARCH_FIELDS = {
 }
 
 
+def _is_real(size: str) -> bool:
+    """Sizes named after real models (``0.5b``...) select the real-shape builder (imported lazily:
+    it imports this module)."""
+    from radixlm.runtime.checkpoints.real_configs import REAL_SIZES
+
+    return size in REAL_SIZES
+
+
 def _check_args(arch: str, size: str) -> None:
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
@@ -197,11 +205,17 @@ def make_checkpoint(path: str | os.PathLike, arch: str = "llama", size: str = "t
                     overrides: dict | None = None) -> Path:
     """Write an HF-format checkpoint directory at ``path`` (created if missing) and return it.
 
+    A real-model size (``("qwen2", "0.5b")``, ``("qwen3", "0.6b")``, ``("llama", "1b")``) builds a
+    real-shape checkpoint instead (``real_shapes.py``; ``overrides`` do not apply there).
     ``overrides`` are merged into ``config.json`` (e.g. ``{"tie_word_embeddings": True}`` or a
     ``rope_scaling`` dict); the tensors follow the merged config. Same arguments -> identical bytes.
     """
     from safetensors.numpy import save_file
 
+    if _is_real(size):
+        from radixlm.runtime.checkpoints.real_shapes import make_real_checkpoint
+
+        return make_real_checkpoint(path, arch, size, seed)
     _check_args(arch, size)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -240,7 +254,12 @@ def checkpoint_path(arch: str = "llama", size: str = "tiny", seed: int = 0) -> s
     The directory name carries :func:`content_version`, so a changed generator never reuses stale
     files. The build goes to a temporary sibling that is renamed into place, so a reader never sees
     a half-written checkpoint and two racing processes both end up with the same complete one.
+    Real-model sizes (see ``make_checkpoint``) are built by ``real_shapes.real_checkpoint_path``.
     """
+    if _is_real(size):
+        from radixlm.runtime.checkpoints.real_shapes import real_checkpoint_path
+
+        return real_checkpoint_path(arch, size, seed)
     _check_args(arch, size)
     root = cache_dir()
     final = root / f"{arch}-{size}-seed{seed}-{content_version()}"
