@@ -4,7 +4,9 @@ A checkpoint's chat template is Jinja written against transformers' environment,
 what the model was trained on when we render it the same way, byte for byte. What that takes:
 
 - the inputs are prepared as transformers prepares them: message keys whose value is None are dropped
-  (OpenAI sends ``content: null`` beside ``tool_calls``, and templates test ``'content' in message``),
+  (OpenAI sends ``content: null`` beside ``tool_calls``, and templates test ``'content' in message``);
+  only when the template then fails is such a message rendered again with ``content: ""``, so tool
+  histories work on the templates that read ``content`` unconditionally (there transformers raises),
   everything the template sees is rebuilt from plain JSON types, and a message's reasoning is also
   offered as ``reasoning_content`` and ``thinking`` (the names templates read);
 - the variables: ``messages``, ``tools``, ``documents``, ``add_generation_prompt``, the special tokens
@@ -195,6 +197,24 @@ def render_chat_template(source: str, messages: list[dict], *, tools: list[dict]
     tools = None if tools is None else plain_data(list(tools))
     context = {**plain_data(variables), "messages": prepare_messages(messages), "tools": tools,
                "documents": plain_data(documents), "add_generation_prompt": add_generation_prompt}
+    try:
+        return _render(template, context)
+    except ChatTemplateError:
+        if not any(_null_content_call(m) for m in messages):
+            raise
+    # OpenAI clients send ``content: null`` beside ``tool_calls``; transformers drops the key, and
+    # templates that read it (Qwen3, DeepSeek-R1 distills, ...) then fail, so a tool-call history
+    # could not be served at all. Only where transformers has no answer: render it with "".
+    context["messages"] = prepare_messages([{**m, "content": ""} if _null_content_call(m) else m
+                                            for m in messages])
+    return _render(template, context)
+
+
+def _null_content_call(message: Mapping) -> bool:
+    return bool(message.get("tool_calls")) and message.get("content", None) is None
+
+
+def _render(template: jinja2.Template, context: dict[str, Any]) -> str:
     try:
         return template.render(context)
     except ChatTemplateError:
