@@ -52,6 +52,8 @@ class SamplingParams:
     strict: bool = True
     whitespace_pattern: str | None = None
     disable_jump_forward: bool = False
+    # The text that ends a reasoning model's thinking: the constraint applies only after it (None: at once).
+    reasoning_end: str | None = None
 
     def __post_init__(self) -> None:
         self._normalise()
@@ -167,5 +169,7 @@ class SamplingParams:
             or not all(isinstance(c, str) and c for c in self.choices)
         ):
             raise FieldError("choices", "choices must be a non-empty list of non-empty strings")
+        if self.reasoning_end is not None and (not isinstance(self.reasoning_end, str) or not self.reasoning_end):
+            raise FieldError("reasoning_end", "reasoning_end must be a non-empty string")
         if self.whitespace_pattern is not None and not isinstance(self.whitespace_pattern, str):
             raise FieldError("whitespace_pattern", "whitespace_pattern must be a string (a regex)")

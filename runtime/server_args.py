@@ -21,9 +21,11 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
 # runtime.server.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import server)
 TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseekr1", "deepseekv3", "deepseekv31",
-                     "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "granite", "hermes", "kimi", "kimi_k2",
+                     "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "gpt-oss", "gpt_oss", "granite", "hermes", "kimi", "kimi_k2",
                      "llama", "llama3", "llama31", "llama32", "llama33", "llama4", "mistral", "pythonic", "qwen",
                      "qwen25", "qwen3", "qwen3_coder")
+# runtime.server.reasoning.registry.names() (tests keep the two equal, as for TOOL_CALL_PARSERS)
+REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gpt-oss", "gpt_oss", "openai_gptoss", "qwen3", "qwq")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # Levels a request body adds above a schema it carries (body > tools > [i] > function > parameters),
 # plus slack: a schema the engine accepts must fit in a body the server accepts.
@@ -87,6 +89,9 @@ class ServerArgs:
                                        "(capped by the context left)", int)
     tool_call_parser: str | None = _arg(None, "HTTP: the tool-call format (hermes, qwen3_coder, llama3, pythonic, "
                                         "mistral, ...); default: detected from the chat template", str)
+    reasoning_parser: str | None = _arg(None, "HTTP: the reasoning format split into reasoning_content "
+                                        "(deepseek-r1, qwen3, gpt-oss); default: detected from the chat "
+                                        "template (none when it has no reasoning markers)", str)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -96,6 +101,9 @@ class ServerArgs:
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             raise ValueError(f"tool_call_parser must be one of {', '.join(TOOL_CALL_PARSERS)}; "
                              f"got {self.tool_call_parser!r}")
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}; "
+                             f"got {self.reasoning_parser!r}")
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)

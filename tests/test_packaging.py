@@ -62,3 +62,17 @@ def test_installed_wheel_imports_and_builds_a_checkpoint(wheel: Path, tmp_path: 
                           env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "hello wheel"
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    """A new sub-package left out of ``[tool.setuptools] packages`` would be missing from the wheel."""
+    import re
+
+    text = (REPO / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"(radixlm[\w.]*)"', text.split("packages = [", 1)[1].split("]", 1)[0]))
+    found = set()
+    for folder in ("radixlm", "radix_cache", "constrained", "lang", "runtime", "kernels"):
+        for init in (REPO / folder).rglob("__init__.py"):
+            parts = init.parent.relative_to(REPO / folder).parts
+            found.add(".".join((["radixlm"] if folder == "radixlm" else ["radixlm", folder]) + list(parts)))
+    assert found == listed, f"missing from pyproject: {sorted(found - listed)}; stale: {sorted(listed - found)}"

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import zlib
 from pathlib import Path
 
 import numpy as np
 from radixlm.runtime.checkpoints.bf16_safetensors import save_bf16
+from radixlm.runtime.checkpoints.build_cache import build_cached
 from radixlm.runtime.checkpoints.gguf_tokenizer import gguf_tokenizer_dir
 from radixlm.runtime.checkpoints.llamacpp_fixtures import chat_template, radixlm_cache, vocab_gguf
 from radixlm.runtime.checkpoints.real_configs import REAL_MODELS, RealModel
@@ -98,17 +98,5 @@ def real_checkpoint_path(arch: str, size: str, seed: int = 0) -> str:
     model = real_model(arch, size)
     root = radixlm_cache()
     final = root / f"real-{model.name}-seed{seed}-v{FORMAT_VERSION}"
-    if (final / "model.safetensors").is_file():
-        return str(final)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".building-{final.name}-", dir=root))
-    try:
-        make_real_checkpoint(tmp, arch, size, seed)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():  # a real failure, not a lost race
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return str(final)
+    return build_cached(final, lambda tmp: make_real_checkpoint(tmp, arch, size, seed),
+                        done=lambda path: (path / "model.safetensors").is_file())

@@ -20,14 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from radixlm.runtime.checkpoints import tokenizer_training as ckpt_tok
+from radixlm.runtime.checkpoints.build_cache import build_cached
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral")
 SIZES = ("tiny", "small")
@@ -261,23 +260,8 @@ def checkpoint_path(arch: str = "llama", size: str = "tiny", seed: int = 0) -> s
 
         return real_checkpoint_path(arch, size, seed)
     _check_args(arch, size)
-    root = cache_dir()
-    final = root / f"{arch}-{size}-seed{seed}-{content_version()}"
-    if final.is_dir():
-        return str(final)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".building-{final.name}-", dir=root))
-    try:
-        make_checkpoint(tmp, arch, size, seed)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not final.is_dir():  # a real failure, not a lost race
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(final)
+    final = cache_dir() / f"{arch}-{size}-seed{seed}-{content_version()}"
+    return build_cached(final, lambda tmp: make_checkpoint(tmp, arch, size, seed))
 
 
 def default_model_path() -> str:

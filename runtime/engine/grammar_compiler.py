@@ -6,6 +6,8 @@ compile finished: each ready one carries its ``RequestMatcher`` in ``req.matcher
 scheduler, which from then on asks the matcher for its decisions itself. A compile error or
 timeout fails just that request with the ``ConstraintError`` message. Cancelling a request (or
 dropping them all) cancels its compile: the worker stops unless another request shares it.
+A request whose params carry ``reasoning_end`` (the text that closes the model's reasoning) gets
+its matcher behind a ``ReasoningGate``: the grammar applies only after that marker.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+from radixlm.runtime.engine.reasoning_gate import ReasoningGate
 from radixlm.runtime.engine.request_matcher import RequestMatcher
 from radixlm.runtime.scheduler.req import Req
 
@@ -32,6 +35,7 @@ class GrammarCompiler:
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self._backend = None
         self._pending: dict[Req, Future | None] = {}  # None: the submit itself failed (req.error)
+        self._marker_ids: dict[str, list[int]] = {}  # reasoning_end text -> its token ids
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -69,8 +73,7 @@ class GrammarCompiler:
             del self._pending[req]
             if req.error is None:
                 try:
-                    req.matcher = RequestMatcher(future.result().matcher(), self.tokenizer, self.eos_token_ids,
-                                                 self.enable_jump_forward and not req.params.disable_jump_forward)
+                    req.matcher = self._matcher(req, future.result())
                 except Exception as e:  # noqa: BLE001 - ConstraintError, timeout: this request only
                     req.error = _as_value_error(e)
             if req.error is None:
@@ -79,6 +82,17 @@ class GrammarCompiler:
                 req.finish("abort", message=str(req.error))
                 failed.append(req)
         return ready, failed
+
+    def _matcher(self, req: Req, compiled: Any) -> Any:
+        """The request's constraint: its grammar's matcher, gated behind its reasoning marker if any."""
+        matcher = RequestMatcher(compiled.matcher(), self.tokenizer, self.eos_token_ids,
+                                 self.enable_jump_forward and not req.params.disable_jump_forward)
+        end = req.params.reasoning_end
+        if not end:
+            return matcher
+        if end not in self._marker_ids:
+            self._marker_ids[end] = self.tokenizer.encode(end, add_special_tokens=False)
+        return ReasoningGate(matcher, self.tokenizer, end, self._marker_ids[end])
 
     def cancel(self, rid: str) -> list[Req]:
         """Stop compiling for the requests with this rid (or group rid); they finish as ``abort``."""

@@ -7,6 +7,11 @@ prompt is the previous one's prompt plus its output, so it hits the radix cache.
 
 The events (:class:`ChoiceEvent`) are the same whether the client streams or not: the streaming
 route turns each into a chunk, the other accumulates them into one message.
+
+With a reasoning format, text phases' output goes through the format's streaming parser, which
+splits it into *reasoning* and *content* events. A constraint (``response_format``) waits for the
+reasoning to close through the engine's reasoning gate (``reasoning_end``); a forced tool call
+first runs a *think* phase that stops at the format's end marker, then the call phase.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
+from radixlm.runtime.server.reasoning.base import ReasoningFormat, ReasoningParser, Split
 from radixlm.runtime.server.state import RequestRecord, ServerState
 from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolChoice, ToolSpec
 from radixlm.runtime.server.tool_formats.base import ToolFormat
@@ -24,12 +30,12 @@ from radixlm.runtime.server.tool_formats.registry import FORMATS
 
 # Sampler fields that would break a call's JSON if kept in a call phase.
 _NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", "regex", "json_schema", "json_object",
-                      "min_new_tokens")
+                      "min_new_tokens", "reasoning_end")
 
 
 @dataclass
 class ChoiceEvent:
-    """``kind``: content | call_start | call_args | finish."""
+    """``kind``: content | reasoning | call_start | call_args | finish."""
 
     kind: str
     text: str = ""
@@ -54,6 +60,10 @@ class ChatPlan:
     extra_key: str | None = None  # the radix-cache namespace (tenant and salt); every phase shares it
     fmt: ToolFormat = field(default_factory=lambda: FORMATS["hermes"])  # the family's call syntax
     max_calls: int = MAX_CALLS_PER_TURN  # 1 with parallel_tool_calls: false
+    reasoning: ReasoningFormat | None = None  # splits the output into reasoning / content (None: all content)
+    reasoning_state: str = "none"  # where the prompt left the thinking (reasoning.base: open/closed/none)
+    think_marker: str | None = None  # a forced call waits for the model to write this (its thinking's end)
+    think_resume: str = ""  # then this text precedes the call (harmony: a new message)
 
 
 @dataclass
@@ -83,6 +93,8 @@ class ChoiceRunner:
         self.first_phase = index == 0  # usage counts the prompt once, not once per choice
         self.fmt = plan.fmt
         self.start_ids = self._encode(self.fmt.open_marker)
+        self.splitter: ReasoningParser | None = (plan.reasoning.parser(plan.reasoning_state)
+                                                 if plan.reasoning else None)
 
     def _sampling(self, **changes: Any) -> dict[str, Any]:
         s = dict(self.plan.sampling)
@@ -94,6 +106,13 @@ class ChoiceRunner:
     async def events(self) -> AsyncIterator[ChoiceEvent]:
         choice = self.plan.tool_choice
         if choice.forces_call:
+            if self.plan.think_marker:  # the model thinks first; the call follows its end marker
+                thought = _Phase()
+                async for ev in self._think_phase(thought):
+                    yield ev
+                if thought.finish.get("matched") != self.plan.think_marker:
+                    yield ChoiceEvent("finish", finish_reason=_openai_reason(thought.finish))
+                    return
             self.ids += self._encode(self.fmt.forced_prefix)
             async for ev in self._call_phase(choice.name):
                 yield ev
@@ -108,6 +127,8 @@ class ChoiceRunner:
                 yield ev
             fr = phase.finish
             called = choice.mode == "auto" and fr.get("type") == "stop" and fr.get("matched") == self.fmt.open_marker
+            for ev in self._flush():
+                yield ev
             if not called or self.budget <= 0 or self.calls >= self.plan.max_calls:
                 reason = "tool_calls" if self.calls and fr.get("type") == "stop" else _openai_reason(fr)
                 yield ChoiceEvent("finish", finish_reason=reason)
@@ -127,11 +148,39 @@ class ChoiceRunner:
     def _encode(self, text: str) -> list[int]:
         return self.state.tokenizer.encode(text, add_special_tokens=False) if text else []
 
-    def _through_marker(self, phase: _Phase) -> list[int]:
-        """The phase's tokens up to and including the open marker (exact ids when they end with it)."""
-        if phase.output_ids[-len(self.start_ids):] == self.start_ids:
+    def _through_marker(self, phase: _Phase, marker: str | None = None) -> list[int]:
+        """The phase's tokens up to and including the stop marker (the family's open marker by
+        default; exact ids when they end with it)."""
+        marker = self.fmt.open_marker if marker is None else marker
+        ids = self.start_ids if marker == self.fmt.open_marker else self._encode(marker)
+        if phase.output_ids[-len(ids):] == ids:
             return list(phase.output_ids)
-        return self._encode(phase.text + self.fmt.open_marker)
+        return self._encode(phase.text + marker)
+
+    async def _think_phase(self, phase: _Phase) -> AsyncIterator[ChoiceEvent]:
+        """Free generation up to the reasoning's end marker (a stop string), before a forced call."""
+        marker = self.plan.think_marker or ""
+        sampling = self._sampling(max_new_tokens=self.budget, stop=[marker])
+        for key in ("json_schema", "json_object", "regex", "reasoning_end"):
+            sampling.pop(key, None)
+        async for ev in self._run(phase, sampling, True):
+            yield ev
+        if phase.finish.get("matched") == marker:
+            for ev in self._split(marker):  # the stop string is trimmed from the text: the parser needs it
+                yield ev
+            self.ids += self._through_marker(phase, marker) + self._encode(self.plan.think_resume)
+        for ev in self._flush():
+            yield ev
+
+    def _split(self, text: str, logprobs: list | None = None) -> list[ChoiceEvent]:
+        """A text phase's delta as content (and reasoning) events, through the reasoning parser."""
+        if self.splitter is None:
+            return [ChoiceEvent("content", text=text, logprobs=logprobs)]
+        return _split_events(self.splitter.feed(text), logprobs)
+
+    def _flush(self) -> list[ChoiceEvent]:
+        """What the reasoning parser held back, at the end of a text phase that ends the text."""
+        return _split_events(self.splitter.finish(), None) if self.splitter is not None else []
 
     async def _call_phase(self, name: str | None) -> AsyncIterator[ChoiceEvent]:
         """One constrained call body in the family's wrapper; ``self.calls`` counts the calls it made.
@@ -188,12 +237,21 @@ class ChoiceRunner:
             chunks = self.state.stream(rid, observe_ttft=first, **kwargs)
             async with aclosing(chunks):
                 async for chunk in chunks:
-                    yield self._absorb(phase, chunk, want_lp)
+                    for ev in self._events_of(self._absorb(phase, chunk, want_lp), is_text):
+                        yield ev
         else:
-            yield self._absorb(phase, await self.state.generate(rid, observe_ttft=first, **kwargs), want_lp)
+            result = await self.state.generate(rid, observe_ttft=first, **kwargs)
+            for ev in self._events_of(self._absorb(phase, result, want_lp), is_text):
+                yield ev
         self.record.add(phase.meta, prompt=self.first_phase)
         self.first_phase = False
         self.budget -= int(phase.meta.get("completion_tokens", len(phase.output_ids)))
+
+    def _events_of(self, ev: ChoiceEvent, is_text: bool) -> list[ChoiceEvent]:
+        """A text phase's raw content event split by the reasoning parser; call phases' as they are."""
+        if not is_text or self.splitter is None:
+            return [ev]
+        return self._split(ev.text, ev.logprobs)
 
     def _absorb(self, phase: _Phase, chunk: dict[str, Any], want_lp: bool) -> ChoiceEvent:
         ids = list(chunk.get("output_ids") or [])
@@ -204,6 +262,14 @@ class ChoiceRunner:
         if want_lp:
             lps = chat_logprobs(self.state.tokenizer, extract(phase.meta, ids), self.plan.top_logprobs)
         return ChoiceEvent("content", text=chunk.get("text", ""), logprobs=lps)
+
+
+def _split_events(split: Split, logprobs: list | None) -> list[ChoiceEvent]:
+    """Reasoning then content events of one parser result (logprobs ride on the content event)."""
+    out = [ChoiceEvent("reasoning", text=split.reasoning)] if split.reasoning else []
+    if split.content or logprobs:
+        out.append(ChoiceEvent("content", text=split.content, logprobs=logprobs))
+    return out
 
 
 def _openai_reason(fr: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from radixlm.runtime.server.openai_protocol import (
     parse_completion_request,
     usage_dict,
 )
+from radixlm.runtime.server.reasoning.base import CLOSED
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
 from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolCall, constraint_error, error_pointer
@@ -183,7 +184,8 @@ class OpenAIRoutes:
     def _chat_plan(self, req: ChatRequest, extra_key: str | None) -> ChatPlan:
         tools = [t.to_template() for t in req.tools] if req.tools and req.tool_choice.mode != "none" else None
         try:
-            text = self.state.tokenizer.apply_chat_template(req.messages, tools=tools, add_generation_prompt=True)
+            text = self.state.tokenizer.apply_chat_template(req.messages, tools=tools, add_generation_prompt=True,
+                                                            **req.chat_template_kwargs)
         except Exception as e:  # jinja's raise_exception, or a template that cannot render these messages
             # the template's own words (raise_exception, jinja errors) help; a Python error's do not
             why = f": {client_message(str(e))}" if isinstance(e, (ValueError, jinja2.TemplateError)) else ""
@@ -213,8 +215,27 @@ class OpenAIRoutes:
                 sampling["json_object"] = True
             elif fmt.kind == "json_schema":
                 sampling["json_schema"] = fmt.schema
-        return ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
+        plan = ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
                         extra_key, self.state.tool_format, MAX_CALLS_PER_TURN if req.parallel_tool_calls else 1)
+        return self._with_reasoning(req, plan, text)
+
+    def _with_reasoning(self, req: ChatRequest, plan: ChatPlan, prompt: str) -> ChatPlan:
+        """Add the server's reasoning format to ``plan``: the output split (unless
+        ``separate_reasoning`` is false) and the wait for the thinking to end before a constraint."""
+        fmt = self.state.reasoning_format
+        if fmt is None:
+            return plan
+        state = fmt.prompt_state(prompt)
+        if req.separate_reasoning:
+            plan.reasoning, plan.reasoning_state = fmt, state
+        if fmt.name == "gpt-oss":  # harmony's markers are special tokens: the parsers must see them
+            plan.sampling.setdefault("skip_special_tokens", False)
+        if state == CLOSED:  # the template ended the thinking: the answer (and its grammar) starts now
+            return plan
+        plan.think_marker, plan.think_resume = fmt.call_after
+        if any(plan.sampling.get(k) for k in ("json_schema", "json_object", "regex")):
+            plan.sampling["reasoning_end"] = fmt.gate_marker  # the engine's gate: grammar after the marker
+        return plan
 
     def _schema_error(self, req: ChatRequest, e: ValueError) -> Exception:
         """Point a constraint error at ``tools`` or ``response_format`` instead of our wrapper schema."""
@@ -258,6 +279,8 @@ class OpenAIRoutes:
                 return None
             lps = {"content": ev.logprobs, "refusal": None} if req.logprobs else None
             return self._chat_chunk(req, rid, k, {"content": ev.text}, logprobs=lps)
+        if ev.kind == "reasoning":
+            return self._chat_chunk(req, rid, k, {"reasoning_content": ev.text})
         if ev.kind == "call_start":
             call = {"index": ev.call_index, "id": ev.call_id, "type": "function",
                     "function": {"name": ev.name, "arguments": ""}}
@@ -276,6 +299,7 @@ class OpenAIRoutes:
 async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
     """Run one choice to the end and build its ``choices[i]`` object."""
     content: list[str] = []
+    reasoning: list[str] = []
     calls: dict[int, ToolCall] = {}
     lps: list[dict] = []
     reason = None
@@ -283,14 +307,19 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
         if ev.kind == "content":
             content.append(ev.text)
             lps.extend(ev.logprobs or [])
+        elif ev.kind == "reasoning":
+            reasoning.append(ev.text)
         elif ev.kind == "call_start":
             calls[ev.call_index] = ToolCall(ev.call_id or "", ev.name or "", "")
         elif ev.kind == "call_args":
             calls[ev.call_index].arguments += ev.text
         else:
             reason = ev.finish_reason
-    text = "".join(content)
-    message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+    text, thought = "".join(content), "".join(reasoning)
+    # no answer after the thinking (the budget ran out in it): null, not an empty (invalid) answer
+    message: dict[str, Any] = {"role": "assistant", "content": text if text or not (calls or thought) else None}
+    if runner.splitter is not None:
+        message["reasoning_content"] = thought or None
     if calls:
         message["tool_calls"] = [c.to_dict() for c in calls.values()]
     return {"index": runner.index, "message": message,

@@ -78,6 +78,8 @@ class ChatRequest:
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     salt: str | None = None
     parallel_tool_calls: bool = True  # false: at most one call per answer
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # extra chat-template variables
+    separate_reasoning: bool = True  # SGLang's: false leaves the thinking in content
 
 
 def _common_sampling(r: FieldReader, max_tokens_keys: tuple[str, ...], max_default: int | None) -> dict:
@@ -199,9 +201,24 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
                           param="response_format")
     salt = read_cache_salt(r)
     parallel = r.get("parallel_tool_calls", "bool", True)
+    template_kwargs = _template_kwargs(r.get("chat_template_kwargs", "object"))
+    separate = r.get("separate_reasoning", "bool", True)
     r.reject_unknown(IGNORED_FIELDS)
     return ChatRequest(model, messages, sampling, n, stream, include_usage, logprobs, top_logprobs,
-                       fmt, tools, choice, salt, parallel)
+                       fmt, tools, choice, salt, parallel, template_kwargs, separate)
+
+
+# Variables the server itself passes to the chat template; a client may not override them.
+_TEMPLATE_OWN = ("messages", "tools", "add_generation_prompt", "documents")
+
+
+def _template_kwargs(kwargs: dict | None) -> dict[str, Any]:
+    """``chat_template_kwargs``: extra template variables (``{"enable_thinking": false}``)."""
+    for key in kwargs or {}:
+        if key in _TEMPLATE_OWN:
+            raise bad_request(f"'chat_template_kwargs.{key}' is set by the server, not by the request",
+                              param=f"chat_template_kwargs.{key}", code="invalid_value")
+    return dict(kwargs or {})
 
 
 _ROLES = ("system", "developer", "user", "assistant", "tool")

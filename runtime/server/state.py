@@ -25,6 +25,7 @@ from radixlm.runtime.server.auth import TENANT_KEY, cache_namespace, check_api_k
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.json_body import parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
+from radixlm.runtime.server.reasoning.registry import resolve as resolve_reasoning
 from radixlm.runtime.server.tool_formats.registry import resolve
 
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
@@ -113,6 +114,9 @@ class ServerState:
         # the tool-call format: --tool-call-parser, else detected from the chat template
         self.tool_format = resolve(getattr(args, "tool_call_parser", None),
                                    getattr(self.tokenizer, "chat_template", None))
+        # the reasoning format: --reasoning-parser, else detected from the chat template (or None)
+        self.reasoning_format = resolve_reasoning(getattr(args, "reasoning_parser", None),
+                                                  getattr(self.tokenizer, "chat_template", None))
         self.started_at = time.time()
         self.inflight: set[str] = set()
         self.draining = False

@@ -11,6 +11,7 @@ from radixlm.runtime.server.tool_formats.base import ToolFormat
 from radixlm.runtime.server.tool_formats.deepseekv3 import DeepSeekV3Format
 from radixlm.runtime.server.tool_formats.deepseekv31 import DeepSeekV31Format
 from radixlm.runtime.server.tool_formats.glm45 import Glm45Format
+from radixlm.runtime.server.tool_formats.gpt_oss import GptOssFormat
 from radixlm.runtime.server.tool_formats.granite import GraniteFormat
 from radixlm.runtime.server.tool_formats.hermes import HermesFormat
 from radixlm.runtime.server.tool_formats.kimi_k2 import KimiK2Format
@@ -21,12 +22,13 @@ from radixlm.runtime.server.tool_formats.qwen3_coder import Qwen3CoderFormat
 
 FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
     HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
-    DeepSeekV3Format(), DeepSeekV31Format(), Glm45Format(), KimiK2Format(), GraniteFormat())}
+    DeepSeekV3Format(), DeepSeekV31Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat())}
 ALIASES: dict[str, str] = {a: f.name for f in FORMATS.values() for a in f.aliases}
 DEFAULT = "hermes"
 
 # (family, markers that must all be in the template), most specific first
 _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gpt_oss", ("<|channel|>", "<|call|>")),
     ("kimi_k2", ("<|tool_calls_section_begin|>",)),
     ("deepseekv3", ("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>' + tool['type']")),
     ("deepseekv3", ("<｜tool▁calls▁begin｜>", "' + tool['type'] + '<｜tool▁sep｜>")),
