@@ -7,6 +7,7 @@ a template with none of them (our test checkpoints' Hermes template included) ge
 
 from __future__ import annotations
 
+from radixlm.runtime.server.format_registry import FormatRegistry
 from radixlm.runtime.server.tool_formats.base import ToolFormat
 from radixlm.runtime.server.tool_formats.deepseekv3 import DeepSeekV3Format
 from radixlm.runtime.server.tool_formats.deepseekv31 import DeepSeekV31Format
@@ -19,12 +20,6 @@ from radixlm.runtime.server.tool_formats.llama3 import Llama3Format
 from radixlm.runtime.server.tool_formats.mistral import MistralFormat
 from radixlm.runtime.server.tool_formats.pythonic import PythonicFormat
 from radixlm.runtime.server.tool_formats.qwen3_coder import Qwen3CoderFormat
-
-FORMATS: dict[str, ToolFormat] = {f.name: f for f in (
-    HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
-    DeepSeekV3Format(), DeepSeekV31Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat())}
-ALIASES: dict[str, str] = {a: f.name for f in FORMATS.values() for a in f.aliases}
-DEFAULT = "hermes"
 
 # (family, markers that must all be in the template), most specific first
 _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -43,29 +38,9 @@ _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("hermes", ("<tool_call>",)),
 )
 
-
-def names() -> list[str]:
-    """Every accepted parser name (formats and aliases), sorted."""
-    return sorted(set(FORMATS) | set(ALIASES))
-
-
-def get_format(name: str) -> ToolFormat:
-    """The format called ``name`` (or an alias); ``ValueError`` naming the valid names otherwise."""
-    key = ALIASES.get(name, name)
-    if key not in FORMATS:
-        raise ValueError(f"tool_call_parser must be one of {', '.join(names())}; got {name!r}")
-    return FORMATS[key]
-
-
-def detect_name(chat_template: str | None) -> str:
-    """The family whose call markers the template writes (``hermes`` when none match)."""
-    source = chat_template or ""
-    for family, markers in _DETECT:
-        if all(m in source for m in markers):
-            return family
-    return DEFAULT
-
-
-def resolve(parser: str | None, chat_template: str | None) -> ToolFormat:
-    """``--tool-call-parser`` if set, else the format detected from the chat template."""
-    return get_format(parser) if parser else FORMATS[detect_name(chat_template)]
+REGISTRY: FormatRegistry[ToolFormat] = FormatRegistry("tool_call_parser", (
+    HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
+    DeepSeekV3Format(), DeepSeekV31Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat()),
+    _DETECT, default="hermes")
+FORMATS, ALIASES, DEFAULT = REGISTRY.formats, REGISTRY.aliases, REGISTRY.default
+names, get_format, detect_name, resolve = REGISTRY.names, REGISTRY.get, REGISTRY.detect_name, REGISTRY.resolve
