@@ -66,15 +66,3 @@ class ReasoningFormat(ABC):
         out = parser.feed(text)
         out += parser.finish()
         return out
-
-
-def held_prefix(text: str, markers: tuple[str, ...]) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``markers``
-    (it may be the start of a marker the next delta completes, so it is held back)."""
-    best = 0
-    for marker in markers:
-        for n in range(min(len(marker) - 1, len(text)), best, -1):
-            if text.endswith(marker[:n]):
-                best = n
-                break
-    return best

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 
+from radixlm.runtime.server.marker_hold import held_prefix
 from radixlm.runtime.server.reasoning.base import (
     CLOSED,
     NONE,
     ReasoningFormat,
     ReasoningParser,
     Split,
-    held_prefix,
 )
 
 MESSAGE = "<|message|>"

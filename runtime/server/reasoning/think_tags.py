@@ -8,6 +8,7 @@ after the end tag, and whitespace around the tags is not part of either (SGLang 
 
 from __future__ import annotations
 
+from radixlm.runtime.server.marker_hold import held_prefix
 from radixlm.runtime.server.reasoning.base import (
     CLOSED,
     NONE,
@@ -15,7 +16,6 @@ from radixlm.runtime.server.reasoning.base import (
     ReasoningFormat,
     ReasoningParser,
     Split,
-    held_prefix,
 )
 
 _MAYBE, _REASONING, _CONTENT = "maybe", "reasoning", "content"

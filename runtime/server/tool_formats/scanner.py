@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from radixlm.runtime.server.marker_hold import held_prefix
 from radixlm.runtime.server.tool_calls import ToolSpec
 from radixlm.runtime.server.tool_formats.base import ParsedCall, ParseResult, ToolFormat
 
@@ -35,17 +36,6 @@ class StreamEvent:
             return {"tool_calls": [{"index": self.index, "id": self.id, "type": "function",
                                     "function": {"name": self.name, "arguments": ""}}]}
         return {"tool_calls": [{"index": self.index, "function": {"arguments": self.text}}]}
-
-
-def _held_suffix(text: str, openers: tuple[str, ...]) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of an opener."""
-    best = 0
-    for op in openers:
-        for n in range(min(len(op) - 1, len(text)), best, -1):
-            if text.endswith(op[:n]):
-                best = n
-                break
-    return best
 
 
 class StreamParser:
@@ -77,7 +67,7 @@ class StreamParser:
         while self.buf:
             pos = self._find_opener()
             if pos < 0:
-                keep = 0 if final else _held_suffix(self.buf, self.fmt.openers)
+                keep = 0 if final else held_prefix(self.buf, self.fmt.openers)
                 self._content(out, self.buf[:len(self.buf) - keep])
                 self.buf = self.buf[len(self.buf) - keep:]
                 return out
