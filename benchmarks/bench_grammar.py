@@ -1,277 +1,242 @@
-"""Grammar benchmark over JSONSchemaBench-layout data (``<Subset>/<name>.json`` with ``schema``,
-``tests[{valid, data}]``).
+"""Grammar benchmark: radixlm, xgrammar and llguidance side by side, in one run, on one real vocabulary,
+over JSONSchemaBench-layout data (``<Subset>/<name>.json`` with ``schema``, ``tests[{valid, data}]``).
 
-Per schema, a forked child compiles the grammar (killed at ``--timeout``: not covered), then walks
-every shipped instance's compact serialisation through a matcher, times ``fill_mask`` along random
-token walks (uniform among allowed tokens, fixed seed: an untrained model at temperature 1), checks
-each walk's output with ``jsonschema``, and counts sampling steps with and without jump-forward.
-If ``xgrammar`` or ``llguidance`` is installed, it is measured on the same schemas in the same run
-(compile coverage within the budget, compile ms, mask us along a random walk).
+Every system runs through the same path as the server: ``GrammarBackend(vocab, core=...)`` (the
+``--grammar-backend`` flag; radixlm compiles in worker processes, the adapters in threads, all under
+``--timeout``), then the ``GrammarMatcher`` interface. Per schema: compile wall time (submit to a
+grammar), rejected with or without a JSON pointer, timeouts; every shipped instance's compact
+serialisation walked token by token (valid ones must be accepted, invalid ones rejected); random
+walks (uniform among allowed tokens, fixed seeds: an untrained model at temperature 1), each output
+checked with ``jsonschema``, ``fill_mask`` timed at every step; and the walk's tokens that lay inside
+the forced continuation (the forward passes jump-forward saves). A walk still open after ``--max-tokens`` is closed by ``_finish`` (closers first).
 
-    python3 benchmarks/bench_grammar.py [--data tests/data/jsonschemabench] [--tokenizer small]
+    python benchmarks/bench_grammar.py --tokenizer qwen2 [--limit 10] [--systems radixlm,xgrammar,llguidance]
 
-Targets (issue 5): coverage >= 90%, mask p50 <= 10 us and p99 <= 100 us on a 32k vocabulary,
-zero invalid instances accepted, every generated output valid.
-
-Last run (llama small tokenizer, 32k vocab, 252 schemas, --walks 1, 2 shared CPU cores):
-coverage 242/252 = 96.0% (10 strict errors, all adversarial `not` forms; 0 compile timeouts;
-22 large schemas compiled under the size budget's restrictions); compile ms p50 45 p90 1325
-(max 8.4 s); mask us/token p50 4.4 p99 43; valid instances accepted 237/276, invalid rejected
-320/320; random-walk outputs valid 240/240;
-jump-forward saves 18.4% of forward passes on random walks. Same schemas, same vocabulary
-(`--systems xgrammar,llguidance`, xgrammar 0.2.9 and llguidance 1.9.1 from PyPI): xgrammar
-covers 251/252 but accepts 26/320 invalid instances (keywords it does not enforce), mask p50 6.9
-p99 86; llguidance covers 201/252 = 79.8%, accepts 0/236 invalid, mask p50 22.7 p99 228.
+``--tokenizer qwen2`` (151,936 tokens) and ``llama3`` (128,256) are llama.cpp's vocab GGUFs converted
+to ``tokenizer.json`` (fetch once: ``python tests/llamacpp_assets.py``); ``small`` is our 32k test
+checkpoint's. Targets (issue 15, Qwen2): compile p50 <= 10 ms, p90 <= 50 ms, max <= 1 s, no timeouts;
+coverage >= 98%; valid accepted >= 99.5%, invalid accepted 0; mask p50 <= 10 us, p99 <= 100 us.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import multiprocessing as mp
 import random
-import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
-from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar
-from radixlm.constrained.testing.walks import accepts_text, compact_json, random_walk
+from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab
+from radixlm.constrained.adapters import CORES
+from radixlm.constrained.testing.walks import accepts_text, allowed_tokens, compact_json
 
 REPO = Path(__file__).resolve().parents[1]
+GGUF_NAMES = {"qwen2": "qwen2", "llama3": "llama-bpe"}
+_CLOSERS = b'"}],:0a'  # what _finish tries first: closing a string/container beats opening one
+_FINISH_LIMIT = 400  # tokens _finish may add before the walk counts as unfinished
 
 
-def _measure(grammar, tokenizer, doc: dict, walks: int, max_tokens: int) -> dict:
-    out = {"valid_ok": 0, "valid_n": 0, "invalid_ok": 0, "invalid_n": 0, "walks_ok": 0, "walks_n": 0,
-           "steps": 0, "jf_steps": 0, "mask_us": []}
+def load_tokenizer(name: str):
+    """``(Tokenizer, TokenizerVocab)`` for ``qwen2`` | ``llama3`` | ``small``."""
+    from radixlm.runtime.engine.tokenizer import Tokenizer
+
+    if name == "small":
+        from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+
+        path = checkpoint_path("llama", "small")
+    else:
+        from radixlm.runtime.checkpoints.gguf_tokenizer import gguf_tokenizer_dir
+
+        path = gguf_tokenizer_dir(GGUF_NAMES[name])
+    tokenizer = Tokenizer(path)
+    return tokenizer, TokenizerVocab.from_tokenizer(tokenizer)
+
+
+def compile_one(backend: GrammarBackend, schema, timeout: float) -> tuple[str, object, float]:
+    """``(status, grammar or error text, ms)``; status compiled | rejected | rejected_pointer | timeout."""
+    params = SimpleNamespace(constraint_kind="json_schema", json_schema=schema, whitespace_pattern=None, strict=True)
+    start = time.perf_counter()
+    future = backend.submit(params)
+    try:
+        grammar = future.result(timeout=timeout + 5)
+    except FutureTimeout:
+        future.cancel()
+        return "timeout", "no answer", (time.perf_counter() - start) * 1000
+    except ConstraintError as e:
+        status = "timeout" if "budget" in str(e) else "rejected_pointer" if e.pointer is not None else "rejected"
+        return status, str(e)[:160], (time.perf_counter() - start) * 1000
+    return "compiled", grammar, (time.perf_counter() - start) * 1000
+
+
+def walk(grammar, rng: random.Random, max_tokens: int, mask_us: list[float]) -> tuple[list[int], bool]:
+    """A random walk: ``(ids without EOS, finished)``; the time of each mask goes into ``mask_us``."""
+    matcher, ids, steps = grammar.matcher(), [], 0
+    row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
+    eos = set(grammar.vocab.eos_token_ids)
+    while not matcher.is_terminated() and steps < max_tokens:
+        start = time.perf_counter_ns()
+        matcher.fill_mask(row)
+        mask_us.append((time.perf_counter_ns() - start) / 1000)
+        allowed = allowed_tokens(matcher, row)
+        if not allowed:
+            return ids, False
+        choice = rng.choice(allowed)
+        steps += 1
+        if not matcher.accept_token(choice):
+            raise AssertionError(f"token {choice} was in the mask but the matcher rejected it")
+        if choice not in eos:
+            ids.append(choice)
+    return ids, matcher.is_terminated() or _finish(matcher, grammar.vocab, ids)
+
+
+def forced_tokens(grammar, tokenizer, ids: list[int]) -> int:
+    """How many of ``ids`` lie inside the forced continuation where they were sampled: the forward
+    passes jump-forward saves on this output (it splices forced text in one extend step)."""
+    matcher, saved = grammar.matcher(), 0
+    for t in ids:
+        forced = matcher.forced_continuation().encode()
+        saved += bool(forced) and forced.startswith(tokenizer.id_to_bytes(t))
+        if not matcher.accept_token(t):
+            raise AssertionError(f"the walk's token {t} is rejected on replay")
+    return saved
+
+
+def _finish(matcher, vocab: TokenizerVocab, ids: list[int]) -> bool:
+    """Close an open walk greedily: EOS if allowed, else the first allowed of ``_CLOSERS``, else a
+    random allowed single-byte token (a stand-in for budget-aware completion, on every core)."""
+    eos, rng = vocab.eos_token_ids[0], random.Random(len(ids))
+    closers = [vocab.byte_tokens[b] for b in _CLOSERS if vocab.byte_tokens[b] >= 0]
+    singles = [t for t in vocab.byte_tokens if t >= 0]
+    for _ in range(_FINISH_LIMIT):
+        if matcher.is_terminated() or matcher.accept_token(eos):
+            return True
+        pick = next((t for t in closers if matcher.copy().accept_token(t)), None)
+        if pick is None:
+            options = [t for t in rng.sample(singles, len(singles)) if matcher.copy().accept_token(t)]
+            if not options:
+                return False
+            pick = options[0]
+        matcher.accept_token(pick)
+        ids.append(pick)
+    return False
+
+
+def measure(grammar, tokenizer, doc: dict, args) -> dict:
+    """Instances accepted, walks valid, masks, jump-forward steps for one compiled schema."""
+    out = {"valid_ok": 0, "valid_n": 0, "invalid_acc": 0, "invalid_n": 0, "walks_ok": 0, "walks_n": 0,
+           "unfinished": 0, "steps": 0, "forced": 0, "mask_us": []}
     for test in doc.get("tests", []):
         ok = accepts_text(grammar, tokenizer, compact_json(test["data"]))
         key = "valid" if test["valid"] else "invalid"
         out[f"{key}_n"] += 1
-        out[f"{key}_ok"] += ok if test["valid"] else (not ok)
-    row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
-    for seed in range(walks):
-        res = random_walk(grammar, random.Random(seed), max_tokens)
-        jres = random_walk(grammar, random.Random(seed), max_tokens, tokenizer, jump=True)
-        if res is None or jres is None:
-            continue
+        out["valid_ok" if test["valid"] else "invalid_acc"] += ok
+    for seed in range(args.walks):
+        ids, done = walk(grammar, random.Random(seed), args.max_tokens, out["mask_us"])
         out["walks_n"] += 1
-        text = tokenizer.decode(res[0])
-        out["walks_ok"] += not grammar.validate_output(text)
-        out["steps"], out["jf_steps"] = out["steps"] + res[1], out["jf_steps"] + jres[1]
-        m = grammar.matcher()
-        for t in res[0]:  # time fill_mask at every state of the walk
-            start = time.perf_counter_ns()
-            m.fill_mask(row)
-            out["mask_us"].append((time.perf_counter_ns() - start) / 1000)
-            m.accept_token(t)
+        out["unfinished"] += not done
+        out["walks_ok"] += done and not grammar.validate_output(tokenizer.decode(ids))
+        out["steps"] += len(ids) + done  # one pass per token, EOS included
+        out["forced"] += forced_tokens(grammar, tokenizer, ids)
     return out
 
 
-def _child(conn, doc: dict, walks: int, max_tokens: int) -> None:
-    tokenizer, vocab = _SHARED
-    start = time.perf_counter()
+def run_system(core: str, files: list[Path], tokenizer, vocab: TokenizerVocab, args) -> list[dict]:
+    """Every schema through ``GrammarBackend(core=core)``: one record per schema."""
+    backend = GrammarBackend(vocab, core=core, compile_timeout_s=args.timeout, num_workers=1,
+                             cache_size=len(files) + 1)
+    records = []
     try:
-        grammar = compile_grammar(vocab, "json_schema", doc["schema"])
-    except ConstraintError as e:
-        conn.send(("error", str(e)[:200]))
-        return
-    conn.send(("compiled", (time.perf_counter() - start) * 1000))
-    conn.send(("measured", _measure(grammar, tokenizer, doc, walks, max_tokens)))
-
-
-_SHARED: tuple = ()  # (tokenizer, vocab), built before forking and inherited by the children
-
-
-def run_radixlm(files: list[Path], tok_path: str, args) -> list[dict]:
-    global _SHARED
-    from radixlm.runtime.engine.tokenizer import Tokenizer
-
-    tokenizer = Tokenizer(tok_path)
-    _SHARED = (tokenizer, TokenizerVocab.from_tokenizer(tokenizer))
-    ctx = mp.get_context("fork")
-    results = []
-    for path in files:
-        doc = json.loads(path.read_text())
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_child, args=(child, doc, args.walks, args.max_tokens))
-        proc.start()
-        rec = {"name": f"{path.parent.name}/{path.name}", "status": "timeout"}
-        if parent.poll(args.timeout + 1):
-            kind, value = parent.recv()
-            rec["status"] = kind
-            if kind == "compiled" and value > args.timeout * 1000:
-                rec["status"] = "timeout"
-            elif kind == "compiled":
-                rec["compile_ms"] = value
-                if parent.poll(600):
-                    rec.update(parent.recv()[1])
+        compile_one(backend, {"type": "integer"}, args.timeout)  # warm-up: workers, native tokenizers
+        for path in files:
+            doc = json.loads(path.read_text())
+            status, value, ms = compile_one(backend, doc["schema"], args.timeout)
+            rec = {"name": f"{path.parent.name}/{path.name}", "status": status, "compile_ms": ms}
+            if status == "compiled":
+                rec.update(measure(value, tokenizer, doc, args))
             else:
                 rec["error"] = value
-        proc.kill()
-        proc.join()
-        results.append(rec)
-        print(f"{rec['status']:9s} {rec.get('compile_ms', 0):9.1f} ms  {rec['name']}", flush=True)
-    return results
-
-
-@dataclass
-class Session:
-    """One matcher of another engine: what ``run_external`` drives."""
-
-    fill: Callable  # fill(bitmask): the next-token mask into an int32 (1, words) tensor
-    accept: Callable  # accept(token) -> bool
-    done: Callable  # done() -> bool: terminated
-    accepting: Callable  # accepting() -> bool: the text so far is complete
-    bitmask: torch.Tensor
-
-
-def run_external(name: str, files: list[Path], starter, timeout: float) -> None:
-    """Compile coverage, mask time and invalid instances accepted for another engine on the same
-    schemas. ``starter = (start(schema) -> Session, encode(text) -> ids)``; start raises when
-    the schema is not supported."""
-    start, encode = starter
-    ok, compile_ms, mask_us, bad_in, bad_n = 0, [], [], 0, 0
-    for path in files:
-        doc = json.loads(path.read_text())
-        begin = time.perf_counter()
-        try:
-            sess = start(doc["schema"])
-        except Exception:  # noqa: BLE001 - any failure counts as not covered
-            continue
-        ms = (time.perf_counter() - begin) * 1000
-        if ms > timeout * 1000:
-            continue
-        ok, compile_ms = ok + 1, compile_ms + [ms]
-        mask_us += _walk_external(sess)
-        for test in (t for t in doc.get("tests", []) if not t["valid"]):
-            walker = start(doc["schema"])
-            bad_n += 1
-            bad_in += all(walker.accept(t) for t in encode(compact_json(test["data"]))) and walker.accepting()
-    print(f"{name}: coverage {ok}/{len(files)} = {ok / len(files):.1%}, compile ms p50 "
-          f"{_pct(compile_ms, 50):.1f} p90 {_pct(compile_ms, 90):.1f}, mask us p50 {_pct(mask_us, 50):.1f} "
-          f"p99 {_pct(mask_us, 99):.1f}, invalid instances accepted {bad_in}/{bad_n}")
-
-
-def _walk_external(sess: Session) -> list[float]:
-    """A uniform random walk (fixed seed), timing each mask."""
-    rng, times = random.Random(0), []
-    for _ in range(50):
-        if sess.done():
-            break
-        begin_ns = time.perf_counter_ns()
-        sess.fill(sess.bitmask)
-        times.append((time.perf_counter_ns() - begin_ns) / 1000)
-        words = sess.bitmask[0].numpy().view("uint32")
-        allowed = [i * 32 + b for i, w in enumerate(words) if w for b in range(32) if (w >> b) & 1]
-        if not allowed:
-            break
-        sess.accept(rng.choice(allowed))
-    return times
-
-
-def xgrammar_starter(tok_path: str):
-    """``run_external``'s starter for xgrammar: compact JSON, one compile thread."""
-    import xgrammar as xgr
-    from transformers import PreTrainedTokenizerFast
-
-    hf = PreTrainedTokenizerFast(tokenizer_file=str(Path(tok_path) / "tokenizer.json"))
-    info = xgr.TokenizerInfo.from_huggingface(hf)
-    compiler = xgr.GrammarCompiler(info, max_threads=1)
-
-    def start(schema) -> Session:
-        matcher = xgr.GrammarMatcher(compiler.compile_json_schema(json.dumps(schema), any_whitespace=False,
-                                                                  separators=(",", ":")))
-        return Session(lambda bm: matcher.fill_next_token_bitmask(bm, 0), matcher.accept_token,
-                       matcher.is_terminated, lambda: matcher.accept_token(info.stop_token_ids[0]),
-                       xgr.allocate_token_bitmask(1, info.vocab_size))
-    return start, lambda text: hf.encode(text, add_special_tokens=False)
-
-
-def llguidance_starter(tok_path: str):
-    """``run_external``'s starter for llguidance: compact JSON."""
-    import llguidance
-    import llguidance.hf
-    import llguidance.torch as llt
-    from transformers import PreTrainedTokenizerFast
-
-    hf = PreTrainedTokenizerFast(tokenizer_file=str(Path(tok_path) / "tokenizer.json"))
-    tokenizer = llguidance.hf.from_tokenizer(hf)
-
-    def start(schema) -> Session:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults={"whitespace_flexible": False})
-        matcher = llguidance.LLMatcher(tokenizer, grammar)
-        if matcher.is_error():
-            raise ValueError(matcher.get_error())
-        return Session(lambda bm: llt.fill_next_token_bitmask(matcher, bm, 0), matcher.consume_token,
-                       matcher.is_stopped, matcher.is_accepting, llt.allocate_token_bitmask(1, tokenizer.vocab_size))
-    return start, lambda text: hf.encode(text, add_special_tokens=False)
+            records.append(rec)
+            if args.verbose:
+                print(f"  {core:10s} {status:16s} {ms:9.1f} ms  {rec['name']}", flush=True)
+    finally:
+        backend.shutdown()
+    return records
 
 
 def _pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")
-    return statistics.quantiles(xs, n=100, method="inclusive")[min(max(int(q) - 1, 0), 98)] if len(xs) > 1 else xs[0]
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q / 100 * (len(xs) - 1))))]
 
 
-def summarise(results: list[dict]) -> None:
-    n = len(results)
-    done = [r for r in results if r["status"] == "compiled"]
+def summary(core: str, records: list[dict]) -> dict:
+    """The figures of one system (one row of the table)."""
+    done = [r for r in records if r["status"] == "compiled"]
     def total(key):
         return sum(r.get(key, 0) for r in done)
-    masks = [x for r in done for x in r.get("mask_us", [])]
-    print(f"\nradixlm: coverage {len(done)}/{n} = {len(done) / n:.1%} "
-          f"(strict errors {sum(r['status'] == 'error' for r in results)}, "
-          f"timeouts {sum(r['status'] == 'timeout' for r in results)})")
     cms = [r["compile_ms"] for r in done]
-    print(f"compile ms p50 {_pct(cms, 50):.1f} p90 {_pct(cms, 90):.1f}")
-    print(f"mask us/token p50 {_pct(masks, 50):.2f} p99 {_pct(masks, 99):.2f} over {len(masks)} masks")
-    print(f"valid instances accepted {total('valid_ok')}/{total('valid_n')}; invalid rejected "
-          f"{total('invalid_ok')}/{total('invalid_n')} (accepted: {total('invalid_n') - total('invalid_ok')})")
-    print(f"random-walk outputs valid {total('walks_ok')}/{total('walks_n')}")
-    steps, jf = total("steps"), total("jf_steps")
-    print(f"forward passes: {steps} plain, {jf} with jump-forward ({1 - jf / max(steps, 1):.1%} saved)")
-    errors: dict[str, int] = {}
-    for r in results:
-        if r["status"] == "error":
-            kw = r["error"].split("'")[1] if "keyword '" in r["error"] else r["error"][:50]
-            errors[kw] = errors.get(kw, 0) + 1
-    print("not covered by:", ", ".join(f"{k} x{v}" for k, v in sorted(errors.items(), key=lambda x: -x[1])))
+    masks = [x for r in done for x in r["mask_us"]]
+    steps, forced = total("steps"), total("forced")
+    return {
+        "system": core, "schemas": len(records), "compiled": len(done),
+        "rejected_pointer": sum(r["status"] == "rejected_pointer" for r in records),
+        "rejected": sum(r["status"] == "rejected" for r in records),
+        "timeouts": sum(r["status"] == "timeout" for r in records),
+        "compile_ms": [_pct(cms, 50), _pct(cms, 90), max(cms, default=float("nan"))],
+        "valid_accepted": [total("valid_ok"), total("valid_n")],
+        "invalid_accepted": [total("invalid_acc"), total("invalid_n")],
+        "mask_us": [_pct(masks, 50), _pct(masks, 99), len(masks)],
+        "walks_valid": [total("walks_ok"), total("walks_n"), total("unfinished")],
+        "jump_forward_saved": forced / steps if steps else float("nan"),
+    }
+
+
+def print_table(rows: list[dict]) -> None:
+    print(f"\n{'system':10s} {'compiled':>9s} {'rej+ptr':>7s} {'rej':>4s} {'t/o':>4s} {'compile ms p50/p90/max':>24s} "
+          f"{'valid acc':>10s} {'invalid acc':>11s} {'mask us p50/p99':>16s} {'walks ok':>9s} {'jf saved':>8s}")
+    for r in rows:
+        c, m = r["compile_ms"], r["mask_us"]
+        print(f"{r['system']:10s} {r['compiled']:>4d}/{r['schemas']:<4d} {r['rejected_pointer']:>7d} {r['rejected']:>4d} "
+              f"{r['timeouts']:>4d} {c[0]:>8.1f}/{c[1]:>7.1f}/{c[2]:>7.1f} "
+              f"{r['valid_accepted'][0]:>5d}/{r['valid_accepted'][1]:<4d} {r['invalid_accepted'][0]:>5d}/"
+              f"{r['invalid_accepted'][1]:<5d} {m[0]:>7.1f}/{m[1]:>8.1f} {r['walks_valid'][0]:>4d}/{r['walks_valid'][1]:<4d}"
+              f" {r['jump_forward_saved']:>8.1%}")
+    print("(rej+ptr: rejected with a JSON pointer; walks ok: finished and valid; masks per sampled token)")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(REPO / "tests" / "data" / "jsonschemabench"))
-    p.add_argument("--tokenizer", default="small", choices=["tiny", "small"],
-                   help="test checkpoint whose tokenizer to use (small: 32k vocabulary)")
+    p.add_argument("--tokenizer", default="qwen2", choices=["qwen2", "llama3", "small"])
+    p.add_argument("--systems", default=",".join(CORES), help="comma-separated --grammar-backend names")
     p.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, seconds")
-    p.add_argument("--walks", type=int, default=2, help="random walks per schema")
-    p.add_argument("--max-tokens", type=int, default=120, help="sampled tokens before a walk finishes")
+    p.add_argument("--walks", type=int, default=1, help="random walks per schema")
+    p.add_argument("--max-tokens", type=int, default=120, help="sampled tokens before a walk is closed")
     p.add_argument("--limit", type=int, default=0, help="only the first N schemas (0: all)")
-    p.add_argument("--systems", default="radixlm,xgrammar,llguidance",
-                   help="comma-separated: radixlm, xgrammar, llguidance (the last two if installed)")
+    p.add_argument("--json", default="", help="also write the per-system figures to this file")
+    p.add_argument("--verbose", action="store_true", help="one line per schema and system")
     args = p.parse_args()
-    args.systems = args.systems.split(",")
-    from radixlm.runtime.checkpoints.synthetic import checkpoint_path
-
-    files = sorted(Path(args.data).glob("*/*.json"))
-    if args.limit:
-        files = files[: args.limit]
+    files = sorted(Path(args.data).glob("*/*.json"))[: args.limit or None]
     if not files:
         raise SystemExit(f"no <Subset>/<name>.json files under {args.data}")
-    tok_path = checkpoint_path("llama", args.tokenizer)
-    if "radixlm" in args.systems:
-        summarise(run_radixlm(files, tok_path, args))
-    for name, starter in (("xgrammar", xgrammar_starter), ("llguidance", llguidance_starter)):
-        if name not in args.systems:
+    tokenizer, vocab = load_tokenizer(args.tokenizer)
+    print(f"{len(files)} schemas, {args.tokenizer} vocabulary ({vocab.vocab_size} tokens)", flush=True)
+    rows = []
+    for core in args.systems.split(","):
+        try:
+            records = run_system(core, files, tokenizer, vocab, args)
+        except ValueError as e:  # an unknown or uninstalled backend
+            print(f"{core}: {e}")
             continue
-        if importlib.util.find_spec(name) is None:
-            print(f"{name}: not installed")
-        else:
-            run_external(name, files, starter(tok_path), args.timeout)
+        rows.append(summary(core, records))
+    print_table(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
 
 if __name__ == "__main__":
     main()

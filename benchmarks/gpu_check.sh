@@ -4,7 +4,10 @@
 #   2. tests/test_kernels_cuda.py on the GPU (compiled kernels vs torch references)
 #   3. benchmarks/bench_kernels.py: kernel throughput vs torch SDPA / the gather-then-attend path
 #   4. the engine end to end on the `small` checkpoint in bfloat16, triton vs torch backends
-#   5. one summary table
+#   5. decode tokens/s at batch 1/16/64 and prefill tokens/s (benchmarks/bench_decode.py) on `small`
+#      and the real shapes (Qwen2.5-0.5B, Llama-3.2-1B), CUDA graphs + overlap on and off
+#   6. the CPU-checked GPU features' tests, then the agent and raw (decode) suites
+#   7. one summary table, also written to $RES/summary.txt
 # Each phase has its own timeout and records pass/fail; the script always reaches the summary.
 #
 #   bash benchmarks/gpu_check.sh                 # results under ${OUT:-results/gpu_check}
@@ -17,7 +20,15 @@ cd "$ROOT"
 PY="${PYTHON:-python3}"
 RES="${OUT:-$ROOT/results/gpu_check}"
 E2E="cuda small bfloat16"
-if [[ -n "${DRY_RUN:-}" ]]; then QUICK=1; E2E="cpu tiny float32"; fi
+DECODE_ARGS=(--device cuda --dtype bfloat16 --models llama:small,qwen2:0.5b,llama:1b --batches 1,16,64)
+SUITE_ARGS=(--size small --reps 1)
+if [[ -n "${DRY_RUN:-}" ]]; then
+  QUICK=1; E2E="cpu tiny float32"
+  DECODE_ARGS=(--device cpu --dtype float32 --models llama:tiny --batches 1,4 --max-total-tokens 4096)
+  SUITE_ARGS=(--size tiny --reps 1)
+fi
+# the machine is offline: checkpoints and llama.cpp fixtures come from a carried cache when there is one
+if [[ -d "$ROOT/.device_cache" ]]; then export RADIXLM_CACHE="$ROOT/.device_cache"; fi
 export PY ROOT RES QUICK E2E
 mkdir -p "$RES"
 unset TRITON_INTERPRET  # the compiled kernels are what is being checked
@@ -119,7 +130,16 @@ EOF
 export -f engine_e2e
 phase engine 420 bash -c engine_e2e
 
-# ---- 5. summary
+# ---- 5. decode / prefill throughput, CUDA graphs + overlap on and off
+phase decode 600 "$PY" benchmarks/bench_decode.py "${DECODE_ARGS[@]}" ${QUICK:+--quick} --json "$RES/decode.json"
+
+# ---- 6. the graph-bucketing and overlap tests, then the agent and decode (raw) suites
+phase gpu_feature_tests 300 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda_graph_buckets.py \
+  tests/test_overlap_loop.py
+phase suites 600 "$PY" benchmarks/run.py --suite agent --suite raw --systems radixlm "${SUITE_ARGS[@]}" \
+  ${QUICK:+--quick} --out "$RES/suites"
+
+# ---- 7. summary
 "$PY" - "$RES" <<'EOF' | tee "$RES/summary.txt"
 import json, os, sys
 import xml.etree.ElementTree as ET
@@ -150,8 +170,25 @@ eng = os.path.join(res, "engine.json")
 if os.path.exists(eng):
     e = json.load(open(eng))
     print("\nengine end to end:", json.dumps(e))
+dec = os.path.join(res, "decode.json")
+if os.path.exists(dec):
+    d = json.load(open(dec))
+    print(f"\ndecode ({d['device']}, {d['dtype']}): CUDA graphs + overlap on vs off")
+    print(f"{'model':12} {'batch':>5} {'mode':4} {'graphs':>6} {'overlap':>7} {'prefill tok/s':>14} "
+          f"{'decode tok/s':>13} {'on/off':>7} {'greedy same':>11}")
+    for r in d["rows"]:
+        if "skipped" in r:
+            print(f"{r['model']:12} skipped: {r['skipped']}")
+            continue
+        print(f"{r['model']:12} {r['batch']:>5} {r['mode']:4} {str(r['cuda_graph']):>6} {str(r['overlap']):>7} "
+              f"{r['prefill_tok_s']:>14} {r['decode_tok_s']:>13} {r.get('speedup_on_vs_off', ''):>7} "
+              f"{r['greedy_same']:>11}")
+suites = os.path.join(res, "suites")
+for name in sorted(os.listdir(suites)) if os.path.isdir(suites) else []:
+    if name.endswith(".md") and name != "summary.md":  # summary.md repeats the suites
+        print(f"\nsuite {name}:\n" + open(os.path.join(suites, name)).read().strip())
 EOF
 echo
-for name in install cuda_tests bench engine; do printf '%-12s %s\n' "$name" "${STATUS[$name]:-not run}"; done \
+for name in install cuda_tests bench engine decode gpu_feature_tests suites; do printf '%-12s %s\n' "$name" "${STATUS[$name]:-not run}"; done \
   | tee -a "$RES/summary.txt"
-for name in cuda_tests bench engine; do [[ "${STATUS[$name]:-}" == ok* ]] || exit 1; done
+for name in cuda_tests bench engine decode gpu_feature_tests suites; do [[ "${STATUS[$name]:-}" == ok* ]] || exit 1; done

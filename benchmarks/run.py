@@ -101,6 +101,7 @@ def run_suites(args: argparse.Namespace) -> list[dict[str, Any]]:
                           wall_s=time.perf_counter() - start)
             paths = write_all(result, out)
             print(f"{name}: {time.perf_counter() - start:.1f} s -> {paths['json']}", flush=True)
+            print_table(result)
             results.append(result)
     finally:
         pool.close()
@@ -108,6 +109,24 @@ def run_suites(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     (out / "summary.md").write_text("\n".join(markdown(r) for r in results))
     return results
+
+
+def print_table(result: dict[str, Any]) -> None:
+    """Print a suite's table (the Markdown of ``<suite>.md``); for the json suite, also the jump-forward
+    line: how many times jump-forward's output tok/s is no-jump-forward's, and the forward passes."""
+    from suites.report import markdown
+
+    print(markdown(result), flush=True)
+    rows = result["systems"]
+    on, off = rows.get("jump-forward", {}), rows.get("no-jump-forward", {})
+    if result["suite"] != "json" or on.get("status") != "ok" or off.get("status") != "ok":
+        return
+    metric = result["metric"]
+    fast, slow = on["median"].get(metric), off["median"].get(metric)
+    if fast and slow:
+        print(f"jump-forward: {fast / slow:.2f}x the {metric} of no-jump-forward "
+              f"({on.get('forward_passes_median', '-')} vs {off.get('forward_passes_median', '-')} forward "
+              "passes per request)", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""radixlm.constrained: JSON Schema / regex / choices / json_object constraints as token bitmasks.
+"""radixlm.constrained: JSON Schema / regex / EBNF / choices / json_object constraints as token bitmasks.
 
 Three nouns: ``TokenizerVocab`` (once per tokenizer), ``CompiledGrammar`` (immutable, cached,
 shared) and ``GrammarMatcher`` (a cheap per-request cursor). ``GrammarBackend`` compiles in
@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
     "TokenizerVocab": "radixlm.constrained.vocab",
     "compile_grammar": "radixlm.constrained.backend",
     "jump_forward": "radixlm.constrained.jump_forward",
-    "schema_to_regex": "radixlm.constrained.json_schema",
+    "schema_to_grammar": "radixlm.constrained.json_schema",
 }
 
 __all__ = sorted(_EXPORTS)

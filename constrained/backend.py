@@ -12,11 +12,12 @@ from collections import OrderedDict
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
-from radixlm.constrained import json_schema as front_end
-from radixlm.constrained.compile_job import CompileRequest, constraint_regex
+from radixlm.constrained.adapters import adapter_compile_fn
+from radixlm.constrained.compile_job import CompileRequest, constraint_grammar
 from radixlm.constrained.compile_pool import CompilePool
 from radixlm.constrained.compile_slots import CompileJob
 from radixlm.constrained.compile_threads import ThreadCompilePool
+from radixlm.constrained.compile_worker import DEFAULT_COMPILE_FN
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
 from radixlm.constrained.vocab import TokenizerVocab
@@ -33,19 +34,15 @@ def compile_grammar(
     spec: Any,
     whitespace_pattern: str | None = None,
     strict: bool = True,
-    max_ref_depth: int = front_end.DEFAULT_MAX_REF_DEPTH,
-    max_regex_chars: int | None = None,
 ) -> CompiledGrammar:
     """Compile one constraint synchronously, in this process (no budgets: for tools and tests).
 
-    ``kind`` is ``json_schema`` (a dict or bool), ``regex`` (a string), ``choices`` (a list of
-    strings, matched literally) or ``json_object`` (``spec`` ignored).
+    ``kind`` is ``json_schema`` (a dict or bool), ``regex`` (a string), ``ebnf`` (an EBNF or
+    Lark grammar), ``choices`` (a list of strings, matched literally) or ``json_object``
+    (``spec`` ignored).
     """
-    req = CompileRequest(kind, spec, whitespace_pattern, strict, max_ref_depth, max_regex_chars)
-    parts = constraint_regex(req)
-    for note in parts.notes:
-        logger.warning("json_schema: %s", note)
-    return CompiledGrammar(vocab, parts.regex, kind, spec, parts.relaxed, parts.notes)
+    parts = constraint_grammar(CompileRequest(kind, spec, whitespace_pattern, strict))
+    return CompiledGrammar(vocab, parts.lark, kind, spec, parts.relaxed, parts.notes)
 
 
 class _Compile:
@@ -72,24 +69,27 @@ class GrammarBackend:
     """
 
     def __init__(self, vocab: TokenizerVocab, compile_timeout_s: float = 10.0, cache_size: int = 256,
-                 max_ref_depth: int = front_end.DEFAULT_MAX_REF_DEPTH, num_workers: int = 2,
-                 max_regex_chars: int | None = None, max_memory_mb: int = DEFAULT_MAX_MEMORY_MB) -> None:
+                 num_workers: int = 2, max_memory_mb: int = DEFAULT_MAX_MEMORY_MB, core: str = "radixlm",
+                 compile_fn: str = DEFAULT_COMPILE_FN) -> None:
         if compile_timeout_s <= 0:
             raise ValueError(f"compile_timeout_s must be > 0, got {compile_timeout_s}")
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        # --grammar-backend: None for radixlm; an adapter compiles a whole grammar in a thread (ms, native).
+        self._adapter = adapter_compile_fn(core)
+        self.core = core
         self.vocab = vocab
         self.compile_timeout_s = compile_timeout_s
         self.cache_size = cache_size
-        self.max_ref_depth = max_ref_depth
-        self.max_regex_chars = max_regex_chars  # None: json_schema.MAX_REGEX_CHARS
         self.max_memory_mb = max_memory_mb
         self._cache: OrderedDict[str, _Compile] = OrderedDict()
         self._lock = threading.Lock()
         self.stats = {"hits": 0, "misses": 0, "timeouts": 0, "errors": 0, "cancelled": 0}
-        self.pool = self._make_pool(num_workers)
+        self.compile_fn = compile_fn  # "module:function" run per job in a worker (tests swap it)
+        self.pool = self._make_pool(num_workers) if self._adapter is None else ThreadCompilePool(
+            vocab, num_workers, compile_timeout_s, 0, self._adapter)
 
     def _make_pool(self, num_workers: int) -> CompilePool | ThreadCompilePool:
         """Worker processes; threads in this process only where no process can be used."""
@@ -98,22 +98,22 @@ class GrammarBackend:
             reason = "there is no Python executable to start workers with (embedded interpreter)"
         else:
             try:
-                return CompilePool(self.vocab, num_workers, self.compile_timeout_s, self.max_memory_mb)
+                return CompilePool(self.vocab, num_workers, self.compile_timeout_s, self.max_memory_mb,
+                                   self.compile_fn)
             except (pickle.PicklingError, TypeError, AttributeError) as e:
                 reason = f"the vocabulary cannot be sent to a worker process ({e})"
         logger.warning("grammar compiles run in this process: %s; a compile past its budget "
                        "fails its requests but keeps running, and memory is not bounded", reason)
-        return ThreadCompilePool(self.vocab, num_workers, self.compile_timeout_s, self.max_memory_mb)
+        return ThreadCompilePool(self.vocab, num_workers, self.compile_timeout_s, self.max_memory_mb,
+                                 self.compile_fn)
 
     def submit(self, params: Any) -> Future:
         """Start (or join) the compile of ``params``' constraint (a ``SamplingParams``)."""
         kind = params.constraint_kind
         if kind is None:
-            raise ValueError("sampling params carry no constraint (json_schema/regex/choices/json_object)")
+            raise ValueError("sampling params carry no constraint (json_schema/regex/ebnf/choices/json_object)")
         spec = True if kind == "json_object" else getattr(params, kind)
-        # The size budget's default is read here, not in the worker: this process's setting rules.
-        req = CompileRequest(kind, spec, params.whitespace_pattern, params.strict, self.max_ref_depth,
-                             self.max_regex_chars or front_end.MAX_REGEX_CHARS)
+        req = CompileRequest(kind, spec, params.whitespace_pattern, params.strict)
         key = req.cache_key()
         fut: Future = Future()
         with self._lock:
@@ -144,13 +144,11 @@ class GrammarBackend:
         if job.outcome == "ok":
             req, parts = job.request, job.parts
             try:
-                grammar = CompiledGrammar(self.vocab, parts.regex, req.kind, req.spec, parts.relaxed,
-                                          parts.notes, index=parts.index)
+                grammar = parts if self._adapter is not None else CompiledGrammar(  # adapters: parts is one
+                    self.vocab, parts.lark, req.kind, req.spec, parts.relaxed, parts.notes)
                 grammar.compile_s = job.wall_s
             except ConstraintError as e:
                 error = e
-            for note in parts.notes:
-                logger.warning("json_schema: %s", note)
         with self._lock:
             entry.done, entry.grammar, entry.error = True, grammar, error
             if error is not None:

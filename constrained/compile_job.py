@@ -1,8 +1,9 @@
-"""One compile, without torch: constraint -> regex (the front end) -> outlines-core ``Index``.
+"""One compile, without torch: constraint -> grammar (the front ends) -> Lark text.
 
-This is the work a compile worker process runs (``compile_worker``); it imports neither torch
-nor ``grammar.py``, so a worker starts in a fraction of a second. ``CompiledGrammar`` wraps the
-resulting parts in the engine's process.
+This is the work a compile worker process runs (``compile_worker``); it imports neither torch nor
+the matcher core, so a worker starts in a fraction of a second. ``CompiledGrammar`` builds the
+matcher core's grammar from the Lark text in the engine's process (milliseconds: lexers and masks
+are built lazily, as they are needed).
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import outlines_core
+from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ebnf import ebnf_to_lark
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.json_schema import DEFAULT_MAX_REF_DEPTH, any_json_regex, schema_to_regex
-from radixlm.constrained.pattern_chars import escape_literal
+from radixlm.constrained.json_schema import json_object_grammar, schema_to_grammar
 from radixlm.constrained.vocab import TokenizerVocab
 
-JSON_OBJECT_DEPTH = 2  # the object plus one container level inside it: {"a": [1], "b": {"c": 2}}
+KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,6 @@ class CompileRequest:
     spec: Any
     whitespace_pattern: str | None = None
     strict: bool = True
-    max_ref_depth: int = DEFAULT_MAX_REF_DEPTH
-    max_regex_chars: int | None = None
 
     def cache_key(self) -> str:
         """Equal for constraints that compile to the same grammar."""
@@ -39,62 +38,38 @@ class CompileRequest:
 
 @dataclass
 class CompiledParts:
-    """A compile's result: the regex, what was relaxed/restricted, and the built ``Index``
-    (outlines-core indexes pickle through their binary form, so this crosses processes)."""
+    """A compile's result: the Lark grammar and what was relaxed/restricted to get it."""
 
-    regex: str
+    lark: str
     relaxed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    index: Any = None
 
 
-def constraint_regex(req: CompileRequest) -> CompiledParts:
-    """The regex of a constraint (no index yet). ``kind`` is ``json_schema`` (a dict or bool),
-    ``regex`` (a string), ``choices`` (a list of strings, matched literally) or ``json_object``."""
+def constraint_grammar(req: CompileRequest) -> CompiledParts:
+    """The Lark grammar of a constraint. ``kind`` is ``json_schema`` (a dict or bool), ``regex``
+    (a string, full match), ``ebnf`` (an EBNF/GBNF or Lark grammar string), ``choices`` (a list
+    of strings, matched literally) or ``json_object`` (``spec`` ignored)."""
     kind, spec, ws = req.kind, req.spec, req.whitespace_pattern
     if kind == "json_schema":
-        out = schema_to_regex(spec, ws, req.strict, req.max_ref_depth, max_regex_chars=req.max_regex_chars)
-        notes = []
-        if out.max_ref_depth is not None and out.max_ref_depth < req.max_ref_depth:
-            notes.append(f"schema too large for one automaton: recursive $refs expand at most "
-                         f"{out.max_ref_depth} times")
-        if out.optional_depth is not None:
-            notes.append(f"schema too large for one automaton: objects nested deeper than "
-                         f"{out.optional_depth} levels generate only their required members")
-        return CompiledParts(out.regex, out.relaxed, notes)
+        out = schema_to_grammar(spec, ws, req.strict)
+        return CompiledParts(out.lark, out.relaxed)
     if kind == "regex":
         if not isinstance(spec, str) or not spec:
             raise ConstraintError("regex must be a non-empty string")
-        return CompiledParts(spec)
+        return CompiledParts(ir.Grammar(ir.Lex(spec)).to_lark())
+    if kind == "ebnf":
+        return CompiledParts(ebnf_to_lark(spec))
     if kind == "choices":
         if not isinstance(spec, list) or not spec or not all(isinstance(c, str) and c for c in spec):
             raise ConstraintError("choices must be a non-empty list of non-empty strings")
-        # Longest first: outlines-core alternations are leftmost-first ("a" would shadow "ab").
-        ordered = sorted(dict.fromkeys(spec), key=len, reverse=True)
-        return CompiledParts("(" + "|".join(escape_literal(c) for c in ordered) + ")")
+        return CompiledParts(ir.Grammar(ir.alt([ir.Lit(c) for c in spec])).to_lark())
     if kind == "json_object":
-        wsg = f"({ws})" if ws else ""
-        inner = any_json_regex(JSON_OBJECT_DEPTH - 1, ws or "")
-        member = rf'"([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{{4}})*"{wsg}:{wsg}{inner}'
-        return CompiledParts(rf"\{{{wsg}({member}({wsg},{wsg}{member})*)?{wsg}\}}")
-    raise ConstraintError(f"unknown constraint kind {kind!r}")
-
-
-def build_index(regex: str, vocab: TokenizerVocab, kind: str) -> Any:
-    """The outlines-core ``Index`` of ``regex`` over ``vocab`` (the expensive, native step).
-
-    outlines-core stops exploring once a match is complete (``a(bb)?`` loses "abb"), so the regex
-    ends in a NUL sentinel that the vocabulary spells as EOS: a state is accepting iff EOS (the
-    sentinel) may follow, and nothing is cut short.
-    """
-    try:
-        return outlines_core.Index(f"({regex})\\x00", vocab.outlines)
-    except (ValueError, RuntimeError) as e:
-        raise ConstraintError(f"{kind}: cannot compile regex: {str(e)[:300]}") from None
+        return CompiledParts(json_object_grammar(ws or "").to_lark())
+    raise ConstraintError(f"unknown constraint kind {kind!r} (expected one of {', '.join(KINDS)})")
 
 
 def compile_parts(vocab: TokenizerVocab, req: CompileRequest) -> CompiledParts:
-    """The whole compile: regex, then index (what a worker runs for each job)."""
-    parts = constraint_regex(req)
-    parts.index = build_index(parts.regex, vocab, req.kind)
-    return parts
+    """The whole worker-side compile (what a worker runs for each job; ``vocab`` is unused now
+    that the core builds its lexers lazily, and kept for the pool's calling convention)."""
+    del vocab
+    return constraint_grammar(req)

@@ -1,15 +1,14 @@
 """``CompilePool``: grammar compiles in persistent worker processes, where they can be stopped.
 
-Python threads cannot be stopped, and outlines-core builds its automaton in native code: a
-compile that runs away keeps its CPU and memory until it ends, whatever budget said. Here each
+Python threads cannot be stopped: a front-end compile that runs away (a pathological schema)
+keeps its CPU and memory until it ends, whatever budget said. Here each
 of ``num_workers`` slots owns one worker process (``compile_worker``), given the vocabulary once
 at start-up. A job runs in one worker; the slot's thread in this process only waits on the
 socket. Past the wall budget (``timeout_s``) the worker is SIGKILLed and replaced, and so is a
 worker that ran out of its memory budget (``max_memory_mb`` of address space, ``RLIMIT_AS``)
 or whose job was cancelled. ``shutdown()`` kills the workers and returns at once.
 
-Results come back as ``CompiledParts`` (the regex and the outlines-core ``Index``, which
-pickles through its binary form).
+Results come back as ``CompiledParts`` (the Lark grammar and the relaxed keywords).
 """
 
 from __future__ import annotations
@@ -27,11 +26,11 @@ from typing import Any
 
 from radixlm.constrained.compile_job import CompileRequest
 from radixlm.constrained.compile_slots import CompileJob, CompileSlots
+from radixlm.constrained.compile_worker import DEFAULT_COMPILE_FN
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)
-DEFAULT_COMPILE_FN = "radixlm.constrained.compile_job:compile_parts"
 WORKER_START_TIMEOUT_S = 60.0  # imports and the vocabulary; generous for loaded CI machines
 
 

@@ -14,9 +14,8 @@ import threading
 import time
 from typing import Any
 
-from radixlm.constrained.compile_job import compile_parts
 from radixlm.constrained.compile_slots import CompileJob, CompileSlots
-from radixlm.constrained.compile_worker import run_compile
+from radixlm.constrained.compile_worker import DEFAULT_COMPILE_FN, resolve_compile_fn, run_compile
 from radixlm.constrained.vocab import TokenizerVocab
 
 
@@ -24,10 +23,11 @@ class ThreadCompilePool(CompileSlots):
     """``num_workers`` daemon threads compiling in this process; see the module docstring."""
 
     def __init__(self, vocab: TokenizerVocab, num_workers: int = 2, timeout_s: float = 10.0,
-                 max_memory_mb: int = 0) -> None:
+                 max_memory_mb: int = 0, compile_fn: str = DEFAULT_COMPILE_FN) -> None:
         # max_memory_mb is reported in errors only: it cannot be enforced inside this process
         super().__init__(num_workers, timeout_s, max_memory_mb, "grammar")
         self.vocab = vocab
+        self.compile_fn = resolve_compile_fn(compile_fn)
         self.stats: dict[str, int] = {}
         self._start()
 
@@ -57,7 +57,7 @@ class ThreadCompilePool(CompileSlots):
         timer.start()
         start = time.perf_counter()
         try:
-            outcome, value = run_compile(compile_parts, self.vocab, job.request)
+            outcome, value = run_compile(self.compile_fn, self.vocab, job.request)
         finally:
             timer.cancel()
         job.wall_s = time.perf_counter() - start

@@ -30,6 +30,7 @@ from radixlm.constrained.errors import ConstraintError
 PR_SET_PDEATHSIG = 1
 
 logger = logging.getLogger("radixlm.grammar")
+DEFAULT_COMPILE_FN = "radixlm.constrained.compile_job:compile_parts"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(fd)
     vocab, compile_fn = conn.recv()
-    fn = _resolve(compile_fn)
+    fn = resolve_compile_fn(compile_fn)
     limit_address_space(max_mb)
     conn.send(("ready", os.getpid()))
     while True:
@@ -74,7 +75,7 @@ def run_compile(fn: Any, vocab: Any, request: Any) -> tuple[str, Any]:
 def limit_address_space(max_mb: int) -> None:
     """Cap this process's address space at its current size plus ``max_mb`` MiB (0: no cap).
 
-    The cap is relative because the interpreter, outlines-core and the vocabulary are already
+    The cap is relative because the interpreter, llguidance and the vocabulary are already
     mapped; what it bounds is what one compile may add. No-op where ``/proc`` or ``resource``
     is missing (the wall-time budget still holds there).
     """
@@ -104,7 +105,7 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _resolve(path: str) -> Any:
+def resolve_compile_fn(path: str) -> Any:
     """``"package.module:function"`` -> the function (the compile a job runs)."""
     module, _, name = path.partition(":")
     return getattr(importlib.import_module(module), name)

@@ -32,10 +32,6 @@ class ConstraintError(ValueError):
         return f"{self.pointer}/{self.keyword}" if self.keyword else self.pointer
 
 
-class RegexTooLarge(ConstraintError):
-    """A schema whose regex grows past the size limit (the front end retries with restrictions)."""
-
-
 def _rebuild(cls: type, message: str, pointer: str | None, keyword: str | None) -> ConstraintError:
     """Unpickle a ``ConstraintError`` (``message`` already names its location)."""
     err = cls(message)

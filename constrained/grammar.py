@@ -1,114 +1,65 @@
 """``CompiledGrammar`` (immutable, shared, cached) and ``GrammarMatcher`` (a cheap per-request
-cursor over it)."""
+cursor over it), on llguidance's matcher: a lazy lexer per lexeme and an Earley parser over them,
+so masks are computed as they are needed and nothing walks the vocabulary at compile time."""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import jsonschema
-import outlines_core
+import llguidance
 import torch
-from radixlm.constrained.compile_job import build_index
+from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.vocab import TokenizerVocab
 
-# Bytes that never occur in UTF-8 text (and NUL, the sentinel): no byte token needed for them.
-_NON_UTF8 = frozenset([0x00, 0xC0, 0xC1] + list(range(0xF5, 0x100)))
-_MAX_FORCED_BYTES = 4096
+# llguidance's per-step budgets (a mask never takes more than milliseconds; past them the matcher
+# stops and the request ends alone); more fuel for the first lexer build of a large schema.
+_LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, verbose_errors=False)
+# Masks hold every token that keeps the text valid: llguidance's default ("forcing") would allow
+# only the canonical tokenisation of forced text; jump-forward re-tokenises forced text instead.
+_HEADER = '%llguidance {"no_forcing": true}\n'
+# Bytes a completion tries, in order: closers first, then the shortest scalar starts, then the rest
+# of printable ASCII (a string with a minLength takes "0"s).
+# Separators come before digits: after "12", "0" would extend the number for ever.
+_CLOSING = [ord(c) for c in '"}]),:0' + "1{[ntf-.e" + "abcdefghijklmnopqrstuvwxyz"]
+_MAX_RUN = 64
+_CLOSING += [b for b in range(0x20, 0x7F) if b not in _CLOSING] + [0x0A] + list(range(0x80, 0xC0))  # UTF-8 tails
+
 
 
 class CompiledGrammar:
-    """A regex compiled against one vocabulary: the outlines-core ``Index`` plus per-state caches.
+    """A grammar (Lark text) compiled against one vocabulary.
 
-    Immutable once built and safe to share between requests and threads. ``kind`` and ``spec``
-    are the constraint it came from (``validate_output`` checks a final text against them),
-    ``relaxed`` lists the schema keywords relaxed with ``strict=False`` (as JSON pointers);
-    ``notes`` the restrictions applied to fit a large schema into one automaton.
+    Immutable once built and safe to share between requests and threads: each matcher is a copy
+    of the one built here. ``kind`` and ``spec`` are the constraint it came from
+    (``validate_output`` checks a final text against them); ``relaxed`` lists the schema keywords
+    relaxed with ``strict=False`` (as JSON pointers); ``notes`` the restrictions applied.
     """
 
-    def __init__(self, vocab: TokenizerVocab, regex: str, kind: str, spec: Any,
-                 relaxed: list[str] | None = None, notes: list[str] | None = None, index: Any = None) -> None:
+    def __init__(self, vocab: TokenizerVocab, lark: str, kind: str, spec: Any,
+                 relaxed: list[str] | None = None, notes: list[str] | None = None) -> None:
         self.vocab = vocab
-        self.regex = regex
+        self.lark = lark
         self.kind = kind
         self.spec = spec
         self.relaxed = list(relaxed or [])
         self.notes = list(notes or [])
-        # ``index``: one built elsewhere (a compile worker process) for this regex and vocabulary.
-        self.index = build_index(regex, vocab, kind) if index is None else index
-        self.initial_state: int = self.index.get_initial_state()
-        self._eos = vocab.eos_token_ids[0]
-        self._final: dict[int, bool] = {}
-        self._probe = [(b, t) for b, t in enumerate(vocab.byte_tokens) if t >= 0]
-        self._can_walk_bytes = all(t >= 0 for b, t in enumerate(vocab.byte_tokens) if b not in _NON_UTF8)
-        self._forced: dict[int, str] = {}
-        self._dead_end: dict[int, bool] = {}
+        self.compile_s: float | None = None
+        self._template = llguidance.LLMatcher(vocab.llg, llguidance.LLMatcher.grammar_from_lark(_HEADER + lark),
+                                              log_level=0, limits=_LIMITS)
+        if self._template.is_error():
+            raise ConstraintError(f"{kind}: cannot compile grammar: {self._template.get_error()[:300]}")
 
     def matcher(self) -> GrammarMatcher:
         """A fresh cursor at the start of the grammar."""
-        return GrammarMatcher(self)
-
-    def is_final(self, state: int) -> bool:
-        """Whether the text so far is complete (EOS allowed)."""
-        final = self._final.get(state)
-        if final is None:
-            final = self._final[state] = self.index.get_next_state(state, self._eos) is not None
-        return final
-
-    def next_state(self, state: int, token_id: int) -> int | None:
-        """The state after ``token_id`` (a non-EOS token), or None if it is not allowed."""
-        if not 0 <= token_id < len(self.vocab.token_bytes) or self.vocab.token_bytes[token_id] is None:
-            return None
-        return self.index.get_next_state(state, token_id)
-
-    def is_dead_end(self, state: int) -> bool:
-        """True when no token but EOS can follow ``state`` (cached)."""
-        if state not in self._dead_end:
-            if self._can_walk_bytes:
-                live = any(self.index.get_next_state(state, t) is not None for _, t in self._probe)
-            else:
-                live = any(t not in self.vocab.eos_token_ids for t in self.index.get_allowed_tokens(state))
-            self._dead_end[state] = not live
-        return self._dead_end[state]
-
-    def forced_string(self, state: int) -> str:
-        """The longest text every valid continuation from ``state`` starts with (cached per state).
-
-        Walks the grammar one byte at a time through single-byte tokens while exactly one byte is
-        possible and the state is not accepting. Empty when the vocabulary lacks byte tokens.
-        """
-        cached = self._forced.get(state)
-        if cached is not None:
-            return cached
-        out = bytearray()
-        s = state
-        while self._can_walk_bytes and not self.is_final(s) and len(out) < _MAX_FORCED_BYTES:
-            nexts = []
-            for b, t in self._probe:
-                ns = self.index.get_next_state(s, t)
-                if ns is not None:
-                    nexts.append((b, ns))
-                    if len(nexts) > 1:
-                        break
-            if len(nexts) != 1:
-                break
-            out.append(nexts[0][0])
-            s = nexts[0][1]
-        text = _decode_prefix(bytes(out))
-        self._forced[state] = text
-        return text
+        return GrammarMatcher(self, self._template.deep_copy())
 
     def matches(self, text: str) -> bool:
         """Whether ``text`` is a complete sentence of the grammar."""
-        if not self._can_walk_bytes:
-            return re.fullmatch(self.regex, text) is not None
-        s: int | None = self.initial_state
-        for b in text.encode("utf-8"):
-            s = self.index.get_next_state(s, self.vocab.byte_tokens[b])
-            if s is None:
-                return False
-        return self.is_final(s)
+        m = self.matcher()
+        ids = self.vocab.llg.tokenize_str(text)
+        return all(m.accept_token(t) for t in ids) and m.is_accepting()
 
     def validate_output(self, text: str) -> list[str]:
         """Violations of the original constraint by a final output (empty list: valid).
@@ -118,8 +69,8 @@ class CompiledGrammar:
         """
         if self.kind == "choices":
             return [] if text in self.spec else [f"output is not one of the {len(self.spec)} choices"]
-        if self.kind == "regex":
-            return [] if self.matches(text) else ["output does not match the regex"]
+        if self.kind in ("regex", "ebnf"):
+            return [] if self.matches(text) else [f"output does not match the {self.kind}"]
         try:
             value = json.loads(text)
         except json.JSONDecodeError as e:
@@ -131,104 +82,122 @@ class CompiledGrammar:
         return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(value)]
 
 
-def _decode_prefix(data: bytes) -> str:
-    for cut in range(min(4, len(data) + 1)):
-        try:
-            return data[: len(data) - cut].decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-    return ""
-
-
 class GrammarMatcher:
     """Per-request cursor: which tokens may come next, given the tokens accepted so far.
 
     ``accept_token`` advances (or returns False and changes nothing); ``rollback(n)`` undoes the
     last n accepted tokens (EOS included); ``copy()`` forks the cursor; ``fill_mask`` writes the
-    allowed-token bitmask. ``is_terminated()`` is True once EOS was accepted, or when the state
-    is accepting and nothing but EOS can follow (the engine can stop the request right there).
+    allowed-token bitmask. ``is_terminated()`` is True once EOS was accepted, or when the text is
+    complete and nothing but EOS can follow (the engine can stop the request right there).
     """
 
-    def __init__(self, grammar: CompiledGrammar) -> None:
+    def __init__(self, grammar: CompiledGrammar, core: Any) -> None:
         self.grammar = grammar
-        self._guide = outlines_core.Guide(grammar.index)
-        self._states: list[int] = [grammar.initial_state]
-        self._tokens: list[int] = []
+        self._core = core
+        self._eos = frozenset(grammar.vocab.eos_token_ids)
+        self._accepted = 0
         self._eos_accepted = False
 
     @property
-    def state(self) -> int:
-        return self._states[-1]
-
-    @property
     def num_accepted(self) -> int:
-        return len(self._tokens)
+        return self._accepted
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (state unchanged) when the token is not allowed here."""
         if self._eos_accepted:
             return False
-        if token_id in self.grammar.vocab.eos_token_ids:
-            if not self.grammar.is_final(self.state):
+        if token_id in self._eos:
+            if not self._core.is_accepting():
                 return False
             self._eos_accepted = True
         else:
-            nxt = self.grammar.next_state(self.state, token_id)
-            if nxt is None:
+            table = self.grammar.vocab.token_bytes
+            if not 0 <= token_id < len(table) or table[token_id] is None:
                 return False
-            self._guide.advance(token_id, return_tokens=False)
-            self._states.append(nxt)
-        self._tokens.append(token_id)
+            if self._core.try_consume_tokens([token_id]) != 1:
+                return False
+        self._accepted += 1
         return True
 
     def rollback(self, n: int) -> None:
         """Undo the last ``n`` accepted tokens."""
-        if not 0 <= n <= len(self._tokens):
-            raise ValueError(f"cannot roll back {n} tokens: {len(self._tokens)} accepted")
+        if not 0 <= n <= self._accepted:
+            raise ValueError(f"cannot roll back {n} tokens: {self._accepted} accepted")
         if n == 0:
             return
-        del self._tokens[-n:]
+        self._accepted -= n
         if self._eos_accepted:
             self._eos_accepted = False
             n -= 1
-        if n:
-            del self._states[-n:]
-            if n <= self._guide.get_allowed_rollback():
-                self._guide.rollback_state(n)
-            else:
-                self._replay()
-
-    def _replay(self) -> None:
-        self._guide = outlines_core.Guide(self.grammar.index)
-        eos = self.grammar.vocab.eos_token_ids
-        for t in self._tokens:
-            if t not in eos:
-                self._guide.advance(t, return_tokens=False)
+        if n and not self._core.rollback(n):
+            raise RuntimeError(f"the matcher could not roll back {n} tokens: {self._core.get_error()}")
 
     def copy(self) -> GrammarMatcher:
         """An independent cursor at the same position (shares the compiled grammar)."""
-        other = GrammarMatcher.__new__(GrammarMatcher)
-        other.grammar = self.grammar
-        other._states = list(self._states)
-        other._tokens = list(self._tokens)
-        other._eos_accepted = self._eos_accepted
-        other._replay()
+        other = GrammarMatcher(self.grammar, self._core.deep_copy())
+        other._accepted, other._eos_accepted = self._accepted, self._eos_accepted
         return other
 
     def is_terminated(self) -> bool:
         if self._eos_accepted:
             return True
-        return self.grammar.is_final(self.state) and self.grammar.is_dead_end(self.state)
+        return self._core.is_accepting() and self._core.is_stopped()
 
     def is_accepting(self) -> bool:
         """Whether the text so far is a complete sentence (EOS allowed now)."""
-        return self._eos_accepted or self.grammar.is_final(self.state)
+        return self._eos_accepted or self._core.is_accepting()
 
     def forced_continuation(self) -> str:
-        """Text every valid continuation starts with (empty in accepting states)."""
-        if self._eos_accepted:
+        """Text every valid continuation starts with (empty when none is forced)."""
+        if self._eos_accepted or self._core.is_stopped():
             return ""
-        return self.grammar.forced_string(self.state)
+        return _decode_prefix(self._core.compute_ff_bytes())
+
+    def completion(self, max_bytes: int = 20_000) -> str | None:
+        """``completion_bytes`` as text (None when there is none or it ends inside a character)."""
+        data = self.completion_bytes(max_bytes)
+        if data is None:
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
+    def completion_bytes(self, max_bytes: int = 20_000) -> bytes | None:
+        """Short bytes that complete the document from here (``b""`` when it is complete), or
+        None when none is found within ``max_bytes``. Bytes, since the text so far may end
+        inside a UTF-8 character.
+
+        Greedy, byte by byte on a copy: forced text first, else the first byte of ``_CLOSING``
+        the grammar allows (closing quotes and brackets, then the shortest values). Short, not
+        proven shortest; budget-aware completion (``RequestMatcher``) splices it in when the
+        output budget is about to run out.
+        """
+        if self._eos_accepted or self._core.is_accepting():
+            return b""
+        core, out = self._core.deep_copy(), bytearray()
+        byte_ids = self.grammar.vocab.byte_tokens
+        run = 0  # how often the last byte repeated: past _MAX_RUN the next candidate goes first
+        while len(out) < max_bytes and not core.is_accepting():
+            forced = core.compute_ff_bytes()
+            if forced:
+                ids = [byte_ids[b] for b in forced]
+                if min(ids) < 0 or core.try_consume_tokens(ids) != len(ids):
+                    return None
+                out += forced
+                continue
+            order = _CLOSING
+            if run > _MAX_RUN:  # "a" for ever in /a+b/: rotate past the repeated byte
+                i = _CLOSING.index(out[-1]) + 1 if out[-1] in _CLOSING else 0
+                order = _CLOSING[i:] + _CLOSING[:i]
+            for b in order:
+                if byte_ids[b] >= 0 and core.try_consume_tokens([byte_ids[b]]) == 1:
+                    run = run + 1 if out and out[-1] == b else 0
+                    out.append(b)
+                    break
+            else:
+                return None
+        return bytes(out) if core.is_accepting() else None
 
     def fill_mask(self, bitmask_row: torch.Tensor) -> None:
         """Write the allowed tokens into ``bitmask_row`` (int32, contiguous, CPU,
@@ -240,6 +209,15 @@ class GrammarMatcher:
                              f"{bitmask_row.dtype} {tuple(bitmask_row.shape)} on {bitmask_row.device}")
         if self._eos_accepted:
             bitmask_row.zero_()
-        else:
-            # EOS ids are the sentinel's tokens: set exactly in accepting states.
-            self._guide.write_mask_into(bitmask_row.data_ptr(), words, 4)
+            return
+        self._core.unsafe_compute_mask_ptr(bitmask_row.data_ptr(), words * 4)
+
+
+def _decode_prefix(data: bytes) -> str:
+    """The longest prefix of ``data`` that is whole UTF-8 characters."""
+    for cut in range(min(4, len(data) + 1)):
+        try:
+            return data[: len(data) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return ""

@@ -1,131 +1,128 @@
-"""JSON Schema -> regex front end (drafts 4 .. 2020-12), our own code.
+"""JSON Schema -> grammar front end (drafts 4 .. 2020-12), our own code.
 
-The regex is *sound*: every string it matches is the serialisation of an instance that validates
-against the original schema. Where a keyword cannot be expressed exactly it is enforced by
-restriction (an under-approximation, listed in docs/constrained.md) or, when even that is
-impossible, it raises ``ConstraintError`` naming the keyword and its JSON pointer (strict mode) or
-is relaxed and recorded in ``SchemaRegex.relaxed`` (``strict=False``; the output is then validated
-after generation).
+The grammar (``grammar_ir``) is *sound*: every text it derives is the serialisation of an instance
+that validates against the original schema. Where a keyword cannot be expressed exactly it is
+enforced by restriction (an under-approximation, listed in docs/constrained.md) or, when even that
+is impossible, it raises ``ConstraintError`` naming the keyword and its JSON pointer (strict mode)
+or is relaxed and recorded in ``SchemaGrammar.relaxed`` (``strict=False``; the output is then
+validated after generation).
 
 Compilation walks the schema with ``_Compiler.value``: resolve ``$ref``/``allOf``/``if``/``not``
-(``json_schema_not``) into one canonical node (``flatten``), split ``anyOf``/``oneOf`` into alternatives, then emit the
-regex of each allowed type. ``None`` stands for an unsatisfiable sub-schema; ``$ref`` handling
-(aliases, cycles, endless recursion) is in ``json_schema_refs``.
+(``json_schema_not``) into one canonical node (``flatten``), split ``anyOf``/``oneOf`` into
+alternatives, then emit the grammar of each allowed type: scalars as lexemes (regexes), arrays and
+objects as grammar structure. A schema node met again while its own grammar is being built (a
+recursive ``$ref``) becomes a named rule, so recursion is never unrolled; generic JSON values are
+one recursive rule of any depth. ``None`` stands for an unsatisfiable sub-schema; ``$ref`` handling
+(aliases, cycles) is in ``json_schema_refs``.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained import json_schema_not as negation
 from radixlm.constrained import json_schema_refs as refs_
 from radixlm.constrained import json_schema_types as types_
-from radixlm.constrained.errors import ConstraintError, RegexTooLarge
+from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema_normalize import canonical, clean, merge
-from radixlm.constrained.json_schema_object import object_regex
+from radixlm.constrained.json_schema_object import object_grammar
 from radixlm.constrained.json_schema_one_of import one_of_branches
 from radixlm.constrained.json_schema_refs import MAX_REF_CHAIN
 from radixlm.constrained.json_schema_switch import discriminator, flatten_else, is_switch_case, switch_schemas
-from radixlm.constrained.pattern_chars import escape_literal
 
-DEFAULT_MAX_REF_DEPTH = 3
-DEFAULT_ANY_DEPTH = 1
-MAX_REGEX_CHARS = 250_000  # a few seconds of outlines-core compilation on a 32k vocabulary
-# When the full regex is over MAX_REGEX_CHARS, optional members are dropped from objects nested
-# deeper than these levels, trying each in turn (a restriction; see docs/constrained.md).
-OPTIONAL_DEPTHS = (6, 5, 4, 3, 2, 1, 0)
 MAX_NESTING = 40  # nested schema levels on one path (keeps Python's recursion well in bounds)
+ANY_VALUE = "any_value"  # the rule of an unconstrained JSON value
 
 
 @dataclass
-class SchemaRegex:
-    """The regex for a schema and the keywords relaxed to get it (``strict=False`` only)."""
+class SchemaGrammar:
+    """The grammar for a schema and the keywords relaxed to get it (``strict=False`` only)."""
 
-    regex: str
+    grammar: ir.Grammar
     relaxed: list[str] = field(default_factory=list)
-    optional_depth: int | None = None  # objects deeper than this had their optional members dropped
-    max_ref_depth: int | None = None  # the recursion depth used (lowered for large schemas)
+    recursive: bool = False  # some rule refers to itself (a recursive $ref)
+
+    @property
+    def lark(self) -> str:
+        """The grammar in llguidance's Lark dialect."""
+        return self.grammar.to_lark()
 
 
-def schema_to_regex(
-    schema: dict | bool,
-    whitespace_pattern: str | None = None,
-    strict: bool = True,
-    max_ref_depth: int = DEFAULT_MAX_REF_DEPTH,
-    any_depth: int = DEFAULT_ANY_DEPTH,
-    max_regex_chars: int | None = None,
-) -> SchemaRegex:
-    """Compile ``schema`` to a regex over its serialisations (compact JSON unless
+def schema_to_grammar(schema: dict | bool, whitespace_pattern: str | None = None,
+                      strict: bool = True) -> SchemaGrammar:
+    """Compile ``schema`` to a grammar of its serialisations (compact JSON unless
     ``whitespace_pattern`` is given). Raises ``ConstraintError`` on unsupported or unsatisfiable
-    schemas. A regex over ``max_regex_chars`` (default ``MAX_REGEX_CHARS``) is rebuilt with the
-    size-budget restrictions (``SchemaRegex.max_ref_depth``/``optional_depth`` say which)."""
-    too_large: RegexTooLarge | None = None
-    attempts = [(max_ref_depth, None)]
-    while attempts:
-        ref_depth, depth = attempts.pop(0)
-        comp = _Compiler(schema, whitespace_pattern, strict, ref_depth, any_depth, depth)
-        comp.max_chars = max_regex_chars or MAX_REGEX_CHARS
-        try:
-            rx = comp.value(schema, "#", ())
-        except RegexTooLarge as e:
-            if too_large is None:  # over budget: recursion expands less, then deep optionals go
-                too_large = e
-                fewer = list(range(max_ref_depth - 1, 0, -1)) if comp.recursive else []
-                attempts = [(r, None) for r in fewer] + [(1 if fewer else ref_depth, d) for d in OPTIONAL_DEPTHS]
-            continue
-        if rx is None:
-            raise _unsatisfiable(comp, schema, whitespace_pattern, strict, any_depth)
-        return SchemaRegex(rx, comp.relaxed, depth, ref_depth)
-    assert too_large is not None
-    raise too_large
+    schemas, and on schemas whose every instance would nest without end (a required
+    self-reference)."""
+    comp = _Compiler(schema, whitespace_pattern, strict)
+    start = comp.value(schema, "#", ())
+    if start is None:
+        raise _unsatisfiable(comp)
+    grammar = ir.Grammar(start, comp.rules).pruned()
+    if grammar is None:
+        raise _no_finite_instance(comp)
+    return SchemaGrammar(grammar, comp.relaxed, bool(comp.rule_sites))
 
 
-def _unsatisfiable(comp: _Compiler, schema: Any, ws: str | None, strict: bool, any_depth: int) -> ConstraintError:
-    """Why ``schema`` has no instance: recursion that never ends (when the $refs left unexpanded,
-    read as any value, make it satisfiable), or plain unsatisfiability."""
+def _unsatisfiable(comp: _Compiler) -> ConstraintError:
     if comp.cut is not None:
-        again = _Compiler(schema, ws, strict, comp.max_ref_depth, any_depth, comp.optional_depth, lenient_cuts=True)
-        again.max_chars = comp.max_chars
-        try:
-            endless = again.value(schema, "#", ()) is not None
-        except ConstraintError as e:  # too large still means satisfiable
-            endless = isinstance(e, RegexTooLarge)
-        if endless:
-            return refs_.no_finite_instance(comp.cut, comp.max_ref_depth, MAX_REF_CHAIN)
+        return refs_.no_finite_instance(comp.cut, MAX_REF_CHAIN)
     return ConstraintError("schema is unsatisfiable", "#")
 
 
-def any_json_regex(depth: int, ws: str = "") -> str:
-    """Regex of any JSON value nested at most ``depth`` containers deep."""
-    return _Compiler(True, ws or None, True, 0, depth).any_value(depth)
+def _no_finite_instance(comp: _Compiler) -> ConstraintError:
+    """Every instance needs a recursive value again at each level: name where it recurs."""
+    pointer = next(iter(comp.rule_sites.values()), "#")
+    return ConstraintError("schema has no finite instance: a recursive $ref is required again at "
+                           "every level (a required self-reference never ends)", pointer, "$ref")
+
+
+def any_json_grammar(ws: str = "") -> ir.Grammar:
+    """The grammar of any JSON value (any depth)."""
+    comp = _Compiler(True, ws or None, True)
+    return ir.Grammar(comp.any_value(), comp.rules)
+
+
+def json_object_grammar(ws: str = "") -> ir.Grammar:
+    """The grammar of any JSON object (members of any JSON value, any depth)."""
+    comp = _Compiler(True, ws or None, True)
+    return ir.Grammar(comp.any_object(), comp.rules)
 
 
 class _Compiler:
-    def __init__(self, root: Any, ws: str | None, strict: bool, max_ref_depth: int, any_depth: int,
-                 optional_depth: int | None = None, lenient_cuts: bool = False):
+    def __init__(self, root: Any, ws: str | None, strict: bool):
         self.root = root
-        self.ws = f"({ws})" if ws else ""
+        self.ws: ir.Node = ir.lex(ws) if ws else ir.EMPTY
         self.strict = strict
-        self.max_ref_depth = max_ref_depth
-        self.any_depth = any_depth
-        self.optional_depth = optional_depth
-        self.object_depth = 0  # objects open on the current path
-        self.recursive = False  # some $ref was expanded inside itself
-        self.cut: tuple[str, str, bool] | None = None  # first $ref not expanded: (pointer, ref, repeated)
-        self.lenient_cuts = lenient_cuts  # a $ref not expanded is any value (diagnosis only)
+        self.cut: tuple[str, str] | None = None  # first $ref not expanded: (pointer, ref)
         self.ref_sites: dict[tuple, str] = {}  # refs on a path -> where its last ref was expanded
-        self.max_chars = MAX_REGEX_CHARS  # the size budget (schema_to_regex's max_regex_chars)
         self.relaxed: list[str] = []
-        self._memo: dict[tuple, str | None] = {}
+        self.rules: dict[str, ir.Node] = {}
+        self.rule_sites: dict[str, str] = {}  # rule -> pointer of the node it was made for
+        self._memo: dict[int, ir.Node | None] = {}
+        self._open: dict[int, str | None] = {}  # nodes being compiled -> their rule, once needed
+        self._open_at: dict[int, str] = {}  # ... and where they were first met
         self._keep: list[Any] = []  # keeps memoised nodes alive so their ids stay unique
         self._depth = 0
         cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {})
         self._validator = cls(root if isinstance(root, (dict, bool)) else {},
                               format_checker=cls.FORMAT_CHECKER)
+
+    def named(self, node: ir.Node | None) -> ir.Node | None:
+        """``node`` as a rule of its own (used where it is referenced more than once)."""
+        if node is None or isinstance(node, (ir.Lit, ir.Lex, ir.Ref)):
+            return node
+        name = f"s{len(self.rules)}"
+        self.rules[name] = node
+        return ir.Ref(name)
+
+    def sep(self, punct: str) -> ir.Node:
+        """``punct`` with optional whitespace around it."""
+        return ir.seq(self.ws, ir.Lit(punct), self.ws)
 
     # ---- errors -------------------------------------------------------------------------------
     def unsupported(self, pointer: str, keyword: str, why: str) -> None:
@@ -168,7 +165,7 @@ class _Compiler:
         if "$ref" in node:
             part = refs_.expand(self, node, pointer, refs, chain)
             if part is None:  # recursion cut here
-                return ({"_sources": [True]} if self.lenient_cuts else None), refs
+                return None, refs
             parts.append(part)
         cases = [sub for sub in node.get("allOf", []) if is_switch_case(sub)]
         if "if" in node and discriminator(node["if"]) is not None:
@@ -200,39 +197,45 @@ class _Compiler:
         return out, grown
 
     # ---- values -------------------------------------------------------------------------------
-    def value(self, node: Any, pointer: str, refs: tuple) -> str | None:
-        # A regex depends on the object depth only up to where optional members are dropped.
-        depth_key = 0 if self.optional_depth is None else min(self.object_depth, self.optional_depth + 1)
-        key = (id(node), refs, depth_key)
+    def value(self, node: Any, pointer: str, refs: tuple) -> ir.Node | None:
+        """The grammar of ``node``'s instances (None: none). A node is compiled once; met again
+        inside its own compilation it becomes a rule reference (recursion)."""
+        key = id(node)
         self._keep.append(node)
-        if key in self._memo:  # siblings referencing one definition share its regex
-            return self._memo[key]
+        if key in self._memo:  # siblings referencing one definition share its grammar (a rule)
+            out = self._memo[key]
+            if isinstance(out, (ir.Seq, ir.Alt, ir.Rep)):
+                out = self._memo[key] = self.named(out)
+            return out
+        if key in self._open:
+            name = self._open[key] or f"r{len(self.rule_sites)}"
+            self._open[key] = name
+            self.rule_sites.setdefault(name, self._open_at[key])
+            return ir.Ref(name)
         if self._depth >= MAX_NESTING:
             raise ConstraintError(f"schema nests deeper than {MAX_NESTING} levels", pointer)
         self._depth += 1
+        self._open[key] = None
+        self._open_at[key] = pointer
         try:
             flat, refs_after = self.flatten(node, pointer, refs)
-            rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
-            if rx is None and isinstance(node, dict) and _forces_if(node):  # if+then impossible
+            out = None if flat is None else self.value_flat(flat, pointer, refs_after)
+            if out is None and isinstance(node, dict) and _forces_if(node):  # if+then impossible
                 flat, refs_after = flatten_else(self, node, pointer, refs)
-                rx = None if flat is None else self.value_flat(flat, pointer, refs_after)
+                out = None if flat is None else self.value_flat(flat, pointer, refs_after)
         finally:
             self._depth -= 1
-        if rx is not None:
-            self.check_size(len(rx), pointer)
-        self._memo[key] = rx
-        return rx
+            name = self._open.pop(key)
+        if name is not None:  # recursive: the body becomes the rule (absent: unsatisfiable)
+            if out is not None:
+                self.rules[name] = out
+            out = ir.Ref(name) if out is not None else None
+        self._memo[key] = out
+        return out
 
-    def check_size(self, chars: int, pointer: str) -> None:
-        """Fail early (before memory runs out) when a regex grows past the limit."""
-        if chars > self.max_chars:
-            raise RegexTooLarge(f"schema expands to a regex of more than {self.max_chars} characters; "
-                                  "even when generating only the required members of nested objects; "
-                                  "lower max_ref_depth or simplify the schema", pointer)
-
-    def value_flat(self, flat: dict, pointer: str, refs: tuple) -> str | None:
-        if len(flat) == 1:  # only _sources: an unconstrained value, nested a bounded depth
-            return self.any_value(self.any_depth)
+    def value_flat(self, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
+        if len(flat) == 1:  # only _sources: an unconstrained value
+            return self.any_value()
         for key in ("anyOf", "oneOf"):
             if key in flat:
                 return self.alternatives(flat, key, pointer, refs)
@@ -240,10 +243,9 @@ class _Compiler:
             return self.enum(flat)
         negation.check_pending(self, flat)
         types = types_.types_of(flat)
-        alts = [negation.typed(self, t, flat, pointer, refs) for t in types]
-        return _alt([a for a in alts if a is not None])
+        return ir.alt([_node(negation.typed(self, t, flat, pointer, refs)) for t in types])
 
-    def alternatives(self, flat: dict, key: str, pointer: str, refs: tuple) -> str | None:
+    def alternatives(self, flat: dict, key: str, pointer: str, refs: tuple) -> ir.Node | None:
         rest = {k: v for k, v in flat.items() if k != key}
         branches = []
         for i, sub in enumerate(flat[key]):
@@ -252,39 +254,57 @@ class _Compiler:
                 branches.append((merge(rest, sub_flat, pointer), sub_refs))
         if key == "oneOf":
             branches = one_of_branches(self, branches, pointer)
-        alts = [self.value_flat(b, pointer, r) for b, r in branches]
-        return _alt([a for a in alts if a is not None])
+        return ir.alt([self.value_flat(b, pointer, r) for b, r in branches])
 
-    def enum(self, flat: dict) -> str | None:
+    def enum(self, flat: dict) -> ir.Node | None:
         seen, alts = set(), []
         for v in flat["enum"]:
             key = canonical(v)
             if key not in seen and self.is_valid(flat["_sources"], v):
                 seen.add(key)
-                alts.append(escape_literal(json.dumps(v, ensure_ascii=False, separators=(",", ":"))))
-        return _alt(sorted(alts, key=len, reverse=True))  # leftmost-first: "12" before "1"
+                alts.append(self.literal(v))
+        return ir.alt(alts)
 
-    @functools.cache  # noqa: B019 - the compiler lives for one schema
-    def any_value(self, depth: int) -> str:
-        scalars = [types_.NULL, types_.BOOLEAN, types_.NUMBER, types_.STRING]
-        if depth <= 0:
-            return _alt(scalars)
-        inner, ws = self.any_value(depth - 1), self.ws
-        arr = rf"\[{ws}({inner}({ws},{ws}{inner})*)?{ws}\]"
-        member = rf"{types_.STRING}{ws}:{ws}{inner}"
-        obj = rf"\{{{ws}({member}({ws},{ws}{member})*)?{ws}\}}"
-        return _alt(scalars + [arr, obj])
+    def literal(self, value: Any) -> ir.Node:
+        """The grammar of exactly ``value`` (with the whitespace pattern between its tokens)."""
+        if isinstance(value, list):
+            return ir.seq(ir.Lit("["), self.ws, *_joined([self.literal(v) for v in value], self.sep(",")),
+                          self.ws, ir.Lit("]"))
+        if isinstance(value, dict):
+            members = [ir.seq(ir.Lit(json.dumps(k, ensure_ascii=False)), self.sep(":"), self.literal(v))
+                       for k, v in value.items()]
+            return ir.seq(ir.Lit("{"), self.ws, *_joined(members, self.sep(",")), self.ws, ir.Lit("}"))
+        return ir.Lit(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
-    def object(self, flat: dict, pointer: str, refs: tuple) -> str | None:
-        self.object_depth += 1
-        try:
-            return object_regex(self, flat, pointer, refs)
-        finally:
-            self.object_depth -= 1
+    def any_value(self) -> ir.Ref:
+        """The rule of any JSON value, nested to any depth."""
+        if ANY_VALUE not in self.rules:
+            self.rules[ANY_VALUE] = ir.EMPTY  # placeholder: the body refers to the rule itself
+            scalars = [ir.Lit("null"), ir.Lex(types_.BOOLEAN), ir.Lex(types_.NUMBER), ir.Lex(types_.STRING)]
+            value = ir.Ref(ANY_VALUE)
+            array = ir.seq(ir.Lit("["), self.ws, ir.join(value, self.sep(","), 0, None), self.ws, ir.Lit("]"))
+            self.rules[ANY_VALUE] = ir.alt(scalars + [array, self.any_object()])
+        return ir.Ref(ANY_VALUE)
 
-    def drops_optional(self) -> bool:
-        """Whether objects at the current depth generate required members only."""
-        return self.optional_depth is not None and self.object_depth > self.optional_depth
+    def any_object(self) -> ir.Node:
+        """Any JSON object (members of any value)."""
+        member = ir.seq(ir.Lex(types_.STRING), self.sep(":"), self.any_value())
+        return ir.seq(ir.Lit("{"), self.ws, ir.join(member, self.sep(","), 0, None), self.ws, ir.Lit("}"))
+
+    def object(self, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
+        return object_grammar(self, flat, pointer, refs)
+
+
+def _node(part: str | ir.Node | None) -> ir.Node | None:
+    """A scalar regex from the type modules as a lexeme; grammar nodes as they are."""
+    return ir.lex(part) if isinstance(part, str) else part
+
+
+def _joined(items: list[ir.Node], sep: ir.Node) -> list[ir.Node]:
+    out: list[ir.Node] = []
+    for i, item in enumerate(items):
+        out += [sep, item] if i else [item]
+    return out
 
 
 def _forces_if(node: dict) -> bool:
@@ -292,10 +312,3 @@ def _forces_if(node: dict) -> bool:
     (sound whatever ``else`` says; a documented restriction). Discriminator ``if``s become switch
     cases instead, and a node with its own enum/const is checked against the raw node exactly."""
     return "if" in node and "enum" not in node and "const" not in node and discriminator(node["if"]) is None
-
-
-def _alt(alts: list[str]) -> str | None:
-    alts = list(dict.fromkeys(alts))
-    if not alts:
-        return None
-    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"

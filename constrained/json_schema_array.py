@@ -1,18 +1,18 @@
-"""Regexes of JSON arrays for one canonical schema node: ``items``/``prefixItems``,
-``minItems``/``maxItems``, ``uniqueItems`` and ``contains``/``minContains``/``maxContains``."""
+"""Grammars of JSON arrays for one canonical schema node: ``items``/``prefixItems``,
+``minItems``/``maxItems``, ``uniqueItems`` and ``contains``/``minContains``/``maxContains``.
+Counts are grammar repetitions (``Rep``), exact at any size up to ``MAX_ITEMS``."""
 
 from __future__ import annotations
 
+from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained import json_schema_types as types_
+from radixlm.constrained.errors import ConstraintError
 
-# Large bounded repetitions make the automaton huge (one copy per count): maxItems above this is
-# lowered to it (never below the minimum), a documented restriction, still sound.
-MAX_ITEMS_REPEAT = 10
-MAX_CONTAINS_PRODUCT = 20_000  # len(items regex) * len(contains regex) for free placement
+MAX_ITEMS = 10_000  # maxItems above this is lowered to it (sound); minItems above it raises
 
 
-def array_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
-    """Regex of the arrays we generate for one canonical node (None: none is valid)."""
+def array_grammar(comp, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
+    """Grammar of the arrays we generate for one canonical node (None: none is valid)."""
     lo, hi = flat.get("minItems", 0), flat.get("maxItems")
     terms = _contains_terms(comp, flat)
     lo = max(lo, terms[0])
@@ -23,8 +23,10 @@ def array_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
             hi = 1 if hi is None else min(hi, 1)
     if hi is not None and hi < lo:
         return None
-    if hi is not None and hi > MAX_ITEMS_REPEAT:
-        hi = max(lo, MAX_ITEMS_REPEAT)
+    if lo > MAX_ITEMS:
+        raise ConstraintError(f"minItems above {MAX_ITEMS} is not supported", pointer, "minItems")
+    if hi is not None and hi > MAX_ITEMS:
+        hi = MAX_ITEMS
     prefix = []
     for i, sub in enumerate(flat.get("prefixItems", [])):
         rx = comp.value(sub, f"{pointer}/prefixItems/{i}", refs)
@@ -33,13 +35,13 @@ def array_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
         prefix.append(rx)
     items = flat.get("items", True)
     closed = len(prefix) < len(flat.get("prefixItems", [])) or items is False
-    rest = None if closed else (comp.any_value(comp.any_depth) if items is True
+    rest = None if closed else (comp.any_value() if items is True
                                 else comp.value(items, f"{pointer}/items", refs))
     if hi is not None:
         prefix = prefix[:hi]
     need, musts, caps = terms
     if not need and not caps:
-        return _items_regex(comp, prefix, rest, lo, hi)
+        return _items(comp, prefix, rest, lo, hi)
     rx = _contains_array(comp, flat, pointer, refs, (prefix, rest, lo, hi), (need, musts, caps))
     if rx is None and caps:  # maybe satisfiable, but not by arrays we can prove
         comp.unsupported(caps[0][1], "maxContains", "is only supported when the other items "
@@ -48,26 +50,27 @@ def array_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
     return rx
 
 
-def _items_regex(comp, prefix: list[str], rest: str | None, lo: int, hi: int | None) -> str | None:
+def _items(comp, prefix: list, rest, lo: int, hi: int | None) -> ir.Node | None:
     """The array of the given prefix items then items ``rest`` (None: no more), lo..hi of them."""
     if len(prefix) < lo and rest is None:
         return None
-    ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
-    # Tail after all prefix items: the extra items, at least lo - len(prefix) of them.
-    need = max(lo - len(prefix), 0)
+    sep = comp.sep(",")
+    need = max(lo - len(prefix), 0)  # items after the prefix items, at least
     room = None if hi is None else hi - len(prefix)
-    tail = ""
-    if rest is not None and (room is None or room > 0):
-        tail = f"({sep}{rest}){{{need},{'' if room is None else room}}}" if prefix else ""
-    body = _nest(prefix, tail, lo, sep)
     if not prefix:
-        if rest is None or room == 0:
-            return rf"\[{ws}\]" if lo == 0 else None
-        first_hi = "" if room is None else room - 1
-        body = f"{rest}({sep}{rest}){{{max(need - 1, 0)},{first_hi}}}"
-        if lo == 0:
-            body = f"({body})?"
-    return rf"\[{ws}{body}{ws}\]"
+        body = ir.EMPTY if rest is None or room == 0 else ir.join(rest, sep, need, room)
+        if body is None or (body == ir.EMPTY and lo > 0):
+            return None
+    else:
+        tail = ir.EMPTY
+        if rest is not None and (room is None or room > 0):
+            tail = ir.rep(ir.seq(sep, rest), need, room)
+        body = _nest(prefix, tail, lo, sep)
+    return _brackets(comp, body)
+
+
+def _brackets(comp, body: ir.Node | None) -> ir.Node | None:
+    return ir.seq(ir.Lit("["), comp.ws, body, comp.ws, ir.Lit("]"))
 
 
 def _contains_terms(comp, flat: dict) -> tuple[int, list, list]:
@@ -101,8 +104,8 @@ def _contains_array(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, t
     if need and all(avoids):
         tail = _contains_rest(comp, flat, pointer, refs, (len(prefix), rest, lo, hi), need, musts, bool(caps))
         if tail is not None:
-            ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
-            return rf"\[{ws}{''.join(p + sep for p in prefix)}{tail}{ws}\]"
+            sep = comp.sep(",")
+            return _brackets(comp, ir.seq(*[ir.seq(p, sep) for p in prefix], tail))
     out, hits, last = [], 0, -1
     for i, sub in enumerate(raw):
         rx = comp.value({"allOf": [sub, *musts]}, f"{pointer}/contains", refs) if hits < need else None
@@ -115,7 +118,7 @@ def _contains_array(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, t
         return None
     if caps and (len(out) < len(prefix) or not _avoids(comp, flat.get("items", True), caps, pointer, refs)):
         rest = None
-    return _items_regex(comp, out, rest, max(lo, last + 1), hi)
+    return _items(comp, out, rest, max(lo, last + 1), hi)
 
 
 def _avoids(comp, schema, caps: list, pointer: str, refs: tuple) -> bool:
@@ -146,24 +149,22 @@ def _contains_rest(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, ne
     hit = comp.value({"allOf": [flat.get("items", True), *musts]}, f"{pointer}/contains", refs)
     if hit is None:
         return None
-    sep = f"{comp.ws},{comp.ws}"
+    sep = comp.sep(",")
+    more = ir.rep(ir.seq(sep, hit), need - 1, need - 1)
     if only_hits or room == need:
-        return hit + (f"({sep}{hit}){{{need - 1}}}" if need > 1 else "")
-    if room is None and len(rest) * len(hit) <= MAX_CONTAINS_PRODUCT:
-        others = f"({sep}{rest})*"
-        more = f"({sep}{hit}{others}){{{need - 1}}}" if need > 1 else ""
-        before = f"({rest}{sep}){{{extra},}}" if extra else f"({rest}{sep})*"
-        return f"{before}{hit}{others}{more}"
-    more = f"({sep}{hit}){{{need - 1}}}" if need > 1 else ""
-    return f"{hit}{more}({sep}{rest}){{{extra},{'' if room is None else room - need}}}"
+        return ir.seq(hit, more)
+    if room is None:  # hits anywhere among the other items
+        others = ir.rep(ir.seq(sep, rest), 0, None)
+        hits = ir.rep(ir.seq(sep, hit, others), need - 1, need - 1)
+        return ir.seq(ir.rep(ir.seq(rest, sep), extra, None), hit, others, hits)
+    return ir.seq(hit, more, ir.rep(ir.seq(sep, rest), extra, room - need))
 
 
-def _nest(prefix: list[str], tail: str, lo: int, sep: str) -> str:
+def _nest(prefix: list, tail: ir.Node, lo: int, sep: ir.Node) -> ir.Node | None:
     """prefix[0] (sep prefix[1] (... tail)?)? with the first ``lo`` items mandatory."""
-    out = tail
+    out: ir.Node | None = tail
     for i in range(len(prefix) - 1, -1, -1):
-        lead = "" if i == 0 else sep
-        out = f"{lead}{prefix[i]}{out}"
+        out = ir.seq(prefix[i], out) if i == 0 else ir.seq(sep, prefix[i], out)
         if i >= lo:
-            out = f"({out})?"
+            out = ir.opt(out)
     return out

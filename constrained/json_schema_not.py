@@ -26,8 +26,8 @@ from typing import Any
 from radixlm.constrained import json_schema_types as types_
 from radixlm.constrained.json_schema_normalize import ALL_TYPES, merge
 from radixlm.constrained.json_schema_object import complement_string
-from radixlm.constrained.json_schema_pattern import PLAIN_CHAR
-from radixlm.constrained.json_schema_types import MAX_STRING_REPEAT, disjoint
+from radixlm.constrained.json_schema_pattern import PLAIN_CHAR, STRING_CHAR
+from radixlm.constrained.json_schema_types import disjoint
 from radixlm.constrained.pattern_chars import escape_literal
 
 # not {k: v} -> {k2: f(v)}: the opposite bound (each applies to one type only, exactly).
@@ -156,8 +156,7 @@ def string_regex(comp, flat: dict, pointer: str) -> str | None:
         lo = max(lo, 1)
     if not first or (hi is not None and hi < lo):
         return None
-    hi = None if hi is None else max(lo, min(hi, MAX_STRING_REPEAT))
-    return f'"{first}{PLAIN_CHAR}{{{lo - 1},{"" if hi is None else hi - 1}}}"'
+    return f'"{first}{STRING_CHAR}{{{lo - 1},{"" if hi is None else hi - 1}}}"'
 
 
 def typed(comp, t: str, flat: dict, pointer: str, refs: tuple) -> str | None:

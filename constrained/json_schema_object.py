@@ -1,4 +1,4 @@
-"""Regex of JSON objects for one canonical schema node.
+"""Grammar of JSON objects for one canonical schema node.
 
 Named properties come first, in the order of ``properties``, each at most once; optional ones
 may be left out. Extra members (``additionalProperties`` true or a schema, ``patternProperties``)
@@ -9,10 +9,10 @@ follow them, with keys that can never equal a named property. An unspecified
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
+from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.json_schema_names import apply_property_names
 from radixlm.constrained.json_schema_normalize import merge
 from radixlm.constrained.json_schema_pattern import PLAIN_CHAR, is_universal, pattern_to_regex
@@ -21,7 +21,8 @@ from radixlm.constrained.pattern_chars import escape_literal
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 
 
-def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
+def object_grammar(comp, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
+    """The objects we generate for one canonical node (None: none is valid)."""
     required = list(flat.get("required", []))
     for name, sub in flat.get("dependentSchemas", {}).items():
         if name in required:  # the dependency holds for sure: merge it in and start over
@@ -29,7 +30,7 @@ def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
             sub_flat, refs = comp.flatten(sub, f"{pointer}/dependentSchemas/{name}", refs)
             for where in (sub_flat or {}).get("_nots", []):  # a `not` only an enum could enforce
                 comp.unsupported(where.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
-            return None if sub_flat is None else object_regex(comp, merge(rest, sub_flat, pointer), pointer, refs)
+            return None if sub_flat is None else object_grammar(comp, merge(rest, sub_flat, pointer), pointer, refs)
     if not any(k in flat for k in ("properties", "patternProperties", "additionalProperties", "required")):
         flat = dict(flat, additionalProperties=True)  # a bare {"type": "object"}: any members
     key_rx = None
@@ -37,16 +38,13 @@ def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
         flat, key_rx = apply_property_names(comp, flat, pointer, refs)
         if flat is None:
             return None
-    pruned = comp.drops_optional()
-    if pruned:  # the schema's regex is over budget: this deep, only required members
-        flat = _required_only(flat)
     props = flat.get("properties", {})
     names = list(props) + [r for r in required if r not in props]
     dropped = set(flat.get("dependentSchemas", {}))  # optional triggers of a dependent schema
     required_set = _close_dependencies(flat.get("dependentRequired", {}), set(required), names, dropped)
     if required_set is None:
         return None
-    members: list[tuple[str, bool]] = []
+    members: list[tuple[ir.Node, bool]] = []
     for name in names:
         if name in dropped:
             continue
@@ -55,21 +53,11 @@ def object_regex(comp, flat: dict, pointer: str, refs: tuple) -> str | None:
             if name in required_set:
                 return None
             continue
-        key = escape_literal(json.dumps(name, ensure_ascii=False))
-        members.append((f"{key}{comp.ws}:{comp.ws}{rx}", name in required_set))
+        key = ir.Lit(json.dumps(name, ensure_ascii=False))
+        members.append((ir.seq(key, comp.sep(":"), rx), name in required_set))
     taken = set(names) | set(flat.get("dependentRequired", {})) | dropped
-    enough = len(members) >= flat.get("minProperties", 0)
-    extras = None if pruned and enough else _extras(comp, flat, taken, pointer, refs, key_rx)
-    return _assemble(comp, flat, members, extras, pointer)
-
-
-def _required_only(flat: dict) -> dict:
-    """``flat`` with its optional named properties dropped, except the first ones that
-    ``minProperties`` needs."""
-    props, required = flat.get("properties", {}), set(flat.get("required", []))
-    need = max(flat.get("minProperties", 0) - len(required), 0)
-    optional = [n for n in props if n not in required][:need]
-    return dict(flat, properties={n: s for n, s in props.items() if n in required or n in optional})
+    extras = _extras(comp, flat, taken, pointer, refs, key_rx)
+    return _assemble(comp, flat, members, extras)
 
 
 def _close_dependencies(deps: dict, required: set, names: list[str], dropped: set) -> set | None:
@@ -92,7 +80,7 @@ def _close_dependencies(deps: dict, required: set, names: list[str], dropped: se
     return required
 
 
-def _member_value(comp, flat: dict, name: str, pointer: str, refs: tuple) -> str | None:
+def _member_value(comp, flat: dict, name: str, pointer: str, refs: tuple) -> ir.Node | None:
     props = flat.get("properties", {})
     subs = [props[name]] if name in props else []
     subs += [s for p, s in flat.get("patternProperties", {}).items() if re.search(p, name)]
@@ -110,9 +98,9 @@ def _member_value(comp, flat: dict, name: str, pointer: str, refs: tuple) -> str
 
 
 def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple,
-            key_rx: tuple[str, bool] | None) -> str | None:
-    """One extra member (``key:value``) as a regex, or None when no extra member is allowed.
-    ``key_rx`` (from ``propertyNames``: the key regex, whether it never matches the empty name)
+            key_rx: tuple[ir.Node, bool] | None) -> ir.Node | None:
+    """One extra member (``key:value``), or None when no extra member is allowed.
+    ``key_rx`` (from ``propertyNames``: the key grammar, whether it never matches the empty name)
     replaces the keys of unconstrained extras; keys of narrower patterns are then not generated."""
     patterns = flat.get("patternProperties", {})
     every = list(patterns.values())  # an extra value satisfies every pattern's schema: sound
@@ -127,22 +115,20 @@ def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple,
                 continue
             key = key_rx[0]
         elif is_universal(pat) or pat in _NONEMPTY_UNIVERSAL:
-            key = complement_string(taken, nonempty=pat in _NONEMPTY_UNIVERSAL)
+            key = ir.Lex(complement_string(taken, nonempty=pat in _NONEMPTY_UNIVERSAL))
         elif not any(re.search(pat, n) for n in taken):
-            key = f'"{pattern_to_regex(pat, where, PLAIN_CHAR)}"'
+            key = ir.Lex(f'"{pattern_to_regex(pat, where, PLAIN_CHAR)}"')
         else:
             continue  # keys of this pattern could collide with named ones: not generated
-        alts.append(f"{key}{comp.ws}:{comp.ws}{rx}")
+        alts.append(ir.seq(key, comp.sep(":"), rx))
     ap = flat.get("additionalProperties")
     if ap is not None and ap is not False:
         node: Any = {"allOf": [ap] + every} if every else ap
         rx = comp.value(node, f"{pointer}/additionalProperties", refs)
         if rx is not None:
-            key = key_rx[0] if key_rx is not None else complement_string(taken, nonempty=False)
-            alts.append(f"{key}{comp.ws}:{comp.ws}{rx}")
-    if not alts:
-        return None
-    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+            key = key_rx[0] if key_rx is not None else ir.Lex(complement_string(taken, nonempty=False))
+            alts.append(ir.seq(key, comp.sep(":"), rx))
+    return ir.alt(alts)
 
 
 def complement_string(words: set, nonempty: bool) -> str:
@@ -167,9 +153,8 @@ def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
     return f"({body})?" if may_end else body
 
 
-def _assemble(comp, flat: dict, members: list[tuple[str, bool]], extras: str | None,
-              pointer: str) -> str | None:
-    ws, sep = comp.ws, f"{comp.ws},{comp.ws}"
+def _assemble(comp, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None) -> ir.Node | None:
+    sep = comp.sep(",")
     min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
     n_req = sum(r for _, r in members)
     if max_p is not None:
@@ -192,47 +177,37 @@ def _assemble(comp, flat: dict, members: list[tuple[str, bool]], extras: str | N
             return None
     items = list(members)
     if extras is not None:  # the extra members form one item after the named ones
-        rep = f"{{{max(e_min - 1, 0)},{'' if e_max is None else e_max - 1}}}"
-        items.append((f"{extras}({sep}{extras}){rep}", e_min > 0))
+        items.append((ir.join(extras, sep, max(e_min, 1), e_max), e_min > 0))
     if not items:
-        return rf"\{{{ws}\}}" if min_p == 0 else None
-    body = _sequence(items, sep)
+        return _braces(comp, ir.EMPTY) if min_p == 0 else None
+    body = _sequence(comp, items, sep)
     if not any(r for _, r in items) and min_p == 0:
-        body = f"({body})?"
-    comp.check_size(len(body), pointer)
-    return rf"\{{{ws}{body}{ws}\}}"
+        body = ir.opt(body)
+    return _braces(comp, body)
 
 
-def _sequence(items: list[tuple[str, bool]], sep: str) -> str:
+def _braces(comp, body: ir.Node | None) -> ir.Node | None:
+    return ir.seq(ir.Lit("{"), comp.ws, body, comp.ws, ir.Lit("}"))
+
+
+def _sequence(comp, items: list[tuple[ir.Node, bool]], sep: ir.Node) -> ir.Node | None:
     """Non-empty comma-joined subsequences of ``items`` (in order) that keep every required one.
 
-    Linear in both regex text and automaton states (the DFA is not minimised, so the naive "pick
-    the first member, then the optional rest" alternation would copy every tail). Up to the last
-    required item, optional items are written ``(m,)?``; after it, ``(,m)?``. With no required
-    item, see ``_all_optional``.
+    Linear in size: up to the last required item, optional items are written ``(m,)?``; after it,
+    ``(,m)?``. With no required item, see ``_all_optional``.
     """
     last = max((i for i, (_, r) in enumerate(items) if r), default=-1)
     if last < 0:
-        return _all_optional([m for m, _ in items], sep)
-    head = "".join(f"{m}{sep}" if r else f"({m}{sep})?" for m, r in items[:last])
-    return head + items[last][0] + "".join(f"({sep}{m})?" for m, _ in items[last + 1:])
+        return _all_optional(comp, [m for m, _ in items], sep)
+    head = [ir.seq(m, sep) if r else ir.opt(ir.seq(m, sep)) for m, r in items[:last]]
+    return ir.seq(*head, items[last][0], *[ir.opt(ir.seq(sep, m)) for m, _ in items[last + 1:]])
 
 
-def _all_optional(ms: list[str], sep: str) -> str:
-    """Non-empty subsequences of ``ms``: with blocks B_1..B_k, F_j = N(B_j) | P(B_j) F_{j+1}, where
-    N(B) = the non-empty subsequences of B alone (the last member emitted is in B) and P(B) = any
-    subsequence of B, each member followed by a comma. N(m_1..m_b) = m_1 | (m_1,)? N(m_2..m_b).
-    Blocks of about sqrt(n) members keep the group nesting (a parser limit) near 4 sqrt(n)."""
-    size = max(4, math.isqrt(len(ms) - 1) + 1)
-    blocks = [ms[i:i + size] for i in range(0, len(ms), size)]
-    out = ""
-    for block in reversed(blocks):
-        n_form = block[-1]
-        for m in reversed(block[:-1]):
-            n_form = f"({m}|({m}{sep})?{n_form})"
-        if not out:
-            out = n_form
-            continue
-        p_form = "".join(f"({m}{sep})?" for m in block)
-        out = f"({n_form}|{p_form}{out})"
+def _all_optional(comp, ms: list[ir.Node], sep: ir.Node) -> ir.Node | None:
+    """Non-empty subsequences of ``ms``, in order: F_i = m_i (sep F_{i+1})? | F_{i+1}, built
+    from the end with each F a rule, so the grammar stays linear in the number of members."""
+    out: ir.Node | None = None
+    for m in reversed(ms):
+        out = m if out is None else ir.alt([ir.seq(m, ir.opt(ir.seq(sep, out))), out])
+        out = comp.named(out)
     return out

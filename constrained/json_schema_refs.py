@@ -1,15 +1,9 @@
 """Local ``$ref`` resolution for the JSON-schema front end: pointers, alias chains and cycles.
 
-Two shapes of ``$ref`` have no instance the grammar could ever finish, and are reported here
-instead of being left to the compile budget:
-
-- a cycle of ``$ref`` (through ``allOf``/``if``/``then`` too) that comes back to the same
-  instance position with no object or array in between (``a -> b -> a``): validating it never
-  terminates, so the schema is invalid (``cyclic_ref``);
-- recursion that every instance needs again at each level (``{"properties": {"child":
-  {"$ref": "#"}}, "required": ["child"]}``): no finite instance. ``schema_to_regex`` reports it
-  when the schema is unsatisfiable only because recursion was cut (``no_finite_instance``); the
-  same test also catches schemas whose instances all nest deeper than the recursion limit.
+A cycle of ``$ref`` (through ``allOf``/``if``/``then`` too) that comes back to the same instance
+position with no object or array in between (``a -> b -> a``) never terminates validation, so the
+schema is invalid (``cyclic_ref``). Recursion through a container is fine: the front end turns it
+into a grammar rule (and reports a required self-reference, which has no finite instance).
 
 A ``$ref`` whose target is itself only a ``$ref`` (an alias) is followed in a loop, so a chain
 of a thousand aliases costs one expansion, not a thousand levels of recursion.
@@ -23,7 +17,7 @@ from urllib.parse import unquote
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema_normalize import HANDLED, UNSUPPORTED
 
-MAX_REF_CHAIN = 16  # $ref expansions on one path, whatever the refs: bounds mutual recursion
+MAX_REF_CHAIN = 32  # $ref expansions on one path before a rule closes the recursion
 
 
 def resolve(root: Any, ref: str, pointer: str) -> tuple[Any, str]:
@@ -67,13 +61,11 @@ def follow(root: Any, node: dict, pointer: str, chain: tuple) -> tuple[Any, str,
 
 def expand(comp: Any, node: dict, pointer: str, refs: tuple, chain: tuple) -> tuple | None:
     """What ``node``'s ``$ref`` adds to its flattening, ``(target, pointer, refs, chain)``, or
-    None where the recursion limits cut it (the first cut is kept in ``comp.cut``). ``comp`` is
-    the front end's compiler (its ``root``, limits and bookkeeping)."""
+    None past ``MAX_REF_CHAIN`` expansions on one path (the first cut is kept in ``comp.cut``).
+    ``comp`` is the front end's compiler (its ``root`` and bookkeeping)."""
     target, target_pointer, ref, ref_chain = follow(comp.root, node, pointer, chain)
-    comp.recursive = comp.recursive or ref in refs
-    repeated = refs.count(ref) >= comp.max_ref_depth
-    if repeated or len(refs) >= MAX_REF_CHAIN:
-        comp.cut = comp.cut or (_document_pointer(comp, refs, pointer), ref, repeated)
+    if len(refs) >= MAX_REF_CHAIN:
+        comp.cut = comp.cut or (_document_pointer(comp, refs, pointer), ref)
         return None
     comp.ref_sites.setdefault(refs + (ref,), pointer)
     return target, target_pointer, refs + (ref,), ref_chain
@@ -98,15 +90,9 @@ def cyclic_ref(chain: tuple, ref: str, pointer: str) -> ConstraintError:
                            "array in between, so it never resolves to a schema", pointer, "$ref")
 
 
-def no_finite_instance(cut: tuple[str, str, bool], max_ref_depth: int, max_chain: int) -> ConstraintError:
-    """The error for a schema that is unsatisfiable only because recursion was cut at ``cut``
-    (``(pointer, ref, repeated)``: the same ref again, or too many refs on one path)."""
-    pointer, ref, repeated = cut
-    if repeated:
-        # Deeper instances may exist (recursion is cut, not solved), but a self-reference that is
-        # required at every level, the usual cause, has none: say both.
-        return ConstraintError(f"schema has no finite instance within the recursion limit: the $ref to "
-                               f"{ref!r} is required again at every level ({max_ref_depth} tried; a "
-                               "required self-reference never ends)", pointer, "$ref")
+def no_finite_instance(cut: tuple[str, str], max_chain: int) -> ConstraintError:
+    """The error for a schema that is unsatisfiable only because ``$ref`` expansion was cut at
+    ``cut`` (``(pointer, ref)``: more than ``max_chain`` refs on one path)."""
+    pointer, ref = cut
     return ConstraintError(f"schema has no instance within {max_chain} nested $ref expansions (the $ref "
                            f"to {ref!r} here is required beyond that)", pointer, "$ref")

@@ -1,6 +1,6 @@
-"""Regexes of the JSON scalar types and strings for one canonical schema node (arrays:
-``json_schema_array``, objects: ``json_schema_object``), plus the type inference and the
-disjointness tests ``oneOf`` and ``not`` need."""
+"""Lexemes (regexes) of the JSON scalar types and strings for one canonical schema node (arrays:
+``json_schema_array``, objects: ``json_schema_object``, both grammar structure), plus the type
+inference and the disjointness tests ``oneOf`` and ``not`` need."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.first_chars import strings_first_disjoint
 from radixlm.constrained.formats import FORMAT_REGEXES
 from radixlm.constrained.int_range import INTEGER, integer_range_regex, number_range_regex
-from radixlm.constrained.json_schema_array import array_regex
+from radixlm.constrained.json_schema_array import array_grammar
 from radixlm.constrained.json_schema_normalize import ALL_TYPES, schemas_for_key
 from radixlm.constrained.json_schema_pattern import (
-    PLAIN_CHAR,
     STRING_CHAR,
     emit_tokens,
     parse_pattern,
@@ -30,9 +29,7 @@ BOOLEAN = "(true|false)"
 NUMBER = number_range_regex(None, False, None, False)
 STRING = f'"{STRING_CHAR}*"'
 
-# Large bounded repetitions make the automaton huge (one copy per count); bounds above these are
-# lowered to them (never below the minimum): a documented restriction, still sound.
-MAX_STRING_REPEAT = 100
+MAX_STRING_LENGTH = 100_000  # minLength/maxLength past this raise (a lexer state per count)
 
 _KEYWORD_TYPES = {
     "object": ("properties", "required", "additionalProperties", "patternProperties",
@@ -56,7 +53,8 @@ def types_of(flat: dict) -> list[str]:
     return types
 
 
-def typed(comp, t: str, flat: dict, pointer: str, refs: tuple) -> str | None:
+def typed(comp, t: str, flat: dict, pointer: str, refs: tuple):
+    """A scalar's regex (str), an array's or object's grammar node, or None (no instance)."""
     if t == "null":
         return NULL
     if t == "boolean":
@@ -66,7 +64,7 @@ def typed(comp, t: str, flat: dict, pointer: str, refs: tuple) -> str | None:
     if t == "string":
         return _string(comp, flat, pointer)
     if t == "array":
-        return array_regex(comp, flat, pointer, refs)
+        return array_grammar(comp, flat, pointer, refs)
     return comp.object(flat, pointer, refs)
 
 
@@ -105,13 +103,14 @@ def _string(comp, flat: dict, pointer: str) -> str | None:
             return escape_literal(json.dumps(lit)) if ok else None
         comp.unsupported(pointer, constraints[1][0], "combined with another pattern/format is not supported")
     if not constraints:
-        if hi is not None and hi > MAX_STRING_REPEAT:
-            hi = max(lo, MAX_STRING_REPEAT)
+        if max(lo, hi or 0) > MAX_STRING_LENGTH:
+            raise ConstraintError(f"string length bounds above {MAX_STRING_LENGTH} are not supported",
+                                  pointer, "maxLength" if (hi or 0) > MAX_STRING_LENGTH else "minLength")
         if not lo and hi is None:
             return STRING
-        # Counted copies of the escape alternatives blow up the automaton: bounded strings use
-        # characters that need no escape (a restriction; each is one code point, so exact).
-        return f'"{PLAIN_CHAR}{{{lo},{"" if hi is None else hi}}}"'
+        # Each STRING_CHAR is one code point (surrogate escapes are left out), so counting
+        # them is exact, escapes included.
+        return f'"{STRING_CHAR}{{{lo},{"" if hi is None else hi}}}"'
     kind, value = constraints[0]
     if kind == "format":  # formats are full-match regexes in a syntax sre_parse reads too
         body, alts = FORMAT_REGEXES[value], [(True, True, list(sre_parse.parse(FORMAT_REGEXES[value])))]

@@ -61,10 +61,8 @@ def jump_forward(matcher: GrammarMatcher, tokenizer: Any, output_ids: Sequence[i
     num_drop, new_ids = k - common, new[common:]
     if not new_ids:
         return None
-    grammar = matcher.grammar
-    state = matcher._states[len(matcher._states) - 1 - num_drop]
-    for t in new_ids:
-        state = grammar.next_state(state, t)
-        if state is None:
-            return None
+    probe = matcher.copy()  # the splice must be a path through the grammar
+    probe.rollback(num_drop)
+    if not all(probe.accept_token(t) for t in new_ids):
+        return None
     return JumpForward(num_drop, new_ids, forced)

@@ -1,52 +1,61 @@
-"""``TokenizerVocab``: the byte string of every token and the outlines-core ``Vocabulary``, built
-once per tokenizer and shared by every grammar compiled for it."""
+"""``TokenizerVocab``: the byte string of every token and the matcher core's tokenizer over them,
+built once per tokenizer and shared by every grammar compiled for it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import outlines_core
-
-SENTINEL = b"\x00"
-
-
-def _spare_id(raw: Sequence[bytes | None], table: tuple, eos: set) -> int:
-    """An id outlines may use as its own EOS: it is only allowed past the sentinel, a state no
-    matcher ever enters, so any id that is never generated inside a grammar will do."""
-    for i, b in enumerate(table):
-        if b is None and i not in eos:
-            return i
-    raise ValueError("the vocabulary needs one token id besides EOS that grammars never produce "
-                     "(a special token, or a token containing a NUL byte)")
+MAX_TOKEN_BYTES = 64  # longest token the greedy fallback encoder looks for
 
 
 @dataclass(frozen=True, eq=False)
 class TokenizerVocab:
-    """Token bytes (None for special tokens) and the outlines vocabulary over them.
+    """Token bytes (None for special tokens) and, built on first use, llguidance's tokenizer.
 
     ``vocab_size`` is the model's logit width: ids at or past ``len(token_bytes)`` exist only in
     the logits and are never allowed. ``eos_token_ids`` are allowed exactly in accepting states.
-    ``byte_tokens[b]`` is the id of the single-byte token ``bytes([b])`` (or -1): jump-forward
-    walks the grammar one byte at a time through them.
+    ``byte_tokens[b]`` is the id of the single-byte token ``bytes([b])`` (or -1). ``encode`` is the
+    tokenizer's own encoding (``str -> ids``), used where the core re-tokenises forced text; a
+    table without one gets a greedy longest-match encoder. Pickles without the native tokenizer
+    (compile workers need only the table).
     """
 
     token_bytes: tuple[bytes | None, ...]
     eos_token_ids: tuple[int, ...]
     vocab_size: int
-    outlines: Any = field(repr=False)
     byte_tokens: tuple[int, ...] = field(repr=False)
+    special_names: tuple[tuple[int, bytes], ...] = field(default=(), repr=False)
+    encode: Callable[[str], list[int]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def mask_words(self) -> int:
         """int32 words per bitmask row: ceil(vocab_size / 32)."""
         return (self.vocab_size + 31) // 32
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("llg", None)  # native, rebuilt on demand
+        state["encode"] = None  # tokenizers may not pickle; workers never tokenise
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    @functools.cached_property
+    def llg(self) -> Any:
+        """The ``llguidance.LLTokenizer`` over this table (built once, a second or so at 152k)."""
+        import llguidance
+
+        return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_LlgTokens(self)), n_vocab=self.vocab_size,
+                                      eos_token=list(self.eos_token_ids))
+
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, vocab_size: int | None = None) -> TokenizerVocab:
         """Build from a ``radixlm.runtime.engine.tokenizer.Tokenizer`` (``id_to_bytes``, ``vocab_size``,
-        ``eos_token_ids``, ``special_token_ids``)."""
+        ``eos_token_ids``, ``special_token_ids``, ``encode``)."""
         special = set(getattr(tokenizer, "special_token_ids", ()) or ())
         eos = [int(i) for i in tokenizer.eos_token_ids]
         special |= set(eos)
@@ -55,11 +64,15 @@ class TokenizerVocab:
         else:
             raw = [tokenizer.id_to_bytes(i) for i in range(tokenizer.vocab_size)]
         table = [None if i in special else b for i, b in enumerate(raw)]
-        return cls.from_token_bytes(table, eos, vocab_size)
+        names = tuple((i, raw[i] or f"<special {i}>".encode()) for i in sorted(special) if i < len(raw))
+        encode = getattr(tokenizer, "encode", None)
+        plain = (lambda text: encode(text, add_special_tokens=False)) if encode is not None else None
+        return cls.from_token_bytes(table, eos, vocab_size, special_names=names, encode=plain)
 
     @classmethod
     def from_token_bytes(
-        cls, token_bytes: Sequence[bytes | None], eos_token_ids: Sequence[int], vocab_size: int | None = None
+        cls, token_bytes: Sequence[bytes | None], eos_token_ids: Sequence[int], vocab_size: int | None = None,
+        special_names: tuple[tuple[int, bytes], ...] = (), encode: Callable[[str], list[int]] | None = None,
     ) -> TokenizerVocab:
         """Build from an explicit table (index = token id; None = never generated inside a grammar)."""
         if not eos_token_ids:
@@ -72,18 +85,55 @@ class TokenizerVocab:
         if bad:
             raise ValueError(f"eos_token_ids {bad} are outside the tokenizer's {n} ids")
         eos_set = set(eos_token_ids)
-        # NUL never occurs in JSON text: tokens holding it are dropped, and the byte itself is
-        # the end-of-text sentinel that the grammar appends to every regex (see grammar.py).
-        table = tuple(None if i in eos_set or not b or SENTINEL in b else bytes(b)
-                      for i, b in enumerate(token_bytes))
-        groups: dict[bytes, list[int]] = {}
-        for i, b in enumerate(table):
-            if b is not None:
-                groups.setdefault(b, []).append(i)
-        groups[SENTINEL] = [int(e) for e in eos_token_ids]
-        voc = outlines_core.Vocabulary(_spare_id(token_bytes, table, eos_set), groups)
+        table = tuple(None if i in eos_set or not b else bytes(b) for i, b in enumerate(token_bytes))
         byte_tokens = [-1] * 256
-        for b, ids in groups.items():
-            if len(b) == 1 and b != SENTINEL:
-                byte_tokens[b[0]] = ids[0]
-        return cls(table, tuple(int(e) for e in eos_token_ids), vocab_size, voc, tuple(byte_tokens))
+        for i, b in enumerate(table):
+            if b is not None and len(b) == 1 and byte_tokens[b[0]] < 0:
+                byte_tokens[b[0]] = i
+        return cls(table, tuple(int(e) for e in eos_token_ids), vocab_size, tuple(byte_tokens),
+                   tuple(special_names), encode)
+
+    def greedy_encode(self, data: bytes) -> list[int]:
+        """Longest-match tokenisation of ``data`` over the table (no merges: a fallback)."""
+        index = self._index
+        out, i = [], 0
+        while i < len(data):
+            for j in range(min(len(data), i + MAX_TOKEN_BYTES), i, -1):
+                tid = index.get(data[i:j])
+                if tid is not None:
+                    out.append(tid)
+                    i = j
+                    break
+            else:
+                raise ValueError(f"byte {data[i]:#x} has no token in this vocabulary")
+        return out
+
+    @functools.cached_property
+    def _index(self) -> dict[bytes, int]:
+        index: dict[bytes, int] = {}
+        for i, b in enumerate(self.token_bytes):
+            if b is not None:
+                index.setdefault(b, i)
+        return index
+
+
+class _LlgTokens:
+    """What ``llguidance.TokenizerWrapper`` reads: every id's bytes, EOS, the special ids and an
+    encoder. Special tokens (None in the table) are listed as such, so grammars never emit them."""
+
+    def __init__(self, vocab: TokenizerVocab) -> None:
+        names = dict(vocab.special_names)
+        self.eos_token_id = vocab.eos_token_ids[0]
+        self.bos_token_id = None
+        # Ids past the table exist only in the logits (padding): special, so never allowed.
+        table = list(vocab.token_bytes) + [None] * (vocab.vocab_size - len(vocab.token_bytes))
+        self.tokens = [b if b is not None else names.get(i, f"<special {i}>".encode()) for i, b in enumerate(table)]
+        self.special_token_ids = [i for i, b in enumerate(table) if b is None]
+        self._vocab = vocab
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        if self._vocab.encode is not None:
+            return list(self._vocab.encode(text))
+        return self._vocab.greedy_encode(text.encode("utf-8"))

@@ -13,6 +13,7 @@ and its module-level calls in :mod:`radixlm.lang.default_backend`; this module g
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,7 @@ __all__ = [
     "assistant_end", "set_default_backend", "flush_cache", "get_server_info", "RuntimeEndpoint",
     "OpenAI", "ProgramState", "ProgramStateGroup", "SglFunction", "DTYPE_REGEX",
     "token_length_normalized", "greedy_token_selection", "unconditional_likelihood_normalized",
+    "separate_reasoning",
 ]
 
 
@@ -47,6 +49,28 @@ def function(func: Callable | None = None, num_api_spec_tokens: int | None = Non
     if func is None:
         return SglFunction
     return SglFunction(func)
+
+
+def separate_reasoning(expr: Any = None, model_type: str | None = None) -> ir.ExprList:
+    """``expr`` (gens / selects, possibly inside roles) whose named results are each split into the
+    answer (``<name>``, also all the text keeps) and the thinking (``<name>_reasoning_content``),
+    written in ``model_type``'s markers (``deepseek-r1``, ``qwen3``, ``gpt-oss``: the
+    ``--reasoning-parser`` names). A gen without a name is a ``ValueError``, as in SGLang."""
+    if expr is None:
+        return ir.ExprList([])
+    from radixlm.runtime.server.reasoning.registry import get_format  # lazily: the server's parsers
+
+    if not isinstance(model_type, str):
+        raise ValueError("separate_reasoning needs model_type (deepseek-r1, qwen3, gpt-oss, ...)")
+    get_format(model_type)  # ValueError naming the known formats
+    items = []
+    for item in ir.to_exprs(expr):
+        if isinstance(item, (ir.Gen, ir.Select)):
+            if not item.name:
+                raise ValueError("separate_reasoning needs every gen / select in expr to have a name")
+            item = dataclasses.replace(item, reasoning=model_type)
+        items.append(item)
+    return ir.ExprList(items)
 
 
 def image(path: Any) -> ir.Expr:

@@ -2,7 +2,9 @@
 
 Uses only the standard library so that many interpreter threads can block on requests at once.
 The chat template comes from the server's model when its path is readable here (the usual case for
-a local server); otherwise ChatML is assumed.
+a local server); otherwise ChatML is assumed. A server streams the whole text so far in every chunk
+(SGLang's default) unless its ``/get_server_info`` says ``incremental_streaming_output``; either
+way :meth:`RuntimeEndpoint._stream` yields deltas, as the interpreter expects.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class RuntimeEndpoint(Backend):
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.model_info = self._request("GET", "/get_model_info")
+        self._cumulative: bool | None = None  # whether stream chunks hold everything so far
 
     def flush_cache(self) -> bool:
         """``POST /flush_cache``; False when the server declines (requests still running)."""
@@ -57,6 +60,10 @@ class RuntimeEndpoint(Backend):
         """The chunks of the SSE stream until ``data: [DONE]``."""
         body = self._body(text, sampling_params, None, **logprob)
         body["stream"] = True
+        if self._cumulative is None:
+            info = self.get_server_info()
+            self._cumulative = not info.get("incremental_streaming_output", False)
+        deltas = _Deltas() if self._cumulative else None
         with self._open("POST", "/generate", body) as resp:
             for raw in resp:
                 line = raw.decode("utf-8").strip()
@@ -68,7 +75,7 @@ class RuntimeEndpoint(Backend):
                 chunk = json.loads(payload)
                 if "error" in chunk:
                     raise _error_from(400, chunk)
-                yield chunk
+                yield deltas.take(chunk) if deltas is not None else chunk
 
     def _body(self, text, sampling_params, input_ids, return_logprob=False, logprob_start_len=None,
               top_logprobs_num=0) -> dict[str, Any]:
@@ -113,6 +120,34 @@ class RuntimeEndpoint(Backend):
 
             return RoleTemplate.from_tokenizer(Tokenizer(path))
         return RoleTemplate.chatml()
+
+
+class _Deltas:
+    """Turns cumulative stream chunks (text, output ids, output logprob lists so far) into deltas."""
+
+    _GROWING = ("output_ids", "meta_info.output_token_logprobs", "meta_info.output_top_logprobs")
+
+    def __init__(self) -> None:
+        self.text_len = 0
+        self.seen: dict[str, int] = {}
+
+    def take(self, chunk: dict) -> dict:
+        text = chunk.get("text") or ""
+        out = {**chunk, "text": text[self.text_len:], "meta_info": dict(chunk.get("meta_info") or {})}
+        self.text_len = max(self.text_len, len(text))
+        for path in self._GROWING:
+            holder = out["meta_info"] if path.startswith("meta_info.") else out
+            key = path.rsplit(".", 1)[-1]
+            if isinstance(holder.get(key), list):
+                done = self.seen.get(key, 0)
+                self.seen[key] = len(holder[key])
+                holder[key] = holder[key][done:]
+        for key in ("input_token_logprobs", "input_top_logprobs"):  # once, with the first chunk
+            if self.seen.setdefault(key, 0) and key in out["meta_info"]:
+                del out["meta_info"][key]
+            elif key in out["meta_info"]:
+                self.seen[key] = 1
+        return out
 
 
 def _error_from(status: int, payload: dict) -> Exception:

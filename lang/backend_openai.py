@@ -25,7 +25,7 @@ from radixlm.lang.openai_select import select_by_echo
 
 INSTRUCT_MODEL_NAMES = ("gpt-3.5-turbo-instruct",)  # SGLang's list of completion-only models
 # Constraints an OpenAI API has no field for: refuse rather than silently return unconstrained text.
-_UNSUPPORTED = ("regex", "json_schema", "stop_regex")
+_UNSUPPORTED = ("regex", "json_schema", "ebnf", "stop_regex")
 _PLAIN = ("n", "stop", "temperature", "top_p", "frequency_penalty", "presence_penalty")
 
 

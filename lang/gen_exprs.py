@@ -37,15 +37,16 @@ def gen(name: str | None = None, max_tokens: int | None = None, min_tokens: int 
         top_logprobs_num: int | None = None, return_text_in_logprobs: bool | None = None,
         dtype: Any = None, choices: list[str] | None = None,
         choices_method: ChoicesMethod | None = None, regex: str | None = None,
-        json_schema: Any = None) -> ir.Expr:
+        json_schema: Any = None, *, ebnf: str | None = None) -> ir.Expr:
     """Generate text into variable ``name``; unset arguments take the run's defaults.
 
     ``n > 1`` samples n completions: the variable holds the list of n texts (the state's text
     continues with the first) and its meta info the list of n meta infos. ``stop_regex`` stops at
     the earliest match of any of the regexes (cut there). ``dtype`` (int, float, bool, str) becomes
     a regex and wins over ``regex`` (with a warning), as in SGLang; ``json_schema`` is a dict, a
-    JSON string or a pydantic model class; ``choices`` makes this a :func:`select` (with
-    ``choices_method``, None meaning the default ``token_length_normalized``).
+    JSON string or a pydantic model class; ``ebnf`` (radixlm's addition after SGLang's arguments)
+    is an EBNF or Lark grammar the output must match (``SamplingParams.ebnf``); ``choices`` makes
+    this a :func:`select` (with ``choices_method``, None meaning the default ``token_length_normalized``).
     """
     if name is not None and not isinstance(name, str):
         raise TypeError(f"gen name must be a string, got {type(name).__name__}")
@@ -55,7 +56,7 @@ def gen(name: str | None = None, max_tokens: int | None = None, min_tokens: int 
              "stop_token_ids": stop_token_ids, "stop_regex": stop_regex, "temperature": temperature,
              "top_p": top_p, "top_k": top_k, "min_p": min_p, "frequency_penalty": frequency_penalty,
              "presence_penalty": presence_penalty, "ignore_eos": ignore_eos,
-             "regex": _dtype_regex(dtype, regex), "json_schema": _schema_dict(json_schema)}
+             "regex": _dtype_regex(dtype, regex), "json_schema": _schema_dict(json_schema), "ebnf": ebnf}
     params = {k: v for k, v in given.items() if v is not None}
     _validate(params)
     logprob = {"return_logprob": return_logprob, "logprob_start_len": logprob_start_len,

@@ -67,8 +67,7 @@ class StreamExecutor:
     def submit(self, value: Any) -> None:
         """Enqueue a string or expression; names it will define become pending at once."""
         for expr in ir.to_exprs(value):
-            name = _defines(expr)
-            if name is not None:
+            for name in _defines(expr):
                 with self.cond:
                     self.events[name] = threading.Event()
                     if self.error_ is not None:
@@ -177,9 +176,7 @@ class StreamExecutor:
             self._gen(expr)
         elif isinstance(expr, ir.Select):
             decision = run_select(self.backend, self.text_, expr.choices, expr.method, expr.temperature)
-            self._append(decision.decision)
-            if expr.name:
-                self._set_var(expr.name, decision.decision, decision.meta_info)
+            self._result(expr, decision.decision, decision.meta_info)
         elif isinstance(expr, ir.RoleBegin):
             self._role_begin(expr.role)
         elif isinstance(expr, ir.RoleEnd):
@@ -202,22 +199,19 @@ class StreamExecutor:
         options = {**self.logprob_defaults, **expr.logprob}  # the logprob family (+ chat for chat APIs)
         if self.backend_context_wanted():
             options["chat"] = self.chat_context()
-        # n > 1 samples are not streamed: the variable is their list, complete at once.
-        if self.stream and params.get("n", 1) == 1:
-            self._gen_stream(expr.name, params, options)
+        # n > 1 samples are not streamed: the variable is their list, complete at once; nor is a
+        # separate_reasoning gen: its thinking must never reach the text (or a reader of it)
+        if self.stream and params.get("n", 1) == 1 and expr.reasoning is None:
+            self._gen_stream(expr, params, options)
             return
         out = self.backend.generate(self.text_, params, **options)
         if isinstance(out, list):  # n > 1: SGLang keeps every sample, the text takes the first
-            value, meta = [o["text"] for o in out], [o["meta_info"] for o in out]
-            self._append(value[0])
+            self._result(expr, [o["text"] for o in out], [o["meta_info"] for o in out])
         else:
-            value, meta = out["text"], out["meta_info"]
-            self._append(value)
-        if expr.name:
-            self._set_var(expr.name, value, meta)
+            self._result(expr, out["text"], out["meta_info"])
 
-    def _gen_stream(self, name: str | None, params: dict[str, Any], options: dict[str, Any]) -> None:
-        value, merged = "", None
+    def _gen_stream(self, expr: ir.Gen, params: dict[str, Any], options: dict[str, Any]) -> None:
+        name, value, merged = expr.name, "", None
         for delta, chunk_meta in self.backend.generate_stream(self.text_, params, **options):
             merged = merge_stream_meta(merged, chunk_meta)
             with self.cond:  # text and meta info together, so readers see them consistently
@@ -227,8 +221,30 @@ class StreamExecutor:
                     self.partial[name] = value
                 self.stream_log.append((name, chunk_meta))
                 self.cond.notify_all()
-        if name:
-            self._set_var(name, value, merged if merged is not None else {})
+        self._result(expr, value, merged if merged is not None else {}, streamed=True)
+
+    def _result(self, expr: ir.Gen | ir.Select, value: Any, meta: Any, streamed: bool = False) -> None:
+        """Append ``value`` (unless ``streamed``: the text already holds it) and store it as the
+        expression's variable; with ``separate_reasoning``, only its answer, the thinking apart."""
+        thought = None
+        if expr.reasoning is not None:
+            value, thought = self._split(expr.reasoning, value)
+        if not streamed:
+            self._append(value[0] if isinstance(value, list) else value)
+        if expr.name:
+            self._set_var(expr.name, value, meta)
+            if thought is not None:
+                self._set_var(ir.reasoning_var(expr.name), thought)
+
+    def _split(self, model_type: str, value: Any) -> tuple[Any, Any]:
+        """(answer, thinking) of ``value`` (lists of them for n > 1), which continues the text."""
+        from radixlm.runtime.server.reasoning.registry import get_format  # lazily: the server's parsers
+
+        fmt = get_format(model_type)
+        state = fmt.prompt_state(self.text_)
+        splits = [fmt.parse(v, state) for v in (value if isinstance(value, list) else [value])]
+        answers, thoughts = [x.content for x in splits], [x.reasoning for x in splits]
+        return (answers, thoughts) if isinstance(value, list) else (answers[0], thoughts[0])
 
     def backend_context_wanted(self) -> bool:
         """Whether the backend needs the conversation (a chat API) besides the text."""
@@ -254,10 +270,10 @@ class StreamExecutor:
         self.cur_role = None
 
 
-def _defines(expr: ir.Expr) -> str | None:
-    """The variable name an expression will set, if any."""
-    if isinstance(expr, (ir.Gen, ir.Select)):
-        return expr.name
-    if isinstance(expr, (ir.VarScopeBegin, ir.SetVar)):
-        return expr.name
-    return None
+def _defines(expr: ir.Expr) -> list[str]:
+    """The variable names an expression will set."""
+    if isinstance(expr, (ir.Gen, ir.Select)) and expr.name and expr.reasoning:
+        return [expr.name, ir.reasoning_var(expr.name)]
+    if isinstance(expr, (ir.Gen, ir.Select, ir.VarScopeBegin, ir.SetVar)):
+        return [expr.name] if expr.name else []
+    return []

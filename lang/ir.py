@@ -79,10 +79,11 @@ class Gen(Expr):
     name: str | None
     params: dict[str, Any] = field(default_factory=dict)
     logprob: dict[str, Any] = field(default_factory=dict)
+    reasoning: str | None = None  # separate_reasoning's format: the thinking goes to its own variable
 
     def describe(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in {**self.params, **self.logprob}.items())
-        return f"gen {self.name or '_'}({args})"
+        return f"gen {self.name or '_'}({args})" + (f" separate_reasoning={self.reasoning}" if self.reasoning else "")
 
 
 @dataclass(eq=False)
@@ -93,6 +94,7 @@ class Select(Expr):
     choices: list[str]
     temperature: float = 0.0
     method: Any = None  # a choices.ChoicesMethod
+    reasoning: str | None = None  # as Gen.reasoning
 
     def describe(self) -> str:
         method = getattr(self.method, "name", "token_length_normalized")
@@ -176,6 +178,11 @@ class Join(Expr):
 
     def describe(self) -> str:
         return f"join ({self.mode})"
+
+
+def reasoning_var(name: str) -> str:
+    """The variable that holds the thinking split off ``name`` (SGLang's naming)."""
+    return f"{name}_reasoning_content"
 
 
 # Leaf kinds whose text is known without running the model.

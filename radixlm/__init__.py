@@ -37,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "OpenAI": "radixlm.lang.api",
     "flush_cache": "radixlm.lang.api",
     "get_server_info": "radixlm.lang.api",
+    "separate_reasoning": "radixlm.lang.api",
     "video": "radixlm.lang.api",
     "ProgramState": "radixlm.lang.api",
     "token_length_normalized": "radixlm.lang.api",

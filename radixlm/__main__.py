@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from radixlm import __version__
 
@@ -31,9 +31,19 @@ def _server_args(parser: argparse.ArgumentParser, ns: argparse.Namespace):
 
 
 def _make_engine(server_args):
-    from radixlm.runtime.engine.engine import Engine
+    """The engine, or one ``radixlm: error: ...`` line and exit code 2 when it cannot load."""
+    from radixlm.startup import StartupError, load_engine
 
-    return Engine(**dataclasses.asdict(server_args))
+    try:
+        return load_engine(server_args)
+    except StartupError as e:
+        _fail(e)
+
+
+def _fail(error: Exception) -> NoReturn:
+    """One ``radixlm: error:`` line on stderr, then exit code 2 (a usage error's code)."""
+    print(f"radixlm: error: {error}", file=sys.stderr)
+    sys.exit(2)
 
 
 # ---------------------------------------------------------------------- serve
@@ -42,6 +52,7 @@ def _make_engine(server_args):
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     from radixlm.runtime.server.state import DEFAULT_MAX_BODY_BYTES
     from radixlm.runtime.server_args import ServerArgs
+    from radixlm.sglang_flags import add_ignored_flags
 
     p = subparsers.add_parser("serve", help="run the HTTP server (native + OpenAI-compatible API)",
                               description="Serve a model over HTTP: SGLang-native /generate and the "
@@ -63,11 +74,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                       help="on SIGINT/SIGTERM, seconds in-flight requests get before they are aborted "
                            "(default: %(default)s)")
     http.add_argument("--log-requests", action=argparse.BooleanOptionalAction, default=True,
-                      help="log one INFO line per request")
-    http.add_argument("--dp-size", type=int, default=1,
+                      help="log one INFO line per request (default: on)")
+    http.add_argument("--dp-size", "--data-parallel-size", type=int, default=1,
                       help="data parallelism: run this many engine replicas (each a server on an internal "
                            "port) behind a cache-aware router on --host/--port (default: %(default)s)")
     ServerArgs.add_cli_args(p.add_argument_group("engine (ServerArgs)"))
+    add_ignored_flags(p)
     p.set_defaults(func=cmd_serve, parser=p)
 
 
@@ -75,6 +87,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from radixlm.runtime.server.app import serve
     from radixlm.runtime.server.auth import load_api_keys
     from radixlm.runtime.server.state import ServerConfig
+    from radixlm.sglang_flags import notices
+    from radixlm.startup import StartupError, bind_listener
 
     server_args = _server_args(args.parser, args)
     try:
@@ -84,15 +98,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               graceful_shutdown_s=args.graceful_shutdown_s)
     except ValueError as e:
         args.parser.error(str(e))
+    for line in notices(args):
+        print(line, file=sys.stderr)
     logging.basicConfig(level=server_args.log_level.upper(), format=LOG_FORMAT)
     logging.getLogger("radixlm.server").setLevel(logging.INFO)  # start-up and shutdown lines
     if not args.log_requests:
         logging.getLogger("radixlm.server.requests").setLevel(logging.WARNING)
     if args.dp_size != 1:
         return _serve_data_parallel(args, server_args, config.keys)
+    try:
+        sock = bind_listener(config.host, config.port)  # before the load: a taken port fails in a second
+    except StartupError as e:
+        _fail(e)
     engine = _make_engine(server_args)
     try:
-        _run(serve(engine, config))
+        _run(serve(engine, config, sock=sock))
     finally:
         engine.shutdown()
     return 0
@@ -101,9 +121,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str]) -> int:
     from radixlm.runtime.scaleout.dp_launcher import serve_data_parallel
     from radixlm.runtime.server.auth import API_KEY_ENV
+    from radixlm.startup import StartupError, check_checkpoint, check_port_free
 
     if args.dp_size < 1:
         args.parser.error(f"--dp-size must be >= 1, got {args.dp_size}")
+    try:  # before any replica starts loading
+        check_port_free(args.host, args.port)
+        check_checkpoint(server_args.model_path, server_args.tokenizer_path)
+    except StartupError as e:
+        _fail(e)
     extra = ["--max-body-bytes", str(args.max_body_bytes),
              "--graceful-shutdown-s", str(args.graceful_shutdown_s)]
     # the replicas inherit the environment: the keys reach them without showing in their command lines
@@ -114,7 +140,10 @@ def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str])
         extra += ["--served-model-name", args.served_model_name]
     if not args.log_requests:
         extra.append("--no-log-requests")
-    return serve_data_parallel(server_args, args.dp_size, args.host, args.port, extra_argv=extra)
+    try:
+        return serve_data_parallel(server_args, args.dp_size, args.host, args.port, extra_argv=extra)
+    except (RuntimeError, TimeoutError) as e:  # a replica failed to start (it printed why)
+        _fail(e)
 
 
 def _run(coro) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from radixlm.runtime.validation import FieldError, check_bools, check_int, check_num
 
-CONSTRAINT_FIELDS = ("json_schema", "regex", "choices", "json_object")
+CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
 
 
 MAX_TEMPERATURE = 100.0  # far past uniform sampling already; larger values are a client bug
@@ -42,11 +42,14 @@ class SamplingParams:
     ignore_eos: bool = False
     no_stop_trim: bool = False
     skip_special_tokens: bool = True
+    # Special tokens decoded even with skip_special_tokens (a chat format's markers: [TOOL_CALLS], ...).
+    keep_special_token_ids: list[int] = field(default_factory=list)
     spaces_between_special_tokens: bool = True
     n: int = 1
-    # Constraints: at most one of json_schema / regex / choices / json_object.
+    # Constraints: at most one of json_schema / regex / ebnf / choices / json_object.
     json_schema: dict | str | None = None
     regex: str | None = None
+    ebnf: str | None = None  # an EBNF (GBNF ``::=``) or Lark grammar, as SGLang accepts it
     choices: list[str] | None = None
     json_object: bool = False
     strict: bool = True
@@ -154,6 +157,10 @@ class SamplingParams:
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
         ):
             raise FieldError("stop_token_ids", "stop_token_ids must be a list of non-negative integers")
+        if not isinstance(self.keep_special_token_ids, list) or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.keep_special_token_ids
+        ):
+            raise FieldError("keep_special_token_ids", "keep_special_token_ids must be a list of non-negative integers")
         check_int("n", self.n, lo=1)
         check_bools(self, ("ignore_eos", "no_stop_trim", "skip_special_tokens", "json_object", "strict",
                      "disable_jump_forward", "spaces_between_special_tokens"))
@@ -164,6 +171,8 @@ class SamplingParams:
             raise FieldError("json_schema", "json_schema must be an object (or a JSON string of one)")
         if self.regex is not None and (not isinstance(self.regex, str) or not self.regex):
             raise FieldError("regex", "regex must be a non-empty string")
+        if self.ebnf is not None and (not isinstance(self.ebnf, str) or not self.ebnf.strip()):
+            raise FieldError("ebnf", "ebnf must be a non-empty string (an EBNF or Lark grammar)")
         if self.choices is not None and (
             not isinstance(self.choices, list) or not self.choices
             or not all(isinstance(c, str) and c for c in self.choices)

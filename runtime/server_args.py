@@ -20,13 +20,25 @@ ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
 # runtime.server.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import server)
-TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseekr1", "deepseekv3", "deepseekv31",
-                     "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "gpt-oss", "gpt_oss", "granite", "hermes", "kimi", "kimi_k2",
+TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseekr1", "deepseekv3",
+                     "deepseekv31", "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "gpt-oss", "gpt_oss", "granite", "hermes", "kimi", "kimi_k2",
                      "llama", "llama3", "llama31", "llama32", "llama33", "llama4", "mistral", "pythonic", "qwen",
                      "qwen25", "qwen3", "qwen3_coder")
 # runtime.server.reasoning.registry.names() (tests keep the two equal, as for TOOL_CALL_PARSERS)
 REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gpt-oss", "gpt_oss", "openai_gptoss", "qwen3", "qwq")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")
+# SGLang's spellings of our flags (``python -m sglang.launch_server`` commands run unchanged)
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {
+    "model_path": ("--model",),
+    "tp_size": ("--tensor-parallel-size",),
+    "mem_fraction": ("--mem-fraction-static",),
+}
+# SGLang's names for values we spell differently
+VALUE_ALIASES: dict[str, dict[str, str]] = {
+    "dtype": {"half": "float16", "float": "float32"},
+    "attention_backend": {"torch_native": "torch"},
+}
 # Levels a request body adds above a schema it carries (body > tools > [i] > function > parameters),
 # plus slack: a schema the engine accepts must fit in a body the server accepts.
 JSON_BODY_WRAPPING = 8
@@ -65,9 +77,6 @@ class ServerArgs:
     max_queued_requests: int | None = _arg(None, "reject submissions beyond this many waiting requests", int)
     max_req_input_len: int | None = _arg(None, "reject prompts longer than this (default: context length)", int)
     grammar_compile_timeout_s: float = _arg(10.0, "time budget for compiling one constraint", float)
-    grammar_max_regex_chars: int | None = _arg(
-        None, "size budget of one JSON schema's regex (default 250000); larger schemas are compiled "
-        "with fewer recursion levels / only required members deep down", int)
     enable_jump_forward: bool = _arg(True, "append forced grammar text without decoding it token by token", bool)
     # per-request limits, enforced by the engine for every caller and route (a ValueError naming the field)
     max_prompts_per_request: int = _arg(1024, "most prompts in one batched request", int)
@@ -92,6 +101,23 @@ class ServerArgs:
     reasoning_parser: str | None = _arg(None, "HTTP: the reasoning format split into reasoning_content "
                                         "(deepseek-r1, qwen3, gpt-oss); default: detected from the chat "
                                         "template (none when it has no reasoning markers)", str)
+
+    chat_template: str | None = _arg(None, "HTTP: a Jinja chat template file (or the template text itself) used "
+                                     "instead of the checkpoint's", str)
+    grammar_backend: str = _arg("radixlm", "constraint compiler: radixlm (built in), xgrammar or llguidance "
+                                "(optional packages)", str, GRAMMAR_BACKENDS)
+    strict_api: bool = _arg(False, "HTTP: reject unknown request fields with 400 instead of ignoring them", bool)
+    incremental_streaming_output: bool = _arg(False, "HTTP: /generate stream chunks carry only the new text "
+                                              "(default: the whole text so far, as SGLang)", bool)
+
+    # GPU decode speed-ups (issue 20): used on CUDA only, and only once verified on a device
+    # (runtime/model/gpu_features.py); on CPU they have no effect
+    disable_cuda_graph: bool = _arg(False, "CUDA: run decode steps eagerly instead of replaying captured "
+                                    "CUDA graphs (one per batch-size bucket)", bool)
+    cuda_graph_max_bs: int = _arg(128, "CUDA: largest decode batch captured as a CUDA graph (buckets 1, 2, 4, "
+                                  "8, then every 8); larger batches run eagerly", int)
+    disable_overlap_schedule: bool = _arg(False, "CUDA: run the step loop without overlapping CPU "
+                                          "scheduling with the device's work", bool)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -128,13 +154,14 @@ class ServerArgs:
         if not 0.0 < self.mem_fraction <= 1.0:
             raise ValueError(f"mem_fraction must be in (0, 1], got {self.mem_fraction}")
         check_num("grammar_compile_timeout_s", self.grammar_compile_timeout_s)
-        if self.grammar_max_regex_chars is not None:
-            check_int("grammar_max_regex_chars", self.grammar_max_regex_chars)
-            if self.grammar_max_regex_chars < 1000:
-                raise ValueError(f"grammar_max_regex_chars must be >= 1000, got {self.grammar_max_regex_chars}")
         if self.grammar_compile_timeout_s <= 0:
             raise ValueError(f"grammar_compile_timeout_s must be > 0, got {self.grammar_compile_timeout_s}")
-        check_bools(self, ("disable_radix_cache", "enable_jump_forward"))
+        check_bools(self, ("disable_radix_cache", "enable_jump_forward", "strict_api",
+                           "incremental_streaming_output"))
+        if self.chat_template is not None and (not isinstance(self.chat_template, str) or not self.chat_template):
+            raise ValueError("chat_template must be a non-empty string: a Jinja file or the template text")
+        check_bools(self, ("disable_cuda_graph", "disable_overlap_schedule"))
+        check_int("cuda_graph_max_bs", self.cuda_graph_max_bs, lo=1, hi=4096)
         self._validate_http_limits()
         for name in ("model_path", "tokenizer_path"):
             value = getattr(self, name)
@@ -160,16 +187,20 @@ class ServerArgs:
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
-        """Add one ``--kebab-case`` flag per field (booleans as ``--x/--no-x``)."""
+        """Add one ``--kebab-case`` flag per field (booleans as ``--x/--no-x``), plus SGLang's spellings."""
         for f in dataclasses.fields(ServerArgs):
-            flag = "--" + f.name.replace("_", "-")
-            help_text = f"{f.metadata['help']} (default: {f.default})"
+            flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, ())]
             if f.metadata["type"] is bool:
-                parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                    default=f.default, help=help_text)
+                action = parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
+                                             default=f.default, help=f.metadata["help"])
             else:
-                parser.add_argument(flag, dest=f.name, type=f.metadata["type"], default=f.default,
-                                    choices=f.metadata["choices"], help=help_text)
+                value_type = _with_value_aliases(f.metadata["type"], VALUE_ALIASES.get(f.name))
+                action = parser.add_argument(*flags, dest=f.name, type=value_type, default=f.default,
+                                             choices=f.metadata["choices"], help=f.metadata["help"])
+            # one "(default: ...)" per flag: none when the help names it or it is None, none added
+            # twice where argparse's BooleanOptionalAction adds its own (Python < 3.12)
+            if f.default is not None and "default" not in action.help:
+                action.help += " (default: %(default)s)"
 
     @classmethod
     def from_cli_args(cls, ns: argparse.Namespace) -> ServerArgs:
@@ -185,3 +216,15 @@ class ServerArgs:
         if unknown:
             raise ValueError(f"unknown server argument(s): {', '.join(unknown)}")
         return cls(**kwargs)
+
+
+def _with_value_aliases(value_type: Any, aliases: dict[str, str] | None) -> Any:
+    """``value_type`` that first maps SGLang's spelling of a value (``half``) to ours (``float16``)."""
+    if not aliases:
+        return value_type
+
+    def convert(text: str) -> Any:
+        return value_type(aliases.get(text, text))
+
+    convert.__name__ = getattr(value_type, "__name__", "value")  # argparse names it in errors
+    return convert

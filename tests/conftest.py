@@ -58,7 +58,7 @@ def schema_checker(tiny_llama):
         validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
         for inst in good:
             assert validator.is_valid(inst), f"table error: {inst!r} is not valid"
-            assert grammar.matches(compact_json(inst)), f"{inst!r} should be accepted by {grammar.regex[:300]}"
+            assert grammar.matches(compact_json(inst)), f"{inst!r} should be accepted by {grammar.lark[:300]}"
         for inst in bad:
             assert not grammar.matches(compact_json(inst)), f"{inst!r} should be rejected"
         for seed in range(walks):

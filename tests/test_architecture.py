@@ -23,7 +23,7 @@ RUNTIME_PARTS = ("server", "engine", "scheduler", "model", "scaleout", "checkpoi
 ALLOWED: dict[str, set[str]] = {
     "radixlm.cli": {"radixlm", "runtime", "runtime.server", "runtime.engine", "runtime.scaleout"},
     "radixlm": set(),  # the facade names its exports lazily, by string
-    "lang": {"runtime", "runtime.engine"},
+    "lang": {"runtime", "runtime.engine", "runtime.server"},  # server: separate_reasoning's parsers
     "runtime.server": {"radixlm", "runtime", "constrained"},  # the engine comes in as an object
     "runtime.scaleout": {"runtime", "runtime.server", "runtime.scheduler", "radix_cache", "torch"},
     "runtime.engine": {"runtime", "runtime.scheduler", "runtime.model", "runtime.checkpoints", "constrained"},
@@ -39,6 +39,9 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
+CLI_MODULES = ("__main__", "launch_server", "startup", "sglang_flags")  # radixlm/'s command-line modules
+
+
 def unit_of(module: str) -> str | None:
     """The package unit of a module name (None for modules outside radixlm and torch)."""
     parts = module.split(".")
@@ -48,7 +51,7 @@ def unit_of(module: str) -> str | None:
         return None
     if len(parts) == 1:
         return "radixlm"
-    if parts[1] == "__main__":
+    if parts[1] in CLI_MODULES:
         return "radixlm.cli"
     if parts[1] == "runtime":
         return f"runtime.{parts[2]}" if len(parts) > 2 and parts[2] in RUNTIME_PARTS else "runtime"

@@ -13,9 +13,12 @@ import time
 import urllib.request
 
 import pytest
+from radixlm.runtime.scaleout.dp_launcher import replica_command
 from radixlm.runtime.server_args import ServerArgs
 
-from radixlm.__main__ import main
+from radixlm import launch_server
+from radixlm.__main__ import build_parser, main
+from radixlm.sglang_flags import notices
 
 
 def test_help_lists_subcommands_and_every_server_arg(capsys):
@@ -85,7 +88,9 @@ def test_serve_logs_requests_and_exits_0_on_sigterm():
     log = _Lines(proc.stderr)
     log.start()
     try:
-        port = int(log.wait_for(r"on http://127\.0\.0\.1:(\d+)", timeout=120).group(1))
+        ready = log.wait_for(r"on http://127\.0\.0\.1:(\d+)(.*)", timeout=120)
+        port = int(ready.group(1))
+        assert "RANDOM weights" in ready.group(2) and "--model-path" in ready.group(2)  # the default model
         url = f"http://127.0.0.1:{port}"
         out = json.loads(_post(url + "/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 3}}))
         assert out["meta_info"]["completion_tokens"] <= 3
@@ -112,3 +117,74 @@ def _safe_post(url: str, body: dict) -> bytes | str:
         return _post(url, body)
     except Exception as e:  # noqa: BLE001 - the connection may be cut by the shutdown
         return repr(e)
+
+
+# an SGLang launch command, as SGLang's docs write them
+SGLANG_COMMAND = [
+    "--model-path", "/models/llama", "--host", "0.0.0.0", "--port", "30001", "--tp-size", "1", "--dp-size", "1",
+    "--max-running-requests", "8", "--max-total-tokens", "4096", "--chunked-prefill-size", "512",
+    "--max-prefill-tokens", "2048", "--schedule-policy", "lpm", "--random-seed", "7", "--context-length", "1024",
+    "--served-model-name", "llama", "--api-key", "sk-1", "--log-level", "info", "--mem-fraction-static", "0.7",
+    "--chat-template", "chat.jinja", "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3",
+    "--grammar-backend", "xgrammar", "--enable-metrics", "--kv-cache-dtype", "fp8_e5m2", "--log-requests",
+    "--trust-remote-code", "--dtype", "bfloat16", "--page-size", "1", "--disable-radix-cache",
+    "--strict-api", "--incremental-streaming-output", "--enable-torch-compile", "--stream-interval", "2",
+]
+
+
+def test_sglang_launch_command_parses_with_a_notice_per_ignored_flag():
+    ns = build_parser().parse_args(["serve", *SGLANG_COMMAND])
+    args = ServerArgs.from_cli_args(ns)
+    assert (args.model_path, args.mem_fraction, args.max_total_tokens, args.random_seed) == ("/models/llama", 0.7,
+                                                                                             4096, 7)
+    assert (args.chat_template, args.tool_call_parser, args.reasoning_parser) == ("chat.jinja", "hermes", "qwen3")
+    assert (args.grammar_backend, args.strict_api, args.incremental_streaming_output) == ("xgrammar", True, True)
+    assert (ns.host, ns.port, ns.dp_size, ns.served_model_name, ns.api_key) == ("0.0.0.0", 30001, 1, "llama",
+                                                                                ["sk-1"])
+    lines = notices(ns)
+    for flag in ("--enable-metrics", "--kv-cache-dtype fp8_e5m2", "--trust-remote-code", "--enable-torch-compile",
+                 "--stream-interval 2"):
+        assert sum(line.startswith(f"radixlm: notice: {flag} has no effect: ") for line in lines) == 1, flag
+    assert len(lines) == 5
+    # asking for what radixlm does anyway is no notice
+    assert notices(build_parser().parse_args(["serve", "--kv-cache-dtype", "auto"])) == []
+
+
+def test_launch_server_is_radixlm_serve(capsys):
+    with pytest.raises(SystemExit) as exc:
+        launch_server.main(["--help"])
+    assert exc.value.code == 0
+    alias = capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert alias == capsys.readouterr().out and "--mem-fraction-static" in alias
+
+
+def test_serve_help_prints_each_default_once(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    entries = re.split(r"\n  (?=-)", out)  # one entry per option
+    assert len(entries) > 40
+    for entry in entries:
+        assert entry.count("(default") <= 1, entry
+        assert "(default: None)" not in entry, entry
+
+
+@pytest.mark.parametrize("layout", ["clone", "package", "runtime", "lang"])
+def test_replicas_start_whatever_the_current_directory_holds(tmp_path, layout):
+    """``--dp-size`` replicas run the installed radixlm even from a folder holding a clone named
+    ``radixlm/`` (a namespace package there) or a package that shadows one (``radixlm``, ``runtime``)."""
+    if layout == "clone":  # the repository layout: no __init__.py at its root
+        (tmp_path / "radixlm" / "runtime").mkdir(parents=True)
+        (tmp_path / "radixlm" / "pyproject.toml").write_text("")
+    else:
+        name = {"package": "radixlm"}.get(layout, layout)
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('the shadowing folder was imported')\n")
+    proc = subprocess.run([*replica_command(), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "--model-path" in proc.stdout, proc.stderr
+    if layout in ("clone", "package"):  # the bug this guards against: `python -m radixlm` imports the folder
+        naive = subprocess.run([sys.executable, "-m", "radixlm", "serve", "--help"], cwd=tmp_path,
+                               capture_output=True, text=True, timeout=120)
+        assert naive.returncode != 0

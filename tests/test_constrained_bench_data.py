@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 import pytest
-from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
+from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_grammar
 from radixlm.constrained.testing.walks import accepts_text, compact_json, random_walk
 
 DATA = Path(__file__).resolve().parent / "data" / "jsonschemabench"
@@ -44,7 +44,7 @@ def compiled(docs, tokenizer) -> dict:
         if per_subset.get(subset, 0) >= PER_SUBSET:
             continue
         try:
-            if len(schema_to_regex(doc["schema"]).regex) > MAX_REGEX:
+            if len(schema_to_grammar(doc["schema"]).lark) > MAX_REGEX:
                 continue
         except ConstraintError:
             continue
@@ -57,7 +57,7 @@ def test_front_end_covers_the_sample(docs):
     covered, errors = 0, []
     for name, doc in docs.items():
         try:
-            schema_to_regex(doc["schema"])
+            schema_to_grammar(doc["schema"])
             covered += 1
         except ConstraintError as e:
             errors.append((name, e))

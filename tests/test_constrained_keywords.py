@@ -5,13 +5,9 @@ Each case checks instances both ways and that random token walks validate."""
 
 from __future__ import annotations
 
-import json
-import random
-
 import jsonschema
 import pytest
-from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
-from radixlm.constrained.testing.walks import compact_json, random_walk
+from radixlm.constrained import ConstraintError, TokenizerVocab, schema_to_grammar
 
 # (schema, instances that must be accepted, instances that must be rejected)
 CASES = [
@@ -90,63 +86,17 @@ def test_keyword_cases(schema_checker, schema, good, bad):
 
 def test_one_of_without_a_provable_branch_still_raises():
     with pytest.raises(ConstraintError) as info:
-        schema_to_regex({"oneOf": [{"type": "string"}, {"type": "string", "minLength": 2}]})
+        schema_to_grammar({"oneOf": [{"type": "string"}, {"type": "string", "minLength": 2}]})
     assert info.value.keyword == "oneOf" and info.value.pointer == "#"
 
 
 def test_literal_pattern_that_fails_another_pattern_is_unsatisfiable():
     with pytest.raises(ConstraintError, match="unsatisfiable"):
-        schema_to_regex({"type": "string", "allOf": [{"pattern": "^tuple$"}, {"pattern": "^x"}]})
+        schema_to_grammar({"type": "string", "allOf": [{"pattern": "^tuple$"}, {"pattern": "^x"}]})
 
 
 def test_property_names_that_exclude_a_required_name_are_unsatisfiable():
     with pytest.raises(ConstraintError, match="unsatisfiable"):
-        schema_to_regex({"type": "object", "required": ["abcd"], "propertyNames": {"maxLength": 3}})
+        schema_to_grammar({"type": "object", "required": ["abcd"], "propertyNames": {"maxLength": 3}})
 
 
-def _deep_schema(levels: int) -> dict:
-    node: dict = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}
-    for _ in range(levels):
-        optional = {f"opt{j}": {"type": "string", "maxLength": 5} for j in range(6)}
-        node = {"type": "object", "properties": {"id": {"type": "integer"}, **optional, "child": node},
-                "required": ["id", "child"]}
-    return node
-
-
-def test_large_schemas_drop_deep_optional_members(vocab, monkeypatch):
-    import radixlm.constrained.json_schema as front_end
-
-    schema = _deep_schema(4)
-    full = schema_to_regex(schema)
-    assert full.optional_depth is None
-    monkeypatch.setattr(front_end, "MAX_REGEX_CHARS", len(full.regex) // 2)
-    small = schema_to_regex(schema)
-    assert small.optional_depth is not None and small.optional_depth >= 1
-    assert len(small.regex) <= len(full.regex) // 2
-    grammar = compile_grammar(vocab, "json_schema", schema)
-    assert grammar.notes and "required members" in grammar.notes[0]
-    validator = _validator(schema)
-    inst = {"id": 1, "opt0": "ab", "child": {"id": 2, "child": {"id": 3, "child": {"id": 4, "child": {"id": 5}}}}}
-    assert validator.is_valid(inst) and grammar.matches(compact_json(inst))  # shallow optional kept
-    deep = {"id": 1, "child": {"id": 2, "child": {"id": 3, "child": {"id": 4, "opt0": "x", "child": {"id": 5}}}}}
-    assert validator.is_valid(deep) and not grammar.matches(compact_json(deep))  # deep optional dropped
-    for seed in range(4):
-        walk = random_walk(grammar, random.Random(seed), max_tokens=120)
-        if walk is not None:
-            text = b"".join(vocab.token_bytes[t] for t in walk[0]).decode("utf-8")
-            assert validator.is_valid(json.loads(text))
-
-
-def test_size_budget_is_a_compile_option(vocab):
-    schema = _deep_schema(3)
-    full = compile_grammar(vocab, "json_schema", schema)
-    small = compile_grammar(vocab, "json_schema", schema, max_regex_chars=len(full.regex) // 2)
-    assert not full.notes and small.notes and len(small.regex) <= len(full.regex) // 2
-
-
-def test_schema_too_large_even_when_pruned(monkeypatch):
-    import radixlm.constrained.json_schema as front_end
-
-    monkeypatch.setattr(front_end, "MAX_REGEX_CHARS", 50)
-    with pytest.raises(ConstraintError, match="more than 50 characters"):
-        schema_to_regex(_deep_schema(2))

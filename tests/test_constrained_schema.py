@@ -8,7 +8,7 @@ import random
 
 import jsonschema
 import pytest
-from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_regex
+from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_grammar
 from radixlm.constrained.testing.walks import compact_json, random_walk
 
 # (schema, instances that must be accepted, instances that must be rejected)
@@ -195,7 +195,7 @@ def test_formats(vocab, fmt):
 @pytest.mark.parametrize("schema,where", STRICT_CASES, ids=[w for _, w in STRICT_CASES])
 def test_strict_rejections_name_keyword_and_pointer(schema, where):
     with pytest.raises(ConstraintError) as info:
-        schema_to_regex(schema)
+        schema_to_grammar(schema)
     assert info.value.location == where
     assert where in str(info.value)
 
@@ -219,18 +219,23 @@ def test_whitespace_pattern(vocab):
 
 def test_errors_name_the_problem():
     with pytest.raises(ConstraintError, match="unsatisfiable"):
-        schema_to_regex({"type": "integer", "minimum": 5, "maximum": 1})
+        schema_to_grammar({"type": "integer", "minimum": 5, "maximum": 1})
     with pytest.raises(ConstraintError, match="does not resolve"):
-        schema_to_regex({"$ref": "#/definitions/missing"})
+        schema_to_grammar({"$ref": "#/definitions/missing"})
     with pytest.raises(ConstraintError, match="unknown type"):
-        schema_to_regex({"type": "strin"})
+        schema_to_grammar({"type": "strin"})
     with pytest.raises(ConstraintError, match="must be an object or a boolean"):
-        schema_to_regex({"properties": {"a": 3}})
+        schema_to_grammar({"properties": {"a": 3}})
 
 
-def test_recursion_depth_is_bounded():
+def test_recursion_is_a_rule_of_any_depth(vocab):
     schema = {"$defs": {"t": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/t"}}}}},
               "$ref": "#/$defs/t"}
-    shallow = schema_to_regex(schema, max_ref_depth=1).regex
-    deep = schema_to_regex(schema, max_ref_depth=3).regex
-    assert len(deep) > len(shallow)
+    out = schema_to_grammar(schema)
+    assert out.recursive and out.lark.count('"kids"') <= 2 and len(out.lark) < 300  # rules, not unrolled
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    deep: dict = {}
+    for _ in range(80):  # 80 levels: past any unrolling, and past the documented 64
+        deep = {"kids": [deep, {}]}
+    assert grammar.matches(json.dumps(deep, separators=(",", ":")))
+    assert not grammar.matches('{"kids":[{"kids":1}]}')

@@ -21,8 +21,9 @@ from radixlm.runtime.server_args import ServerArgs
     ({"max_running_requests": "8"}, "max_running_requests"),
     ({"disable_radix_cache": "yes"}, "disable_radix_cache"),
     ({"grammar_compile_timeout_s": 0}, "grammar_compile_timeout_s"),
-    ({"grammar_max_regex_chars": 10}, "grammar_max_regex_chars"),
-    ({"grammar_max_regex_chars": 2.5}, "grammar_max_regex_chars"),
+    ({"grammar_backend": "outlines"}, "grammar_backend"),
+    ({"strict_api": "yes"}, "strict_api"),
+    ({"chat_template": ""}, "chat_template"),
 ])
 def test_bad_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
@@ -53,3 +54,29 @@ def test_cli_round_trip_covers_every_field():
     assert {f.name for f in dataclasses.fields(ServerArgs)} <= flags
     with pytest.raises(SystemExit):
         parser.parse_args(["--schedule-policy", "random"])
+
+
+def _parse(argv: list[str]) -> ServerArgs:
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    return ServerArgs.from_cli_args(parser.parse_args(argv))
+
+
+def test_sglang_spellings_of_flags_and_values():
+    args = _parse(["--model", "/m", "--mem-fraction-static", "0.5", "--tensor-parallel-size", "1",
+                   "--dtype", "half", "--attention-backend", "torch_native", "--grammar-backend", "xgrammar"])
+    assert (args.model_path, args.mem_fraction, args.tp_size) == ("/m", 0.5, 1)
+    assert (args.dtype, args.attention_backend, args.grammar_backend) == ("float16", "torch", "xgrammar")
+    assert ServerArgs().grammar_backend == "radixlm"
+    with pytest.raises(SystemExit):
+        _parse(["--dtype", "int8"])
+
+
+def test_help_names_each_default_once():
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    for action in parser._actions:
+        if action.help and action.dest != "help":
+            text = action.help % {"default": action.default}
+            assert text.count("default") <= 1, (action.dest, text)
+            assert "(default: None)" not in text, action.dest

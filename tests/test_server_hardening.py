@@ -349,9 +349,9 @@ def test_error_messages_never_carry_python_exception_text():
 
 def _outcomes(srv) -> dict[str, float]:
     _, text, _ = call(srv, "/metrics")
-    prefix = "radixlm_requests_total{outcome=\""
-    return {line[len(prefix):].split('"')[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line.startswith(prefix)}
+    found = (re.match(r'radixlm:requests_total\{model_name="[^"]*",outcome="(\w+)"\} (\S+)$', line)
+             for line in text.splitlines())
+    return {m.group(1): float(m.group(2)) for m in found if m}
 
 
 def test_requests_ended_by_abort_request_count_as_abort(open_server):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import jsonschema
@@ -26,6 +27,8 @@ TIME = {"type": "object", "properties": {"zone": {"type": "string"}}, "required"
 TOOLS = [ToolSpec("get_weather", "Weather", WEATHER), ToolSpec("get_time", "Time", TIME)]
 W = ("get_weather", {"city": "Paris", "metric": True})
 T = ("get_time", {"zone": "UTC"})
+V32 = ("<｜DSML｜function_calls>", '<｜DSML｜invoke name=', '<｜DSML｜parameter name=', "</｜DSML｜parameter>",
+       "</｜DSML｜invoke>", "</｜DSML｜function_calls>")
 DS = "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>"
 
 # family -> (single call, parallel calls, text around a call, malformed call); each (output, content, calls)
@@ -85,6 +88,17 @@ GOLDEN = {
          f'{{"zone": "UTC"}}{DS[3]}{DS[4]}', "", [W, T]),
         (f'Looking.{DS[0]}{DS[1]}get_time{DS[2]}{{"zone": "UTC"}}{DS[3]}{DS[4]}', "Looking.", [T]),
         (f'{DS[0]}{DS[1]}get_time{DS[2]}{{"zone"}}{DS[3]}{DS[4]}', f'{DS[0]}{DS[1]}get_time{DS[2]}{{"zone"}}{DS[3]}{DS[4]}', []),
+    ],
+    "deepseekv32": [
+        (f'{V32[0]}\n{V32[1]}"get_weather">\n{V32[2]}"city" string="true">Paris{V32[3]}\n{V32[2]}"metric" '
+         f'string="false">true{V32[3]}\n{V32[4]}\n{V32[5]}', "", [W]),
+        (f'{V32[0]}\n{V32[1]}"get_weather">\n{V32[2]}"city" string="true">Paris{V32[3]}\n{V32[2]}"metric" '
+         f'string="false">true{V32[3]}\n{V32[4]}\n{V32[1]}"get_time">\n{V32[2]}"zone" string="true">UTC{V32[3]}\n'
+         f'{V32[4]}\n{V32[5]}', "", [W, T]),
+        (f'Checking.\n\n{V32[0]}\n{V32[1]}"get_time">\n{V32[2]}"zone" string="true">UTC{V32[3]}\n{V32[4]}\n'
+         f'{V32[5]}', "Checking.\n\n", [T]),
+        (f'{V32[0]}\n{V32[1]}"get_time">\n{V32[2]}"zone" string="false">UTC{V32[3]}\n{V32[4]}\n{V32[5]}',
+         f'{V32[0]}\n{V32[1]}"get_time">\n{V32[2]}"zone" string="false">UTC{V32[3]}\n{V32[4]}\n{V32[5]}', []),
     ],
     "glm45": [
         ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>metric</arg_key>\n"
@@ -158,7 +172,9 @@ DETECT = {"Qwen-Qwen2.5-7B-Instruct": "hermes", "Qwen-Qwen3-0.6B": "hermes",
           "meta-llama-Llama-3.1-8B-Instruct": "llama3", "meta-llama-Llama-3.3-70B-Instruct": "llama3",
           "mistralai-Mistral-Nemo-Instruct-2407": "mistral", "Mistral-Small-3.2-24B-Instruct-2506": "mistral",
           "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": "deepseekv3", "deepseek-ai-DeepSeek-V3.1": "deepseekv31",
-          "GLM-4.6": "glm45", "moonshotai-Kimi-K2": "kimi_k2", "ibm-granite-granite-3.3-2B-Instruct": "granite"}
+          "GLM-4.6": "glm45", "moonshotai-Kimi-K2": "kimi_k2", "ibm-granite-granite-3.3-2B-Instruct": "granite",
+          "ibm-granite-granite-4.0": "hermes", "ibm-granite-granite-4.1": "hermes",  # Granite 4: <tool_call> JSON
+          "deepseek-ai-DeepSeek-V3.2": "deepseekv32", "openai-gpt-oss-120b": "gpt_oss"}
 
 
 @pytest.mark.parametrize(("template", "family"), sorted(DETECT.items()))
@@ -185,7 +201,8 @@ def test_layouts_that_cannot_express_a_schema_name_the_tool():
 
 
 LIVE = ("hermes", "qwen3_coder", "llama3", "pythonic", "mistral", "deepseekv31", "glm45", "kimi_k2", "granite",
-        "deepseekv3")
+        "deepseekv3", "deepseekv32")
+MAX_TOKENS = {"deepseekv32": 240}  # DSML's fullwidth markers take many byte-level tokens of the tiny vocab
 ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
         "additionalProperties": False}  # an enum: a free string from the tiny model may run past max_tokens
 SCHEMAS = {"get_weather": WEATHER, "get_time": ZONE}
@@ -202,24 +219,31 @@ def engine():
     eng.shutdown()
 
 
-@pytest.mark.parametrize("family", LIVE)
-def test_forced_calls_parse_and_validate_in_each_family(engine, family):
+@contextmanager
+def family_client(engine, family: str):
+    """An OpenAI client of a live server on ``engine`` that parses calls in ``family``'s syntax."""
     from radixlm.runtime.server.app import BackgroundServer
     from radixlm.runtime.server.state import ServerConfig
 
     engine.server_args.tool_call_parser = family
     srv = BackgroundServer(engine, ServerConfig(port=0)).start()
     try:
-        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        yield openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=60)
+    finally:
+        srv.stop()
+        engine.server_args.tool_call_parser = None
+
+
+@pytest.mark.parametrize("family", LIVE)
+def test_forced_calls_parse_and_validate_in_each_family(engine, family):
+    with family_client(engine, family) as client:
         for seed, choice in enumerate(["required", {"type": "function", "function": {"name": "get_time"}}] * 2):
             out = client.chat.completions.create(model="default", messages=ASK, tools=API_TOOLS, tool_choice=choice,
-                                                 max_tokens=80, temperature=1.0, seed=seed, parallel_tool_calls=False)
+                                                 max_tokens=MAX_TOKENS.get(family, 80), temperature=1.0, seed=seed,
+                                                 parallel_tool_calls=False)
             msg = out.choices[0].message
             assert out.choices[0].finish_reason == "tool_calls" and len(msg.tool_calls) == 1, msg
             call = msg.tool_calls[0]
             jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
             if family == "mistral":
                 assert len(call.id) == 9 and call.id.isalnum()
-    finally:
-        srv.stop()
-        engine.server_args.tool_call_parser = None

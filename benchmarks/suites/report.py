@@ -36,7 +36,7 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {name} | {_fmt(value, 1)} | {_fmt(row['roofline_tok_per_s'], 1)} "
                          f"| {row['roofline_fraction']:.1%} |")
     else:
-        lines += [f"| system | median {UNITS.get(metric, metric)} | median s | {base} speed-up | cache hit |",
+        lines += [f"| system | median {UNITS.get(metric, metric)} | median s | {base} / system | cache hit |",
                   "|---|---:|---:|---:|---:|"]
         for name, row in result["systems"].items():
             if row.get("status") != "ok":

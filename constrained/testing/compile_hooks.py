@@ -1,7 +1,7 @@
 """Stand-in compiles for ``CompilePool(compile_fn="radixlm.constrained.testing.compile_hooks:NAME")``.
 
 They run inside a compile worker process (no torch), so a test can make a compile slow or
-memory-hungry in pure Python as well as in outlines-core's native code.
+memory-hungry on purpose (the real core compiles lazily: nothing real is slow enough to test with).
 """
 
 from __future__ import annotations
@@ -27,3 +27,18 @@ def spin(vocab: Any, request: CompileRequest) -> CompiledParts:
     while time.perf_counter() < end:
         pass
     return compile_parts(vocab, CompileRequest("regex", "a"))
+
+
+SLOW_PREFIX, ALLOC_PREFIX = "slow:", "alloc:"
+
+
+def slow_marked(vocab: Any, request: CompileRequest) -> CompiledParts:
+    """The real compile, except a regex ``"slow:S"`` (spins ``S`` seconds) or ``"alloc:M"``
+    (holds ``M`` MiB), each then compiling the regex ``"a"``: a backend whose budgets tests can
+    hit on demand."""
+    spec = request.spec if request.kind == "regex" and isinstance(request.spec, str) else ""
+    if spec.startswith(SLOW_PREFIX):
+        return spin(vocab, CompileRequest("regex", spec[len(SLOW_PREFIX):]))
+    if spec.startswith(ALLOC_PREFIX):
+        return allocate(vocab, CompileRequest("regex", spec[len(ALLOC_PREFIX):]))
+    return compile_parts(vocab, request)

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 import random
-from collections import deque
 from typing import Any
 
 import torch
 from radixlm.constrained.grammar import CompiledGrammar, GrammarMatcher
-
-_FINISH_BYTES = list(range(0x20, 0x7F)) + list(range(0x80, 0xC0))  # printable ASCII, UTF-8 tails
 
 
 def compact_json(value: Any) -> str:
@@ -36,32 +33,11 @@ def allowed_tokens(matcher: GrammarMatcher, mask: torch.Tensor) -> list[int]:
     return [int(i) for i in bits.nonzero()[0]]
 
 
-def _finish_path(grammar: CompiledGrammar, state: int, budget: int = 20000) -> list[int] | None:
-    """Shortest byte-token path from ``state`` to an accepting state (BFS over a few bytes)."""
-    probes = [(b, grammar.vocab.byte_tokens[b]) for b in _FINISH_BYTES if grammar.vocab.byte_tokens[b] >= 0]
-    parent: dict[int, tuple[int, int] | None] = {state: None}
-    queue = deque([state])
-    while queue and len(parent) < budget:
-        s = queue.popleft()
-        if grammar.is_final(s):
-            path = []
-            while parent[s] is not None:
-                s, t = parent[s]
-                path.append(t)
-            return path[::-1]
-        for _, t in probes:
-            ns = grammar.index.get_next_state(s, t)
-            if ns is not None and ns not in parent:
-                parent[ns] = (s, t)
-                queue.append(ns)
-    return None
-
-
 def random_walk(grammar: CompiledGrammar, rng: random.Random, max_tokens: int = 200,
                 tokenizer: Any = None, jump: bool = False) -> tuple[list[int], int] | None:
     """Sample uniformly among allowed tokens (an untrained model at temperature 1) until the
-    matcher terminates. After ``max_tokens`` the walk finishes on the shortest byte path to an
-    accepting state. With ``jump`` (and a tokenizer), forced text is spliced in by jump-forward.
+    matcher terminates. After ``max_tokens`` the walk finishes on a short byte path to an
+    accepting state (``GrammarMatcher.completion``). With ``jump`` (and a tokenizer), forced text is spliced in by jump-forward.
     Returns (token ids without EOS, number of sampling steps), or None if it cannot finish."""
     from radixlm.constrained.jump_forward import jump_forward
 
@@ -88,11 +64,20 @@ def random_walk(grammar: CompiledGrammar, rng: random.Random, max_tokens: int = 
         if choice not in eos:
             ids.append(choice)
     if not matcher.is_terminated():
-        path = _finish_path(grammar, matcher.state)
-        if path is None:
+        data = matcher.completion_bytes()
+        if data is None:
             return None
-        for t in path:
-            matcher.accept_token(t)
+        path = [grammar.vocab.byte_tokens[b] for b in data]
+        if not all(matcher.accept_token(t) for t in path):
+            raise AssertionError("the completion was rejected by the matcher it came from")
         ids += path
         steps += len(path)
     return ids, steps
+
+
+def schema_regex(schema: Any, **options: Any) -> str | None:
+    """One regex of a (non-recursive) schema's serialisations, for exhaustive checks of the
+    scalar front ends against Python's ``re`` (tests only; the engine compiles the grammar)."""
+    from radixlm.constrained.json_schema import schema_to_grammar
+
+    return schema_to_grammar(schema, **options).grammar.to_regex()

@@ -5,6 +5,17 @@ meta-llama/Llama-3.2-1B); only the weights of our checkpoints are random. Each e
 llama.cpp fixtures that give it its real tokenizer and chat template, and the tokenizer's special
 tokens as the instruct models' ``tokenizer_config.json`` sets them (the GGUF vocabularies carry the
 base models' BOS/EOS).
+
+Checked against the published files: Qwen3-0.6B's config as its ``config.json`` on the Hub reads
+(the same values are quoted in public model cards and ports), Llama-3.2-1B's as the
+``meta-llama/Llama-3.2-1B-Instruct`` config at commit 4e20de3 reads (the base model's differs only in
+``_name_or_path``). ``added_tokens`` are the real tokenizers' added tokens where the GGUF vocabulary
+holds placeholders: qwen2's GGUF has ``[PAD151646]``... where Qwen2.5 has ``<|object_ref_start|>`` ...
+``<tool_call>`` (151657), ``</tool_call>`` (151658) ... and Qwen3 adds ``<tool_response>`` (151665),
+``</tool_response>``, ``<think>`` (151667) and ``</think>`` (151668), none of them special except the
+vision/box markers; llama-bpe's GGUF is Llama 3.0's, where 3.1/3.2 renamed three reserved tokens to
+``<|finetune_right_pad_id|>`` (128004), ``<|eom_id|>`` (128008) and ``<|python_tag|>`` (128010) and
+renumbered the other reserved ones.
 """
 
 from __future__ import annotations
@@ -22,6 +33,23 @@ class RealModel:
     template: str
     special_tokens: dict = field(default_factory=dict)
     eos_token_ids: tuple[int, ...] = ()
+    added_tokens: dict = field(default_factory=dict)  # id -> (content, special): the real model's names
+    renumber_reserved: bool = False  # number the remaining <|reserved_special_token_N|> anew, in id order
+
+
+_QWEN25_ADDED = {
+    151646: ("<|object_ref_start|>", True), 151647: ("<|object_ref_end|>", True), 151648: ("<|box_start|>", True),
+    151649: ("<|box_end|>", True), 151650: ("<|quad_start|>", True), 151651: ("<|quad_end|>", True),
+    151652: ("<|vision_start|>", True), 151653: ("<|vision_end|>", True), 151654: ("<|vision_pad|>", True),
+    151655: ("<|image_pad|>", True), 151656: ("<|video_pad|>", True), 151657: ("<tool_call>", False),
+    151658: ("</tool_call>", False), 151659: ("<|fim_prefix|>", False), 151660: ("<|fim_middle|>", False),
+    151661: ("<|fim_suffix|>", False), 151662: ("<|fim_pad|>", False), 151663: ("<|repo_name|>", False),
+    151664: ("<|file_sep|>", False),
+}
+_QWEN3_ADDED = {**_QWEN25_ADDED, 151665: ("<tool_response>", False), 151666: ("</tool_response>", False),
+                151667: ("<think>", False), 151668: ("</think>", False)}
+_LLAMA31_ADDED = {128004: ("<|finetune_right_pad_id|>", True), 128008: ("<|eom_id|>", True),
+                  128010: ("<|python_tag|>", True)}
 
 
 QWEN25_05B = RealModel(
@@ -39,6 +67,7 @@ QWEN25_05B = RealModel(
     template="Qwen-Qwen2.5-7B-Instruct",  # the whole Qwen2.5 instruct family shares this template
     special_tokens={"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     eos_token_ids=(151645, 151643),
+    added_tokens=_QWEN25_ADDED,
 )
 
 QWEN3_06B = RealModel(
@@ -53,10 +82,11 @@ QWEN3_06B = RealModel(
         "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": True,
         "use_sliding_window": False, "vocab_size": 151936,
     },
-    vocab="qwen2",  # Qwen3 keeps Qwen2's byte-level BPE (its added tokens are not in this GGUF)
+    vocab="qwen2",  # Qwen3 keeps Qwen2's byte-level BPE; its added tokens are renamed in (above)
     template="Qwen-Qwen3-0.6B",
     special_tokens={"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
     eos_token_ids=(151645, 151643),
+    added_tokens=_QWEN3_ADDED,
 )
 
 LLAMA32_1B = RealModel(
@@ -77,6 +107,8 @@ LLAMA32_1B = RealModel(
     template="meta-llama-Llama-3.2-3B-Instruct",  # 1B and 3B instruct share the template
     special_tokens={"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "pad_token": None},
     eos_token_ids=(128001, 128008, 128009),
+    added_tokens=_LLAMA31_ADDED,
+    renumber_reserved=True,
 )
 
 # (arch, size) as ``checkpoint_path`` takes them -> the real model.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import zlib
 from pathlib import Path
 
@@ -21,11 +20,12 @@ from radixlm.runtime.checkpoints.bf16_safetensors import save_bf16
 from radixlm.runtime.checkpoints.build_cache import build_cached
 from radixlm.runtime.checkpoints.gguf_tokenizer import gguf_tokenizer_dir
 from radixlm.runtime.checkpoints.llamacpp_fixtures import chat_template, radixlm_cache, vocab_gguf
+from radixlm.runtime.checkpoints.real_added_tokens import rename_added_tokens
 from radixlm.runtime.checkpoints.real_configs import REAL_MODELS, RealModel
 from radixlm.runtime.checkpoints.synthetic import _tensor_specs
 
 # Bump when the generated content changes.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the real added tokens (real_added_tokens)
 # Std in units of 1/sqrt(fan_in), as in synthetic.py: unit-scale activations, peaked attention,
 # layer outputs comparable to the (tied, 0.4-std) embedding, so the logits spread well above noise.
 _STD = {"qk": 1.5, "linear": 1.0, "out": 0.6}
@@ -62,11 +62,14 @@ def _write_weights(out: Path, config: dict, seed: int) -> None:
               lambda name: _init(name, specs[name][0], specs[name][1], seed, config["model_type"]))
 
 
-def _write_tokenizer(out: Path, model: RealModel) -> None:
-    """The converted GGUF tokenizer, the instruct model's special tokens, and the real chat template."""
+def write_tokenizer(out: Path, model: RealModel) -> None:
+    """The converted GGUF tokenizer with the real added tokens, the instruct model's special tokens,
+    and the real chat template (all a ``Tokenizer`` needs, without the weights)."""
     source = gguf_tokenizer_dir(model.vocab)
-    shutil.copyfile(source / "tokenizer.json", out / "tokenizer.json")
+    spec = json.loads((source / "tokenizer.json").read_text(encoding="utf-8"))
     config = json.loads((source / "tokenizer_config.json").read_text(encoding="utf-8"))
+    rename_added_tokens(spec, config, model.added_tokens, model.renumber_reserved)
+    (out / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
     config.update(model.special_tokens)
     config.pop("chat_template", None)  # chat_template.jinja is the one
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
@@ -81,7 +84,7 @@ def make_real_checkpoint(path: str | os.PathLike, arch: str, size: str, seed: in
     chat_template(model.template)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    _write_tokenizer(out, model)
+    write_tokenizer(out, model)
     (out / "config.json").write_text(json.dumps(model.config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     generation = {"bos_token_id": model.config["bos_token_id"], "eos_token_id": list(model.eos_token_ids),
                   "do_sample": False, "transformers_version": model.config["transformers_version"]}

@@ -11,6 +11,8 @@ spacing rules (e.g. SentencePiece's leading space) identical to a full decode.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from radixlm.runtime.engine.tokenizer import Tokenizer
 
 _REPLACEMENT = "\ufffd"
@@ -31,9 +33,10 @@ class IncrementalDetokenizer:
     """
 
     def __init__(self, tokenizer: Tokenizer, prompt_ids: list[int] | None = None,
-                 skip_special_tokens: bool = True):
+                 skip_special_tokens: bool = True, keep: Collection[int] = ()):
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
+        self.keep = frozenset(keep)  # special tokens decoded even when skipping them (format markers)
         self._ids: list[int] = list(prompt_ids or [])
         self._num_prompt = len(self._ids)
         self.read_offset = len(self._ids)
@@ -42,7 +45,7 @@ class IncrementalDetokenizer:
 
     def fresh(self) -> IncrementalDetokenizer:
         """A new detokenizer with the same settings and no ids (to decode a changed output anew)."""
-        return type(self)(self.tokenizer, skip_special_tokens=self.skip_special_tokens)
+        return type(self)(self.tokenizer, skip_special_tokens=self.skip_special_tokens, keep=self.keep)
 
     @property
     def output_ids(self) -> list[int]:
@@ -54,7 +57,8 @@ class IncrementalDetokenizer:
         return "".join(self._pieces)
 
     def _decode(self, start: int, end: int) -> str:
-        return self.tokenizer.decode(self._ids[start:end], skip_special_tokens=self.skip_special_tokens)
+        return self.tokenizer.decode(self._ids[start:end], skip_special_tokens=self.skip_special_tokens,
+                                     keep=self.keep)
 
     def step(self, new_ids: list[int]) -> str:
         """Append ``new_ids`` and return the newly completed text ("" while a character is incomplete)."""

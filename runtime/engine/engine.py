@@ -36,6 +36,7 @@ from radixlm.runtime.engine.inputs import (
     normalize_rids,
 )
 from radixlm.runtime.engine.step_loop import EngineLoop
+from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
@@ -59,7 +60,7 @@ class Engine:
         from radixlm.runtime.engine.tokenizer import Tokenizer
 
         self.model_path = args.model_path or default_model_path()
-        self.tokenizer = Tokenizer(args.tokenizer_path or self.model_path)
+        self.tokenizer = Tokenizer(args.tokenizer_path or self.model_path, args.chat_template)
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
         self.model_config = self.runner.model_config
         cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,
@@ -69,11 +70,12 @@ class Engine:
                                    max_running_requests=args.max_running_requests,
                                    max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size)
         self._grammar = GrammarCompiler(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
-                                        args.enable_jump_forward, args.grammar_max_regex_chars,
-                                        args.grammar_compile_max_memory_mb)
+                                        args.enable_jump_forward, args.grammar_compile_max_memory_mb,
+                                        args.grammar_backend)
         self._limits = InputLimits.build(args, self.runner.context_len, cache.usable_slots,
                                          self.runner.token_vocab_size)
-        self._loop = EngineLoop(self.scheduler, self.runner, self._grammar)
+        overlap = gpu_feature_enabled(args.disable_overlap_schedule, self.runner.device, needs_cuda=False)
+        self._loop = EngineLoop(self.scheduler, self.runner, self._grammar, overlap=overlap)
         self._closed = False
 
     # ------------------------------------------------------------------ generate
@@ -141,7 +143,8 @@ class Engine:
                           return_logprob=bool(return_logprob), logprob_start_len=logprob_start_len,
                           top_logprobs_num=top_logprobs_num, stream=bool(stream), extra_keys=extra_keys)
         for req in reqs:
-            req.decoded.detokenizer = self.tokenizer.incremental_detokenizer(req.params.skip_special_tokens)
+            req.decoded.detokenizer = self.tokenizer.incremental_detokenizer(
+                req.params.skip_special_tokens, keep=req.params.keep_special_token_ids)
         return reqs, ResultCollector(len(reqs), single=not is_batch and params[0].n == 1)
 
     def _submit(self, reqs: list[Req], handle: RequestHandle) -> None:

@@ -24,12 +24,12 @@ class GrammarCompiler:
     """Owns the ``GrammarBackend`` (created on the first constrained request) and the compiling requests."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, compile_timeout_s: float,
-                 enable_jump_forward: bool, max_regex_chars: int | None = None,
-                 max_memory_mb: int | None = None) -> None:
+                 enable_jump_forward: bool, max_memory_mb: int | None = None,
+                 grammar_backend: str = "radixlm") -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.compile_timeout_s = compile_timeout_s
-        self.max_regex_chars = max_regex_chars
+        self.grammar_backend = grammar_backend  # radixlm | xgrammar | llguidance (ServerArgs.grammar_backend)
         self.max_memory_mb = max_memory_mb  # None: the backend's default (ServerArgs.grammar_compile_max_memory_mb)
         self.enable_jump_forward = enable_jump_forward
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
@@ -48,7 +48,7 @@ class GrammarCompiler:
             vocab = TokenizerVocab.from_tokenizer(self.tokenizer, vocab_size=self.vocab_size)
             memory = DEFAULT_MAX_MEMORY_MB if self.max_memory_mb is None else self.max_memory_mb
             self._backend = GrammarBackend(vocab, compile_timeout_s=self.compile_timeout_s,
-                                           max_regex_chars=self.max_regex_chars, max_memory_mb=memory)
+                                           max_memory_mb=memory, core=self.grammar_backend)
         return self._backend
 
     def close(self) -> None:

@@ -16,6 +16,10 @@ compile, its sampling (logit processors, grammar mask, generator: ``BatchResult.
 post-processing (detokenizer, constraint, stop checks) or building its output. An exception in
 the step itself (the forward) fails every in-flight request with a ``RuntimeError`` naming the
 cause and resets the scheduler; the loop keeps serving.
+
+``overlap=True`` (``--disable-overlap-schedule`` off, on a verified CUDA device) runs the steps
+through ``OverlapStepper`` (``overlap_loop.py``): step N+1 is scheduled and launched before step
+N's result is processed, with the same results.
 """
 
 from __future__ import annotations
@@ -29,8 +33,10 @@ from concurrent.futures import Future
 from typing import Any
 
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
+from radixlm.runtime.engine.overlap_loop import DeviceWorker, OverlapStepper
 from radixlm.runtime.engine.request_output import final_output, stream_chunk
 from radixlm.runtime.model.model_runner import ModelRunner
+from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.scheduler import Scheduler
 
@@ -62,7 +68,8 @@ class StepTimers:
 class EngineLoop:
     """Runs the scheduler/runner steps in a daemon thread."""
 
-    def __init__(self, scheduler: Scheduler, runner: ModelRunner, grammar: GrammarCompiler) -> None:
+    def __init__(self, scheduler: Scheduler, runner: ModelRunner, grammar: GrammarCompiler,
+                 overlap: bool = False) -> None:
         self.scheduler = scheduler
         self.runner = runner
         self.grammar = grammar
@@ -75,6 +82,7 @@ class EngineLoop:
         self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
         self._inflight: list[Req] = []
         self._stopped = False
+        self.overlap = OverlapStepper(self, DeviceWorker(runner.run)) if overlap else None
         self._thread = threading.Thread(target=self._run, name="radixlm-engine", daemon=True)
         self._thread.start()
 
@@ -111,6 +119,8 @@ class EngineLoop:
             self._stopped = True
             self._wake.notify()
         self._thread.join(timeout=30)
+        if self.overlap is not None:
+            self.overlap.worker.stop()
 
     # ------------------------------------------------------------------ the loop
 
@@ -135,22 +145,38 @@ class EngineLoop:
 
     def _has_ready_work(self, progress: bool) -> bool:
         """New doors were used, or the scheduler has work and the last step ran a batch."""
-        return bool(self._inbox or self._aborts or self._calls or (progress and self.scheduler.has_work()))
+        in_flight = self.overlap is not None and self.overlap.inflight is not None
+        return bool(self._inbox or self._aborts or self._calls or in_flight
+                    or (progress and self.scheduler.has_work()))
 
     def _step(self) -> bool:
         """One step; False when no batch could run."""
+        if self.overlap is not None:
+            return self.overlap.step()
         start = time.perf_counter()
+        batch = self.next_batch()
+        if batch is None:
+            return False
+        self._inflight = batch.reqs
+        result = self.runner.run(batch)
+        self.finish_step(batch, result, start)
+        return True
+
+    # ------------------------------------------------------------------ step parts (the loop thread)
+
+    def next_batch(self) -> ScheduledBatch | None:
+        """Use the doors, take compiled grammars, and schedule the next batch."""
         self._drain_doors()
         ready, failed = self.grammar.poll()
         for req in ready:
             self.scheduler.add(req)
         for req in failed:
             self._emit_final(req)
-        batch = self.scheduler.schedule()
-        if batch is None:
-            return False
+        return self.scheduler.schedule()
+
+    def finish_step(self, batch: ScheduledBatch, result: BatchResult, start: float) -> None:
+        """Apply a step's result, emit finished results and stream chunks, count the step."""
         self._inflight = batch.reqs
-        result = self.runner.run(batch)
         finished = self.scheduler.process_batch_result(batch, result)
         self._inflight = []
         for req in finished:
@@ -159,7 +185,16 @@ class EngineLoop:
             if req.stream and not req.finished:
                 self._emit_chunk(req)
         self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s)
-        return True
+
+    def doors_idle(self) -> bool:
+        """Nothing waits at the doors but aborts (which apply between two steps either way)."""
+        return not (self._inbox or self._calls or len(self.grammar))
+
+    def drain_aborts(self) -> None:
+        with self._wake:
+            aborts, self._aborts = list(self._aborts), deque()
+        for rid in aborts:
+            self._abort(rid)
 
     def _drain_doors(self) -> None:
         with self._wake:
@@ -213,7 +248,11 @@ class EngineLoop:
     def _fail_all(self, error: Exception) -> None:
         with self._wake:
             inbox, self._inbox = list(self._inbox), deque()
-        dropped = {id(r): r for r in inbox + self.grammar.drop_all() + self._inflight + self.scheduler.reset()}
+        ahead = self.overlap.inflight_reqs() if self.overlap is not None else []
+        if self.overlap is not None:
+            self.overlap.reset()
+        dropped = {id(r): r for r in inbox + self.grammar.drop_all() + self._inflight + ahead
+                   + self.scheduler.reset()}
         self._inflight = []
         for req in dropped.values():
             req.delivery.put("error", error)

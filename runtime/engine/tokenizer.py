@@ -9,6 +9,7 @@ Rendering is ``chat_template.py``'s (transformers' semantics); ``ChatTemplateErr
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Iterable
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,7 +62,8 @@ def _as_id_list(value: Any) -> list[int]:
 class Tokenizer:
     """Encode/decode, special tokens, EOS ids and chat templating for a checkpoint directory."""
 
-    def __init__(self, model_path: str | Path):
+    def __init__(self, model_path: str | Path, chat_template: str | None = None):
+        """``chat_template``: a Jinja file, or the template text, used instead of the checkpoint's."""
         path = Path(model_path)
         if not path.is_dir():
             raise FileNotFoundError(f"model path {str(path)!r} is not a directory")
@@ -69,6 +71,8 @@ class Tokenizer:
         if not tokenizer_file.is_file():
             raise FileNotFoundError(f"tokenizer.json not found in {str(path)!r}")
         self.path = path
+        # read now: a missing --chat-template file fails at start-up, not on the first chat request
+        self._chat_template_override = None if chat_template is None else _read_template_override(chat_template)
         self.hf: tokenizers.Tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
         self.config = _read_json(path / "tokenizer_config.json")
         model_config = _read_json(path / "config.json")
@@ -118,15 +122,26 @@ class Tokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
 
-    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
-        """Text of ``ids``; incomplete UTF-8 sequences decode to U+FFFD."""
+    def decode(self, ids: list[int], skip_special_tokens: bool = True, keep: Collection[int] = ()) -> str:
+        """Text of ``ids``; incomplete UTF-8 sequences decode to U+FFFD. With ``skip_special_tokens``,
+        the special tokens in ``keep`` (a chat format's markers) are decoded all the same."""
+        if skip_special_tokens and keep:
+            # skipping is dropping special ids before decoding, so drop all but the kept ones
+            ids = [i for i in ids if i in keep or i not in self.special_token_ids]
+            return self.hf.decode(ids, skip_special_tokens=False)
         return self.hf.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
-    def incremental_detokenizer(self, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
+    def special_ids_of(self, texts: Iterable[str]) -> list[int]:
+        """The ids of those ``texts`` that are each one special token (markers decode would skip)."""
+        ids = (self.hf.token_to_id(t) for t in texts if t)
+        return sorted({i for i in ids if i is not None and i in self.special_token_ids})
+
+    def incremental_detokenizer(self, skip_special_tokens: bool = True,
+                                keep: Collection[int] = ()) -> IncrementalDetokenizer:
         """A fresh ``IncrementalDetokenizer`` over this tokenizer (text deltas for streaming)."""
         from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
 
-        return IncrementalDetokenizer(self, skip_special_tokens=skip_special_tokens)
+        return IncrementalDetokenizer(self, skip_special_tokens=skip_special_tokens, keep=keep)
 
     def id_to_bytes(self, token_id: int) -> bytes:
         """The exact bytes token ``token_id`` contributes to the text (its content for added tokens)."""
@@ -159,7 +174,10 @@ class Tokenizer:
 
     @cached_property
     def _template_entry(self) -> str | list | dict | None:
-        """``chat_template.jinja`` (it wins, as in transformers), else the config's string or named templates."""
+        """``chat_template.jinja`` (it wins, as in transformers), else the config's string or named templates;
+        ``--chat-template`` wins over both."""
+        if self._chat_template_override is not None:
+            return self._chat_template_override
         template_file = self.path / "chat_template.jinja"
         if template_file.is_file():
             return template_file.read_text(encoding="utf-8")
@@ -187,3 +205,14 @@ class Tokenizer:
         variables = {**self.special_tokens, **kwargs}
         return render_chat_template(template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                     **variables)
+
+
+def _read_template_override(value: str) -> str:
+    """``--chat-template``: the text of a Jinja file, or ``value`` itself when it is template text."""
+    if "{{" in value or "{%" in value:  # template text (checked first: it may be too long for a path)
+        return value
+    path = Path(value)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    raise FileNotFoundError(f"chat_template {value!r}: no such file (pass a Jinja template file or the "
+                            "template text)")

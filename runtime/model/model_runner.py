@@ -18,13 +18,15 @@ import math
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from radixlm.kernels import get_ops
 from radixlm.runtime.model.attention import resolve_attention_backend
 from radixlm.runtime.model.cpu_malloc import tune_malloc
+from radixlm.runtime.model.cuda_graph_runner import DecodeGraphRunner, Graph, cuda_graph_factory
 from radixlm.runtime.model.forward_batch import ForwardBatch
+from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
@@ -108,6 +110,11 @@ class ModelRunner:
         # cascade decode attention over a batch-wide shared prefix exists in the torch backend only
         self.detect_shared_prefix = backend == "torch"
         self.sampler = Sampler(self.device, args.random_seed)
+        self.graph_runner: DecodeGraphRunner | None = None
+        # CUDA graphs: the Triton kernels need no host syncs; TP ranks would all have to capture
+        if (backend == "triton" and self.tp.size == 1
+                and gpu_feature_enabled(args.disable_cuda_graph, self.device, needs_cuda=True)):
+            self.enable_decode_graphs(cuda_graph_factory(), min(args.cuda_graph_max_bs, args.max_running_requests))
 
     def _num_slots(self, args: ServerArgs) -> int:
         if args.max_total_tokens is not None:
@@ -138,8 +145,24 @@ class ModelRunner:
             self._sample(batch.sample_reqs, logits[torch.tensor(batch.sample_rows, device=self.device)], result)
         return result
 
+    # ------------------------------------------------------------------ CUDA graphs (hook)
+
+    def enable_decode_graphs(self, graph_factory: Callable[[], Graph], max_bs: int) -> DecodeGraphRunner:
+        """Capture decode graphs for batch sizes up to ``max_bs``; eligible decode steps replay them.
+
+        Called at start-up on CUDA; CPU tests pass ``EagerReplayGraph`` to check the padding.
+        """
+        runner = DecodeGraphRunner(lambda fb: self.model.forward(fb, self.kv_pool), max_bs,
+                                   self.context_len, self.device, graph_factory)
+        with torch.inference_mode():
+            runner.capture()
+        self.graph_runner = runner
+        return runner
+
     def _forward(self, batch: ScheduledBatch, fb: ForwardBatch) -> torch.Tensor:
         """The model forward; under tensor parallelism the workers are told to run it too."""
+        if self.graph_runner is not None and self.graph_runner.can_run(fb):
+            return self.graph_runner.replay(fb)
         if self.workers is None:
             return self.model.forward(fb, self.kv_pool)
         if self._broken is not None:

@@ -38,6 +38,17 @@ def server_args_to_argv(server_args: Any) -> list[str]:
     return argv
 
 
+# ``python -m radixlm`` would put the current directory first on sys.path, so a folder there named
+# ``radixlm`` (a clone, say) would shadow the installed package; ``-c`` puts "" there, which this drops.
+REPLICA_BOOTSTRAP = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]; "
+                     "from radixlm.__main__ import main; sys.exit(main())")
+
+
+def replica_command() -> list[str]:
+    """``radixlm serve`` as a replica starts it: the installed package, whatever the current directory holds."""
+    return [sys.executable, "-c", REPLICA_BOOTSTRAP, "serve"]
+
+
 def replica_device(server_args: Any, index: int) -> str | None:
     """Spread replicas over the visible GPUs (replica i starts at GPU i * tp_size, so tensor-parallel
     groups do not overlap); None leaves the device as configured."""
@@ -62,7 +73,7 @@ def start_replicas(server_args: Any, dp_size: int, extra_argv: list[str] | None 
     try:
         for i in range(dp_size):
             port = free_port(host)
-            argv = [sys.executable, "-m", "radixlm", "serve", "--host", host, "--port", str(port), *base]
+            argv = [*replica_command(), "--host", host, "--port", str(port), *base]
             device = replica_device(server_args, i)
             if device:
                 argv += ["--device", device]

@@ -29,6 +29,7 @@ from radixlm.runtime.scheduler.batch import (
     ScheduledBatch,
     build_extend_batch,
 )
+from radixlm.runtime.scheduler.decode_ahead import AheadBatch, commit_decode_ahead, plan_decode_ahead
 from radixlm.runtime.scheduler.policy import order_waiting, shares_uncached_prefix
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
@@ -182,6 +183,20 @@ class Scheduler:
             self.cache.assign(req, [slot])
         self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
         return ScheduledBatch(True, reqs, spec, reqs, list(rows))
+
+    def schedule_decode_ahead(self, inflight: ScheduledBatch) -> AheadBatch | None:
+        """Step N+1 while ``inflight`` (step N) runs, for overlap scheduling (``decode_ahead.py``);
+        None when it could differ from what ``schedule`` would run after step N."""
+        if self.waiting or self.chunked is not None:
+            return None
+        return plan_decode_ahead(self.running, inflight, self.cache, self.stop_checker.context_len)
+
+    def commit_decode_ahead(self, ahead: AheadBatch) -> ScheduledBatch | None:
+        """After step N was processed: take ``ahead`` into the accounts; its surviving batch."""
+        batch = commit_decode_ahead(ahead, self.cache)
+        if batch is not None:  # as _schedule_decode does for each decode step
+            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+        return batch
 
     def _retract_until_fits(self) -> None:
         while self.cache.available() < len(self.running):

@@ -37,6 +37,8 @@ MAX_URL_BYTES = 8192  # longer URLs (path and query) get a JSON 414
 # 400 that no middleware sees; it parses URLs up to this size instead, so the URL middleware
 # answers them in JSON. Header limits (max_field_size 8190, max_headers 128) stay aiohttp's.
 PARSER_MAX_LINE = 1 << 20
+RANDOM_WEIGHTS_NOTE = (" -- the embedded tiny model has RANDOM weights and answers in noise; serve a real "
+                       "checkpoint with --model-path DIR")
 
 
 @web.middleware
@@ -104,7 +106,8 @@ async def serve(engine: Any, config: ServerConfig, stop: asyncio.Event | None = 
     if handle_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-    logger.info("radixlm serving %s on http://%s:%d", app[STATE_KEY].model_name, config.host, port)
+    logger.info("radixlm serving %s on http://%s:%d%s", app[STATE_KEY].model_name, config.host, port,
+                RANDOM_WEIGHTS_NOTE if app[STATE_KEY].random_weights else "")
     if on_ready is not None:
         on_ready(port)
     try:

@@ -26,6 +26,7 @@ from radixlm.runtime.server.reasoning.base import ReasoningFormat, ReasoningPars
 from radixlm.runtime.server.state import RequestRecord, ServerState
 from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolChoice, ToolSpec
 from radixlm.runtime.server.tool_formats.base import ToolFormat
+from radixlm.runtime.server.tool_formats.call_stream import CallStream
 from radixlm.runtime.server.tool_formats.registry import FORMATS
 
 # Sampler fields that would break a call's JSON if kept in a call phase.
@@ -90,14 +91,18 @@ class ChoiceRunner:
         self.ids = list(plan.prompt_ids)
         self.calls = 0
         self.call_end = "length"  # OpenAI finish_reason of the last call phase, if it did not complete
+        self.cut_off = False  # the last call phase was cut off (a streamed call's arguments are partial)
         self.first_phase = index == 0  # usage counts the prompt once, not once per choice
         self.fmt = plan.fmt
         self.start_ids = self._encode(self.fmt.open_marker)
         self.splitter: ReasoningParser | None = (plan.reasoning.parser(plan.reasoning_state)
                                                  if plan.reasoning else None)
+        self.keep = state.tokenizer.special_ids_of(_markers(plan))
 
     def _sampling(self, **changes: Any) -> dict[str, Any]:
         s = dict(self.plan.sampling)
+        if self.keep:  # the parsers need the markers that are special tokens; other specials stay skipped
+            s.setdefault("keep_special_token_ids", self.keep)
         if s.get("seed") is not None:
             s["seed"] = s["seed"] + self.index  # choices must differ even with a fixed seed
         s.update(changes)
@@ -116,29 +121,29 @@ class ChoiceRunner:
             self.ids += self._encode(self.fmt.forced_prefix)
             async for ev in self._call_phase(choice.name):
                 yield ev
-            yield ChoiceEvent("finish", finish_reason="tool_calls" if self.calls else self.call_end)
+            yield ChoiceEvent("finish", finish_reason="tool_calls" if self.calls and not self.cut_off else self.call_end)
             return
         stops = list(self.plan.sampling.get("stop") or [])
-        if choice.mode == "auto":
-            stops.append(self.fmt.open_marker)
+        openers = self.fmt.auto_openers if choice.mode == "auto" else ()
+        stops += openers
         while True:
             phase = _Phase()
             async for ev in self._run(phase, self._sampling(max_new_tokens=self.budget, stop=stops), True):
                 yield ev
             fr = phase.finish
-            called = choice.mode == "auto" and fr.get("type") == "stop" and fr.get("matched") == self.fmt.open_marker
+            opener = fr.get("matched") if fr.get("type") == "stop" and fr.get("matched") in openers else None
+            called = opener is not None
             for ev in self._flush():
                 yield ev
             if not called or self.budget <= 0 or self.calls >= self.plan.max_calls:
                 reason = "tool_calls" if self.calls and fr.get("type") == "stop" else _openai_reason(fr)
                 yield ChoiceEvent("finish", finish_reason=reason)
                 return
-            self.ids += self._through_marker(phase) + self._encode(
-                self.fmt.forced_prefix[len(self.fmt.open_marker):])
+            self.ids += self._through_marker(phase, opener) + self._encode(self.fmt.resume_after(opener))
             calls_before = self.calls
             async for ev in self._call_phase(None):
                 yield ev
-            if self.calls == calls_before:  # the call was cut off: say why
+            if self.cut_off or self.calls == calls_before:  # the call was cut off: say why
                 yield ChoiceEvent("finish", finish_reason=self.call_end)
                 return
             if self.budget <= 0 or self.calls >= self.plan.max_calls:
@@ -185,31 +190,32 @@ class ChoiceRunner:
     async def _call_phase(self, name: str | None) -> AsyncIterator[ChoiceEvent]:
         """One constrained call body in the family's wrapper; ``self.calls`` counts the calls it made.
 
-        The family's streaming parser reads the wrapper text, the generated body and the suffix, so
-        the events are the ones the family's parser gives for the whole call text."""
+        The call stream reads the wrapper text, the generated body and the suffix: a JSON-argument
+        call is announced once its head is generated and its arguments stream as they come; others
+        are the events the family's parser gives for the whole call text."""
         sampling = self._sampling(max_new_tokens=self.budget)
         for key in _NOT_IN_CALL_PHASE:
             sampling.pop(key, None)
         sampling.update(self.fmt.body_constraint(self.plan.tools, name))
-        parser, phase = self.fmt.stream(self.plan.tools, first_index=self.calls), _Phase()
-        events = parser.feed(self.fmt.forced_prefix)
+        stream, phase = CallStream(self.fmt, self.plan.tools, self.calls), _Phase()
+        events = stream.feed(self.fmt.forced_prefix)
         async for ev in self._run(phase, sampling, False):
-            events += parser.feed(ev.text)
+            events += stream.feed(ev.text)
             for out in self._call_events(events):
                 yield out
             events = []
         complete = phase.finish.get("type") not in ("length", "abort")
         if complete:
-            events += parser.feed(self.fmt.call_suffix)
-        events += parser.finish()
-        made = [e for e in events if e.kind == "call_start"]
+            events += stream.feed(self.fmt.call_suffix)
+        events += stream.finish()
         for out in self._call_events(events):
             yield out
-        if not made and not parser.calls:  # cut off by max_tokens (or aborted): not a call
+        self.cut_off = not complete
+        if self.cut_off or stream.next_index == self.calls:  # cut off by max_tokens (or aborted)
             self.call_end = _openai_reason(phase.finish)
-            return
-        self.calls = parser.next_index
-        self.ids += phase.output_ids + (self._encode(self.fmt.call_suffix) if complete else [])
+        self.calls = stream.next_index
+        if not self.cut_off:
+            self.ids += phase.output_ids + self._encode(self.fmt.call_suffix)
 
     def _call_events(self, events: list) -> list[ChoiceEvent]:
         out = []
@@ -262,6 +268,14 @@ class ChoiceRunner:
         if want_lp:
             lps = chat_logprobs(self.state.tokenizer, extract(phase.meta, ids), self.plan.top_logprobs)
         return ChoiceEvent("content", text=chunk.get("text", ""), logprobs=lps)
+
+
+def _markers(plan: ChatPlan) -> list[str]:
+    """The marker texts the plan's parsers read (the tool format's when tools are on, the reasoning's)."""
+    found = list(plan.fmt.markers()) if plan.tools and plan.tool_choice.mode != "none" else []
+    if plan.reasoning is not None:
+        found += plan.reasoning.markers()
+    return found + [m for m in (plan.think_marker, plan.think_resume) if m]
 
 
 def _split_events(split: Split, logprobs: list | None) -> list[ChoiceEvent]:

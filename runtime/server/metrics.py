@@ -1,23 +1,42 @@
-"""Server metrics: counters and latency histograms, rendered in the Prometheus text format.
+"""Server metrics under SGLang's names: ``radixlm:<name>`` where SGLang has ``sglang:<name>``.
 
-Counters are updated from the event loop only (one thread), so no lock is needed; the engine's
-live figures (running/queued requests, KV usage, cache hit rate) are read from
-``Engine.get_stats()`` when ``/metrics`` is scraped.
+Dashboards built for SGLang read these after one prefix change (``sglang:`` -> ``radixlm:``): the
+same suffixes, the same ``model_name`` label, histograms with SGLang's buckets. Counters and
+histograms are updated from the event loop only (one thread), so no lock is needed; the engine's
+live figures (running and queued requests, KV usage, cache hit rate, decode throughput) are read
+from ``Engine.get_stats()`` when ``/metrics`` is scraped. The text is Prometheus' exposition
+format 0.0.4, written here: a replica is one process, so prometheus_client's multi-process mode
+(a shared directory of mmap files) would add a dependency without adding anything; with
+``--dp-size`` each replica is its own server and the router forwards ``/metrics`` to one of them.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
-# Seconds. TTFT spans a prefill (ms to seconds); ITL spans one decode step.
-TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+PREFIX = "radixlm:"
 
-PREFIX = "radixlm"
+# Seconds; SGLang's buckets. TTFT spans a prefill, TPOT and ITL one decode step.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+                10.0, 15.0, 20.0, 25.0, 30.0)
+TPOT_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                0.75, 1.0, 2.5)
+ITL_BUCKETS = TPOT_BUCKETS
+E2E_BUCKETS = (0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+               90.0, 120.0, 300.0)
+
+# SGLang's gauge name -> the Engine.get_stats() key it shows, and its help text
+ENGINE_GAUGES: dict[str, tuple[str, str]] = {
+    "num_running_reqs": ("num_running_reqs", "The number of running requests."),
+    "num_queue_reqs": ("num_queued_reqs", "The number of requests in the waiting queue."),
+    "num_used_tokens": ("kv_used_slots", "The number of KV slots in use (radix cache included)."),
+    "token_usage": ("kv_usage", "The share of KV slots in use."),
+    "cache_hit_rate": ("cache_hit_rate", "Prompt tokens served from the radix cache / prompt tokens."),
+}
 
 
 class Histogram:
@@ -46,30 +65,45 @@ class Histogram:
                 return bound
         return math.inf
 
-    def render(self, name: str, help_text: str) -> list[str]:
+    def render(self, name: str, help_text: str, labels: str) -> list[str]:
+        """Exposition lines; ``labels`` is the rendered label set (``model_name="m"``)."""
         lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
         cumulative = 0
         for bound, n in zip(self.bounds, self.counts):
             cumulative += n
-            lines.append(f'{name}_bucket{{le="{bound:g}"}} {cumulative}')
-        lines.append(f'{name}_bucket{{le="+Inf"}} {self.count}')
-        lines.append(f"{name}_sum {self.sum:.6f}")
-        lines.append(f"{name}_count {self.count}")
+            lines.append(f'{name}_bucket{{{labels},le="{bound:g}"}} {cumulative}')
+        lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
+        lines.append(f"{name}_sum{{{labels}}} {self.sum:.6f}")
+        lines.append(f"{name}_count{{{labels}}} {self.count}")
         return lines
+
+
+def _number(value: float) -> str:
+    """A sample value: integers exactly, other floats in full precision."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def label_value(text: str) -> str:
+    """``text`` escaped for a Prometheus label value."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class ServerMetrics:
     """What the HTTP layer has seen: requests by outcome, token totals, latencies."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_name: str = "default") -> None:
+        self.labels = f'model_name="{label_value(model_name)}"'
         # aborted: the client went away (499); abort: ended by /abort_request (the answer is a 200)
         self.requests: dict[str, int] = {"success": 0, "error": 0, "aborted": 0, "abort": 0}
         self.prompt_tokens = 0
         self.cached_tokens = 0
-        self.completion_tokens = 0
+        self.generation_tokens = 0
         self.ttft = Histogram(TTFT_BUCKETS)
+        self.tpot = Histogram(TPOT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        self._throughput_mark = (time.monotonic(), 0)  # (when, decode tokens then) of the last scrape
 
     def record_request(self, outcome: str, prompt: int = 0, cached: int = 0, completion: int = 0,
                        latency_s: float | None = None) -> None:
@@ -77,31 +111,53 @@ class ServerMetrics:
         self.requests[outcome] = self.requests.get(outcome, 0) + 1
         self.prompt_tokens += prompt
         self.cached_tokens += cached
-        self.completion_tokens += completion
+        self.generation_tokens += completion
         if latency_s is not None:
             self.e2e.observe(latency_s)
 
+    def record_output(self, meta: dict[str, Any]) -> None:
+        """Time per output token of one finished engine request, from its ``meta_info``: the time
+        after the first token over the tokens after it (as SGLang computes it)."""
+        tokens, e2e, ttft = meta.get("completion_tokens"), meta.get("e2e_latency"), meta.get("first_token_latency")
+        if isinstance(tokens, int) and tokens > 1 and isinstance(e2e, (int, float)) and isinstance(ttft, (int, float)):
+            self.tpot.observe(max(e2e - ttft, 0.0) / (tokens - 1))
+
+    def gen_throughput(self, decode_tokens: int | None) -> float:
+        """Decoded tokens per second since the previous scrape (the engine's running count)."""
+        if decode_tokens is None:
+            return 0.0
+        now = time.monotonic()
+        then, before = self._throughput_mark
+        self._throughput_mark = (now, decode_tokens)
+        return max(decode_tokens - before, 0) / (now - then) if now > then else 0.0
+
     def render(self, engine_stats: dict[str, Any]) -> str:
         """The Prometheus exposition text for the server counters plus the engine's live stats."""
-        p = PREFIX
-        lines = [f"# HELP {p}_requests_total Requests handled, by outcome.",
-                 f"# TYPE {p}_requests_total counter"]
+        p, labels = PREFIX, self.labels
+        lines = [f"# HELP {p}requests_total Requests handled, by outcome.", f"# TYPE {p}requests_total counter"]
         for outcome, n in sorted(self.requests.items()):
-            lines.append(f'{p}_requests_total{{outcome="{outcome}"}} {n}')
+            lines.append(f'{p}requests_total{{{labels},outcome="{outcome}"}} {n}')
         for name, value, text in (
-            ("prompt_tokens_total", self.prompt_tokens, "Prompt tokens of finished requests."),
+            ("prompt_tokens_total", self.prompt_tokens, "Number of prefill tokens processed."),
+            ("generation_tokens_total", self.generation_tokens, "Number of generation tokens processed."),
             ("cached_tokens_total", self.cached_tokens, "Prompt tokens served from the radix cache."),
-            ("completion_tokens_total", self.completion_tokens, "Generated tokens."),
         ):
-            lines += [f"# HELP {p}_{name} {text}", f"# TYPE {p}_{name} counter", f"{p}_{name} {value}"]
-        hit_rate = self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-        gauges = {"cache_hit_rate": (hit_rate, "Cached / prompt tokens over finished requests.")}
-        for key, value in sorted(engine_stats.items()):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                gauges.setdefault(f"engine_{key}", (value, f"Engine.get_stats()['{key}']."))
+            lines += [f"# HELP {p}{name} {text}", f"# TYPE {p}{name} counter", f"{p}{name}{{{labels}}} {value}"]
+        timers = engine_stats.get("timers")
+        decode_tokens = timers.get("decode_tokens") if isinstance(timers, dict) else None
+        gauges = {name: (engine_stats.get(key, 0), text) for name, (key, text) in ENGINE_GAUGES.items()}
+        gauges["gen_throughput"] = (self.gen_throughput(decode_tokens), "The generate throughput (token/s).")
+        shown = {key for key, _ in ENGINE_GAUGES.values()}
+        for key, value in sorted(engine_stats.items()):  # the engine's other figures, for debugging
+            if key not in shown and isinstance(value, (int, float)) and not isinstance(value, bool):
+                gauges[f"engine_{key}"] = (value, f"Engine.get_stats()['{key}'].")
         for name, (value, text) in gauges.items():
-            lines += [f"# HELP {p}_{name} {text}", f"# TYPE {p}_{name} gauge", f"{p}_{name} {value:g}"]
-        lines += self.ttft.render(f"{p}_time_to_first_token_seconds", "Time to first token.")
-        lines += self.itl.render(f"{p}_inter_token_latency_seconds", "Time between streamed tokens.")
-        lines += self.e2e.render(f"{p}_e2e_request_latency_seconds", "Request latency.")
+            lines += [f"# HELP {p}{name} {text}", f"# TYPE {p}{name} gauge", f"{p}{name}{{{labels}}} {_number(value)}"]
+        for name, hist, text in (
+            ("time_to_first_token_seconds", self.ttft, "Histogram of time to first token in seconds."),
+            ("time_per_output_token_seconds", self.tpot, "Histogram of time per output token in seconds."),
+            ("inter_token_latency_seconds", self.itl, "Histogram of time between streamed tokens in seconds."),
+            ("e2e_request_latency_seconds", self.e2e, "Histogram of end-to-end request latency in seconds."),
+        ):
+            lines += hist.render(p + name, text, labels)
         return "\n".join(lines) + "\n"

@@ -1,8 +1,11 @@
-"""The SGLang-native routes: ``/generate``, health, model and server info, cache, abort, metrics.
+"""The SGLang-native routes: ``/generate``, health, model and server info, load, cache, abort,
+metrics, and (:mod:`.tokenize_api`) ``/tokenize`` / ``/detokenize``.
 
-``POST /generate`` answers exactly what ``Engine.generate`` returns (a dict, or a list for a batch);
-streamed, each SSE event is one incremental dict (``text`` is the new delta), with ``index`` for
-batches, ending with ``data: [DONE]``.
+``POST /generate`` (parsed by :mod:`.generate_request`) answers exactly what ``Engine.generate``
+returns (a dict, or a list for a batch). Streamed, each SSE event is one dict, with ``index`` for
+batches, ending with ``data: [DONE]``; as in SGLang, its ``text``, ``output_ids`` and logprob lists
+hold everything so far (:mod:`.cumulative_stream`), or only the new part with
+``ServerArgs.incremental_streaming_output``.
 """
 
 from __future__ import annotations
@@ -12,15 +15,16 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
-from radixlm.runtime.server.request_fields import FieldReader, check_token_ids, read_cache_salt
+from radixlm.runtime.server.cumulative_stream import CumulativeStream
+from radixlm.runtime.server.generate_request import GenerateRequest, parse_generate_request
+from radixlm.runtime.server.http_errors import APIError, client_message
+from radixlm.runtime.server.request_fields import FieldReader, UnknownFields
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
+from radixlm.runtime.server.tokenize_api import TokenizeRoutes
 from radixlm.runtime.server.tool_calls import error_pointer
 
 from radixlm import __version__
@@ -29,85 +33,14 @@ _LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs")
 _TOP_LOGPROB_KEYS = ("input_top_logprobs", "output_top_logprobs")
 
 
-@dataclass
-class GenerateRequest:
-    """A parsed ``/generate`` body; ``prompts`` hold text or token ids, one entry per batch item."""
-
-    prompts: list[str | list[int]]
-    is_batch: bool
-    is_ids: bool
-    sampling: list[dict[str, Any]]
-    rids: list[str | None]
-    stream: bool = False
-    return_logprob: bool = False
-    logprob_start_len: int | None = None
-    top_logprobs_num: int = 0
-    return_text_in_logprobs: bool = False
-    salt: str | None = None  # cache_salt / extra_key: the request's radix-cache namespace
-
-
-def parse_generate_request(body: dict[str, Any]) -> GenerateRequest:
-    """Validate a ``/generate`` body (400 naming the bad field)."""
-    r = FieldReader(body)
-    text = r.get("text", ("str", "list"))
-    ids = r.get("input_ids", "list")
-    if (text is None) == (ids is None):
-        raise bad_request("exactly one of 'text' and 'input_ids' is required", param="text")
-    if text is not None:
-        is_batch = isinstance(text, list)
-        prompts = text if is_batch else [text]
-        for i, p in enumerate(prompts):
-            if not isinstance(p, str) or not p:
-                raise bad_request("'text' must be a non-empty string or a list of them",
-                                  param=f"text[{i}]" if is_batch else "text", code="invalid_type")
-    else:
-        is_batch = bool(ids) and isinstance(ids[0], list)
-        prompts = [check_token_ids(p, f"input_ids[{i}]") for i, p in enumerate(ids)] if is_batch \
-            else [check_token_ids(ids, "input_ids")]
-    n = len(prompts)
-    sampling = _per_item(r.get("sampling_params", ("object", "list"), {}), n, "sampling_params")
-    for i, sp in enumerate(sampling):
-        try:
-            SamplingParams.from_dict(sp)
-        except (TypeError, ValueError) as e:  # a TypeError's text is Python's, not a reason for the client
-            why = client_message(str(e)) if isinstance(e, ValueError) else "a field has the wrong type"
-            where = "sampling_params" + (f"[{i}]" if is_batch else "")
-            field = getattr(e, "field", None)
-            raise bad_request(f"sampling_params: {why}", param=f"{where}.{field}" if field else where,
-                              code="invalid_value") from None
-    rid = r.get("rid", ("str", "list"))
-    rids = _per_item(rid, n, "rid") if isinstance(rid, list) else [rid] * n
-    if rid is not None and not isinstance(rid, list) and is_batch:
-        rids = [f"{rid}-{i}" for i in range(n)]
-    req = GenerateRequest(
-        prompts, is_batch, text is None, sampling, rids,
-        stream=r.get("stream", "bool", False),
-        return_logprob=r.get("return_logprob", "bool", False),
-        logprob_start_len=r.get("logprob_start_len", "int", lo=-1),
-        top_logprobs_num=r.get("top_logprobs_num", "int", 0, lo=0, hi=100),
-        return_text_in_logprobs=r.get("return_text_in_logprobs", "bool", False),
-        salt=read_cache_salt(r),
-    )
-    if req.logprob_start_len == -1:
-        req.logprob_start_len = None
-    r.reject_unknown()
-    return req
-
-
-def _per_item(value: Any, n: int, param: str) -> list[Any]:
-    """A per-request value: one shared value, or a list with one entry per batch item."""
-    if not isinstance(value, list):
-        return [value] * n
-    if len(value) != n:
-        raise bad_request(f"'{param}' has {len(value)} entries but the batch has {n} prompts", param=param)
-    return value
-
-
 class NativeRoutes:
     """Handlers of the native API; ``register`` adds them to an application."""
 
     def __init__(self, state: ServerState):
         self.state = state
+        args = state.engine.server_args
+        self.strict = bool(getattr(args, "strict_api", False))  # unknown fields: 400
+        self.incremental = bool(getattr(args, "incremental_streaming_output", False))
 
     def register(self, app: web.Application) -> None:
         app.router.add_post("/generate", self.generate)
@@ -115,19 +48,24 @@ class NativeRoutes:
         app.router.add_get("/health_generate", self.health_generate)
         app.router.add_get("/get_model_info", self.model_info)
         app.router.add_get("/get_server_info", self.server_info)
+        app.router.add_get("/server_info", self.server_info)  # SGLang's newer name; its client calls it
+        app.router.add_get("/get_load", self.get_load)
+        app.router.add_route("GET", "/flush_cache", self.flush_cache)
         app.router.add_post("/flush_cache", self.flush_cache)
         app.router.add_post("/abort_request", self.abort_request)
         app.router.add_get("/metrics", self.metrics)
+        TokenizeRoutes(self.state, self.strict).register(app)
 
     # ------------------------------------------------------------------ /generate
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/generate") as record:
-            req = parse_generate_request(await self.state.read_json(request))
+            req = parse_generate_request(await self.state.read_json(request), self.strict)
+            headers = req.ignored.report("/generate")
             extra_key = self.state.extra_key(request, req.salt)
             try:
                 if req.stream:
-                    return await write_stream(request, self._events(req, record, extra_key))
+                    return await write_stream(request, self._events(req, record, extra_key), headers)
                 results = await gather_all([self._one(req, i, record, extra_key)
                                             for i in range(len(req.prompts))])
             except ValueError as e:
@@ -135,15 +73,15 @@ class NativeRoutes:
                     raise
                 raise APIError(400, f"sampling_params.json_schema: {client_message(str(e))}",
                                param="sampling_params.json_schema", code="unsupported_schema") from None
-            return web.json_response(results if req.is_batch else results[0])
+            return web.json_response(results if req.is_batch else results[0], headers=headers)
 
     def _kwargs(self, req: GenerateRequest, i: int, record: RequestRecord,
                 extra_key: str | None) -> dict[str, Any]:
         prompt = req.prompts[i]
         return {
             "prompt": None if req.is_ids else prompt, "input_ids": prompt if req.is_ids else None,
-            "sampling_params": req.sampling[i], "return_logprob": req.return_logprob,
-            "logprob_start_len": req.logprob_start_len, "top_logprobs_num": req.top_logprobs_num,
+            "sampling_params": req.sampling[i], "return_logprob": req.return_logprob[i],
+            "logprob_start_len": req.logprob_start_len[i], "top_logprobs_num": req.top_logprobs_num[i],
             "rid": req.rids[i] or self.state.new_rid(record, f"-{i}"), "extra_key": extra_key,
         }
 
@@ -162,6 +100,7 @@ class NativeRoutes:
         for i in range(len(req.prompts)):
             kwargs = self._kwargs(req, i, record, extra_key)
             streams.append(self.state.stream(kwargs.pop("rid"), **kwargs))
+        totals = None if self.incremental else [CumulativeStream() for _ in streams]
         async with aclosing(merge_streams(streams)) as merged:
             async for i, chunk in merged:
                 meta = chunk.get("meta_info", {})
@@ -169,6 +108,8 @@ class NativeRoutes:
                     record.add(meta)
                 if req.return_text_in_logprobs:
                     add_logprob_text(meta, self.state.tokenizer)
+                if totals is not None:
+                    chunk = totals[i].add(chunk)
                 if req.is_batch:
                     chunk = {**chunk, "index": i}
                 yield chunk
@@ -204,18 +145,33 @@ class NativeRoutes:
         })
 
     async def server_info(self, request: web.Request) -> web.Response:
+        """SGLang's layout: the server arguments at the top level, ``version``, ``internal_states``
+        (one dict per data-parallel rank), plus radixlm's ``server_args`` / ``stats`` / ``http``."""
         cfg = self.state.config
-        stats = await asyncio.get_running_loop().run_in_executor(None, self.state.engine.get_stats)
+        stats = _jsonable(await self._stats())
+        args = _jsonable(dataclasses.asdict(self.state.engine.server_args))
+        http = {"host": cfg.host, "port": self.state.port, "api_key_set": bool(cfg.keys),
+                "api_keys": len(cfg.keys), "max_body_bytes": cfg.max_body_bytes,
+                "served_model_name": self.state.model_name}
         return web.json_response({
-            "version": __version__,
-            "server_args": _jsonable(dataclasses.asdict(self.state.engine.server_args)),
-            "http": {"host": cfg.host, "port": self.state.port, "api_key_set": bool(cfg.keys),
-                     "api_keys": len(cfg.keys), "max_body_bytes": cfg.max_body_bytes,
-                     "served_model_name": self.state.model_name},
-            "stats": _jsonable(stats),
+            **args, "host": cfg.host, "port": self.state.port, "served_model_name": self.state.model_name,
+            "max_total_num_tokens": stats.get("kv_total_slots"),
+            "max_req_input_len": args.get("max_req_input_len") or self.state.context_len,
+            "version": __version__, "internal_states": [stats], "startup_time": self.state.started_at,
+            "server_args": args, "http": http, "stats": stats,
             "inflight_requests": len(self.state.inflight),
             "uptime_s": round(time.time() - self.state.started_at, 3),
         })
+
+    async def get_load(self, request: web.Request) -> web.Response:
+        """SGLang's ``/get_load``: one entry per data-parallel rank (one here)."""
+        stats = await self._stats()
+        running, waiting = int(stats.get("num_running_reqs", 0)), int(stats.get("num_queued_reqs", 0))
+        return web.json_response([{"dp_rank": 0, "num_reqs": running + waiting, "num_waiting_reqs": waiting,
+                                   "num_tokens": int(stats.get("kv_used_slots", 0))}])
+
+    async def _stats(self) -> dict[str, Any]:
+        return await asyncio.get_running_loop().run_in_executor(None, self.state.engine.get_stats) or {}
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         ok = await asyncio.get_running_loop().run_in_executor(None, self.state.engine.flush_cache)
@@ -224,11 +180,20 @@ class NativeRoutes:
         return web.json_response({"success": True, "message": "cache flushed"})
 
     async def abort_request(self, request: web.Request) -> web.Response:
-        r = FieldReader(await self.state.read_json(request))
-        rid = r.get("rid", "str", required=True)
+        """Abort ``rid``'s engine requests (an OpenAI request's ``rid`` covers all its choices), or
+        every request with ``abort_all``; ``success`` is false when none was running."""
+        r = FieldReader(await self.state.read_json(request), unknown=UnknownFields(self.strict))
+        abort_all = r.get("abort_all", "bool", False)
+        rid = r.get("rid", "str", required=not abort_all)
         r.reject_unknown()
-        found = self.state.engine.abort(rid)
-        return web.json_response({"success": found is not False, "rid": rid})
+        running = sorted(self.state.inflight)
+        found = running if abort_all else [x for x in running if x == rid or x.startswith(f"{rid}-")]
+        for one in found:
+            self.state.engine.abort(one)
+        body: dict[str, Any] = {"success": bool(found), "rid": rid, "aborted": len(found)}
+        if not found:
+            body["message"] = f"no running request with rid {rid!r}" if rid else "no running request"
+        return web.json_response(body, headers=r.unknown.report("/abort_request"))
 
     async def metrics(self, request: web.Request) -> web.Response:
         stats = await asyncio.get_running_loop().run_in_executor(None, self.state.engine.get_stats)

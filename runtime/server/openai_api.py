@@ -46,6 +46,7 @@ class OpenAIRoutes:
 
     def __init__(self, state: ServerState):
         self.state = state
+        self.strict = bool(getattr(state.engine.server_args, "strict_api", False))  # unknown fields: 400
 
     def register(self, app: web.Application) -> None:
         app.router.add_get("/v1/models", self.models)
@@ -68,13 +69,16 @@ class OpenAIRoutes:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/v1/completions") as record:
-            req = parse_completion_request(await self.state.read_json(request))
+            req = parse_completion_request(await self.state.read_json(request), self.strict)
             self.state.check_model(req.model)
+            record.id = req.rid or record.id
+            headers = req.ignored.report("/v1/completions")
             jobs = [(p, j) for p in range(len(req.prompts)) for j in range(req.n)]
             rid = new_id("cmpl")
             extra_key = self.state.extra_key(request, req.salt)
             if req.stream:
-                return await write_stream(request, self._completion_chunks(req, jobs, rid, record, extra_key))
+                return await write_stream(request, self._completion_chunks(req, jobs, rid, record, extra_key),
+                                          headers)
             results = await gather_all([
                 self.state.generate(self.state.new_rid(record, f"-{k}"),
                                     **self._completion_kwargs(req, p, j, extra_key))
@@ -87,7 +91,8 @@ class OpenAIRoutes:
                 lps = self._completion_lps(req, res, req.echo, self._cursor(len(text) - len(res.get("text", ""))))
                 choices.append({"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps})
             usage = usage_dict(record.prompt, record.completion, record.cached)
-            return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage))
+            return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage),
+                                     headers=headers)
 
     def _completion_kwargs(self, req: CompletionRequest, p: int, j: int,
                            extra_key: str | None) -> dict[str, Any]:
@@ -165,8 +170,10 @@ class OpenAIRoutes:
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/v1/chat/completions") as record:
-            req = parse_chat_request(await self.state.read_json(request))
+            req = parse_chat_request(await self.state.read_json(request), self.strict)
             self.state.check_model(req.model)
+            record.id = req.rid or record.id
+            headers = req.ignored.report("/v1/chat/completions")
             if req.tools:  # every tool, whatever tool_choice: auto would otherwise fail mid-answer
                 await self.state.offload(check_tool_schemas, req.tools)
             plan = self._chat_plan(req, self.state.extra_key(request, req.salt))
@@ -174,18 +181,22 @@ class OpenAIRoutes:
             rid = new_id("chatcmpl")
             try:
                 if req.stream:
-                    return await write_stream(request, self._chat_chunks(req, runners, rid, record))
+                    return await write_stream(request, self._chat_chunks(req, runners, rid, record), headers)
                 choices = await gather_all([_collect(r, req.logprobs) for r in runners])
             except ValueError as e:
                 raise self._schema_error(req, e) from None
             usage = usage_dict(record.prompt, record.completion, record.cached)
-            return web.json_response(envelope("chat.completion", rid, self.state.model_name, choices, usage))
+            return web.json_response(envelope("chat.completion", rid, self.state.model_name, choices, usage),
+                                     headers=headers)
 
     def _chat_plan(self, req: ChatRequest, extra_key: str | None) -> ChatPlan:
         tools = [t.to_template() for t in req.tools] if req.tools and req.tool_choice.mode != "none" else None
         try:
-            text = self.state.tokenizer.apply_chat_template(req.messages, tools=tools, add_generation_prompt=True,
+            text = self.state.tokenizer.apply_chat_template(req.messages, tools=tools,
+                                                            add_generation_prompt=req.add_generation_prompt,
                                                             **req.chat_template_kwargs)
+            if req.continue_final_message:
+                text = _continue_final(text, req.messages[-1])
         except Exception as e:  # jinja's raise_exception, or a template that cannot render these messages
             # the template's own words (raise_exception, jinja errors) help; a Python error's do not
             why = f": {client_message(str(e))}" if isinstance(e, (ValueError, jinja2.TemplateError)) else ""
@@ -215,6 +226,8 @@ class OpenAIRoutes:
                 sampling["json_object"] = True
             elif fmt.kind == "json_schema":
                 sampling["json_schema"] = fmt.schema
+                if fmt.strict is False:  # OpenAI's non-strict: our lenient mode, violations reported
+                    sampling["strict"] = False
         plan = ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
                         extra_key, self.state.tool_format, MAX_CALLS_PER_TURN if req.parallel_tool_calls else 1)
         return self._with_reasoning(req, plan, text)
@@ -233,7 +246,7 @@ class OpenAIRoutes:
         if state == CLOSED:  # the template ended the thinking: the answer (and its grammar) starts now
             return plan
         plan.think_marker, plan.think_resume = fmt.call_after
-        if any(plan.sampling.get(k) for k in ("json_schema", "json_object", "regex")):
+        if any(plan.sampling.get(k) for k in ("json_schema", "json_object", "regex", "ebnf", "choices")):
             plan.sampling["reasoning_end"] = fmt.gate_marker  # the engine's gate: grammar after the marker
         return plan
 
@@ -248,6 +261,9 @@ class OpenAIRoutes:
         if req.response_format.kind == "json_schema":
             return APIError(400, f"response_format.json_schema.schema: {client_message(str(e))}",
                             param="response_format.json_schema.schema", code="unsupported_schema")
+        if req.constraint_field is not None:
+            return APIError(400, f"{req.constraint_field}: {client_message(str(e))}", param=req.constraint_field,
+                            code="unsupported_schema")
         return e
 
     async def _chat_chunks(self, req: ChatRequest, runners: list[ChoiceRunner], rid: str,
@@ -294,6 +310,17 @@ class OpenAIRoutes:
                     logprobs: dict | None = None) -> dict:
         choice = {"index": k, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
         return self._chunk("chat.completion.chunk", rid, [choice], req.include_usage)
+
+
+def _continue_final(text: str, last: dict[str, Any]) -> str:
+    """The rendered prompt cut right after the last message's content, so the answer continues it
+    (the template's end-of-turn text after it is dropped, as transformers' continue_final_message does)."""
+    content = last.get("content") or ""
+    at = text.rfind(content) if content else -1
+    if at < 0:
+        raise ValueError("continue_final_message: the chat template does not render the last message's "
+                         "content verbatim")
+    return text[:at + len(content)]
 
 
 async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:

@@ -2,25 +2,30 @@
 
 Parsing never touches the engine: it turns a JSON body into a :class:`CompletionRequest` or a
 :class:`ChatRequest` whose ``sampling`` dict is ready for ``SamplingParams.from_dict``, or raises
-a 400 :class:`~radixlm.runtime.server.http_errors.APIError` naming the bad field.
+a 400 :class:`~radixlm.runtime.server.http_errors.APIError` naming the bad field. Fields nobody
+reads are ignored and listed in the request's ``ignored`` (a 400 with ``strict=True``, i.e.
+``ServerArgs.strict_api``); constraints outside ``response_format`` are read by
+:mod:`~radixlm.runtime.server.structured_fields`, messages by :mod:`~radixlm.runtime.server.chat_messages`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.server.chat_messages import parse_messages
 from radixlm.runtime.server.http_errors import bad_request
 from radixlm.runtime.server.request_fields import (
     FieldReader,
+    UnknownFields,
     check_str_list,
     check_token_ids,
     is_kind,
     read_cache_salt,
 )
+from radixlm.runtime.server.structured_fields import read_structured_fields
 from radixlm.runtime.server.tool_calls import ToolChoice, ToolSpec, parse_tool_choice, parse_tools
 
 # Accepted and ignored: they change nothing about how we generate.
@@ -31,7 +36,7 @@ _EXTENSIONS = {"top_k": ("int", None, None), "min_p": ("number", 0.0, 1.0),
                "repetition_penalty": ("number", 0.0, None), "min_tokens": ("int", 0, None),
                "ignore_eos": ("bool", None, None), "stop_token_ids": ("list", None, None),
                "no_stop_trim": ("bool", None, None), "skip_special_tokens": ("bool", None, None),
-               "regex": ("str", None, None)}
+               "spaces_between_special_tokens": ("bool", None, None)}
 _EXTENSION_TARGET = {"min_tokens": "min_new_tokens"}
 MAX_N = 64
 
@@ -43,7 +48,7 @@ class ResponseFormat:
     kind: str = "text"
     name: str | None = None
     schema: dict | None = None
-    strict: bool = False
+    strict: bool | None = None  # OpenAI's switch; False selects our lenient mode (violations reported)
 
 
 @dataclass
@@ -59,6 +64,9 @@ class CompletionRequest:
     stream: bool = False
     include_usage: bool = False
     salt: str | None = None  # cache_salt / extra_key: the request's radix-cache namespace
+    rid: str | None = None  # SGLang's request id: /abort_request takes it
+    constraint_field: str | None = None  # the request field holding a regex / ebnf / schema extension
+    ignored: UnknownFields = field(default_factory=UnknownFields)
 
 
 @dataclass
@@ -80,6 +88,11 @@ class ChatRequest:
     parallel_tool_calls: bool = True  # false: at most one call per answer
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)  # extra chat-template variables
     separate_reasoning: bool = True  # SGLang's: false leaves the thinking in content
+    continue_final_message: bool = False  # the answer continues the last (assistant) message
+    add_generation_prompt: bool = True
+    rid: str | None = None
+    constraint_field: str | None = None
+    ignored: UnknownFields = field(default_factory=UnknownFields)
 
 
 def _common_sampling(r: FieldReader, max_tokens_keys: tuple[str, ...], max_default: int | None) -> dict:
@@ -133,16 +146,30 @@ def _stream_options(r: FieldReader, stream: bool) -> bool:
         return False
     if not stream:
         raise bad_request("'stream_options' is only allowed when 'stream' is true", param="stream_options")
-    sub = FieldReader(opts, "stream_options")
+    sub = r.sub(opts, "stream_options")
     include = sub.get("include_usage", "bool", False)
     sub.get("continuous_usage_stats", "bool")
     sub.reject_unknown()
     return include
 
 
-def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
-    """Validate a ``/v1/completions`` body (400 naming the bad field)."""
-    r = FieldReader(body)
+def _reader(body: dict[str, Any], strict: bool) -> FieldReader:
+    return FieldReader(body, unknown=UnknownFields(strict))
+
+
+def _extensions(r: FieldReader, sampling: dict[str, Any]) -> tuple[str | None, str | None]:
+    """SGLang's ``rid`` and the constraint extensions (merged into ``sampling``): (rid, constraint field)."""
+    rid = r.get("rid", "str")
+    if rid is not None and not rid:
+        raise bad_request("'rid' must be a non-empty string", param="rid", code="invalid_value")
+    constraint, source = read_structured_fields(r)
+    sampling.update(constraint)
+    return rid, source
+
+
+def parse_completion_request(body: dict[str, Any], strict: bool = False) -> CompletionRequest:
+    """Validate a ``/v1/completions`` body (400 naming the bad field; unknown fields too if ``strict``)."""
+    r = _reader(body, strict)
     model = r.get("model", "str")
     raw = r.get("prompt", ("str", "list"), required=True)
     prompts = _prompts(raw)
@@ -153,8 +180,10 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
     stream = r.get("stream", "bool", False)
     include_usage = _stream_options(r, stream)
     salt = read_cache_salt(r)
+    rid, source = _extensions(r, sampling)
     r.reject_unknown(IGNORED_FIELDS)
-    return CompletionRequest(model, prompts, sampling, n, echo, logprobs, stream, include_usage, salt)
+    return CompletionRequest(model, prompts, sampling, n, echo, logprobs, stream, include_usage, salt, rid,
+                             source, r.unknown)
 
 
 def _prompts(raw: Any) -> list[str | list[int]]:
@@ -177,13 +206,11 @@ def _prompts(raw: Any) -> list[str | list[int]]:
     return out
 
 
-def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
-    """Validate a ``/v1/chat/completions`` body (400 naming the bad field)."""
-    r = FieldReader(body)
+def parse_chat_request(body: dict[str, Any], strict: bool = False) -> ChatRequest:
+    """Validate a ``/v1/chat/completions`` body (400 naming the bad field; unknown fields too if ``strict``)."""
+    r = _reader(body, strict)
     model = r.get("model", "str")
-    messages = [_message(m, i) for i, m in enumerate(r.get("messages", "list", required=True))]
-    if not messages:
-        raise bad_request("'messages' must not be empty", param="messages", code="invalid_value")
+    messages = parse_messages(r)
     sampling = _common_sampling(r, ("max_tokens", "max_completion_tokens"), None)
     n = r.get("n", "int", 1, lo=1, hi=MAX_N)
     stream = r.get("stream", "bool", False)
@@ -192,20 +219,41 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
     top_logprobs = r.get("top_logprobs", "int", 0, lo=0, hi=20)
     if top_logprobs and not logprobs:
         raise bad_request("'top_logprobs' requires 'logprobs' to be true", param="top_logprobs")
-    fmt = _response_format(r.get("response_format", "object"))
+    fmt = _response_format(r)
     tools = parse_tools(r.get("tools", "list"))
     choice = parse_tool_choice(r.get("tool_choice", ("str", "object")), tools)
-    if choice.mode == "auto" and fmt.kind != "text":
-        raise bad_request("'response_format' other than text cannot be combined with tool_choice "
-                          "'auto'; use tool_choice 'none', 'required' or a named function",
-                          param="response_format")
+    rid, source = _extensions(r, sampling)
+    _check_one_constraint(fmt, choice, tools, source)
     salt = read_cache_salt(r)
     parallel = r.get("parallel_tool_calls", "bool", True)
     template_kwargs = _template_kwargs(r.get("chat_template_kwargs", "object"))
     separate = r.get("separate_reasoning", "bool", True)
+    cont = r.get("continue_final_message", "bool", False)
+    add_prompt = r.get("add_generation_prompt", "bool", not cont)
+    if cont and (add_prompt or messages[-1]["role"] != "assistant"):
+        raise bad_request("'continue_final_message' needs the last message to be the assistant's and "
+                          "'add_generation_prompt' false", param="continue_final_message")
     r.reject_unknown(IGNORED_FIELDS)
     return ChatRequest(model, messages, sampling, n, stream, include_usage, logprobs, top_logprobs,
-                       fmt, tools, choice, salt, parallel, template_kwargs, separate)
+                       fmt, tools, choice, salt, parallel, template_kwargs, separate, cont, add_prompt, rid,
+                       source, r.unknown)
+
+
+def _check_one_constraint(fmt: ResponseFormat, choice: ToolChoice, tools: list[ToolSpec],
+                          source: str | None) -> None:
+    """One constraint per answer: response_format, a top-level extension or the tool-call syntax."""
+    if choice.mode == "auto" and fmt.kind != "text":
+        raise bad_request("'response_format' other than text cannot be combined with tool_choice "
+                          "'auto'; use tool_choice 'none', 'required' or a named function",
+                          param="response_format")
+    if source is None:
+        return
+    if fmt.kind != "text":
+        raise bad_request(f"'{source}' cannot be combined with 'response_format': a request takes one "
+                          "constraint", param=source, code="invalid_value")
+    if tools and choice.mode != "none":
+        raise bad_request(f"'{source}' cannot be combined with tools unless tool_choice is 'none'",
+                          param=source, code="invalid_value")
 
 
 # Variables the server itself passes to the chat template; a client may not override them.
@@ -221,77 +269,19 @@ def _template_kwargs(kwargs: dict | None) -> dict[str, Any]:
     return dict(kwargs or {})
 
 
-_ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
-def _message(m: Any, i: int) -> dict[str, Any]:
-    """One chat message, normalised for the template: content as a string, tool-call args as dicts."""
-    prefix = f"messages[{i}]"
-    r = FieldReader(m, prefix) if isinstance(m, dict) else None
-    if r is None:
-        raise bad_request(f"'{prefix}' must be an object", param=prefix, code="invalid_type")
-    role = r.get("role", "str", required=True, choices=_ROLES)
-    out: dict[str, Any] = {"role": "system" if role == "developer" else role,
-                           "content": _content(r.get("content", ("str", "list")), f"{prefix}.content")}
-    name = r.get("name", "str")
-    if name is not None:
-        out["name"] = name
-    if role == "tool":
-        out["tool_call_id"] = r.get("tool_call_id", "str", required=True)
-    calls = r.get("tool_calls", "list") if role == "assistant" else None
-    if calls:
-        out["tool_calls"] = [_history_call(c, f"{prefix}.tool_calls[{j}]") for j, c in enumerate(calls)]
-    elif role != "assistant" and out["content"] is None:
-        raise bad_request(f"'{prefix}.content' is required for role '{role}'", param=f"{prefix}.content",
-                          code="missing_field")
-    r.get("refusal", "str")
-    r.reject_unknown()
-    return out
-
-
-def _content(content: Any, param: str) -> str | None:
-    """Message content as text; array content must be text parts."""
-    if content is None or isinstance(content, str):
-        return content
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise bad_request(f"'{param}[{j}]' must be a text part {{\"type\": \"text\", \"text\": ...}}; "
-                              "other content types are not supported", param=f"{param}[{j}]",
-                              code="invalid_type")
-        texts.append(part["text"])
-    return "".join(texts)
-
-
-def _history_call(call: Any, prefix: str) -> dict[str, Any]:
-    """An earlier assistant tool call, with ``arguments`` parsed for the chat template."""
-    r = FieldReader(call, prefix)
-    call_id = r.get("id", "str", "")
-    r.get("type", "str", "function", choices=("function",))
-    fn = FieldReader(r.get("function", "object", required=True), f"{prefix}.function")
-    name = fn.get("name", "str", required=True)
-    args = fn.get("arguments", ("str", "object"), "{}")
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as e:
-            raise bad_request(f"'{prefix}.function.arguments' is not valid JSON: {e}",
-                              param=f"{prefix}.function.arguments", code="invalid_json") from None
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
-
-
-def _response_format(fmt: dict | None) -> ResponseFormat:
+def _response_format(parent: FieldReader) -> ResponseFormat:
+    fmt = parent.get("response_format", "object")
     if fmt is None:
         return ResponseFormat()
-    r = FieldReader(fmt, "response_format")
+    r = parent.sub(fmt, "response_format")
     kind = r.get("type", "str", required=True, choices=("text", "json_object", "json_schema"))
     if kind != "json_schema":
         r.reject_unknown()
         return ResponseFormat(kind)
-    js = FieldReader(r.get("json_schema", "object", required=True), "response_format.json_schema")
+    js = r.sub(r.get("json_schema", "object", required=True), "json_schema")
     name = js.get("name", "str", required=True)
     schema = js.get("schema", "object", {})
-    strict = js.get("strict", "bool", False)
+    strict = js.get("strict", "bool")
     js.get("description", "str")
     js.reject_unknown()
     r.reject_unknown()

@@ -2,11 +2,16 @@
 
 Both the native and the OpenAI routes read their bodies through :class:`FieldReader`, so a wrong
 type or an out-of-range value is always a 400 whose ``param`` is the offending field's path.
+
+A field no route reads is handled by the request's :class:`UnknownFields` policy: ignored and
+remembered (the default, as SGLang and vLLM do: the route logs one warning line and names them in
+the ``x-radixlm-ignored-fields`` response header), or a 400 with ``ServerArgs.strict_api``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from radixlm.runtime.server.http_errors import bad_request
@@ -23,6 +28,30 @@ _KIND_WORDS = {"int": "an integer", "number": "a number", "bool": "a boolean", "
                "object": "an object", "list": "an array"}
 
 _MISSING = object()
+IGNORED_HEADER = "x-radixlm-ignored-fields"
+logger = logging.getLogger("radixlm.server")
+
+
+class UnknownFields:
+    """What a request does with fields nobody reads: 400 (``strict``), or ignore and remember them."""
+
+    def __init__(self, strict: bool = False):
+        self.strict = strict
+        self.names: list[str] = []  # paths of the ignored fields, in the order met
+
+    def found(self, paths: list[str]) -> None:
+        """Fields of one object that nothing read: a 400 naming the first when strict."""
+        if paths and self.strict:
+            raise bad_request(f"unrecognized request argument '{paths[0]}'", param=paths[0],
+                              code="unknown_field")
+        self.names.extend(p for p in paths if p not in self.names)
+
+    def report(self, route: str) -> dict[str, str]:
+        """The response header naming the ignored fields (none: empty), logged once per request."""
+        if not self.names:
+            return {}
+        logger.warning("%s: ignored unknown field(s) %s", route, ", ".join(self.names))
+        return {IGNORED_HEADER: ",".join(self.names)}
 
 
 def is_kind(value: Any, kind: str) -> bool:
@@ -33,14 +62,21 @@ def is_kind(value: Any, kind: str) -> bool:
 
 
 class FieldReader:
-    """Reads fields from one JSON object; remembers which were read so extras can be rejected."""
+    """Reads fields from one JSON object; remembers which were read so extras can be found.
 
-    def __init__(self, body: dict[str, Any], prefix: str = ""):
+    ``unknown`` decides what :meth:`reject_unknown` does with them (None: always a 400)."""
+
+    def __init__(self, body: dict[str, Any], prefix: str = "", unknown: UnknownFields | None = None):
         if not isinstance(body, dict):
             raise bad_request(f"{prefix or 'body'} must be an object", param=prefix or None)
         self.body = body
         self.prefix = prefix
+        self.unknown = unknown
         self.seen: set[str] = set()
+
+    def sub(self, value: Any, key: str) -> FieldReader:
+        """A reader of the object ``value`` found at ``key`` (sharing the unknown-field policy)."""
+        return FieldReader(value, self.path(key), self.unknown)
 
     def path(self, key: str) -> str:
         return f"{self.prefix}.{key}" if self.prefix else key
@@ -78,11 +114,13 @@ class FieldReader:
         return value
 
     def reject_unknown(self, ignored: frozenset[str] = frozenset()) -> None:
-        """400 naming the first field that was neither read nor explicitly ignored."""
+        """Fields neither read nor explicitly ``ignored``: a 400 naming the first, unless the
+        reader's :class:`UnknownFields` policy ignores them."""
+        policy = self.unknown or UnknownFields(strict=True)
         extra = sorted(set(self.body) - self.seen - ignored)
-        if extra:
-            raise bad_request(f"unrecognized request argument '{self.path(extra[0])}'",
-                              param=self.path(extra[0]), code="unknown_field")
+        if not policy.strict:  # a null asks for nothing: not worth naming
+            extra = [k for k in extra if self.body[k] is not None]
+        policy.found([self.path(k) for k in extra])
 
 
 def check_str_list(value: Any, param: str, allow_empty: bool = False) -> list[str]:

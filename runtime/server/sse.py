@@ -20,9 +20,11 @@ T = TypeVar("T")
 DONE = b"data: [DONE]\n\n"
 
 
-async def open_stream(request: web.Request) -> web.StreamResponse:
+async def open_stream(request: web.Request, headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """Start a 200 event stream (``headers`` added to the SSE ones)."""
     resp = web.StreamResponse(status=200, headers={
-        "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        "Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+        **(headers or {})})
     await resp.prepare(request)
     return resp
 
@@ -32,8 +34,9 @@ async def send_event(resp: web.StreamResponse, obj: Any) -> None:
     await resp.write(b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n")
 
 
-async def write_stream(request: web.Request, events: AsyncIterator[Any]) -> web.StreamResponse:
-    """Send every object of ``events`` as an SSE event, then ``[DONE]``.
+async def write_stream(request: web.Request, events: AsyncIterator[Any],
+                       headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """Send every object of ``events`` as an SSE event, then ``[DONE]`` (``headers`` go on the response).
 
     The first event is awaited before the response starts (see the module docstring). An error
     after that is sent as one last ``{"error": ...}`` event. If the client disconnects, the event
@@ -46,7 +49,7 @@ async def write_stream(request: web.Request, events: AsyncIterator[Any]) -> web.
     except BaseException:
         await _close(events)
         raise
-    resp = await open_stream(request)
+    resp = await open_stream(request, headers)
     try:
         if first is not None:
             await send_event(resp, first)

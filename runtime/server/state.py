@@ -102,10 +102,12 @@ class ServerState:
     def __init__(self, engine: Any, config: ServerConfig):
         self.engine = engine
         self.config = config
-        self.metrics = ServerMetrics()
         self.tokenizer = engine.tokenizer
         self.model_path = str(getattr(engine, "model_path", None) or engine.server_args.model_path or "")
         self.model_name = config.served_model_name or os.path.basename(self.model_path.rstrip("/")) or "default"
+        self.metrics = ServerMetrics(self.model_name)
+        # no --model-path: the embedded tiny checkpoint, whose random weights answer in noise
+        self.random_weights = getattr(engine.server_args, "model_path", None) is None
         self.port = config.port  # the bound port once listening (config.port may be 0)
         args = engine.server_args
         self.context_len = int(args.context_length or getattr(engine.model_config, "context_len", 0) or 0)
@@ -174,9 +176,10 @@ class ServerState:
             result = await result if inspect.isawaitable(result) else result
             if observe_ttft:
                 for out in result if isinstance(result, list) else [result]:
-                    ttft = out.get("meta_info", {}).get("first_token_latency")
-                    if ttft is not None:
-                        self.metrics.ttft.observe(ttft)
+                    meta = out.get("meta_info", {})
+                    if meta.get("first_token_latency") is not None:
+                        self.metrics.ttft.observe(meta["first_token_latency"])
+                    self.metrics.record_output(meta)
             return result
         except asyncio.CancelledError:
             self.engine.abort(rid)
@@ -209,6 +212,8 @@ class ServerState:
                     sent_tokens += new
                     last = now
                 finished = chunk.get("meta_info", {}).get("finish_reason") is not None
+                if finished and observe_ttft:
+                    self.metrics.record_output(chunk["meta_info"])
                 yield chunk
         finally:
             self.inflight.discard(rid)

@@ -51,6 +51,10 @@ class ReasoningFormat(ABC):
     # a forced tool call: the think phase stops at call_after[0], then call_after[1] precedes the call
     call_after: tuple[str, str] = ("", "")
 
+    def markers(self) -> tuple[str, ...]:
+        """Every marker text the parser must see in the output (kept when special tokens are skipped)."""
+        return tuple(dict.fromkeys(m for m in (self.gate_marker, *self.call_after) if m))
+
     @abstractmethod
     def prompt_state(self, prompt: str) -> str:
         """``OPEN`` (the prompt ends inside the thinking), ``CLOSED`` (it ended it: no thinking

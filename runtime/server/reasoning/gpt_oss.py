@@ -92,6 +92,9 @@ class GptOssFormat(ReasoningFormat):
     gate_marker = FINAL  # the answer (and a response_format) starts in the final channel
     call_after = ("<|end|>", "<|start|>assistant")  # a call is a new message after the analysis
 
+    def markers(self) -> tuple[str, ...]:
+        return ("<|start|>", "<|channel|>", "<|constrain|>", MESSAGE, *ENDS)
+
     def prompt_state(self, prompt: str) -> str:
         return CLOSED if prompt.rstrip().endswith(FINAL) else NONE
 

@@ -18,6 +18,7 @@ REGISTRY: FormatRegistry[ReasoningFormat] = FormatRegistry(
     "reasoning_parser", (DeepSeekR1Format(), Qwen3Format(), GptOssFormat()),
     (("gpt-oss", ("<|channel|>", "<|start|>assistant")),
      ("deepseek-r1", ("<｜Assistant｜><think>",)),
+     ("deepseek-r1", ("｜DSML｜", "<think>")),  # V3.2: thinking opened (or closed) by the template
      ("qwen3", ("<|im_start|>", "<think>"))))
 FORMATS, ALIASES = REGISTRY.formats, REGISTRY.aliases
 names, get_format, detect_name, resolve = REGISTRY.names, REGISTRY.get, REGISTRY.detect_name, REGISTRY.resolve

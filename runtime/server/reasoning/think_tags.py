@@ -118,6 +118,9 @@ class ThinkTagFormat(ReasoningFormat):
     def call_after(self) -> tuple[str, str]:  # type: ignore[override]
         return (self.end, "")
 
+    def markers(self) -> tuple[str, ...]:
+        return (self.start, self.end)
+
     def prompt_state(self, prompt: str) -> str:
         tail = prompt.rstrip()
         if tail.endswith(self.end):

@@ -10,10 +10,12 @@ non-streamed parse and the streaming parser scan with the same rules
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import string
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +61,30 @@ def json_object(text: str) -> dict | None:
     return obj if isinstance(obj, dict) else None
 
 
+NAME_RE = r"[A-Za-z0-9_.-]{1,64}"
+
+
+def json_head(opener: str, args_keys: str = "arguments") -> re.Pattern:
+    """``call_head`` of a JSON call object after ``opener``: ``{"name": "NAME", "<args key>": `` up
+    to the arguments object (``args_keys``: a regex alternation of the accepted keys)."""
+    return re.compile(opener + r'\s*\{\s*"name"\s*:\s*"(?P<name>' + NAME_RE + r')"\s*,\s*"(?:'
+                      + args_keys + r')"\s*:\s*(?=\{)')
+
+
+def calls_in(inner: str, pattern: re.Pattern,
+             call_of: Callable[[re.Match], ParsedCall | None]) -> list[ParsedCall] | None:
+    """The calls ``pattern`` finds in a section's ``inner`` text, or None when anything but calls
+    and whitespace is there, no call is, or ``call_of`` rejects one (returns None)."""
+    calls, pos = [], 0
+    for m in pattern.finditer(inner):
+        call = call_of(m)
+        if inner[pos:m.start()].strip() or call is None:
+            return None
+        calls.append(call)
+        pos = m.end()
+    return calls if calls and not inner[pos:].strip() else None
+
+
 def named_call(obj: Any, args_key: str = "arguments", alt_key: str | None = None) -> ParsedCall | None:
     """``{"name": str, args_key: object}`` as a call (``alt_key`` also accepted), else None."""
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
@@ -89,6 +115,25 @@ class ToolFormat(ABC):
     open_marker: str = ""  # the auto phase-1 stop string; forced_prefix starts with it
     forced_prefix: str = ""  # appended to the prompt before a constrained call body
     call_suffix: str = ""  # appended after a completed body (not generated)
+    inner_markers: tuple[str, ...] = ()  # other marker text inside a call (separators, argument tags)
+    # One call's text from its opener up to its JSON arguments object: group ``name`` (and ``id``
+    # where the model writes one). Set for JSON-argument layouts, whose arguments then stream as
+    # they are generated; None: the call is sent whole when its block ends.
+    call_head: re.Pattern | None = None
+
+    @property
+    def auto_openers(self) -> tuple[str, ...]:
+        """The texts that open a call under ``tool_choice: auto`` (stop strings of the text phase)."""
+        return (self.open_marker,)
+
+    def resume_after(self, opener: str) -> str:
+        """The text that follows ``opener`` (as the model wrote it) to reach ``forced_prefix``."""
+        return self.forced_prefix[len(opener):] if self.forced_prefix.startswith(opener) else self.forced_prefix
+
+    def markers(self) -> tuple[str, ...]:
+        """Every marker text the parser must see in the output (kept when special tokens are skipped)."""
+        found = (*self.openers, self.closer or "", self.open_marker, *self.inner_markers)
+        return tuple(dict.fromkeys(m for m in found if m))
 
     @abstractmethod
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:

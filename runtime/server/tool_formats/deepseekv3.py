@@ -10,7 +10,14 @@ import re
 from typing import Any
 
 from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, dump_args, json_object
+from radixlm.runtime.server.tool_formats.base import (
+    NAME_RE,
+    ParsedCall,
+    ToolFormat,
+    calls_in,
+    dump_args,
+    json_object,
+)
 from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
 
 SECTION_OPEN, SECTION_CLOSE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
@@ -23,14 +30,11 @@ def section_calls(block: str, pattern: re.Pattern) -> list[ParsedCall] | None:
     """Every call of a section (nothing but calls and whitespace inside), or None."""
     if not (block.startswith(SECTION_OPEN) and block.endswith(SECTION_CLOSE)):
         return None
-    inner, calls, pos = block[len(SECTION_OPEN):-len(SECTION_CLOSE)], [], 0
-    for m in pattern.finditer(inner):
+
+    def call_of(m: re.Match) -> ParsedCall | None:
         args = json_object(m.group(2))
-        if inner[pos:m.start()].strip() or args is None:
-            return None
-        calls.append(ParsedCall(m.group(1).strip(), dump_args(args)))
-        pos = m.end()
-    return calls if calls and not inner[pos:].strip() else None
+        return None if args is None else ParsedCall(m.group(1).strip(), dump_args(args))
+    return calls_in(block[len(SECTION_OPEN):-len(SECTION_CLOSE)], pattern, call_of)
 
 
 class DeepSeekV3Format(ToolFormat):
@@ -43,6 +47,9 @@ class DeepSeekV3Format(ToolFormat):
     open_marker = SECTION_OPEN
     forced_prefix = SECTION_OPEN + CALL_OPEN + "function" + SEP
     call_suffix = CALL_CLOSE + SECTION_CLOSE
+    inner_markers = (CALL_OPEN, SEP, CALL_CLOSE)
+    call_head = re.compile(re.escape(SECTION_OPEN + CALL_OPEN + "function" + SEP) + f"(?P<name>{NAME_RE})"
+                           + r"\n```json\n(?=\{)")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         calls = section_calls(block, _CALL)

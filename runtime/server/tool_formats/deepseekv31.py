@@ -1,4 +1,4 @@
-"""DeepSeek V3.1 / V3.2: the V3 section markers, with ``NAME<｜tool▁sep｜>{json}`` per call.
+"""DeepSeek V3.1: the V3 section markers, with ``NAME<｜tool▁sep｜>{json}`` per call.
 
 ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>``.
 """
@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat
+from radixlm.runtime.server.tool_formats.base import NAME_RE, ParsedCall, ToolFormat
 from radixlm.runtime.server.tool_formats.deepseekv3 import (
     CALL_CLOSE,
     CALL_OPEN,
@@ -27,12 +27,14 @@ class DeepSeekV31Format(ToolFormat):
     """DeepSeek V3.1 (name, separator, JSON arguments)."""
 
     name = "deepseekv31"
-    aliases = ("deepseek_v31", "deepseekv32")
+    aliases = ("deepseek_v31",)
     openers = (SECTION_OPEN,)
     closer = SECTION_CLOSE
     open_marker = SECTION_OPEN
     forced_prefix = SECTION_OPEN + CALL_OPEN
     call_suffix = CALL_CLOSE + SECTION_CLOSE
+    inner_markers = (CALL_OPEN, SEP, CALL_CLOSE)
+    call_head = re.compile(re.escape(SECTION_OPEN + CALL_OPEN) + f"(?P<name>{NAME_RE}?)" + re.escape(SEP) + r"(?=\{)")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         calls = section_calls(block, _CALL)

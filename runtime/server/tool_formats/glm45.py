@@ -23,6 +23,7 @@ class Glm45Format(ToolFormat, tags=(OPEN, CLOSE)):
 
     name = "glm45"
     aliases = ("glm4_moe", "glm46", "glm47")
+    inner_markers = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         if not block.endswith(CLOSE):

@@ -33,6 +33,9 @@ class GptOssFormat(ToolFormat):
     open_marker = OPEN
     forced_prefix = OPEN
     call_suffix = CALL
+    inner_markers = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>")
+    call_head = re.compile(re.escape(OPEN) + r"(?P<name>[A-Za-z0-9_.-]+?)\s*(?:<\|constrain\|>)?\s*(?:json)?\s*"
+                           + r"<\|message\|>(?=\{)")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         opener = OPEN if block.startswith(OPEN) else TEMPLATE_OPEN

@@ -2,7 +2,8 @@
 
 The engine takes one constraint per request, so a call body in a family's wrapper is one regex:
 the wrapper's literal text (escaped for the grammar's Rust regex syntax) around the arguments.
-JSON arguments come from :func:`radixlm.constrained.schema_to_regex`; the pythonic and
+JSON arguments come from :func:`radixlm.constrained.schema_to_grammar` (as one regex, nested
+values inlined a few levels deep); the pythonic and
 XML-parameter layouts are built here for flat objects of scalar properties, the cases they can
 express exactly. Anything else raises :class:`FormatUnsupported` naming the tool.
 """
@@ -40,12 +41,15 @@ def chosen(tools: list[ToolSpec], name: str | None) -> list[tuple[int, ToolSpec]
 
 def json_args(index: int, tool: ToolSpec) -> str:
     """The regex of ``tool``'s arguments as compact JSON."""
-    from radixlm.constrained import schema_to_regex
+    from radixlm.constrained import schema_to_grammar
 
     try:
-        return schema_to_regex(tool.parameters).regex
+        rx = schema_to_grammar(tool.parameters).grammar.to_regex()
     except ValueError as e:
         raise FormatUnsupported(index, str(e)) from None
+    if rx is None:
+        raise FormatUnsupported(index, "the schema has no instance within the nesting that a call regex can hold")
+    return rx
 
 
 def per_tool(tools: list[ToolSpec], name: str | None, body: Callable[[int, ToolSpec], str]) -> dict[str, Any]:

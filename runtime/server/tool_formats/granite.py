@@ -6,10 +6,11 @@ Granite 4 templates use the Hermes ``<tool_call>`` blocks instead (detected as `
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat
+from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, json_head
 from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
 from radixlm.runtime.server.tool_formats.json_calls import call_list
 
@@ -20,6 +21,7 @@ class GraniteFormat(ToolFormat, tags=(OPEN, None)):
     """A JSON list of calls after ``<|tool_call|>``, running to the end of the answer."""
 
     name = "granite"
+    call_head = json_head(re.escape(OPEN) + r"\s*\[")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         return call_list(block, len(OPEN))

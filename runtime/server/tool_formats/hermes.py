@@ -6,10 +6,17 @@ The body is one JSON object, generated under the JSON-schema constraint of the c
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from radixlm.runtime.server.tool_calls import ToolSpec, call_schema
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, json_object, named_call
+from radixlm.runtime.server.tool_formats.base import (
+    ParsedCall,
+    ToolFormat,
+    json_head,
+    json_object,
+    named_call,
+)
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
@@ -19,6 +26,7 @@ class HermesFormat(ToolFormat, tags=(OPEN, CLOSE)):
 
     name = "hermes"
     aliases = ("qwen25", "qwen", "qwen3")
+    call_head = json_head(re.escape(OPEN))
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         if not block.endswith(CLOSE):

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, dump_args, json_object
+from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, calls_in, dump_args, json_object
 from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
 
 SECTION_OPEN, SECTION_CLOSE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
@@ -28,19 +28,20 @@ class KimiK2Format(ToolFormat):
     open_marker = SECTION_OPEN
     forced_prefix = SECTION_OPEN + CALL_OPEN + "functions."
     call_suffix = CALL_CLOSE + SECTION_CLOSE
+    inner_markers = (CALL_OPEN, ARGS_OPEN, CALL_CLOSE)
+    call_head = re.compile(re.escape(SECTION_OPEN + CALL_OPEN) + r"\s*(?P<id>functions\.(?P<name>[A-Za-z0-9_.-]+?):\d+)\s*"
+                           + re.escape(ARGS_OPEN) + r"(?=\{)")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         if not block.endswith(SECTION_CLOSE):
             return None
-        inner, calls, pos = block[len(SECTION_OPEN):-len(SECTION_CLOSE)], [], 0
-        for m in _CALL.finditer(inner):
+
+        def call_of(m: re.Match) -> ParsedCall | None:
             args = json_object(m.group(4))
-            if inner[pos:m.start()].strip() or args is None:
-                return None
             call_id = m.group(1) if m.group(1).startswith("functions.") else f"functions.{m.group(1)}"
-            calls.append(ParsedCall(m.group(2), dump_args(args), call_id))
-            pos = m.end()
-        return (calls, len(block)) if calls and not inner[pos:].strip() else None
+            return None if args is None else ParsedCall(m.group(2), dump_args(args), call_id)
+        calls = calls_in(block[len(SECTION_OPEN):-len(SECTION_CLOSE)], _CALL, call_of)
+        return (calls, len(block)) if calls else None
 
     def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
         return per_tool(tools, name, lambda i, t: lit(t.name + ":") + "[0-9]" + lit(ARGS_OPEN) + json_args(i, t))

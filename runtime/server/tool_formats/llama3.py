@@ -8,10 +8,11 @@ accepted too, as the family's parsers do.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, named_call
+from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, json_head, named_call
 from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
 from radixlm.runtime.server.tool_formats.json_calls import decode_at
 
@@ -27,6 +28,11 @@ class Llama3Format(ToolFormat):
     openers = (PYTHON_TAG, CALL_OPEN)
     open_marker = CALL_OPEN
     forced_prefix = CALL_OPEN
+    call_head = json_head(f"(?:{re.escape(PYTHON_TAG)})?", "parameters|arguments")
+
+    @property
+    def auto_openers(self) -> tuple[str, ...]:
+        return (CALL_OPEN, PYTHON_TAG)  # <|python_tag|> is a special token: it never spells CALL_OPEN
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         pos = len(PYTHON_TAG) if block.startswith(PYTHON_TAG) else 0

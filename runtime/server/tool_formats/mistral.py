@@ -11,7 +11,13 @@ import re
 from typing import Any
 
 from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, dump_args, mistral_call_id
+from radixlm.runtime.server.tool_formats.base import (
+    ParsedCall,
+    ToolFormat,
+    dump_args,
+    json_head,
+    mistral_call_id,
+)
 from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
 from radixlm.runtime.server.tool_formats.json_calls import call_list, decode_at
 
@@ -36,6 +42,8 @@ class MistralFormat(ToolFormat, tags=(OPEN, None)):
     """``[TOOL_CALLS]`` calls, which run to the end of the answer."""
 
     name = "mistral"
+    inner_markers = ("[ARGS]", "[CALL_ID]")
+    call_head = json_head(re.escape(OPEN) + r"\s*\[")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         if block[len(OPEN):].lstrip().startswith("["):

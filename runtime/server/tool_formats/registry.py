@@ -11,6 +11,7 @@ from radixlm.runtime.server.format_registry import FormatRegistry
 from radixlm.runtime.server.tool_formats.base import ToolFormat
 from radixlm.runtime.server.tool_formats.deepseekv3 import DeepSeekV3Format
 from radixlm.runtime.server.tool_formats.deepseekv31 import DeepSeekV31Format
+from radixlm.runtime.server.tool_formats.deepseekv32 import DeepSeekV32Format
 from radixlm.runtime.server.tool_formats.glm45 import Glm45Format
 from radixlm.runtime.server.tool_formats.gpt_oss import GptOssFormat
 from radixlm.runtime.server.tool_formats.granite import GraniteFormat
@@ -25,6 +26,7 @@ from radixlm.runtime.server.tool_formats.qwen3_coder import Qwen3CoderFormat
 _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gpt_oss", ("<|channel|>", "<|call|>")),
     ("kimi_k2", ("<|tool_calls_section_begin|>",)),
+    ("deepseekv32", ("｜DSML｜", "function_calls>")),  # the template joins '<' + dsml_token + 'function_calls>'
     ("deepseekv3", ("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>' + tool['type']")),
     ("deepseekv3", ("<｜tool▁calls▁begin｜>", "' + tool['type'] + '<｜tool▁sep｜>")),
     ("deepseekv3", ("<｜tool▁calls▁begin｜>", "function<｜tool▁sep｜>")),
@@ -40,7 +42,7 @@ _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 REGISTRY: FormatRegistry[ToolFormat] = FormatRegistry("tool_call_parser", (
     HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
-    DeepSeekV3Format(), DeepSeekV31Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat()),
+    DeepSeekV3Format(), DeepSeekV31Format(), DeepSeekV32Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat()),
     _DETECT, default="hermes")
 FORMATS, ALIASES, DEFAULT = REGISTRY.formats, REGISTRY.aliases, REGISTRY.default
 names, get_format, detect_name, resolve = REGISTRY.names, REGISTRY.get, REGISTRY.detect_name, REGISTRY.resolve

@@ -1,0 +1,83 @@
+"""SGLang launch flags that cannot apply to radixlm: accepted, each with a one-line notice.
+
+An SGLang launch command (``python -m sglang.launch_server --model-path ... --trust-remote-code``)
+should start radixlm unchanged, but a flag must never be swallowed silently: each one listed here
+parses (with its value, if it takes one) and :func:`notices` turns it into one line saying why it
+has no effect. Flags that would change results if ignored (``--quantization``, ``--nnodes``) are not
+listed: they stay usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+NO_CUDA_GRAPHS = "radixlm runs no CUDA graphs or torch.compile"
+LOCAL_ONLY = "radixlm serves local checkpoint directories and downloads nothing"
+
+# flag -> (takes a value, why it has no effect here)
+IGNORED_FLAGS: dict[str, tuple[bool, str]] = {
+    "--trust-remote-code": (False, "radixlm runs no code from a checkpoint: Llama, Mistral, Qwen2 and Qwen3 "
+                                   "are built in"),
+    "--kv-cache-dtype": (True, "the KV cache is stored in the weights' dtype (set it with --dtype)"),
+    "--enable-metrics": (False, "/metrics is always on"),
+    "--enable-cache-report": (False, "cached token counts are always reported (meta_info.cached_tokens, "
+                                     "usage.prompt_tokens_details)"),
+    "--skip-server-warmup": (False, "radixlm runs no warm-up request"),
+    "--disable-cuda-graph": (False, NO_CUDA_GRAPHS),
+    "--cuda-graph-max-bs": (True, NO_CUDA_GRAPHS),
+    "--enable-torch-compile": (False, NO_CUDA_GRAPHS),
+    "--torch-compile-max-bs": (True, NO_CUDA_GRAPHS),
+    "--disable-overlap-schedule": (False, "radixlm's scheduler does not overlap steps"),
+    "--enable-mixed-chunk": (False, "prefill chunks and decodes are scheduled in separate steps"),
+    "--schedule-conservativeness": (True, "admission keeps its own reserve for running requests' future tokens"),
+    "--stream-interval": (True, "streams carry every decoded token"),
+    "--watchdog-timeout": (True, "radixlm has no step watchdog"),
+    "--load-format": (True, "weights are always read from *.safetensors"),
+    "--revision": (True, LOCAL_ONLY),
+    "--download-dir": (True, LOCAL_ONLY),
+    "--tokenizer-mode": (True, "the tokenizer is always tokenizer.json (the fast tokenizer)"),
+    "--base-gpu-id": (True, "choose the GPU with --device cuda:N"),
+    "--disable-custom-all-reduce": (False, "tensor parallelism uses torch.distributed's all-reduce"),
+    "--decode-log-interval": (True, "radixlm logs one line per request, not per decode interval"),
+    "--log-requests-level": (True, "--log-requests logs one line per request at one level of detail"),
+    "--log-level-http": (True, "HTTP logging follows --log-level"),
+    "--show-time-cost": (False, "step timers are in /get_server_info's stats.timers"),
+    "--disable-outlines-disk-cache": (False, "compiled constraints are cached in memory only"),
+}
+NOTICES_DEST = "ignored_sglang_flags"
+
+
+class _Ignored(argparse.Action):
+    """Records ``(flag, value)`` in ``namespace.ignored_sglang_flags`` instead of setting a field."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        seen = list(getattr(namespace, NOTICES_DEST, None) or [])
+        seen.append((option_string or self.option_strings[0], values))
+        setattr(namespace, NOTICES_DEST, seen)
+
+
+def add_ignored_flags(parser: argparse.ArgumentParser) -> None:
+    """Register every flag of :data:`IGNORED_FLAGS` the parser does not already own (a flag
+    radixlm implements wins over its entry here)."""
+    group = parser.add_argument_group("SGLang flags accepted without effect (each prints a notice)")
+    owned = set(parser._option_string_actions)
+    for flag, (takes_value, reason) in IGNORED_FLAGS.items():
+        if flag in owned:
+            continue
+        group.add_argument(flag, action=_Ignored, nargs=None if takes_value else 0, dest=NOTICES_DEST,
+                           default=[], metavar="VALUE" if takes_value else None, help=reason)
+
+
+def notices(ns: argparse.Namespace) -> list[str]:
+    """One line per ignored flag the user gave, in the order given (``--kv-cache-dtype auto`` asks
+    for what radixlm does anyway and says nothing)."""
+    lines = []
+    for flag, value in getattr(ns, NOTICES_DEST, None) or []:
+        if flag == "--kv-cache-dtype" and value == "auto":
+            continue
+        shown = f"{flag} {value}" if isinstance(value, str) else flag
+        lines.append(f"radixlm: notice: {shown} has no effect: {IGNORED_FLAGS[flag][1]}")
+    return lines
+

@@ -1,0 +1,77 @@
+"""Start-up checks of ``radixlm serve``: each failure is one clear line and exit code 2.
+
+The cheap checks run before the model loads, so a taken port or a mistyped ``--model-path`` is
+reported in a second rather than after the weights are read: :func:`bind_listener` claims the port
+first (the server then serves on that very socket), :func:`check_checkpoint` looks at the files,
+and :func:`load_engine` turns a checkpoint that fails to load into one line (the traceback goes
+to the debug log).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("radixlm.startup")
+
+
+class StartupError(Exception):
+    """A start-up failure the user can fix; its message is the whole report."""
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The server's listening socket on ``host:port``, bound now; ``StartupError`` when it is taken."""
+    from radixlm.runtime.server.app import bind_socket
+
+    try:
+        return bind_socket(host, port)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise StartupError(f"port {port} on {host} is already in use; stop the other server or pass "
+                               "--port N (0 picks a free port)") from None
+        raise StartupError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+
+
+def check_port_free(host: str, port: int) -> None:
+    """``StartupError`` unless ``host:port`` can be bound now (for a listener that binds it later)."""
+    bind_listener(host, port).close()
+
+
+def check_checkpoint(model_path: str | None, tokenizer_path: str | None = None) -> None:
+    """``StartupError`` unless ``model_path`` (None: the embedded model) looks like a checkpoint."""
+    if model_path is not None:
+        path = Path(model_path)
+        if not path.exists():
+            raise StartupError(f"--model-path {model_path}: no such directory (radixlm serves a local "
+                               "Hugging Face checkpoint directory: config.json, *.safetensors, tokenizer.json)")
+        if not path.is_dir():
+            raise StartupError(f"--model-path {model_path}: not a directory (pass the checkpoint's folder)")
+        if not (path / "config.json").is_file():
+            raise StartupError(f"--model-path {model_path}: not a checkpoint: config.json is missing")
+        if not any(path.glob("*.safetensors")):
+            raise StartupError(f"--model-path {model_path}: not a checkpoint: no *.safetensors weights")
+    tokenizer_dir = tokenizer_path or model_path
+    if tokenizer_dir is not None and not (Path(tokenizer_dir) / "tokenizer.json").is_file():
+        flag = "--tokenizer-path" if tokenizer_path else "--model-path"
+        raise StartupError(f"{flag} {tokenizer_dir}: tokenizer.json is missing")
+
+
+def load_engine(server_args: Any) -> Any:
+    """The ``Engine`` for ``server_args``; a checkpoint that fails to load raises ``StartupError``."""
+    check_checkpoint(server_args.model_path, server_args.tokenizer_path)
+    from radixlm.runtime.engine.engine import Engine
+
+    try:
+        return Engine(**dataclasses.asdict(server_args))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as e:  # noqa: BLE001 - any load failure is reported as one line
+        logger.debug("loading the model failed", exc_info=True)
+        where = server_args.model_path or "the embedded model"
+        detail = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise StartupError(f"cannot load {where}: {type(e).__name__}: {detail} (--log-level debug shows "
+                           "the traceback)") from None

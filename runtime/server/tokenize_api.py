@@ -1,0 +1,76 @@
+"""``/tokenize`` and ``/detokenize`` (also under ``/v1/``), in SGLang's request and response shapes.
+
+``POST /tokenize`` ``{"prompt": str | [str], "add_special_tokens": true}`` (or ``"messages"``,
+rendered with the chat template as a chat request would be) answers ``{"tokens", "count",
+"max_model_len"}``, lists for a list of prompts. ``POST /detokenize`` ``{"tokens": [int] | [[int]],
+"skip_special_tokens": true}`` answers ``{"text"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from radixlm.runtime.server.chat_messages import parse_messages
+from radixlm.runtime.server.http_errors import bad_request
+from radixlm.runtime.server.request_fields import FieldReader, UnknownFields, check_str_list, check_token_ids
+from radixlm.runtime.server.state import ServerState
+
+
+class TokenizeRoutes:
+    """Handlers of ``/tokenize`` and ``/detokenize``; ``register`` adds them to an application."""
+
+    def __init__(self, state: ServerState, strict: bool = False):
+        self.state = state
+        self.strict = strict
+
+    def register(self, app: web.Application) -> None:
+        for prefix in ("", "/v1"):
+            app.router.add_post(f"{prefix}/tokenize", self.tokenize)
+            app.router.add_post(f"{prefix}/detokenize", self.detokenize)
+
+    async def _reader(self, request: web.Request) -> FieldReader:
+        r = FieldReader(await self.state.read_json(request), unknown=UnknownFields(self.strict))
+        self.state.check_model(r.get("model", "str"))
+        return r
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        r = await self._reader(request)
+        tok = self.state.tokenizer
+        if r.has("messages") == r.has("prompt"):
+            raise bad_request("exactly one of 'prompt' and 'messages' is required", param="prompt")
+        add_special = r.get("add_special_tokens", "bool", True)
+        if r.has("messages"):
+            text = tok.apply_chat_template(parse_messages(r), add_generation_prompt=True,
+                                           **(r.get("chat_template_kwargs", "object") or {}))
+            prompts, single, add_special = [text], True, False  # the template wrote the special tokens
+        else:
+            raw = r.get("prompt", ("str", "list"), required=True)
+            prompts, single = check_str_list(raw, "prompt", allow_empty=True), isinstance(raw, str)
+        r.reject_unknown()
+        tokens = [tok.encode(p, add_special_tokens=add_special) for p in prompts]
+        counts = [len(t) for t in tokens]
+        return web.json_response({"tokens": tokens[0] if single else tokens, "count": counts[0] if single else counts,
+                                  "max_model_len": self.state.context_len},
+                                 headers=r.unknown.report(request.path))
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        r = await self._reader(request)
+        raw = r.get("tokens", "list", required=True)
+        skip = r.get("skip_special_tokens", "bool", True)
+        r.reject_unknown()
+        single = not raw or not isinstance(raw[0], list)
+        batch = [raw] if single else raw
+        texts = [self._decode(ids, f"tokens[{i}]" if not single else "tokens", skip) for i, ids in enumerate(batch)]
+        return web.json_response({"text": texts[0] if single else texts}, headers=r.unknown.report(request.path))
+
+    def _decode(self, ids: Any, param: str, skip: bool) -> str:
+        if ids == []:
+            return ""
+        check_token_ids(ids, param)
+        size = self.state.tokenizer.vocab_size
+        bad = next((t for t in ids if t >= size), None)
+        if bad is not None:
+            raise bad_request(f"'{param}' holds token id {bad}, outside the vocabulary (size {size})",
+                              param=param, code="out_of_range")
+        return self.state.tokenizer.decode(ids, skip_special_tokens=skip)
