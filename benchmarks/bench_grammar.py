@@ -40,13 +40,13 @@ _FINISH_LIMIT = 400  # tokens _finish may add before the walk counts as unfinish
 
 
 def load_tokenizer(name: str):
-    """``(Tokenizer, TokenizerVocab)`` for ``qwen2`` | ``llama3`` | ``small``."""
+    """``(Tokenizer, TokenizerVocab)`` for ``qwen2`` | ``llama3`` | ``small`` | ``tiny``."""
     from radixlm.runtime.engine.tokenizer import Tokenizer
 
-    if name == "small":
+    if name in ("small", "tiny"):
         from radixlm.runtime.checkpoints.synthetic import checkpoint_path
 
-        path = checkpoint_path("llama", "small")
+        path = checkpoint_path("llama", name)
     else:
         from radixlm.runtime.checkpoints.gguf_tokenizer import gguf_tokenizer_dir
 
@@ -211,7 +211,7 @@ def print_table(rows: list[dict]) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(REPO / "tests" / "data" / "jsonschemabench"))
-    p.add_argument("--tokenizer", default="qwen2", choices=["qwen2", "llama3", "small"])
+    p.add_argument("--tokenizer", default="qwen2", choices=["qwen2", "llama3", "small", "tiny"])
     p.add_argument("--systems", default=",".join(CORES), help="comma-separated --grammar-backend names")
     p.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, seconds")
     p.add_argument("--walks", type=int, default=1, help="random walks per schema")

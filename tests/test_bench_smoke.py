@@ -55,10 +55,12 @@ def test_grammar_benchmark_reads_any_directory_of_the_layout(tmp_path: Path, tin
     (data / "b.json").write_text(json.dumps({"schema": {"type": "string", "not": {"minLength": 1, "pattern": "a"}},
                                              "tests": []}))
     grammar_bench = RUN.parent / "bench_grammar.py"
+    out = tmp_path / "rows.json"
     cmd = [sys.executable, str(grammar_bench), "--data", str(tmp_path), "--tokenizer", "tiny", "--walks", "1",
-           "--systems", "radixlm"]
+           "--systems", "radixlm", "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "coverage 1/2 = 50.0% (strict errors 1, timeouts 0)" in proc.stdout, proc.stdout
-    assert "valid instances accepted 1/1; invalid rejected 1/1 (accepted: 0)" in proc.stdout, proc.stdout
-    assert "random-walk outputs valid 1/1" in proc.stdout, proc.stdout
+    (row,) = json.loads(out.read_text())
+    assert (row["schemas"], row["compiled"], row["rejected_pointer"], row["timeouts"]) == (2, 1, 1, 0), row
+    assert row["valid_accepted"] == [1, 1] and row["invalid_accepted"] == [0, 1], row
+    assert row["walks_valid"][:2] == [1, 1], row
