@@ -106,7 +106,7 @@ def test_long_ref_chains_compile_or_fail_fast(backend):
 
 def test_finite_recursion_still_compiles():
     optional = schema_to_grammar({"type": "object", "properties": {"child": {"$ref": "#"}}})
-    assert optional.recursive and optional.lark.count("child") == 1  # a rule, never unrolled
+    assert optional.recursive and optional.lark.count("child") <= 2 and len(optional.lark) < 200  # rules, not unrolled
     either = schema_to_grammar({"anyOf": [{"$ref": "#"}, {"type": "integer"}]})
     assert "[0-9]" in either.lark
     with pytest.raises(ConstraintError, match="unsatisfiable") as err:  # not blamed on the recursion
