@@ -202,15 +202,28 @@ class GrammarMatcher:
     def fill_mask(self, bitmask_row: torch.Tensor) -> None:
         """Write the allowed tokens into ``bitmask_row`` (int32, contiguous, CPU,
         ``[ceil(vocab_size / 32)]``; bit ``i % 32`` of word ``i // 32`` set = token i allowed)."""
-        words = self.grammar.vocab.mask_words
-        if (bitmask_row.dtype != torch.int32 or bitmask_row.device.type != "cpu"
-                or not bitmask_row.is_contiguous() or bitmask_row.numel() != words):
-            raise ValueError(f"bitmask_row must be a contiguous CPU int32 tensor of {words} elements, got "
-                             f"{bitmask_row.dtype} {tuple(bitmask_row.shape)} on {bitmask_row.device}")
+        words = check_mask_row(bitmask_row, self.grammar.vocab.mask_words)
         if self._eos_accepted:
             bitmask_row.zero_()
             return
         self._core.unsafe_compute_mask_ptr(bitmask_row.data_ptr(), words * 4)
+
+    def validate_tokens(self, token_ids: list[int]) -> int:
+        """How many of ``token_ids`` (no EOS) would be accepted in a row from here; the matcher
+        does not move."""
+        if self._eos_accepted:
+            return 0
+        return self._core.validate_tokens(list(token_ids))
+
+
+def check_mask_row(bitmask_row: torch.Tensor, words: int) -> int:
+    """``words`` if ``bitmask_row`` is a contiguous CPU int32 tensor of that many elements, else
+    ``ValueError`` (a native core writes into it by pointer)."""
+    if (bitmask_row.dtype != torch.int32 or bitmask_row.device.type != "cpu"
+            or not bitmask_row.is_contiguous() or bitmask_row.numel() != words):
+        raise ValueError(f"bitmask_row must be a contiguous CPU int32 tensor of {words} elements, got "
+                         f"{bitmask_row.dtype} {tuple(bitmask_row.shape)} on {bitmask_row.device}")
+    return words
 
 
 def _decode_prefix(data: bytes) -> str:

@@ -61,8 +61,11 @@ def jump_forward(matcher: GrammarMatcher, tokenizer: Any, output_ids: Sequence[i
     num_drop, new_ids = k - common, new[common:]
     if not new_ids:
         return None
-    probe = matcher.copy()  # the splice must be a path through the grammar
-    probe.rollback(num_drop)
-    if not all(probe.accept_token(t) for t in new_ids):
+    if num_drop:  # the splice must be a path through the grammar: check it on a copy
+        probe = matcher.copy()
+        probe.rollback(num_drop)
+        if not all(probe.accept_token(t) for t in new_ids):
+            return None
+    elif matcher.validate_tokens(new_ids) != len(new_ids):  # the common case: no copy
         return None
     return JumpForward(num_drop, new_ids, forced)

@@ -27,7 +27,7 @@ TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseek_v32
 # runtime.server.reasoning.registry.names() (tests keep the two equal, as for TOOL_CALL_PARSERS)
 REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gpt-oss", "gpt_oss", "openai_gptoss", "qwen3", "qwq")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")
+GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")  # == constrained.adapters.CORES (tested)
 # SGLang's spellings of our flags (``python -m sglang.launch_server`` commands run unchanged)
 FLAG_ALIASES: dict[str, tuple[str, ...]] = {
     "model_path": ("--model",),

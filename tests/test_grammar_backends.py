@@ -184,3 +184,10 @@ def test_llguidance_lark_hands_schemas_to_llguidance():
     assert lark.startswith("start: %json ")
     options = json.loads(lark.removeprefix("start: %json "))["x-guidance"]
     assert options == {"whitespace_flexible": False, "lenient": True}
+
+
+def test_server_flag_lists_every_backend():
+    from radixlm.constrained.adapters import CORES
+    from radixlm.runtime.server_args import GRAMMAR_BACKENDS
+
+    assert GRAMMAR_BACKENDS == CORES

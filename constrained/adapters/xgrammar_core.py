@@ -20,7 +20,7 @@ import torch
 import xgrammar as xgr
 from radixlm.constrained.compile_job import CompileRequest
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.grammar import CompiledGrammar
+from radixlm.constrained.grammar import CompiledGrammar, check_mask_row
 from radixlm.constrained.vocab import TokenizerVocab
 
 _compilers: weakref.WeakKeyDictionary[TokenizerVocab, Any] = weakref.WeakKeyDictionary()
@@ -149,6 +149,15 @@ class XGrammarMatcher:
             self._eos_accepted = False
             self._only_eos = None
 
+    def validate_tokens(self, token_ids: list[int]) -> int:
+        """How many of ``token_ids`` would be accepted in a row from here (on a fork)."""
+        probe, n = self.copy(), 0
+        for t in token_ids:
+            if not probe.accept_token(t):
+                break
+            n += 1
+        return n
+
     def copy(self) -> XGrammarMatcher:
         """An independent cursor at the same position (shares the compiled grammar)."""
         other = XGrammarMatcher(self.grammar, self._core.fork())
@@ -177,11 +186,7 @@ class XGrammarMatcher:
 
     def fill_mask(self, bitmask_row: torch.Tensor) -> None:
         """Write the allowed tokens into ``bitmask_row`` (int32, contiguous, CPU, ``[ceil(vocab / 32)]``)."""
-        words = self.grammar.vocab.mask_words
-        if (bitmask_row.dtype != torch.int32 or bitmask_row.device.type != "cpu"
-                or not bitmask_row.is_contiguous() or bitmask_row.numel() != words):
-            raise ValueError(f"bitmask_row must be a contiguous CPU int32 tensor of {words} elements, got "
-                             f"{bitmask_row.dtype} {tuple(bitmask_row.shape)} on {bitmask_row.device}")
+        words = check_mask_row(bitmask_row, self.grammar.vocab.mask_words)
         if self._eos_accepted:
             bitmask_row.zero_()
             return

@@ -21,6 +21,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
 from radixlm.runtime.server.reasoning.base import ReasoningFormat, ReasoningParser, Split
 from radixlm.runtime.server.state import RequestRecord, ServerState
@@ -30,7 +31,7 @@ from radixlm.runtime.server.tool_formats.call_stream import CallStream
 from radixlm.runtime.server.tool_formats.registry import FORMATS
 
 # Sampler fields that would break a call's JSON if kept in a call phase.
-_NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", "regex", "json_schema", "json_object",
+_NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", *CONSTRAINT_FIELDS, "whitespace_pattern",
                       "min_new_tokens", "reasoning_end")
 
 
