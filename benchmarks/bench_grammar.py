@@ -35,8 +35,6 @@ from radixlm.constrained.testing.walks import accepts_text, allowed_tokens, comp
 
 REPO = Path(__file__).resolve().parents[1]
 GGUF_NAMES = {"qwen2": "qwen2", "llama3": "llama-bpe"}
-_CLOSERS = b'"}],:0a'  # what _finish tries first: closing a string/container beats opening one
-_FINISH_LIMIT = 400  # tokens _finish may add before the walk counts as unfinished
 
 
 def load_tokenizer(name: str):
@@ -105,23 +103,16 @@ def forced_tokens(grammar, tokenizer, ids: list[int]) -> int:
 
 
 def _finish(matcher, vocab: TokenizerVocab, ids: list[int]) -> bool:
-    """Close an open walk greedily: EOS if allowed, else the first allowed of ``_CLOSERS``, else a
-    random allowed single-byte token (a stand-in for budget-aware completion, on every core)."""
-    eos, rng = vocab.eos_token_ids[0], random.Random(len(ids))
-    closers = [vocab.byte_tokens[b] for b in _CLOSERS if vocab.byte_tokens[b] >= 0]
-    singles = [t for t in vocab.byte_tokens if t >= 0]
-    for _ in range(_FINISH_LIMIT):
-        if matcher.is_terminated() or matcher.accept_token(eos):
-            return True
-        pick = next((t for t in closers if matcher.copy().accept_token(t)), None)
-        if pick is None:
-            options = [t for t in rng.sample(singles, len(singles)) if matcher.copy().accept_token(t)]
-            if not options:
-                return False
-            pick = options[0]
-        matcher.accept_token(pick)
-        ids.append(pick)
-    return False
+    """Close an open walk with the matcher's completion (what budget-aware completion splices in
+    when a request's budget runs out), through single-byte tokens."""
+    data = matcher.completion_bytes()
+    if data is None:
+        return False
+    path = [vocab.byte_tokens[b] for b in data]
+    if not all(t >= 0 and matcher.accept_token(t) for t in path):
+        raise AssertionError("a completion was rejected by the matcher it came from")
+    ids += path
+    return True
 
 
 def measure(grammar, tokenizer, doc: dict, args) -> dict:
@@ -215,12 +206,13 @@ def main() -> None:
     p.add_argument("--systems", default=",".join(CORES), help="comma-separated --grammar-backend names")
     p.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, seconds")
     p.add_argument("--walks", type=int, default=1, help="random walks per schema")
-    p.add_argument("--max-tokens", type=int, default=120, help="sampled tokens before a walk is closed")
+    p.add_argument("--max-tokens", type=int, default=256, help="sampled tokens before a walk is closed")
     p.add_argument("--limit", type=int, default=0, help="only the first N schemas (0: all)")
+    p.add_argument("--every", type=int, default=1, help="every K-th schema (a sample across the subsets)")
     p.add_argument("--json", default="", help="also write the per-system figures to this file")
     p.add_argument("--verbose", action="store_true", help="one line per schema and system")
     args = p.parse_args()
-    files = sorted(Path(args.data).glob("*/*.json"))[: args.limit or None]
+    files = sorted(Path(args.data).glob("*/*.json"))[:: max(args.every, 1)][: args.limit or None]
     if not files:
         raise SystemExit(f"no <Subset>/<name>.json files under {args.data}")
     tokenizer, vocab = load_tokenizer(args.tokenizer)

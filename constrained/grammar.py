@@ -4,12 +4,15 @@ so masks are computed as they are needed and nothing walks the vocabulary at com
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from typing import Any
 
 import jsonschema
 import llguidance
 import torch
+from radixlm.constrained.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.vocab import TokenizerVocab
 
@@ -19,13 +22,6 @@ _LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, verbose_errors
 # Masks hold every token that keeps the text valid: llguidance's default ("forcing") would allow
 # only the canonical tokenisation of forced text; jump-forward re-tokenises forced text instead.
 _HEADER = '%llguidance {"no_forcing": true}\n'
-# Bytes a completion tries, in order: closers first, then the shortest scalar starts, then the rest
-# of printable ASCII (a string with a minLength takes "0"s).
-# Separators come before digits: after "12", "0" would extend the number for ever.
-_CLOSING = [ord(c) for c in '"}]),:0' + "1{[ntf-.e" + "abcdefghijklmnopqrstuvwxyz"]
-_MAX_RUN = 64
-_CLOSING += [b for b in range(0x20, 0x7F) if b not in _CLOSING] + [0x0A] + list(range(0x80, 0xC0))  # UTF-8 tails
-
 
 
 class CompiledGrammar:
@@ -50,6 +46,13 @@ class CompiledGrammar:
                                               log_level=0, limits=_LIMITS)
         if self._template.is_error():
             raise ConstraintError(f"{kind}: cannot compile grammar: {self._template.get_error()[:300]}")
+
+    @functools.cached_property
+    def completion_hints(self) -> bytes:
+        """Literal runs inside the grammar's lexemes (a pattern's ``abc``), which completions try
+        to spell."""
+        runs = re.findall(r"\(([A-Za-z0-9_:./@-]{1,32})\)", self.lark)
+        return "".join(dict.fromkeys(runs)).encode()
 
     def matcher(self) -> GrammarMatcher:
         """A fresh cursor at the start of the grammar."""
@@ -168,36 +171,9 @@ class GrammarMatcher:
         None when none is found within ``max_bytes``. Bytes, since the text so far may end
         inside a UTF-8 character.
 
-        Greedy, byte by byte on a copy: forced text first, else the first byte of ``_CLOSING``
-        the grammar allows (closing quotes and brackets, then the shortest values). Short, not
-        proven shortest; budget-aware completion (``RequestMatcher``) splices it in when the
-        output budget is about to run out.
+        See ``constrained.completion``.
         """
-        if self._eos_accepted or self._core.is_accepting():
-            return b""
-        core, out = self._core.deep_copy(), bytearray()
-        byte_ids = self.grammar.vocab.byte_tokens
-        run = 0  # how often the last byte repeated: past _MAX_RUN the next candidate goes first
-        while len(out) < max_bytes and not core.is_accepting():
-            forced = core.compute_ff_bytes()
-            if forced:
-                ids = [byte_ids[b] for b in forced]
-                if min(ids) < 0 or core.try_consume_tokens(ids) != len(ids):
-                    return None
-                out += forced
-                continue
-            order = _CLOSING
-            if run > _MAX_RUN:  # "a" for ever in /a+b/: rotate past the repeated byte
-                i = _CLOSING.index(out[-1]) + 1 if out[-1] in _CLOSING else 0
-                order = _CLOSING[i:] + _CLOSING[:i]
-            for b in order:
-                if byte_ids[b] >= 0 and core.try_consume_tokens([byte_ids[b]]) == 1:
-                    run = run + 1 if out and out[-1] == b else 0
-                    out.append(b)
-                    break
-            else:
-                return None
-        return bytes(out) if core.is_accepting() else None
+        return greedy_completion(self, max_bytes)
 
     def fill_mask(self, bitmask_row: torch.Tensor) -> None:
         """Write the allowed tokens into ``bitmask_row`` (int32, contiguous, CPU,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from radixlm.constrained.pattern_chars import escape_literal
+from radixlm.constrained.pattern.chars import escape_literal
 
 
 @dataclass(frozen=True)

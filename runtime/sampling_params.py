@@ -55,6 +55,8 @@ class SamplingParams:
     strict: bool = True
     whitespace_pattern: str | None = None
     disable_jump_forward: bool = False
+    # Constrained output completes within max_new_tokens when any valid document fits (radixlm).
+    budget_aware_completion: bool = True
     # The text that ends a reasoning model's thinking: the constraint applies only after it (None: at once).
     reasoning_end: str | None = None
 
@@ -163,7 +165,7 @@ class SamplingParams:
             raise FieldError("keep_special_token_ids", "keep_special_token_ids must be a list of non-negative integers")
         check_int("n", self.n, lo=1)
         check_bools(self, ("ignore_eos", "no_stop_trim", "skip_special_tokens", "json_object", "strict",
-                     "disable_jump_forward", "spaces_between_special_tokens"))
+                     "disable_jump_forward", "spaces_between_special_tokens", "budget_aware_completion"))
         kinds = [n for n in CONSTRAINT_FIELDS if getattr(self, n) not in (None, False)]
         if len(kinds) > 1:
             raise FieldError(kinds[1], f"at most one constraint may be set, got {', '.join(kinds)}")

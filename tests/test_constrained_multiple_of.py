@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_grammar
-from radixlm.constrained.json_schema_normalize import clean, merge
+from radixlm.constrained.json_schema.normalize import clean, merge
 from radixlm.constrained.testing.walks import random_walk, schema_regex
 
 BENCH = Path(__file__).resolve().parent / "data" / "jsonschemabench"
@@ -174,16 +174,19 @@ def vocab(tokenizer) -> TokenizerVocab:
     return TokenizerVocab.from_tokenizer(tokenizer)
 
 
-def _walks_validate(grammar, schema, tokenizer, seeds: int) -> list:
+def _walks_validate(grammar, schema, tokenizer, seeds: int, min_finished: int | None = None) -> list:
+    """Every finished walk validates; at least ``min_finished`` (default: all) finish."""
     validator, values = _validator(schema), []
     for seed in range(seeds):
         walk = random_walk(grammar, random.Random(seed), max_tokens=40)
-        if walk is None:  # the greedy finisher cannot always spell a multiple (e.g. of 7)
+        if walk is None:
             continue
         text = tokenizer.decode(walk[0])
         assert validator.is_valid(json.loads(text)), f"{text!r} was generated but is invalid"
         assert grammar.validate_output(text) == []
         values.append(json.loads(text))
+    need = seeds if min_finished is None else min_finished
+    assert len(values) >= need, f"only {len(values)} of {seeds} walks reached an accepting state"
     return values
 
 
@@ -194,7 +197,9 @@ def test_benchmark_schemas_compile_and_walk(tokenizer, vocab, name):
     for test in doc["tests"]:
         if not test["valid"]:
             assert not grammar.matches(json.dumps(test["data"], separators=(",", ":"))), test["data"]
-    _walks_validate(grammar, doc["schema"], tokenizer, 12)
+    # A walk left deep inside generic values, in an array that still needs a multiple of 33, is
+    # beyond the greedy finisher (constrained/completion.py); most walks finish.
+    _walks_validate(grammar, doc["schema"], tokenizer, 12, min_finished=4)
 
 
 @pytest.mark.parametrize("schema", [PRICE, INT12, {"type": "number", "multipleOf": 0.1, "maximum": -2.5},

@@ -10,7 +10,7 @@ import re
 
 import jsonschema
 import pytest
-from radixlm.constrained.int_range import number_range_regex
+from radixlm.constrained.pattern.int_range import number_range_regex
 
 BOUNDS = [None, 0, 1, -1, 0.5, 0.0001, 0.1, 2.25, -2.25, 10, 11.999, -0.3]
 

@@ -20,7 +20,7 @@ import torch
 import xgrammar as xgr
 from radixlm.constrained.compile_job import CompileRequest
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.grammar import CompiledGrammar, check_mask_row
+from radixlm.constrained.grammar import CompiledGrammar, check_mask_row, greedy_completion
 from radixlm.constrained.vocab import TokenizerVocab
 
 _compilers: weakref.WeakKeyDictionary[TokenizerVocab, Any] = weakref.WeakKeyDictionary()
@@ -148,6 +148,10 @@ class XGrammarMatcher:
             self._accepted -= n
             self._eos_accepted = False
             self._only_eos = None
+
+    def completion_bytes(self, max_bytes: int = 20_000) -> bytes | None:
+        """Short bytes that complete the document (``grammar.greedy_completion``)."""
+        return greedy_completion(self, max_bytes)
 
     def validate_tokens(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` would be accepted in a row from here (on a fork)."""

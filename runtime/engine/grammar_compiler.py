@@ -86,7 +86,8 @@ class GrammarCompiler:
     def _matcher(self, req: Req, compiled: Any) -> Any:
         """The request's constraint: its grammar's matcher, gated behind its reasoning marker if any."""
         matcher = RequestMatcher(compiled.matcher(), self.tokenizer, self.eos_token_ids,
-                                 self.enable_jump_forward and not req.params.disable_jump_forward)
+                                 self.enable_jump_forward and not req.params.disable_jump_forward,
+                                 req.params.budget_aware_completion)
         end = req.params.reasoning_end
         if not end:
             return matcher

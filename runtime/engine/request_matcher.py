@@ -8,9 +8,10 @@ is shared.
 - ``accept``: the matcher takes the sampled token; a terminated grammar finishes the request as
   ``stop`` (``matched`` is the EOS id when EOS ended it, else None); a rejected token (only EOS can
   be, at an accepting state) ends it too.
-- ``splice``: when the grammar forces a continuation, drop ``num_drop`` output tokens and append
-  the re-tokenised forced text (``constrained.jump_forward``), cut to the output budget; the
-  matcher moves to the spliced state before the splice is returned.
+- ``splice``: when the output budget is about to run out, the grammar's completion
+  (``budget_close``); otherwise, when the grammar forces a continuation, drop ``num_drop`` output
+  tokens and append the re-tokenised forced text (``constrained.jump_forward``), cut to the output
+  budget. The matcher moves to the spliced state before the splice is returned.
 """
 
 from __future__ import annotations
@@ -18,19 +19,22 @@ from __future__ import annotations
 from typing import Any
 
 from radixlm.constrained import GrammarMatcher, jump_forward
+from radixlm.runtime.engine.budget_close import BudgetClose
 from radixlm.runtime.scheduler.constraint import Splice
 from radixlm.runtime.scheduler.req import FinishReason
 
 
 class RequestMatcher:
-    """One request's constraint; ``jump_forward=False`` never splices."""
+    """One request's constraint; ``jump_forward=False`` splices no forced text, ``budget_aware``
+    False never closes the output early."""
 
     def __init__(self, matcher: GrammarMatcher, tokenizer: Any, eos_token_ids: frozenset[int],
-                 jump_forward: bool) -> None:
+                 jump_forward: bool, budget_aware: bool = True) -> None:
         self.matcher = matcher
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
         self.jump_forward = jump_forward
+        self.budget = BudgetClose(matcher, tokenizer) if budget_aware else None
 
     def fill_mask(self, bitmask_row: Any) -> None:
         """Allowed next tokens into an int32 bitmask row ``[ceil(vocab / 32)]``."""
@@ -48,7 +52,12 @@ class RequestMatcher:
         return None
 
     def splice(self, output_ids: list[int], max_output_len: int) -> Splice | None:
-        """The forced continuation after ``output_ids`` within ``max_output_len`` tokens, or None."""
+        """The completion when the budget is about to run out, else the forced continuation after
+        ``output_ids`` within ``max_output_len`` tokens, or None."""
+        if self.budget is not None and not self.matcher.is_terminated():
+            close = self.budget.splice(max_output_len - len(output_ids))
+            if close is not None:
+                return close
         if not self.jump_forward:
             return None
         jf = jump_forward(self.matcher, self.tokenizer, output_ids)
@@ -63,8 +72,10 @@ class RequestMatcher:
 
     @property
     def notes(self) -> list[str]:
-        """Restrictions the compiler applied to fit the schema (empty for most grammars)."""
-        return self.matcher.grammar.notes
+        """Restrictions the compiler applied to fit the schema, and why the output ran out of
+        budget before it could be completed (empty for most requests)."""
+        note = self.budget.note if self.budget is not None else None
+        return self.matcher.grammar.notes + ([note] if note else [])
 
     def violations(self, text: str) -> list[str]:
         """Why ``text`` does not satisfy the constraint (empty when it does)."""

@@ -5,8 +5,10 @@ generation request is proxied, body and (SSE) stream untouched, to the replica t
 :class:`~radixlm.runtime.scaleout.router_policy.RoutingPolicy` picks from the request's text. A background
 task probes every replica's ``/health``; a replica that fails a probe or a connection leaves the
 rotation (its in-flight requests fail with a 502 error rather than hang) and rejoins once it answers
-again. Cache-wide routes (``/flush_cache``) are broadcast; informational ones go to any healthy
-replica; ``/router/stats`` reports per-replica load and routing counts.
+again. Routes about every replica (cache flush, abort, load, server info, metrics) ask them all
+(:mod:`radixlm.runtime.scaleout.router_fanout`); informational ones and ``/tokenize`` /
+``/detokenize`` go to any healthy replica; ``/router/stats`` reports per-replica load and routing
+counts.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from radixlm.runtime.scaleout.router_fanout import FanOutRoutes
 from radixlm.runtime.scaleout.router_policy import (
     NoHealthyReplica,
     ReplicaState,
@@ -30,7 +33,9 @@ from radixlm.runtime.server.http_errors import APIError
 logger = logging.getLogger("radixlm.router")
 
 GENERATION_ROUTES = ("/generate", "/v1/completions", "/v1/chat/completions")
-FORWARDED_GET_ROUTES = ("/get_model_info", "/v1/models", "/get_server_info", "/metrics")
+FORWARDED_GET_ROUTES = ("/get_model_info", "/v1/models", "/v1/models/{model:.+}", "/health_generate")
+# the replicas share one tokenizer: any of them answers
+FORWARDED_POST_ROUTES = ("/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize")
 REPLICA_HEADER = "X-Radixlm-Replica"  # which replica answered, for clients and tests
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 
@@ -44,6 +49,7 @@ class RouterConfig:
     health_interval_s: float = 2.0
     health_timeout_s: float = 2.0
     request_timeout_s: float = 3600.0
+    fanout_timeout_s: float = 30.0  # each replica's answer to a route asked of all of them
     max_body_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
@@ -52,8 +58,8 @@ class RouterConfig:
         for url in self.workers:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"workers: {url!r} is not an http(s) URL")
-        if self.health_interval_s <= 0 or self.health_timeout_s <= 0:
-            raise ValueError("health_interval_s and health_timeout_s must be > 0")
+        if min(self.health_interval_s, self.health_timeout_s, self.fanout_timeout_s) <= 0:
+            raise ValueError("health_interval_s, health_timeout_s and fanout_timeout_s must be > 0")
 
 
 def routing_text(path: str, body: Any) -> str:
@@ -190,34 +196,6 @@ class Router:
             await response.write(err.to_sse())  # the stream had started: end it with an error event
             return response
 
-    async def _broadcast(self, request: web.Request, path: str) -> dict[str, bool]:
-        healthy = [r for r in self.policy.replicas.values() if r.healthy]
-        raw = await request.read()
-        headers = {"Content-Type": "application/json"}
-        if "Authorization" in request.headers:  # the replicas check the API key
-            headers["Authorization"] = request.headers["Authorization"]
-
-        async def post(r: ReplicaState) -> bool:
-            try:
-                async with self.session.post(r.url + path, data=raw, headers=headers) as resp:
-                    return resp.status == 200
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                return False
-
-        results = await asyncio.gather(*(post(r) for r in healthy))
-        return dict(zip([r.url for r in healthy], results))
-
-    async def flush_cache(self, request: web.Request) -> web.Response:
-        """Broadcast ``/flush_cache``; succeeds only if every healthy replica flushed."""
-        results = await self._broadcast(request, "/flush_cache")
-        self.policy.forget()
-        return web.json_response({"flushed": results}, status=200 if all(results.values()) else 400)
-
-    async def abort_request(self, request: web.Request) -> web.Response:
-        """Broadcast ``/abort_request``: the router does not remember where each rid went."""
-        results = await self._broadcast(request, "/abort_request")
-        return web.json_response({"aborted": results}, status=200 if any(results.values()) else 404)
-
     async def health(self, _request: web.Request) -> web.Response:
         healthy = [r.url for r in self.policy.replicas.values() if r.healthy]
         return web.json_response({"status": "ok" if healthy else "unavailable", "healthy": healthy},
@@ -245,8 +223,9 @@ def create_router_app(config: RouterConfig) -> web.Application:
         app.router.add_post(path, router.proxy_generation)
     for path in FORWARDED_GET_ROUTES:
         app.router.add_get(path, router.proxy_any)
-    app.router.add_post("/abort_request", router.abort_request)
-    app.router.add_post("/flush_cache", router.flush_cache)
+    for path in FORWARDED_POST_ROUTES:
+        app.router.add_post(path, router.proxy_any)
+    FanOutRoutes(router).register(app)
     app.router.add_get("/health", router.health)
     app.router.add_get("/router/stats", router.stats)
     return app

@@ -12,6 +12,10 @@ With a reasoning format, text phases' output goes through the format's streaming
 splits it into *reasoning* and *content* events. A constraint (``response_format``) waits for the
 reasoning to close through the engine's reasoning gate (``reasoning_end``); a forced tool call
 first runs a *think* phase that stops at the format's end marker, then the call phase.
+
+A lenient constraint (``strict=False``) has the engine list what the output violates in
+``meta_info["constraint_violations"]``; the finish event carries the text phases' lists (None when no
+lenient constraint ran), which the OpenAI routes show as the choice's ``constraint_violations``.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class ChoiceEvent:
     name: str | None = None
     logprobs: list[dict[str, Any]] | None = None
     finish_reason: str | None = None
+    violations: list[str] | None = None  # finish: what a lenient (strict=False) constraint saw violated
 
 
 @dataclass
@@ -99,6 +104,8 @@ class ChoiceRunner:
         self.splitter: ReasoningParser | None = (plan.reasoning.parser(plan.reasoning_state)
                                                  if plan.reasoning else None)
         self.keep = state.tokenizer.special_ids_of(_markers(plan))
+        # the engine's lenient-mode report over the text phases (None: no lenient constraint ran)
+        self.violations: list[str] | None = None
 
     def _sampling(self, **changes: Any) -> dict[str, Any]:
         s = dict(self.plan.sampling)
@@ -117,12 +124,12 @@ class ChoiceRunner:
                 async for ev in self._think_phase(thought):
                     yield ev
                 if thought.finish.get("matched") != self.plan.think_marker:
-                    yield ChoiceEvent("finish", finish_reason=_openai_reason(thought.finish))
+                    yield self._finish(_openai_reason(thought.finish))
                     return
             self.ids += self._encode(self.fmt.forced_prefix)
             async for ev in self._call_phase(choice.name):
                 yield ev
-            yield ChoiceEvent("finish", finish_reason="tool_calls" if self.calls and not self.cut_off else self.call_end)
+            yield self._finish("tool_calls" if self.calls and not self.cut_off else self.call_end)
             return
         stops = list(self.plan.sampling.get("stop") or [])
         openers = self.fmt.auto_openers if choice.mode == "auto" else ()
@@ -138,18 +145,21 @@ class ChoiceRunner:
                 yield ev
             if not called or self.budget <= 0 or self.calls >= self.plan.max_calls:
                 reason = "tool_calls" if self.calls and fr.get("type") == "stop" else _openai_reason(fr)
-                yield ChoiceEvent("finish", finish_reason=reason)
+                yield self._finish(reason)
                 return
             self.ids += self._through_marker(phase, opener) + self._encode(self.fmt.resume_after(opener))
             calls_before = self.calls
             async for ev in self._call_phase(None):
                 yield ev
             if self.cut_off or self.calls == calls_before:  # the call was cut off: say why
-                yield ChoiceEvent("finish", finish_reason=self.call_end)
+                yield self._finish(self.call_end)
                 return
             if self.budget <= 0 or self.calls >= self.plan.max_calls:
-                yield ChoiceEvent("finish", finish_reason="tool_calls")
+                yield self._finish("tool_calls")
                 return
+
+    def _finish(self, reason: str) -> ChoiceEvent:
+        return ChoiceEvent("finish", finish_reason=reason, violations=self.violations)
 
     def _encode(self, text: str) -> list[int]:
         return self.state.tokenizer.encode(text, add_special_tokens=False) if text else []
@@ -251,6 +261,9 @@ class ChoiceRunner:
             for ev in self._events_of(self._absorb(phase, result, want_lp), is_text):
                 yield ev
         self.record.add(phase.meta, prompt=self.first_phase)
+        found = phase.meta.get("constraint_violations")
+        if is_text and isinstance(found, list):  # call phases' constraint is ours, always strict
+            self.violations = (self.violations or []) + found
         self.first_phase = False
         self.budget -= int(phase.meta.get("completion_tokens", len(phase.output_ids)))
 

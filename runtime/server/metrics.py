@@ -7,7 +7,8 @@ live figures (running and queued requests, KV usage, cache hit rate, decode thro
 from ``Engine.get_stats()`` when ``/metrics`` is scraped. The text is Prometheus' exposition
 format 0.0.4, written here: a replica is one process, so prometheus_client's multi-process mode
 (a shared directory of mmap files) would add a dependency without adding anything; with
-``--dp-size`` each replica is its own server and the router forwards ``/metrics`` to one of them.
+``--dp-size`` each replica is its own server and the router merges their ``/metrics``
+(:mod:`radixlm.runtime.scaleout.metrics_merge`).
 """
 
 from __future__ import annotations

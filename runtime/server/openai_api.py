@@ -4,7 +4,9 @@ Each choice (``n`` of them per prompt) is its own engine request; siblings share
 through the radix cache. ``usage`` counts each prompt once and reports the cached part in
 ``prompt_tokens_details.cached_tokens``. Structured outputs map onto the engine's constraints:
 ``response_format`` json_object / json_schema -> ``sampling_params`` json_object / json_schema;
-tool calls are described in :mod:`radixlm.runtime.server.tool_calls`.
+tool calls are described in :mod:`radixlm.runtime.server.tool_calls`. A lenient constraint
+(``json_schema.strict: false``) adds radixlm's ``constraint_violations`` to each choice (streamed: to
+its finishing chunk): the engine's check of the output against the whole constraint, ``[]`` if valid.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ class OpenAIRoutes:
                 record.add(meta, prompt=j == 0)
                 text = (self._prompt_text(req, p) if req.echo else "") + res.get("text", "")
                 lps = self._completion_lps(req, res, req.echo, self._cursor(len(text) - len(res.get("text", ""))))
-                choices.append({"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps})
+                choice = {"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps}
+                choices.append(with_violations(choice, meta.get("constraint_violations")))
             usage = usage_dict(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage),
                                      headers=headers)
@@ -156,6 +159,8 @@ class OpenAIRoutes:
         if not (text or reason or lps):
             return []
         choice = {"index": k, "text": text, "logprobs": lps, "finish_reason": reason}
+        if reason is not None:
+            with_violations(choice, meta.get("constraint_violations"))
         return [self._chunk("text_completion", rid, [choice], req.include_usage)]
 
     def _chunk(self, obj: str, rid: str, choices: list[dict], include_usage: bool) -> dict:
@@ -304,12 +309,22 @@ class OpenAIRoutes:
         if ev.kind == "call_args":
             return self._chat_chunk(req, rid, k, {"tool_calls": [{"index": ev.call_index,
                                                                     "function": {"arguments": ev.text}}]})
-        return self._chat_chunk(req, rid, k, {}, reason=ev.finish_reason)
+        out = self._chat_chunk(req, rid, k, {}, reason=ev.finish_reason)
+        with_violations(out["choices"][0], ev.violations)
+        return out
 
     def _chat_chunk(self, req: ChatRequest, rid: str, k: int, delta: dict, reason: str | None = None,
                     logprobs: dict | None = None) -> dict:
         choice = {"index": k, "delta": delta, "logprobs": logprobs, "finish_reason": reason}
         return self._chunk("chat.completion.chunk", rid, [choice], req.include_usage)
+
+
+def with_violations(choice: dict[str, Any], violations: list[str] | None) -> dict[str, Any]:
+    """``choice`` with radixlm's ``constraint_violations`` extension: the lenient-mode report (``[]``:
+    the output is valid), present exactly when the request's constraint was lenient (``strict: false``)."""
+    if isinstance(violations, list):
+        choice["constraint_violations"] = list(violations)
+    return choice
 
 
 def _continue_final(text: str, last: dict[str, Any]) -> str:
@@ -329,7 +344,7 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
     reasoning: list[str] = []
     calls: dict[int, ToolCall] = {}
     lps: list[dict] = []
-    reason = None
+    reason, violations = None, None
     async for ev in runner.events():
         if ev.kind == "content":
             content.append(ev.text)
@@ -341,7 +356,7 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
         elif ev.kind == "call_args":
             calls[ev.call_index].arguments += ev.text
         else:
-            reason = ev.finish_reason
+            reason, violations = ev.finish_reason, ev.violations
     text, thought = "".join(content), "".join(reasoning)
     # no answer after the thinking (the budget ran out in it): null, not an empty (invalid) answer
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not (calls or thought) else None}
@@ -349,5 +364,6 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
         message["reasoning_content"] = thought or None
     if calls:
         message["tool_calls"] = [c.to_dict() for c in calls.values()]
-    return {"index": runner.index, "message": message,
-            "logprobs": {"content": lps, "refusal": None} if want_logprobs else None, "finish_reason": reason}
+    return with_violations({"index": runner.index, "message": message,
+                            "logprobs": {"content": lps, "refusal": None} if want_logprobs else None,
+                            "finish_reason": reason}, violations)

@@ -16,7 +16,7 @@ from typing import Any
 
 import jsonschema
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.json_schema_refs import resolve as resolve_ref
+from radixlm.constrained.json_schema.refs import resolve as resolve_ref
 from radixlm.runtime.server.http_errors import APIError
 from radixlm.runtime.server.tool_calls import ToolSpec
 

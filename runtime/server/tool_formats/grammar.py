@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from radixlm.constrained.pattern_chars import escape_literal
+from radixlm.constrained.pattern.chars import escape_literal
 from radixlm.runtime.server.tool_calls import ToolSpec
 from radixlm.runtime.server.tool_formats.base import FormatUnsupported
 

@@ -10,20 +10,21 @@ are dropped (a restriction); strict mode raises when none is left.
 
 from __future__ import annotations
 
-from radixlm.constrained import json_schema_types as types_
-from radixlm.constrained.json_schema_normalize import schemas_for_key
-from radixlm.constrained.json_schema_types import never_generated, types_of
+from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.disjoint import generated_disjoint, never_generated
+from radixlm.constrained.json_schema.inference import types_of
+from radixlm.constrained.json_schema.normalize import schemas_for_key
 
 
-def one_of_branches(comp, branches: list[tuple[dict, tuple]], pointer: str) -> list[tuple[dict, tuple]]:
+def one_of_branches(ctx: Context, branches: list[tuple[dict, tuple]], pointer: str) -> list[tuple[dict, tuple]]:
     """The (canonical node, refs) branches of a ``oneOf`` to generate."""
     originals = [b for b, _ in branches]
     flats = require_forbidden_by_others(exclude_required_of_others(originals))
     keep = [i for i in range(len(flats))
-            if all(types_.generated_disjoint(comp, flats[i], originals[j])
+            if all(generated_disjoint(ctx, flats[i], originals[j])
                    for j in range(len(flats)) if j != i)]
     if branches and not keep:
-        comp.unsupported(pointer, "oneOf", "has branches that may overlap, so "
+        ctx.unsupported(pointer, "oneOf", "has branches that may overlap, so "
                          "'exactly one' cannot be guaranteed")
         keep = list(range(len(flats)))
     return [(flats[i], branches[i][1]) for i in keep]

@@ -4,7 +4,7 @@ token tree, over decoded characters.
 
 Capping a ``*`` into ``{0,n}`` is harmless in ``[a-z]{0,n}\\.`` but explodes in
 ``[a-z]{0,n}a[a-z]{0,n}`` (the automaton remembers every count at which an ``a`` was seen: up to
-2^n states, out of memory in outlines-core). The bounds narrowing (``pattern_bounds``) measures
+2^n states, out of memory in outlines-core). The bounds narrowing (``pattern.bounds``) measures
 its candidates here and keeps one whose automaton stays small. The count is a proxy for the size
 of outlines-core's byte-level DFA (which also spells out UTF-8 and JSON escapes).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from radixlm.constrained.pattern_chars import char_ranges, sre_c
+from radixlm.constrained.pattern.chars import char_ranges, sre_c
 
 MAX_POSITIONS = 20000  # expanded character positions; larger trees count as too big
 

@@ -4,21 +4,30 @@ Counts are grammar repetitions (``Rep``), exact at any size up to ``MAX_ITEMS``.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from radixlm.constrained import grammar_ir as ir
-from radixlm.constrained import json_schema_types as types_
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.disjoint import disjoint
+from radixlm.constrained.json_schema.normalize import canonical
 
 MAX_ITEMS = 10_000  # maxItems above this is lowered to it (sound); minItems above it raises
+MAX_UNIQUE_ENUM = 8  # uniqueItems over an enum of at most this many values is exact (2^k rules)
 
 
-def array_grammar(comp, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
+def array_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
     """Grammar of the arrays we generate for one canonical node (None: none is valid)."""
     lo, hi = flat.get("minItems", 0), flat.get("maxItems")
-    terms = _contains_terms(comp, flat)
+    terms = _contains_terms(ctx, flat)
     lo = max(lo, terms[0])
     if flat.get("uniqueItems"):
+        values = _unique_candidates(ctx, flat, pointer, refs, terms[0])
+        if values is not None:
+            return _unique_enum_array(ctx, values, lo, hi)
         if lo > 1:
-            comp.unsupported(pointer, "uniqueItems", "with minItems > 1 is not supported")
+            ctx.unsupported(pointer, "uniqueItems", "with minItems > 1 is not supported")
         else:  # enforced by restriction: at most one item is always unique
             hi = 1 if hi is None else min(hi, 1)
     if hi is not None and hi < lo:
@@ -29,32 +38,32 @@ def array_grammar(comp, flat: dict, pointer: str, refs: tuple) -> ir.Node | None
         hi = MAX_ITEMS
     prefix = []
     for i, sub in enumerate(flat.get("prefixItems", [])):
-        rx = comp.value(sub, f"{pointer}/prefixItems/{i}", refs)
+        rx = ctx.value(sub, f"{pointer}/prefixItems/{i}", refs)
         if rx is None:
             break
         prefix.append(rx)
     items = flat.get("items", True)
     closed = len(prefix) < len(flat.get("prefixItems", [])) or items is False
-    rest = None if closed else (comp.any_value() if items is True
-                                else comp.value(items, f"{pointer}/items", refs))
+    rest = None if closed else (ctx.any_value() if items is True
+                                else ctx.value(items, f"{pointer}/items", refs))
     if hi is not None:
         prefix = prefix[:hi]
     need, musts, caps = terms
     if not need and not caps:
-        return _items(comp, prefix, rest, lo, hi)
-    rx = _contains_array(comp, flat, pointer, refs, (prefix, rest, lo, hi), (need, musts, caps))
+        return _items(ctx, prefix, rest, lo, hi)
+    rx = _contains_array(ctx, flat, pointer, refs, (prefix, rest, lo, hi), (need, musts, caps))
     if rx is None and caps:  # maybe satisfiable, but not by arrays we can prove
-        comp.unsupported(caps[0][1], "maxContains", "is only supported when the other items "
+        ctx.unsupported(caps[0][1], "maxContains", "is only supported when the other items "
                          "provably never satisfy 'contains'")
-        rx = _contains_array(comp, flat, pointer, refs, (prefix, rest, lo, hi), (need, musts, []))
+        rx = _contains_array(ctx, flat, pointer, refs, (prefix, rest, lo, hi), (need, musts, []))
     return rx
 
 
-def _items(comp, prefix: list, rest, lo: int, hi: int | None) -> ir.Node | None:
+def _items(ctx: Context, prefix: list, rest, lo: int, hi: int | None) -> ir.Node | None:
     """The array of the given prefix items then items ``rest`` (None: no more), lo..hi of them."""
     if len(prefix) < lo and rest is None:
         return None
-    sep = comp.sep(",")
+    sep = ctx.sep(",")
     need = max(lo - len(prefix), 0)  # items after the prefix items, at least
     room = None if hi is None else hi - len(prefix)
     if not prefix:
@@ -66,19 +75,19 @@ def _items(comp, prefix: list, rest, lo: int, hi: int | None) -> ir.Node | None:
         if rest is not None and (room is None or room > 0):
             tail = ir.rep(ir.seq(sep, rest), need, room)
         body = _nest(prefix, tail, lo, sep)
-    return _brackets(comp, body)
+    return _brackets(ctx, body)
 
 
-def _brackets(comp, body: ir.Node | None) -> ir.Node | None:
-    return ir.seq(ir.Lit("["), comp.ws, body, comp.ws, ir.Lit("]"))
+def _brackets(ctx: Context, body: ir.Node | None) -> ir.Node | None:
+    return ir.seq(ir.Lit("["), ctx.ws, body, ctx.ws, ir.Lit("]"))
 
 
-def _contains_terms(comp, flat: dict) -> tuple[int, list, list]:
+def _contains_terms(ctx: Context, flat: dict) -> tuple[int, list, list]:
     """(k, schemas, caps): at least k items must satisfy every schema (several ``contains``, from
     ``allOf``, are all satisfied by the same items); ``caps`` are the (schema, pointer) of the
     ``maxContains`` to enforce: no item but those k may satisfy the schema."""
     entries = flat.get("contains", [])
-    probe = comp._validator.evolve  # the draft's semantics: draft 4 has no contains, 6/7 no min/max
+    probe = ctx.validator.evolve  # the draft's semantics: draft 4 has no contains, 6/7 no min/max
     if not entries or probe(schema={"contains": False}).is_valid([]):
         return 0, [], []
     honoured = not probe(schema={"contains": True, "maxContains": 0}).is_valid([0])
@@ -87,28 +96,28 @@ def _contains_terms(comp, flat: dict) -> tuple[int, list, list]:
     for e in entries:
         if honoured and e["max"] is not None:
             if need > e["max"]:
-                comp.unsupported(e["pointer"], "maxContains", f"({e['max']}) is below minContains ({need})")
+                ctx.unsupported(e["pointer"], "maxContains", f"({e['max']}) is below minContains ({need})")
             else:
                 caps.append((e["schema"], e["pointer"]))
     return need, [e["schema"] for e, n in zip(entries, least) if n > 0], caps
 
 
-def _contains_array(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, terms: tuple) -> str | None:
+def _contains_array(ctx: Context, flat: dict, pointer: str, refs: tuple, shape: tuple, terms: tuple) -> str | None:
     """Arrays with ``need`` items satisfying every ``musts`` schema: after all prefix items when
     the further items allow it, else in the first prefix positions that allow it. With ``caps``
     every other item must provably satisfy no cap schema (the others are not generated)."""
     prefix, rest, lo, hi = shape
     need, musts, caps = terms
     raw = flat.get("prefixItems", [])[:len(prefix)]
-    avoids = [_avoids(comp, s, caps, pointer, refs) for s in raw]
+    avoids = [_avoids(ctx, s, caps, pointer, refs) for s in raw]
     if need and all(avoids):
-        tail = _contains_rest(comp, flat, pointer, refs, (len(prefix), rest, lo, hi), need, musts, bool(caps))
+        tail = _contains_rest(ctx, flat, pointer, refs, (len(prefix), rest, lo, hi), need, musts, bool(caps))
         if tail is not None:
-            sep = comp.sep(",")
-            return _brackets(comp, ir.seq(*[ir.seq(p, sep) for p in prefix], tail))
+            sep = ctx.sep(",")
+            return _brackets(ctx, ir.seq(*[ir.seq(p, sep) for p in prefix], tail))
     out, hits, last = [], 0, -1
     for i, sub in enumerate(raw):
-        rx = comp.value({"allOf": [sub, *musts]}, f"{pointer}/contains", refs) if hits < need else None
+        rx = ctx.value({"allOf": [sub, *musts]}, f"{pointer}/contains", refs) if hits < need else None
         if rx is None and not avoids[i]:
             break  # an item here might match a cap: the arrays end before it
         out.append(prefix[i] if rx is None else rx)
@@ -116,26 +125,26 @@ def _contains_array(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, t
             hits, last = hits + 1, i
     if hits < need:
         return None
-    if caps and (len(out) < len(prefix) or not _avoids(comp, flat.get("items", True), caps, pointer, refs)):
+    if caps and (len(out) < len(prefix) or not _avoids(ctx, flat.get("items", True), caps, pointer, refs)):
         rest = None
-    return _items(comp, out, rest, max(lo, last + 1), hi)
+    return _items(ctx, out, rest, max(lo, last + 1), hi)
 
 
-def _avoids(comp, schema, caps: list, pointer: str, refs: tuple) -> bool:
+def _avoids(ctx: Context, schema, caps: list, pointer: str, refs: tuple) -> bool:
     """True when no instance of ``schema`` satisfies a cap schema (a proof by disjointness)."""
     if not caps:
         return True
-    node, _ = comp.flatten(schema, pointer, refs)
+    node, _ = ctx.flatten(schema, pointer, refs)
     if node is None:
         return True
     for cap, _ in caps:
-        target, _ = comp.flatten(cap, pointer, refs)
-        if target is not None and not types_.disjoint(comp, node, target):
+        target, _ = ctx.flatten(cap, pointer, refs)
+        if target is not None and not disjoint(ctx, node, target):
             return False
     return True
 
 
-def _contains_rest(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, need: int,
+def _contains_rest(ctx: Context, flat: dict, pointer: str, refs: tuple, shape: tuple, need: int,
                    musts: list, only_hits: bool) -> str | None:
     """The items after ``n`` prefix items, ``need`` of them satisfying every schema of ``musts``:
     ``(R,)* C (,R)*`` when unbounded and both regexes are small, else the matching items first
@@ -146,10 +155,10 @@ def _contains_rest(comp, flat: dict, pointer: str, refs: tuple, shape: tuple, ne
     extra = max(lo - n, need) - need  # other items that must appear as well
     if rest is None or (room is not None and room < need) or (only_hits and extra):
         return None
-    hit = comp.value({"allOf": [flat.get("items", True), *musts]}, f"{pointer}/contains", refs)
+    hit = ctx.value({"allOf": [flat.get("items", True), *musts]}, f"{pointer}/contains", refs)
     if hit is None:
         return None
-    sep = comp.sep(",")
+    sep = ctx.sep(",")
     more = ir.rep(ir.seq(sep, hit), need - 1, need - 1)
     if only_hits or room == need:
         return ir.seq(hit, more)
@@ -168,3 +177,46 @@ def _nest(prefix: list, tail: ir.Node, lo: int, sep: ir.Node) -> ir.Node | None:
         if i >= lo:
             out = ir.opt(out)
     return out
+
+
+def _unique_candidates(ctx: Context, flat: dict, pointer: str, refs: tuple, need: int) -> list[Any] | None:
+    """The distinct values of ``uniqueItems`` items when they are an enum of at most
+    ``MAX_UNIQUE_ENUM`` scalars (and nothing else shapes the array), else None."""
+    items = flat.get("items", True)
+    if need or flat.get("prefixItems") or not isinstance(items, dict):
+        return None
+    node, _ = ctx.flatten(items, f"{pointer}/items", refs)
+    if node is None or "enum" not in node or any(k in node for k in ("anyOf", "oneOf")):
+        return None
+    seen, values = set(), []
+    for v in node["enum"]:
+        key = canonical(v)
+        if isinstance(v, (dict, list)) or key in seen or not ctx.is_valid(node["_sources"], v):
+            continue
+        seen.add(key)
+        values.append(v)
+    return values if len(values) <= MAX_UNIQUE_ENUM else None
+
+
+def _unique_enum_array(ctx: Context, values: list[Any], lo: int, hi: int | None) -> ir.Node | None:
+    """Arrays of distinct ``values``, lo..hi of them: one rule per set of values still unused,
+    so a duplicate can never be generated (exact: the arrays are all such sequences)."""
+    hi = len(values) if hi is None else min(hi, len(values))
+    if lo > hi:
+        return None
+    lits = {i: ir.Lit(json.dumps(v, ensure_ascii=False, separators=(",", ":"))) for i, v in enumerate(values)}
+    sep, memo = ctx.sep(","), {}
+
+    def rest(unused: frozenset) -> ir.Node | None:
+        """After ``len(values) - len(unused)`` items: stop, or a comma and one more unused value."""
+        if unused not in memo:
+            used = len(values) - len(unused)
+            more = ir.alt([ir.seq(lits[i], rest(unused - {i})) for i in sorted(unused)]) if used < hi else None
+            stop = ir.EMPTY if used >= lo else None
+            memo[unused] = ctx.named(ir.alt([stop, ir.seq(sep, more) if more is not None else None]))
+        return memo[unused]
+
+    every = frozenset(lits)
+    first = ir.alt([ir.seq(lits[i], rest(every - {i})) for i in sorted(every)]) if hi > 0 else None
+    body = ir.EMPTY if first is None else (first if lo > 0 else ir.opt(first))
+    return ir.seq(ir.Lit("["), ctx.ws, body, ctx.ws, ir.Lit("]"))

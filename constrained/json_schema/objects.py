@@ -13,29 +13,30 @@ import re
 from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
-from radixlm.constrained.json_schema_names import apply_property_names
-from radixlm.constrained.json_schema_normalize import merge
-from radixlm.constrained.json_schema_pattern import PLAIN_CHAR, is_universal, pattern_to_regex
-from radixlm.constrained.pattern_chars import escape_literal
+from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.names import apply_property_names
+from radixlm.constrained.json_schema.normalize import merge
+from radixlm.constrained.pattern.chars import escape_literal
+from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_to_regex
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 
 
-def object_grammar(comp, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
+def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
     """The objects we generate for one canonical node (None: none is valid)."""
     required = list(flat.get("required", []))
     for name, sub in flat.get("dependentSchemas", {}).items():
         if name in required:  # the dependency holds for sure: merge it in and start over
             rest = dict(flat, dependentSchemas={k: v for k, v in flat["dependentSchemas"].items() if k != name})
-            sub_flat, refs = comp.flatten(sub, f"{pointer}/dependentSchemas/{name}", refs)
+            sub_flat, refs = ctx.flatten(sub, f"{pointer}/dependentSchemas/{name}", refs)
             for where in (sub_flat or {}).get("_nots", []):  # a `not` only an enum could enforce
-                comp.unsupported(where.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
-            return None if sub_flat is None else object_grammar(comp, merge(rest, sub_flat, pointer), pointer, refs)
+                ctx.unsupported(where.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
+            return None if sub_flat is None else object_grammar(ctx, merge(rest, sub_flat, pointer), pointer, refs)
     if not any(k in flat for k in ("properties", "patternProperties", "additionalProperties", "required")):
         flat = dict(flat, additionalProperties=True)  # a bare {"type": "object"}: any members
     key_rx = None
     if "propertyNames" in flat:
-        flat, key_rx = apply_property_names(comp, flat, pointer, refs)
+        flat, key_rx = apply_property_names(ctx, flat, pointer, refs)
         if flat is None:
             return None
     props = flat.get("properties", {})
@@ -48,16 +49,16 @@ def object_grammar(comp, flat: dict, pointer: str, refs: tuple) -> ir.Node | Non
     for name in names:
         if name in dropped:
             continue
-        rx = _member_value(comp, flat, name, pointer, refs)
+        rx = _member_value(ctx, flat, name, pointer, refs)
         if rx is None:
             if name in required_set:
                 return None
             continue
         key = ir.Lit(json.dumps(name, ensure_ascii=False))
-        members.append((ir.seq(key, comp.sep(":"), rx), name in required_set))
+        members.append((ir.seq(key, ctx.sep(":"), rx), name in required_set))
     taken = set(names) | set(flat.get("dependentRequired", {})) | dropped
-    extras = _extras(comp, flat, taken, pointer, refs, key_rx)
-    return _assemble(comp, flat, members, extras)
+    extras = _extras(ctx, flat, taken, pointer, refs, key_rx)
+    return _assemble(ctx, flat, members, extras)
 
 
 def _close_dependencies(deps: dict, required: set, names: list[str], dropped: set) -> set | None:
@@ -80,7 +81,7 @@ def _close_dependencies(deps: dict, required: set, names: list[str], dropped: se
     return required
 
 
-def _member_value(comp, flat: dict, name: str, pointer: str, refs: tuple) -> ir.Node | None:
+def _member_value(ctx: Context, flat: dict, name: str, pointer: str, refs: tuple) -> ir.Node | None:
     props = flat.get("properties", {})
     subs = [props[name]] if name in props else []
     subs += [s for p, s in flat.get("patternProperties", {}).items() if re.search(p, name)]
@@ -94,10 +95,10 @@ def _member_value(comp, flat: dict, name: str, pointer: str, refs: tuple) -> ir.
         return None
     node: Any = True if not subs else subs[0] if len(subs) == 1 else {"allOf": subs}
     where = f"{pointer}/properties/{name}" if name in props else pointer
-    return comp.value(node, where, refs)
+    return ctx.value(node, where, refs)
 
 
-def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple,
+def _extras(ctx: Context, flat: dict, taken: set, pointer: str, refs: tuple,
             key_rx: tuple[ir.Node, bool] | None) -> ir.Node | None:
     """One extra member (``key:value``), or None when no extra member is allowed.
     ``key_rx`` (from ``propertyNames``: the key grammar, whether it never matches the empty name)
@@ -107,7 +108,7 @@ def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple,
     alts = []
     for pat, sub in patterns.items():
         where = f"{pointer}/patternProperties/{pat}"
-        rx = comp.value({"allOf": every} if len(every) > 1 else sub, where, refs)
+        rx = ctx.value({"allOf": every} if len(every) > 1 else sub, where, refs)
         if rx is None:
             continue
         if key_rx is not None:  # propertyNames keys: never empty when the pattern needs a character
@@ -120,14 +121,14 @@ def _extras(comp, flat: dict, taken: set, pointer: str, refs: tuple,
             key = ir.Lex(f'"{pattern_to_regex(pat, where, PLAIN_CHAR)}"')
         else:
             continue  # keys of this pattern could collide with named ones: not generated
-        alts.append(ir.seq(key, comp.sep(":"), rx))
+        alts.append(ir.seq(key, ctx.sep(":"), rx))
     ap = flat.get("additionalProperties")
     if ap is not None and ap is not False:
         node: Any = {"allOf": [ap] + every} if every else ap
-        rx = comp.value(node, f"{pointer}/additionalProperties", refs)
+        rx = ctx.value(node, f"{pointer}/additionalProperties", refs)
         if rx is not None:
             key = key_rx[0] if key_rx is not None else ir.Lex(complement_string(taken, nonempty=False))
-            alts.append(ir.seq(key, comp.sep(":"), rx))
+            alts.append(ir.seq(key, ctx.sep(":"), rx))
     return ir.alt(alts)
 
 
@@ -153,8 +154,8 @@ def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
     return f"({body})?" if may_end else body
 
 
-def _assemble(comp, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None) -> ir.Node | None:
-    sep = comp.sep(",")
+def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None) -> ir.Node | None:
+    sep = ctx.sep(",")
     min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
     n_req = sum(r for _, r in members)
     if max_p is not None:
@@ -179,18 +180,18 @@ def _assemble(comp, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.
     if extras is not None:  # the extra members form one item after the named ones
         items.append((ir.join(extras, sep, max(e_min, 1), e_max), e_min > 0))
     if not items:
-        return _braces(comp, ir.EMPTY) if min_p == 0 else None
-    body = _sequence(comp, items, sep)
+        return _braces(ctx, ir.EMPTY) if min_p == 0 else None
+    body = _sequence(ctx, items, sep)
     if not any(r for _, r in items) and min_p == 0:
         body = ir.opt(body)
-    return _braces(comp, body)
+    return _braces(ctx, body)
 
 
-def _braces(comp, body: ir.Node | None) -> ir.Node | None:
-    return ir.seq(ir.Lit("{"), comp.ws, body, comp.ws, ir.Lit("}"))
+def _braces(ctx: Context, body: ir.Node | None) -> ir.Node | None:
+    return ir.seq(ir.Lit("{"), ctx.ws, body, ctx.ws, ir.Lit("}"))
 
 
-def _sequence(comp, items: list[tuple[ir.Node, bool]], sep: ir.Node) -> ir.Node | None:
+def _sequence(ctx: Context, items: list[tuple[ir.Node, bool]], sep: ir.Node) -> ir.Node | None:
     """Non-empty comma-joined subsequences of ``items`` (in order) that keep every required one.
 
     Linear in size: up to the last required item, optional items are written ``(m,)?``; after it,
@@ -198,16 +199,16 @@ def _sequence(comp, items: list[tuple[ir.Node, bool]], sep: ir.Node) -> ir.Node 
     """
     last = max((i for i, (_, r) in enumerate(items) if r), default=-1)
     if last < 0:
-        return _all_optional(comp, [m for m, _ in items], sep)
+        return _all_optional(ctx, [m for m, _ in items], sep)
     head = [ir.seq(m, sep) if r else ir.opt(ir.seq(m, sep)) for m, r in items[:last]]
     return ir.seq(*head, items[last][0], *[ir.opt(ir.seq(sep, m)) for m, _ in items[last + 1:]])
 
 
-def _all_optional(comp, ms: list[ir.Node], sep: ir.Node) -> ir.Node | None:
+def _all_optional(ctx: Context, ms: list[ir.Node], sep: ir.Node) -> ir.Node | None:
     """Non-empty subsequences of ``ms``, in order: F_i = m_i (sep F_{i+1})? | F_{i+1}, built
     from the end with each F a rule, so the grammar stays linear in the number of members."""
     out: ir.Node | None = None
     for m in reversed(ms):
         out = m if out is None else ir.alt([ir.seq(m, ir.opt(ir.seq(sep, out))), out])
-        out = comp.named(out)
+        out = ctx.named(out)
     return out

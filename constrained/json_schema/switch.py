@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixlm.constrained import json_schema_not as negation
-from radixlm.constrained.json_schema_normalize import ANNOTATIONS, merge
+from radixlm.constrained.json_schema import negation
+from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.normalize import ANNOTATIONS, merge
 
 
 def discriminator(if_schema: Any) -> tuple[str, Any, bool] | None:
@@ -79,16 +80,16 @@ def _switch(name: str, cases: list[dict]) -> dict:
     return {"anyOf": branches}
 
 
-def flatten_else(comp, node: dict, pointer: str, refs: tuple) -> tuple[dict | None, tuple]:
+def flatten_else(ctx: Context, node: dict, pointer: str, refs: tuple) -> tuple[dict | None, tuple]:
     """``node`` when its ``if`` fails: ``not if`` and ``else`` replace ``if`` and ``then``."""
     rest = {k: v for k, v in node.items() if k not in ("if", "then", "else")}
-    flat, grown = comp.flatten(rest, pointer, refs)
+    flat, grown = ctx.flatten(rest, pointer, refs)
     if flat is None:
         return None, refs
     base = len(refs)
     if "else" in node:
-        other, sub_refs = comp.flatten(node["else"], f"{pointer}/else", refs)
+        other, sub_refs = ctx.flatten(node["else"], f"{pointer}/else", refs)
         if other is None:
             return None, refs
         flat, grown = merge(flat, other, pointer), grown + sub_refs[base:]
-    return negation.negate(comp, flat, node["if"], f"{pointer}/if", refs), grown
+    return negation.negate(ctx, flat, node["if"], f"{pointer}/if", refs), grown

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.formats import FORMAT_REGEXES
+from radixlm.constrained.pattern.formats import FORMAT_REGEXES
 
 # Keywords that only annotate (or locate) a schema: dropped.
 ANNOTATIONS = frozenset({

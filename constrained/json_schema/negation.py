@@ -23,12 +23,14 @@ import re
 import string
 from typing import Any
 
-from radixlm.constrained import json_schema_types as types_
-from radixlm.constrained.json_schema_normalize import ALL_TYPES, merge
-from radixlm.constrained.json_schema_object import complement_string
-from radixlm.constrained.json_schema_pattern import PLAIN_CHAR, STRING_CHAR
-from radixlm.constrained.json_schema_types import disjoint
-from radixlm.constrained.pattern_chars import escape_literal
+from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.json_schema import typed as typed_
+from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.disjoint import disjoint
+from radixlm.constrained.json_schema.normalize import ALL_TYPES, merge
+from radixlm.constrained.json_schema.objects import complement_string
+from radixlm.constrained.pattern.chars import escape_literal
+from radixlm.constrained.pattern.ecma import PLAIN_CHAR, STRING_CHAR
 
 # not {k: v} -> {k2: f(v)}: the opposite bound (each applies to one type only, exactly).
 _FLIPS = {
@@ -42,10 +44,10 @@ _SAFE_FIRST = string.ascii_letters + string.digits  # candidate first characters
 PENDING_KEYS = ("_nots", "_not_values", "_not_first")
 
 
-def negate(comp, out: dict, neg: Any, pointer: str, refs: tuple) -> dict | None:
+def negate(ctx: Context, out: dict, neg: Any, pointer: str, refs: tuple) -> dict | None:
     """``out`` (a canonical node) restricted by ``not neg``; None when nothing is valid.
     ``pointer`` is the ``not`` keyword's own pointer."""
-    flat, _ = comp.flatten(neg, pointer, refs)
+    flat, _ = ctx.flatten(neg, pointer, refs)
     if flat is None:
         return out
     keys = set(flat) - {"_sources"}
@@ -76,7 +78,7 @@ def negate(comp, out: dict, neg: Any, pointer: str, refs: tuple) -> dict | None:
         name = flat["required"][0]  # at least one is absent: we never generate the first one
         if name not in out.get("required", []):
             return dict(out, properties=dict(out.get("properties", {}), **{name: False}))
-    if disjoint(comp, out, flat):
+    if disjoint(ctx, out, flat):
         return out  # nothing we generate can satisfy the negated schema anyway
     return _pending(out, pointer)
 
@@ -99,10 +101,10 @@ def _excluded_first(pattern: str) -> str | None:
     return chars or None
 
 
-def check_pending(comp, flat: dict) -> None:
+def check_pending(ctx: Context, flat: dict) -> None:
     """Raise (strict) for a pending ``not`` the generator cannot enforce on this node."""
     for pointer in flat.get("_nots", []):
-        comp.unsupported(pointer.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
+        ctx.unsupported(pointer.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
 
 
 def excluded(flat: dict, kind: str) -> list[tuple[str, Any]]:
@@ -130,7 +132,7 @@ def boolean_regex(flat: dict) -> str | None:
     return None if not alts else alts[0] if len(alts) == 1 else "(true|false)"
 
 
-def string_regex(comp, flat: dict, pointer: str) -> str | None:
+def string_regex(ctx: Context, flat: dict, pointer: str) -> str | None:
     """Regex of strings for a node with string exclusions or first-character restrictions, or
     ``""`` when it has none (the caller then emits the normal string regex)."""
     words = [v for _, v in excluded(flat, "string")]
@@ -140,7 +142,7 @@ def string_regex(comp, flat: dict, pointer: str) -> str | None:
     others = [k for k in ("_patterns", "_formats") if k in flat] + (["pattern"] if words and firsts else [])
     if others:
         p = (excluded(flat, "string") or [(pointer + "/not", None)])[0][0]
-        comp.unsupported(p.rsplit("/", 1)[0], "not", f"next to {others[0].strip('_')} is not supported")
+        ctx.unsupported(p.rsplit("/", 1)[0], "not", f"next to {others[0].strip('_')} is not supported")
         return ""
     lo, hi = flat.get("minLength", 0), flat.get("maxLength")
     if words and not lo and hi is None:
@@ -159,8 +161,8 @@ def string_regex(comp, flat: dict, pointer: str) -> str | None:
     return f'"{first}{STRING_CHAR}{{{lo - 1},{"" if hi is None else hi - 1}}}"'
 
 
-def typed(comp, t: str, flat: dict, pointer: str, refs: tuple) -> str | None:
-    """``json_schema_types.typed`` with the values a ``not`` excludes left out."""
+def typed(ctx: Context, t: str, flat: dict, pointer: str, refs: tuple) -> str | ir.Node | None:
+    """``typed.typed`` with the values a ``not`` excludes left out."""
     kind = "number" if t == "integer" else t
     banned = excluded(flat, kind)
     if t == "null" and banned:
@@ -168,19 +170,19 @@ def typed(comp, t: str, flat: dict, pointer: str, refs: tuple) -> str | None:
     if t == "boolean":
         return boolean_regex(flat)
     if t == "string":
-        rx = string_regex(comp, flat, pointer)
+        rx = string_regex(ctx, flat, pointer)
         if rx != "":
             return rx
     if banned and t in ("array", "object"):
-        comp.unsupported(banned[0][0].rsplit("/", 1)[0], "not", f"of an {t} value is not supported")
+        ctx.unsupported(banned[0][0].rsplit("/", 1)[0], "not", f"of an {t} value is not supported")
     if banned and kind == "number":  # x != e  <=>  x < e or x > e: exact intervals between them
         cuts = sorted({v for _, v in banned})
         bounds = [(None, cuts[0])] + list(zip(cuts, cuts[1:])) + [(cuts[-1], None)]
         alts = []
         for lo, hi in bounds:
             extra = {k: v for k, v in (("exclusiveMinimum", lo), ("exclusiveMaximum", hi)) if v is not None}
-            rx = types_.typed(comp, t, merge(flat, dict(extra, _sources=[]), pointer), pointer, refs)
+            rx = typed_.typed(ctx, t, merge(flat, dict(extra, _sources=[]), pointer), pointer, refs)
             if rx is not None:
                 alts.append(rx)
         return None if not alts else alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
-    return types_.typed(comp, t, flat, pointer, refs)
+    return typed_.typed(ctx, t, flat, pointer, refs)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixlm.constrained.json_schema_normalize import schemas_for_key
+from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.normalize import schemas_for_key
 
 
-def apply_property_names(comp, flat: dict, pointer: str,
+def apply_property_names(ctx: Context, flat: dict, pointer: str,
                          refs: tuple) -> tuple[dict | None, tuple[str, bool] | None]:
     """(object node with ``propertyNames`` folded in, (regex of extra member keys, whether the
     empty name is excluded) or None when extras keep their usual keys). The node is None when
@@ -27,27 +28,27 @@ def apply_property_names(comp, flat: dict, pointer: str,
     props = dict(rest.get("properties", {}))
     required = list(rest.get("required", []))
     for name in list(props) + [r for r in required if r not in props]:
-        if not comp.is_valid([names_schema], name):
+        if not ctx.is_valid([names_schema], name):
             if name in required:
                 return None, None
             props.pop(name, None)
     rest["properties"] = props
-    names_flat, _ = comp.flatten(names_schema, where, refs)
+    names_flat, _ = ctx.flatten(names_schema, where, refs)
     if names_flat is None:  # no name is valid: only the empty object
         return (None, None) if required else (_closed(rest, {}), None)
     if "enum" in names_flat:
-        return _enumerated(comp, rest, names_flat["enum"], names_schema), None
-    key_rx = comp.value({"allOf": [names_schema, {"type": "string"}]}, where, refs)
+        return _enumerated(ctx, rest, names_flat["enum"], names_schema), None
+    key_rx = ctx.value({"allOf": [names_schema, {"type": "string"}]}, where, refs)
     taken = set(props) | set(required) | set(rest.get("dependentRequired", {})) | set(rest.get("dependentSchemas", {}))
-    if key_rx is None or any(comp.is_valid([names_schema], n) for n in taken):
+    if key_rx is None or any(ctx.is_valid([names_schema], n) for n in taken):
         return _closed(rest, props), None  # keys could collide with named/trigger ones: no extras
-    return rest, (key_rx, not comp.is_valid([names_schema], ""))
+    return rest, (key_rx, not ctx.is_valid([names_schema], ""))
 
 
-def _enumerated(comp, node: dict, values: list, names_schema: Any) -> dict:
+def _enumerated(ctx: Context, node: dict, values: list, names_schema: Any) -> dict:
     props = dict(node["properties"])
     for v in values:
-        if not isinstance(v, str) or v in props or not comp.is_valid([names_schema], v):
+        if not isinstance(v, str) or v in props or not ctx.is_valid([names_schema], v):
             continue
         subs = schemas_for_key(node, v)
         if subs is None or (not subs and "additionalProperties" not in node

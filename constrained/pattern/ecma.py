@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.pattern_chars import FREE, _split, char_ranges, ranges_regex, sre_c, sre_parse
+from radixlm.constrained.pattern.chars import FREE, _split, char_ranges, ranges_regex, sre_c, sre_parse
 
 # One JSON string character that needs no escape, or a two-character escape of " or \.
 STRING_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'

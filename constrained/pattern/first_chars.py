@@ -3,14 +3,14 @@
 ``first_chars(pattern)`` parses a pattern with Python's regex parser and returns the code-point
 ranges a match's first character must come from (and whether the empty string can match), or
 None when it cannot tell. Used on our own format regexes and on anchored ``pattern`` keywords
-(``^\\$...`` never matches a UUID).
+(``^\\$...`` never matches a UUID); the JSON-schema side is ``json_schema.disjoint``.
 """
 
 from __future__ import annotations
 
 import re
 
-from radixlm.constrained.pattern_chars import sre_c, sre_parse
+from radixlm.constrained.pattern.chars import sre_c, sre_parse
 
 _Ranges = list[tuple[int, int]]
 
@@ -74,26 +74,3 @@ def ranges_disjoint(a: _Ranges, b: _Ranges) -> bool:
     """True when no code point lies in both range lists."""
     return all(ha < lb or hb < la for la, ha in a for lb, hb in b)
 
-
-def strings_first_disjoint(comp, gen: dict, other: dict) -> bool:
-    """True when the strings we generate for ``gen`` (one anchored pattern or one of our format
-    regexes decides their first character) never satisfy a ``^``-anchored pattern of ``other``
-    that needs a first character outside that set."""
-    from radixlm.constrained.formats import FORMAT_REGEXES
-
-    if gen.get("_formats"):
-        first = first_chars(FORMAT_REGEXES[gen["_formats"][0]])
-    elif gen.get("_patterns"):
-        first = first_chars(gen["_patterns"][0], anchored=False)
-    else:
-        return False
-    if first is None:
-        return False
-    ranges, may_be_empty = first
-    if may_be_empty and comp.is_valid_loose(other["_sources"], ""):
-        return False
-    for pattern in other.get("_patterns", []):
-        need = first_chars(pattern, anchored=False)
-        if need is not None and not need[1] and ranges_disjoint(ranges, need[0]):
-            return True
-    return False

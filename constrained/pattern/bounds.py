@@ -5,7 +5,7 @@ Every character node matches exactly one decoded character, so lengths are exact
 the tree. Narrowing only removes strings (sound): lower bounds of repetitions are raised until
 the shortest match reaches ``minLength``; branches that cannot fit ``maxLength`` are dropped and
 upper bounds lowered to one common cap, the largest that keeps the longest match within
-``maxLength`` and the automaton small (``pattern_measure``). The unanchored ends of a pattern are
+``maxLength`` and the automaton small (``pattern.measure``). The unanchored ends of a pattern are
 free-character repetitions; with a ``maxLength`` they become unambiguous (the prefix avoids the
 body's first characters, the suffix starts with a character the body never uses), since counted
 ambiguous ends blow up the automaton.
@@ -13,9 +13,9 @@ ambiguous ends blow up the automaton.
 
 from __future__ import annotations
 
-from radixlm.constrained.json_schema_pattern import MAX_PATTERN_REPEAT, free_run, search_tokens
-from radixlm.constrained.pattern_chars import FREE, char_ranges, ranges_regex, sre_c
-from radixlm.constrained.pattern_measure import (
+from radixlm.constrained.pattern.chars import FREE, char_ranges, ranges_regex, sre_c
+from radixlm.constrained.pattern.ecma import MAX_PATTERN_REPEAT, free_run, search_tokens
+from radixlm.constrained.pattern.measure import (
     REPEATS,
     dfa_states,
     item_max,

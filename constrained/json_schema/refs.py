@@ -11,11 +11,12 @@ of a thousand aliases costs one expansion, not a thousand levels of recursion.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.json_schema_normalize import HANDLED, UNSUPPORTED
+from radixlm.constrained.json_schema.normalize import HANDLED, UNSUPPORTED
 
 MAX_REF_CHAIN = 32  # $ref expansions on one path before a rule closes the recursion
 
@@ -59,26 +60,34 @@ def follow(root: Any, node: dict, pointer: str, chain: tuple) -> tuple[Any, str,
         ref = target["$ref"]
 
 
-def expand(comp: Any, node: dict, pointer: str, refs: tuple, chain: tuple) -> tuple | None:
-    """What ``node``'s ``$ref`` adds to its flattening, ``(target, pointer, refs, chain)``, or
-    None past ``MAX_REF_CHAIN`` expansions on one path (the first cut is kept in ``comp.cut``).
-    ``comp`` is the front end's compiler (its ``root`` and bookkeeping)."""
-    target, target_pointer, ref, ref_chain = follow(comp.root, node, pointer, chain)
-    if len(refs) >= MAX_REF_CHAIN:
-        comp.cut = comp.cut or (_document_pointer(comp, refs, pointer), ref)
-        return None
-    comp.ref_sites.setdefault(refs + (ref,), pointer)
-    return target, target_pointer, refs + (ref,), ref_chain
+@dataclass
+class RefExpansions:
+    """The ``$ref`` bookkeeping of one compilation: the document ``root`` refs resolve in, the
+    first expansion cut (``cut``: (pointer, ref), past ``MAX_REF_CHAIN`` refs on one path) and
+    where each chain of refs was last expanded (``sites``, for the cut's document pointer)."""
 
+    root: Any
+    cut: tuple[str, str] | None = None
+    sites: dict[tuple, str] = field(default_factory=dict)
 
-def _document_pointer(comp: Any, refs: tuple, pointer: str) -> str:
-    """Where the ``$ref`` at ``pointer`` sits in the document: inside the target of the last
-    ``$ref`` on the path. Other errors name the location along the instance, but in a recursion
-    that grows by a level each time round (``#/properties/child/properties/child/...``)."""
-    site = comp.ref_sites.get(refs)
-    if refs and site is not None and pointer.startswith(site) and pointer != site:
-        return refs[-1] + pointer[len(site):]
-    return pointer
+    def expand(self, node: dict, pointer: str, refs: tuple, chain: tuple) -> tuple | None:
+        """What ``node``'s ``$ref`` adds to its flattening, ``(target, pointer, refs, chain)``, or
+        None past ``MAX_REF_CHAIN`` expansions on one path (the first cut is kept in ``cut``)."""
+        target, target_pointer, ref, ref_chain = follow(self.root, node, pointer, chain)
+        if len(refs) >= MAX_REF_CHAIN:
+            self.cut = self.cut or (self._document_pointer(refs, pointer), ref)
+            return None
+        self.sites.setdefault(refs + (ref,), pointer)
+        return target, target_pointer, refs + (ref,), ref_chain
+
+    def _document_pointer(self, refs: tuple, pointer: str) -> str:
+        """Where the ``$ref`` at ``pointer`` sits in the document: inside the target of the last
+        ``$ref`` on the path. Other errors name the location along the instance, but in a recursion
+        that grows by a level each time round (``#/properties/child/properties/child/...``)."""
+        site = self.sites.get(refs)
+        if refs and site is not None and pointer.startswith(site) and pointer != site:
+            return refs[-1] + pointer[len(site):]
+        return pointer
 
 
 def cyclic_ref(chain: tuple, ref: str, pointer: str) -> ConstraintError:

@@ -26,7 +26,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
-from radixlm.constrained.int_range import integer_range_regex
+from radixlm.constrained.pattern.int_range import integer_range_regex
 
 MAX_PER_UNIT = 100  # fraction digits are dropped until at most so many multiples lie in a unit
 MAX_DIGITS = 9  # integer digits of multiples of float divisors (longer ones: costly automata)

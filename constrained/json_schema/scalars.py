@@ -1,0 +1,94 @@
+"""Lexemes (regexes) of the constrained JSON scalars for one canonical schema node: numbers
+(ranges, ``multipleOf``) and strings (lengths, ``pattern``, ``format``); ``null`` and booleans are
+fixed (``lexemes``). Arrays (``arrays``) and objects (``objects``) are grammar structure instead."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.lexemes import STRING
+from radixlm.constrained.pattern.bounds import narrow_to_length, within_length
+from radixlm.constrained.pattern.chars import escape_literal, sre_parse
+from radixlm.constrained.pattern.ecma import STRING_CHAR, emit_tokens, parse_pattern, search_tokens
+from radixlm.constrained.pattern.formats import FORMAT_REGEXES
+from radixlm.constrained.pattern.int_range import INTEGER, integer_range_regex, number_range_regex
+from radixlm.constrained.pattern.multiple_of import multiples_regex
+
+MAX_STRING_LENGTH = 100_000  # minLength/maxLength past this raise (a lexer state per count)
+
+
+def number(t: str, flat: dict, pointer: str) -> str | None:
+    """The regex of the ``integer`` or ``number`` instances (``t``) of a canonical node."""
+    divisors = flat.get("multipleOf", [])
+    for d in divisors:
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
+            raise ConstraintError(f"multipleOf must be a number > 0, got {d!r}", pointer, "multipleOf")
+    lo, lo_x = flat.get("minimum"), False
+    hi, hi_x = flat.get("maximum"), False
+    if "exclusiveMinimum" in flat and (lo is None or flat["exclusiveMinimum"] >= lo):
+        lo, lo_x = flat["exclusiveMinimum"], True
+    if "exclusiveMaximum" in flat and (hi is None or flat["exclusiveMaximum"] <= hi):
+        hi, hi_x = flat["exclusiveMaximum"], True
+    if divisors:
+        return multiples_regex(divisors, t == "integer", lo, lo_x, hi, hi_x)
+    if t == "number":
+        return number_range_regex(lo, lo_x, hi, hi_x)
+    if lo is None and hi is None:
+        return INTEGER
+    ilo = None if lo is None else (math.floor(lo) + 1 if lo_x else math.ceil(lo))
+    ihi = None if hi is None else (math.ceil(hi) - 1 if hi_x else math.floor(hi))
+    return integer_range_regex(ilo, ihi)
+
+
+def string(ctx: Context, flat: dict, pointer: str) -> str | None:
+    """The regex of the string instances of a canonical node (quotes included; None: none)."""
+    lo, hi = flat.get("minLength", 0), flat.get("maxLength")
+    if hi is not None and hi < lo:
+        return None
+    constraints = [("pattern", p) for p in flat.get("_patterns", [])]
+    constraints += [("format", f) for f in flat.get("_formats", [])]
+    if len(constraints) > 1:
+        lit = anchored_literal(dict(flat, type=["string"]))
+        if lit is not None:  # ^lit$ with other patterns/formats: lit itself, checked exactly
+            ok = lo <= len(lit) and (hi is None or len(lit) <= hi) and ctx.is_valid(flat["_sources"], lit)
+            return escape_literal(json.dumps(lit)) if ok else None
+        ctx.unsupported(pointer, constraints[1][0], "combined with another pattern/format is not supported")
+    if not constraints:
+        if max(lo, hi or 0) > MAX_STRING_LENGTH:
+            raise ConstraintError(f"string length bounds above {MAX_STRING_LENGTH} are not supported",
+                                  pointer, "maxLength" if (hi or 0) > MAX_STRING_LENGTH else "minLength")
+        if not lo and hi is None:
+            return STRING
+        # Each STRING_CHAR is one code point (surrogate escapes are left out), so counting
+        # them is exact, escapes included.
+        return f'"{STRING_CHAR}{{{lo},{"" if hi is None else hi}}}"'
+    kind, value = constraints[0]
+    if kind == "format":  # formats are full-match regexes in a syntax sre_parse reads too
+        body, alts = FORMAT_REGEXES[value], [(True, True, list(sre_parse.parse(FORMAT_REGEXES[value])))]
+    else:
+        alts = parse_pattern(value, pointer)
+        body = emit_tokens(search_tokens(alts), pointer)
+    if (lo or hi is not None) and not within_length(alts, lo, hi):
+        # Narrow the pattern's repetitions until every match has an allowed length.
+        tokens, keyword = narrow_to_length(alts, lo, hi, pointer)
+        if tokens is None:
+            ctx.unsupported(pointer, keyword, f"cannot be met by narrowing the {kind}'s repetitions")
+        else:
+            body = emit_tokens(tokens, pointer)
+    return f'"({body})"'
+
+
+def anchored_literal(flat: dict) -> str | None:
+    """``lit`` when the node only admits strings matching ``^lit$`` (Python's ``$`` also matches
+    before a final newline: the caller checks ``lit + "\\n"`` too)."""
+    if flat.get("type") != ["string"]:
+        return None
+    for pattern in flat.get("_patterns", []):
+        m = re.fullmatch(r"\^([A-Za-z0-9_ :/-]*)\$", pattern)
+        if m is not None:
+            return m.group(1)
+    return None

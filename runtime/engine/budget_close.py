@@ -1,0 +1,80 @@
+"""``BudgetClose``: budget-aware completion, so constrained output parses when the budget allows.
+
+A model that runs to ``max_new_tokens`` stops wherever it is, mid-string, and an "always valid"
+output would not parse. After each step this asks the grammar for a short completion of the text
+so far (``GrammarMatcher.completion_bytes``), tokenises it, and once what is left of the budget
+barely holds it (``MARGIN`` tokens to spare), the completion is spliced in at once and the request
+finishes as ``stop``, valid. When even the completion does not fit, nothing is spliced, the request
+ends as ``length`` and ``note`` says why (``meta_info["constraint_notes"]``).
+
+Cost: the completion is computed when the budget left is within ``WINDOW`` tokens or within twice
+the last estimate (a long ``minLength`` string needs an early start), not at every step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from radixlm.runtime.scheduler.constraint import Splice
+
+MARGIN = 2  # tokens to spare: one more sampled token may lengthen the completion
+WINDOW = 64  # within this many tokens of the end the completion is re-estimated every step
+BYTES_PER_TOKEN = 16  # search bound: a completion longer than this per token left cannot fit
+
+
+class BudgetClose:
+    """Watches one request's budget; ``splice`` is the closing splice once it is due."""
+
+    def __init__(self, matcher: Any, tokenizer: Any) -> None:
+        self.matcher = matcher  # the request's GrammarMatcher
+        self.tokenizer = tokenizer
+        self.need: int | None = None  # tokens the last completion took
+        self.short_by: int | None = None  # the completion did not fit: tokens missing
+
+    def splice(self, room: int) -> Splice | None:
+        """The completion as a splice when ``room`` (tokens left) barely holds it, else None."""
+        m = self.matcher
+        if m.is_accepting():
+            # complete already: with the budget nearly gone, stop here rather than run to length
+            return Splice(0, (), True) if room <= MARGIN else None
+        if self.need is not None and room > max(WINDOW, 2 * self.need + MARGIN):
+            return None
+        ids = self._completion_ids(room)
+        if ids is None:
+            return None
+        self.need = len(ids)
+        if len(ids) > room:
+            self.short_by = len(ids) - room
+            return None
+        self.short_by = None
+        if len(ids) + MARGIN < room:
+            return None
+        for t in ids:
+            if not m.accept_token(t):
+                raise RuntimeError("the grammar rejected its own completion")
+        return Splice(0, tuple(ids), m.is_accepting())
+
+    def _completion_ids(self, room: int) -> list[int] | None:
+        """The completion's tokens: the tokenizer's own when they are a path through the grammar,
+        else single-byte tokens (a text that ends inside a character); None when there is none."""
+        m = self.matcher
+        data = m.completion_bytes(max_bytes=BYTES_PER_TOKEN * max(room, 1) + 64)
+        if data is None:
+            return None
+        try:
+            ids = list(self.tokenizer.encode(data.decode("utf-8"), add_special_tokens=False))
+            if m.validate_tokens(ids) == len(ids):
+                return ids
+        except UnicodeDecodeError:
+            pass
+        byte_ids = m.grammar.vocab.byte_tokens
+        ids = [byte_ids[b] for b in data]
+        return ids if min(ids, default=0) >= 0 else None
+
+    @property
+    def note(self) -> str | None:
+        """Why the output may end incomplete (None while the budget suffices)."""
+        if self.short_by is None or self.matcher.is_accepting():
+            return None
+        return (f"max_new_tokens ran out before a valid end fit: completing the output needs "
+                f"{self.short_by} more tokens than were left")

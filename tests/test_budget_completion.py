@@ -1,0 +1,65 @@
+"""Budget-aware completion: constrained outputs parse whenever ``max_new_tokens`` allows a valid
+document at all (random weights at temperature 1 ramble inside strings until the budget ends)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from radixlm import Engine
+
+SCHEMA = {"type": "object", "properties": {
+    "name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}},
+    "child": {"type": "object", "properties": {"note": {"type": "string"}}, "required": ["note"]}},
+    "required": ["name", "tags", "child"]}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama):
+    with Engine(tiny_llama, max_total_tokens=8192) as e:
+        yield e
+
+
+def _run(engine, budget: int, seeds: range, **extra) -> list[dict]:
+    params = [{"temperature": 1.0, "max_new_tokens": budget, "seed": s, "json_schema": SCHEMA, **extra}
+              for s in seeds]
+    return engine.generate(["Answer:"] * len(params), params)
+
+
+@pytest.mark.parametrize("budget", [24, 40, 64])
+def test_every_output_parses_within_small_budgets(engine, budget):
+    outs = _run(engine, budget, range(6))
+    for out in outs:
+        meta = out["meta_info"]
+        assert meta["finish_reason"]["type"] == "stop", (budget, out["text"])
+        assert meta["completion_tokens"] <= budget
+        jsonschema.validate(json.loads(out["text"]), SCHEMA)
+
+
+def test_without_it_outputs_are_cut_mid_value(engine):
+    outs = _run(engine, 24, range(6), budget_aware_completion=False)
+    cut = [o for o in outs if o["meta_info"]["finish_reason"]["type"] == "length"]
+    assert cut, "random weights were expected to run out of budget inside a string"
+    for out in cut:
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(out["text"])
+
+
+def test_a_budget_below_any_valid_document_ends_as_length_and_says_so(engine):
+    # The shortest valid document is {"name":"","tags":[],"child":{"note":""}}: more than 4 tokens.
+    (out,) = _run(engine, 4, range(1))
+    meta = out["meta_info"]
+    assert meta["finish_reason"]["type"] == "length"
+    assert any("max_new_tokens ran out" in n for n in meta.get("constraint_notes", [])), meta
+
+
+def test_regex_and_ebnf_close_too(engine):
+    params = [{"temperature": 1.0, "max_new_tokens": 12, "seed": s, "regex": r"\[([a-z]+,)*[a-z]+\]"} for s in range(4)]
+    params += [{"temperature": 1.0, "max_new_tokens": 16, "seed": s,
+                "ebnf": 'root ::= "(" expr ")"\nexpr ::= [a-z]+ | "(" expr ")"'} for s in range(4)]
+    outs = engine.generate(["x"] * len(params), params)
+    for p, out in zip(params, outs):
+        assert out["meta_info"]["finish_reason"]["type"] == "stop", (p, out["text"])
+        assert not out["meta_info"].get("constraint_violations")
