@@ -58,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-total-tokens", type=int, default=None,
                    help="KV slots of each radixlm engine (default: 131072 tiny, 40000 small)")
     p.add_argument("--hf-batch-size", type=int, default=16, help="prompts per HF generate call")
+    p.add_argument("--llamacpp-parallel", default="8,16,32,64",
+                   help="parallel sequences swept for llama.cpp / llama.cpp-q8, comma-separated (default: %(default)s)")
     p.add_argument("--out", default="results", help="output directory (default: %(default)s)")
 
 
@@ -69,6 +71,17 @@ def resolve_suites(names: list[str] | None) -> list[str]:
     for name in chosen:
         get_suite(name)  # raises ValueError naming an unknown suite
     return [s for s in SUITES if s in chosen]
+
+
+def parse_parallel(text: str) -> tuple[int, ...]:
+    """``--llamacpp-parallel``: positive integers, comma-separated (``8,16,32,64``)."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1 or max(values) > 256:  # llama.cpp's LLAMA_MAX_SEQ is 256
+        raise ValueError(f"--llamacpp-parallel must be comma-separated integers in 1..256, got {text!r}")
+    return values
 
 
 def run_suites(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -83,7 +96,7 @@ def run_suites(args: argparse.Namespace) -> list[dict[str, Any]]:
 
         model_path = checkpoint_path(arch=args.arch, size=args.size)
     kv = args.max_total_tokens or (131072 if args.size == "tiny" else 40000)
-    pool = SystemPool(model_path, kv, args.hf_batch_size)
+    pool = SystemPool(model_path, kv, args.hf_batch_size, parse_parallel(args.llamacpp_parallel))
     systems = tuple(args.systems.split(",")) if args.systems else None
     for name in systems or ():
         if name not in SystemPool.NAMES:

@@ -4,7 +4,6 @@ the tiny checkpoint's tokenizer for masks over a real vocabulary and for jump-fo
 from __future__ import annotations
 
 import random
-import time
 
 import pytest
 import torch
@@ -129,8 +128,16 @@ def test_jump_forward_splices_a_faithful_tokenisation(tokenizer, vocab):
     m = compile_grammar(vocab, "json_schema", schema).matcher()
     out: list[int] = []
     jf = jump_forward(m, tokenizer, out)
-    assert jf is not None and jf.num_drop == 0 and jf.text == '{"id":'
+    assert jf is not None and jf.num_drop == 0 and jf.text == '{"'  # members come in any order
     out += jf.new_ids
+    for t in jf.new_ids:
+        assert m.accept_token(t)
+    assert m.accept_token(vocab.byte_tokens[ord("i")])  # "i": the rest of the key is forced
+    out.append(vocab.byte_tokens[ord("i")])
+    jf = jump_forward(m, tokenizer, out)
+    assert jf is not None and jf.text == 'd":'
+    m.rollback(jf.num_drop)
+    out = out[: len(out) - jf.num_drop] + jf.new_ids
     for t in jf.new_ids:
         assert m.accept_token(t)
     for t in tokenizer.encode("42"):
@@ -194,13 +201,13 @@ def test_backend_compiles_caches_and_fails_per_request(vocab):
 
 
 def test_counted_regex_compiles_lazily(vocab):
-    # Its DFA x vocabulary index took seconds; the lazy lexer builds states as text arrives.
+    # Its DFA x vocabulary index took minutes and ran past any budget; the lazy lexer builds
+    # states as text arrives, so it compiles within the (5 s) budget. Speed itself is measured
+    # in benchmarks/bench_grammar.py.
     backend = GrammarBackend(vocab, compile_timeout_s=5.0)
     try:
         params = SamplingParams(regex="[a-z]{0,300}(x|y)[0-9a-f]{0,300}")
-        start = time.perf_counter()
         g = backend.submit(params).result(timeout=30)
-        assert time.perf_counter() - start < 2
         assert g.matches("abcx00ff") and g.matches("y") and not g.matches("abc")
     finally:
         backend.shutdown()

@@ -13,7 +13,8 @@ from suites.context import SuiteContext
 from suites.measure import alternate, summarize
 from suites.workloads import chat_followup, chat_openers
 
-SYSTEMS = ("radixlm", "radixlm-nocache", "hf", "llama.cpp")
+# llama.cpp's best configuration here is the per-conversation saved-state cache of ``llama.cpp-serial``.
+SYSTEMS = ("radixlm", "radixlm-nocache", "hf", "llama.cpp-serial")
 
 
 def conversation_trial(system: Any, openers: list[list[int]], followups: list[list[list[int]]],

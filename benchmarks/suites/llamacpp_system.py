@@ -1,6 +1,8 @@
-"""llama.cpp through ``llama-cpp-python``: the checkpoint converted to GGUF once, prompts run one by one.
+"""``llama.cpp-serial``: llama.cpp through ``llama-cpp-python``'s ``Llama``, prompts run one by one.
 
-llama-cpp-python serves one sequence at a time (no batching across requests). Prefix reuse is what
+``Llama`` serves one sequence at a time (no batching across requests): llama.cpp's best configuration
+for the chat suite (each conversation resumes its own saved state), and a second, labelled row in the
+agent suite, whose best configuration is ``llamacpp_batched.py``'s parallel sequences. Prefix reuse is what
 a llama-cpp-python user gets:
 
 * ``Llama.generate`` keeps the KV cache of the last sequence and re-evaluates only the part of the
@@ -17,16 +19,9 @@ Greedy (``top_k=1``, ``temp=0``), EOS ignored by reading exactly ``max_new_token
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-from suites.gguf_convert import convert
+from suites.gguf_files import ensure_gguf
 from suites.systems import Generation
-
-
-def gguf_path_for(model_path: str) -> Path:
-    """Where the float32 GGUF of ``model_path`` is kept: ``<parent>/gguf/<checkpoint dir name>-f32.gguf``."""
-    model_dir = Path(model_path).resolve()
-    return model_dir.parent / "gguf" / f"{model_dir.name}-f32.gguf"
 
 
 def _common_prefix(a, b) -> int:
@@ -39,18 +34,13 @@ def _common_prefix(a, b) -> int:
 
 
 class LlamaCppSystem:
-    """The ``llama.cpp`` system: ``generate``/``reset`` over one ``llama_cpp.Llama`` context."""
+    """The ``llama.cpp-serial`` system: ``generate``/``reset`` over one ``llama_cpp.Llama`` context."""
 
     def __init__(self, name: str, model_path: str, n_ctx: int = 4096, state_cache_bytes: int = 2 << 30):
         from llama_cpp import Llama, LlamaRAMCache
 
         self.name = name
-        self.gguf_path = gguf_path_for(model_path)
-        if not self.gguf_path.exists():
-            self.gguf_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.gguf_path.with_suffix(f".tmp{os.getpid()}")
-            convert(model_path, tmp)
-            os.replace(tmp, self.gguf_path)
+        self.gguf_path = ensure_gguf(model_path, "f32")
         # Same thread count as torch gets on this machine (every core).
         self.llm = Llama(model_path=str(self.gguf_path), n_ctx=n_ctx, n_batch=512, n_threads=os.cpu_count(),
                          logits_all=False, verbose=False)

@@ -113,3 +113,28 @@ def agreement(outputs: dict[str, list[list[int]]], baseline: str) -> dict[str, d
                         "mean_matching_prefix": sum(prefixes) / max(len(prefixes), 1),
                         "tokens_each": max((len(o) for o in base), default=0)}
     return result
+
+
+def sweep_parallel(ready: dict[str, Any], trials: dict[str, Trial], metric: str, count: int,
+                   log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+    """Pick each parallel system's best number of parallel sequences, one timed run per setting.
+
+    A system takes part when it has ``sweep`` (the settings to try) and a settable ``n_parallel``;
+    settings above ``count`` (the requests in the workload) all mean ``count``. The best setting is
+    left set for the repetitions that follow. Returns ``{name: {"rates": {setting: metric}, "best": n}}``.
+    """
+    from suites.parallel_plan import best_setting
+
+    chosen: dict[str, dict[str, Any]] = {}
+    for name, system in ready.items():
+        if not hasattr(system, "sweep") or name not in trials:
+            continue
+        rates: dict[int, float] = {}
+        for n in sorted({min(s, count) for s in system.sweep}):
+            system.n_parallel = n
+            system.reset()
+            rates[n] = timed(trials[name])[metric]
+            log(f"  sweep {name:<16} {n:3d} parallel sequences {rates[n]:9.2f} {metric}")
+        system.n_parallel = best_setting(rates)
+        chosen[name] = {"rates": rates, "best": system.n_parallel}
+    return chosen

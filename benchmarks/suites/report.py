@@ -30,11 +30,13 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [f"### {suite}", "", f"{result.get('description', '')}", ""]
     base = next(iter(result["systems"]))
     if suite == "raw":
-        lines += ["| config | median tok/s | roofline tok/s | fraction |", "|---|---:|---:|---:|"]
+        lines += [f"Read bandwidth measured in the same run: {_fmt(result.get('machine', {}).get('read_gb_per_s'), 1)} GB/s; "
+                  "`streamed GB/s` is what a decode step reads (weights + KV) times steps per second.", "",
+                  "| config | median tok/s | roofline tok/s | fraction | streamed GB/s |", "|---|---:|---:|---:|---:|"]
         for name, row in result["systems"].items():
             value = next(iter(row["median"].values()))
             lines.append(f"| {name} | {_fmt(value, 1)} | {_fmt(row['roofline_tok_per_s'], 1)} "
-                         f"| {row['roofline_fraction']:.1%} |")
+                         f"| {row['roofline_fraction']:.1%} | {_fmt(row.get('streamed_gb_per_s'), 1)} |")
     else:
         lines += [f"| system | median {UNITS.get(metric, metric)} | median s | {base} / system | cache hit |",
                   "|---|---:|---:|---:|---:|"]
@@ -51,6 +53,10 @@ def markdown(result: dict[str, Any]) -> str:
         parts = [f"{n} {a['identical']}/{a['prompts']} (mean matching prefix {a['mean_matching_prefix']:.1f}"
                  f"/{a['tokens_each']})" for n, a in agree.items()]
         lines.append(f"\nGreedy outputs identical to {base}'s (same token ids in): " + "; ".join(parts))
+    for name, sweep in result.get("parallel_sweep", {}).items():
+        rates = ", ".join(f"{n}: {_fmt(v)}" for n, v in sweep["rates"].items())
+        lines.append(f"\n{name}: parallel sequences swept ({UNITS.get(metric, metric)}) {rates}; "
+                     f"best {sweep['best']}, used for the row above")
     for t in result.get("targets", []):
         state = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
         lines.append(f"\nTarget: {t['name']} = {_fmt(t['value'])}{t['unit']} (>= {t['threshold']}{t['unit']}): "

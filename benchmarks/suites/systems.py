@@ -65,15 +65,20 @@ class Unavailable:
 class SystemPool:
     """Builds systems by name on first use (engines and models are loaded once per run).
 
-    Names: ``radixlm``, ``radixlm-nocache``, ``hf``, ``hf-prefix``, ``llama.cpp``.
+    Names: ``radixlm``, ``radixlm-nocache``, ``hf``, ``hf-prefix``, ``llama.cpp`` (parallel sequences
+    over a unified KV cache, float32 GGUF), ``llama.cpp-q8`` (the same on the Q8_0 GGUF) and
+    ``llama.cpp-serial`` (``Llama``, one sequence at a time with a saved-state cache).
+    ``llamacpp_sweep`` is the numbers of parallel sequences the suites try for the parallel systems.
     """
 
-    NAMES = ("radixlm", "radixlm-nocache", "hf", "hf-prefix", "llama.cpp")
+    NAMES = ("radixlm", "radixlm-nocache", "hf", "hf-prefix", "llama.cpp", "llama.cpp-q8", "llama.cpp-serial")
 
-    def __init__(self, model_path: str, max_total_tokens: int, hf_batch_size: int = 16):
+    def __init__(self, model_path: str, max_total_tokens: int, hf_batch_size: int = 16,
+                 llamacpp_sweep: tuple[int, ...] = (8, 16, 32, 64)):
         self.model_path = model_path
         self.max_total_tokens = max_total_tokens
         self.hf_batch_size = hf_batch_size
+        self.llamacpp_sweep = llamacpp_sweep
         self._systems: dict[str, Any] = {}
         self._hf_model: Any = None
 
@@ -105,10 +110,17 @@ class SystemPool:
         if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("gguf") is None:
             missing = [m for m in ("llama_cpp", "gguf") if importlib.util.find_spec(m) is None]
             return Unavailable(name, f"python module(s) {', '.join(missing)} not installed "
-                                     "(pip install 'radixlm[bench]')")
-        from suites.llamacpp_system import LlamaCppSystem
+                                     "(pip install 'radixlm[bench]', or build llama_cpp with "
+                                     "benchmarks/build_llamacpp.sh)")
+        if name == "llama.cpp-serial":
+            from suites.llamacpp_system import LlamaCppSystem
 
-        return LlamaCppSystem(name, self.model_path)
+            return LlamaCppSystem(name, self.model_path)
+        from suites.gguf_files import ensure_gguf
+        from suites.llamacpp_batched import LlamaCppParallel
+
+        gguf = ensure_gguf(self.model_path, "q8_0" if name == "llama.cpp-q8" else "f32")
+        return LlamaCppParallel(name, gguf, self.llamacpp_sweep)
 
     def hf_model(self) -> tuple[Any, int]:
         """(HF model, pad id), loaded once per run."""

@@ -20,6 +20,7 @@ from radixlm.constrained.pattern.chars import escape_literal
 from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_to_regex
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
+MAX_ANY_ORDER = 8  # objects of at most this many named members (and no others) take any order
 
 
 def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
@@ -157,6 +158,8 @@ def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
 def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None) -> ir.Node | None:
     sep = ctx.sep(",")
     min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
+    if extras is None and 2 <= len(members) <= MAX_ANY_ORDER:
+        return _any_order(ctx, members, min_p, max_p)
     n_req = sum(r for _, r in members)
     if max_p is not None:
         if n_req > max_p:
@@ -185,6 +188,30 @@ def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], ext
     if not any(r for _, r in items) and min_p == 0:
         body = ir.opt(body)
     return _braces(ctx, body)
+
+
+def _any_order(ctx: Context, members: list[tuple[ir.Node, bool]], min_p: int, max_p: int | None) -> ir.Node | None:
+    """The named members in any order, each at most once, with every required one (and
+    ``minProperties``..``maxProperties`` of them, exactly) before ``}``: one rule per set of
+    members written so far, so a duplicate never forms."""
+    hi = len(members) if max_p is None else min(max_p, len(members))
+    required = frozenset(i for i, (_, r) in enumerate(members) if r)
+    sep, memo = ctx.sep(","), {}
+
+    def after(used: frozenset) -> ir.Node | None:
+        """What may follow once the members in ``used`` are written: ``}`` or another one."""
+        if used not in memo:
+            memo[used] = None  # (a set only grows: no rule refers back to itself)
+            close = ir.seq(ctx.ws, ir.Lit("}")) if required <= used and len(used) >= min_p else None
+            more = None
+            if len(used) < hi:
+                more = ir.alt([ir.seq(m, after(used | {i})) for i, (m, _) in enumerate(members) if i not in used])
+            memo[used] = ctx.named(ir.alt([close, ir.seq(sep, more) if more is not None else None]))
+        return memo[used]
+
+    empty = ir.seq(ctx.ws, ir.Lit("}")) if not required and min_p == 0 else None
+    first = ir.alt([ir.seq(m, after(frozenset([i]))) for i, (m, _) in enumerate(members)]) if hi else None
+    return ir.seq(ir.Lit("{"), ctx.ws, ir.alt([empty, first]))
 
 
 def _braces(ctx: Context, body: ir.Node | None) -> ir.Node | None:

@@ -185,6 +185,8 @@ class NativeRoutes:
         r = FieldReader(await self.state.read_json(request), unknown=UnknownFields(self.strict))
         abort_all = r.get("abort_all", "bool", False)
         rid = r.get("rid", "str", required=not abort_all)
+        if not abort_all and not rid:
+            raise APIError(400, "rid must be a non-empty string (or pass abort_all: true)", param="rid")
         r.reject_unknown()
         running = sorted(self.state.inflight)
         found = running if abort_all else [x for x in running if x == rid or x.startswith(f"{rid}-")]
