@@ -124,3 +124,22 @@ def test_unique_items_over_an_enum_is_exact(vocab, schema):
         for arr in itertools.product(values, repeat=n):
             text = json.dumps(list(arr), separators=(",", ":"))
             assert grammar.matches(text) == validator.is_valid(list(arr)), text
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}, "c": {"const": "x"}},
+     "required": ["b"]},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}, "c": {"const": "x"}},
+     "minProperties": 2, "maxProperties": 2},
+], ids=["required-b", "exactly-2"])
+def test_members_in_any_order_each_once(vocab, schema):
+    """Every arrangement of up to 4 member slots drawn from a, b, c (duplicates included): the
+    grammar accepts exactly the valid objects, in any order, and never a repeated key."""
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    values = {"a": "1", "b": "true", "c": '"x"'}
+    validator = _validator(schema)
+    for n in range(5):
+        for keys in itertools.product("abc", repeat=n):
+            text = "{" + ",".join(f'"{k}":{values[k]}' for k in keys) + "}"
+            valid = len(set(keys)) == len(keys) and validator.is_valid(json.loads(text))
+            assert grammar.matches(text) == valid, text

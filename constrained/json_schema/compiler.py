@@ -52,12 +52,13 @@ class SchemaGrammar:
 
 
 def schema_to_grammar(schema: dict | bool, whitespace_pattern: str | None = None,
-                      strict: bool = True) -> SchemaGrammar:
+                      strict: bool = True, any_order: bool = True) -> SchemaGrammar:
     """Compile ``schema`` to a grammar of its serialisations (compact JSON unless
     ``whitespace_pattern`` is given). Raises ``ConstraintError`` on unsupported or unsatisfiable
     schemas, and on schemas whose every instance would nest without end (a required
-    self-reference)."""
-    comp = Compiler(schema, whitespace_pattern, strict)
+    self-reference). ``any_order=False`` keeps object members in schema order (for callers that
+    inline the grammar into one regex, where the any-order rules would multiply out)."""
+    comp = Compiler(schema, whitespace_pattern, strict, any_order)
     start = comp.value(schema, "#", ())
     if start is None:
         raise _unsatisfiable(comp)
@@ -96,11 +97,11 @@ class Compiler:
     """One compilation of one schema: the memoised walk (``value``, ``flatten``), its recursion
     rules and ``$ref`` bookkeeping. ``ctx`` is what the keyword modules get of it."""
 
-    def __init__(self, root: Any, ws: str | None, strict: bool):
+    def __init__(self, root: Any, ws: str | None, strict: bool, any_order: bool = True):
         cls = jsonschema.validators.validator_for(root if isinstance(root, dict) else {})
         validator = cls(root if isinstance(root, (dict, bool)) else {}, format_checker=cls.FORMAT_CHECKER)
         self.ctx = Context(ws=ir.lex(ws) if ws else ir.EMPTY, strict=strict, validator=validator,
-                           value=self.value, flatten=self.flatten)
+                           value=self.value, flatten=self.flatten, any_order=any_order)
         self.refs = RefExpansions(root)
         self.rule_sites: dict[str, str] = {}  # rule -> pointer of the node it was made for
         self._memo: dict[int, ir.Node | None] = {}

@@ -41,6 +41,7 @@ class Context:
     flatten: FlattenFn
     rules: dict[str, ir.Node] = field(default_factory=dict)
     relaxed: list[str] = field(default_factory=list)  # keywords relaxed (lenient mode only)
+    any_order: bool = True  # object members in any order (objects.MAX_ANY_ORDER), else schema order
 
     def sep(self, punct: str) -> ir.Node:
         """``punct`` with optional whitespace around it."""

@@ -158,7 +158,7 @@ def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
 def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None) -> ir.Node | None:
     sep = ctx.sep(",")
     min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
-    if extras is None and 2 <= len(members) <= MAX_ANY_ORDER:
+    if ctx.any_order and extras is None and 2 <= len(members) <= MAX_ANY_ORDER:
         return _any_order(ctx, members, min_p, max_p)
     n_req = sum(r for _, r in members)
     if max_p is not None:

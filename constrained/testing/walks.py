@@ -80,4 +80,5 @@ def schema_regex(schema: Any, **options: Any) -> str | None:
     scalar front ends against Python's ``re`` (tests only; the engine compiles the grammar)."""
     from radixlm.constrained.json_schema import schema_to_grammar
 
+    options.setdefault("any_order", False)  # any-order objects multiply out in one regex
     return schema_to_grammar(schema, **options).grammar.to_regex()

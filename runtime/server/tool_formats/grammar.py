@@ -44,7 +44,7 @@ def json_args(index: int, tool: ToolSpec) -> str:
     from radixlm.constrained import schema_to_grammar
 
     try:
-        rx = schema_to_grammar(tool.parameters).grammar.to_regex()
+        rx = schema_to_grammar(tool.parameters, any_order=False).grammar.to_regex()
     except ValueError as e:
         raise FormatUnsupported(index, str(e)) from None
     if rx is None:
