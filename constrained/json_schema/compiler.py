@@ -51,13 +51,20 @@ class SchemaGrammar:
         return self.grammar.to_lark()
 
 
+OPTIONS_KEY = "x-radixlm"  # root-level front-end options: {"property_order": "schema"}
+
+
 def schema_to_grammar(schema: dict | bool, whitespace_pattern: str | None = None,
                       strict: bool = True, any_order: bool = True) -> SchemaGrammar:
     """Compile ``schema`` to a grammar of its serialisations (compact JSON unless
     ``whitespace_pattern`` is given). Raises ``ConstraintError`` on unsupported or unsatisfiable
     schemas, and on schemas whose every instance would nest without end (a required
     self-reference). ``any_order=False`` keeps object members in schema order (for callers that
-    inline the grammar into one regex, where the any-order rules would multiply out)."""
+    inline the grammar into one regex, where the any-order rules would multiply out); so does
+    ``"x-radixlm": {"property_order": "schema"}`` at the schema's root (a tool-call layout)."""
+    options = schema.get(OPTIONS_KEY) if isinstance(schema, dict) else None
+    if isinstance(options, dict) and options.get("property_order") == "schema":
+        any_order = False  # the caller needs its members in schema order (a call layout)
     comp = Compiler(schema, whitespace_pattern, strict, any_order)
     start = comp.value(schema, "#", ())
     if start is None:

@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.constrained.json_schema.compiler import OPTIONS_KEY
 from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
 from radixlm.runtime.server.request_fields import FieldReader
 
@@ -115,7 +116,9 @@ def call_schema(tools: list[ToolSpec], name: str | None = None) -> dict[str, Any
          "required": ["name", "arguments"], "additionalProperties": False}
         for t in chosen
     ]
-    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+    schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
+    # The family's layout: "name" before "arguments", and the arguments' keys in schema order.
+    return {**schema, OPTIONS_KEY: {"property_order": "schema"}}
 
 
 def error_pointer(exc: BaseException) -> str | None:
