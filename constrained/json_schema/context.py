@@ -42,6 +42,7 @@ class Context:
     rules: dict[str, ir.Node] = field(default_factory=dict)
     relaxed: list[str] = field(default_factory=list)  # keywords relaxed (lenient mode only)
     any_order: bool = True  # object members in any order (objects.MAX_ANY_ORDER), else schema order
+    any_order_rules: int = 0  # rules the any-order objects took so far (objects.MAX_ANY_ORDER_RULES)
 
     def sep(self, punct: str) -> ir.Node:
         """``punct`` with optional whitespace around it."""

@@ -21,6 +21,7 @@ from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_t
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 MAX_ANY_ORDER = 8  # objects of at most this many named members (and no others) take any order
+MAX_ANY_ORDER_RULES = 4096  # per schema: past it, further objects keep the schema order
 
 
 def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
@@ -158,7 +159,9 @@ def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
 def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None) -> ir.Node | None:
     sep = ctx.sep(",")
     min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
-    if ctx.any_order and extras is None and 2 <= len(members) <= MAX_ANY_ORDER:
+    if (ctx.any_order and extras is None and 2 <= len(members) <= MAX_ANY_ORDER
+            and ctx.any_order_rules + 2 ** len(members) <= MAX_ANY_ORDER_RULES):
+        ctx.any_order_rules += 2 ** len(members)
         return _any_order(ctx, members, min_p, max_p)
     n_req = sum(r for _, r in members)
     if max_p is not None:
@@ -196,6 +199,7 @@ def _any_order(ctx: Context, members: list[tuple[ir.Node, bool]], min_p: int, ma
     members written so far, so a duplicate never forms."""
     hi = len(members) if max_p is None else min(max_p, len(members))
     required = frozenset(i for i, (_, r) in enumerate(members) if r)
+    members = [(ctx.named(m), r) for m, r in members]  # each set's rule refers to them, not copies
     sep, memo = ctx.sep(","), {}
 
     def after(used: frozenset) -> ir.Node | None:
