@@ -2,6 +2,11 @@
 
     python benchmarks/bench_decode.py --json out.json                       # CUDA, bfloat16, small + real shapes
     python benchmarks/bench_decode.py --device cpu --dtype float32 --models llama:tiny --batches 1,4 --quick
+    python benchmarks/bench_decode.py --cpu-paths --models llama:small --batches 1,2,4,8 --prompt-len 32 --new-tokens 17
+
+``--cpu-paths`` (CPU, float32) compares the native decode kernels (``kernels/cpu_native``) with the
+torch ops (``cpu_native.torch_only()``) in one engine instead, alternating them ``--reps`` times, and
+prints ms per decode step (the engine's step timers) with the greedy outputs compared.
 
 Per checkpoint, mode and batch size B: B distinct prompts of ``--prompt-len`` tokens; prefill
 tokens/s from a one-token run on an empty cache, decode tokens/s from the difference between a
@@ -67,6 +72,43 @@ def measure(path: str, mode: str, batches: list[int], args: argparse.Namespace) 
     return rows
 
 
+def measure_cpu_paths(path: str, batches: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """ms per decode step (best of ``--reps``) of the native kernels and of the torch ops, per batch size."""
+    from contextlib import nullcontext
+
+    from radixlm.kernels import cpu_native
+    from radixlm.runtime.engine import Engine
+
+    rows = []
+    with Engine(path, device="cpu", dtype="float32", max_total_tokens=args.max_total_tokens,
+                max_running_requests=max(batches), log_level="error") as eng:
+        vocab = eng.tokenizer.vocab_size
+        params = {"temperature": 0.0, "max_new_tokens": args.new_tokens, "ignore_eos": True}
+
+        def step_ms(prompts: list[list[int]], mode: str) -> tuple[float, list[list[int]]]:
+            with nullcontext() if mode == "native" else cpu_native.torch_only():
+                before = eng.get_stats()["timers"]
+                outs = eng.generate(input_ids=prompts, sampling_params=params)
+                after = eng.get_stats()["timers"]
+            eng.flush_cache()
+            steps = after["decode_steps"] - before["decode_steps"]
+            return 1e3 * (after["decode_step_s"] - before["decode_step_s"]) / steps, [o["output_ids"] for o in outs]
+
+        for bs in batches:
+            prompts = [[(7 + 13 * i + 31 * j) % (vocab - 10) + 5 for j in range(args.prompt_len)] for i in range(bs)]
+            best, ids = {"native": float("inf"), "torch": float("inf")}, {}
+            for _ in range(args.reps + 1):  # the first round warms up
+                for mode in best:
+                    ms, ids[mode] = step_ms(prompts, mode)
+                    best[mode] = min(best[mode], ms)
+            rows.append({"batch": bs, "native_ms_per_step": round(best["native"], 2),
+                         "torch_ms_per_step": round(best["torch"], 2),
+                         "speedup": round(best["torch"] / best["native"], 2),
+                         "greedy_same": f"{sum(a == b for a, b in zip(ids['native'], ids['torch']))}/{bs}"})
+            print(rows[-1], flush=True)
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
@@ -78,10 +120,19 @@ def main() -> None:
     p.add_argument("--max-total-tokens", type=int, default=65536)
     p.add_argument("--quick", action="store_true", help="short prompts and outputs")
     p.add_argument("--json", default=None)
+    p.add_argument("--cpu-paths", action="store_true", help="CPU float32: native decode kernels vs torch ops")
+    p.add_argument("--reps", type=int, default=3, help="--cpu-paths: alternations per batch size")
     args = p.parse_args()
     if args.quick:
         args.prompt_len, args.new_tokens = 32, 8
     batches = [int(b) for b in args.batches.split(",")]
+    if args.cpu_paths:
+        rows = [dict(r, model=spec) for spec in args.models.split(",") if (path := checkpoint(spec))
+                for r in measure_cpu_paths(path, batches, args)]
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"rows": rows, "device": "cpu", "dtype": "float32"}, f, indent=1)
+        return
     results = []
     for spec in args.models.split(","):
         path = checkpoint(spec)

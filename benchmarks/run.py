@@ -34,6 +34,8 @@ DESCRIPTIONS = {
     "tree_of_thought": "fork(4) thoughts, then fork(4) checks per thought, 16 programs.",
     "json": "schema-constrained tool calls, jump-forward on vs off.",
     "raw": "prefill / decode throughput at batch 1, 16, 64 vs the measured roofline.",
+    "profile": "per-op time of one prefill step and one decode step at batch 1 and 64.",
+    "quant": "int8 weight-only vs float32 and llama.cpp Q8_0: batch-1 decode, logits, greedy agreement.",
 }
 
 

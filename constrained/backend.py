@@ -42,7 +42,7 @@ def compile_grammar(
     (``spec`` ignored).
     """
     parts = constraint_grammar(CompileRequest(kind, spec, whitespace_pattern, strict))
-    return CompiledGrammar(vocab, parts.lark, kind, spec, parts.relaxed, parts.notes)
+    return CompiledGrammar(vocab, parts.lark, kind, spec, parts.relaxed, parts.notes, parts.unique)
 
 
 class _Compile:
@@ -145,7 +145,7 @@ class GrammarBackend:
             req, parts = job.request, job.parts
             try:
                 grammar = parts if self._adapter is not None else CompiledGrammar(  # adapters: parts is one
-                    self.vocab, parts.lark, req.kind, req.spec, parts.relaxed, parts.notes)
+                    self.vocab, parts.lark, req.kind, req.spec, parts.relaxed, parts.notes, parts.unique)
                 grammar.compile_s = job.wall_s
             except ConstraintError as e:
                 error = e

@@ -16,6 +16,7 @@ from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.ebnf import ebnf_to_lark
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema import json_object_grammar, schema_to_grammar
+from radixlm.constrained.json_schema.unique_paths import UniquePaths
 from radixlm.constrained.vocab import TokenizerVocab
 
 KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
@@ -38,11 +39,14 @@ class CompileRequest:
 
 @dataclass
 class CompiledParts:
-    """A compile's result: the Lark grammar and what was relaxed/restricted to get it."""
+    """A compile's result: the Lark grammar and what was relaxed/restricted to get it;
+    ``unique``: where the matcher checks ``uniqueItems`` and object members at runtime (None:
+    nowhere)."""
 
     lark: str
     relaxed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    unique: UniquePaths | None = None
 
 
 def constraint_grammar(req: CompileRequest) -> CompiledParts:
@@ -51,8 +55,8 @@ def constraint_grammar(req: CompileRequest) -> CompiledParts:
     of strings, matched literally) or ``json_object`` (``spec`` ignored)."""
     kind, spec, ws = req.kind, req.spec, req.whitespace_pattern
     if kind == "json_schema":
-        out = schema_to_grammar(spec, ws, req.strict)
-        return CompiledParts(out.lark, out.relaxed)
+        out = schema_to_grammar(spec, ws, req.strict, unique_runtime=True)
+        return CompiledParts(out.lark, out.relaxed, unique=out.unique)
     if kind == "regex":
         if not isinstance(spec, str) or not spec:
             raise ConstraintError("regex must be a non-empty string")

@@ -11,9 +11,16 @@ from typing import Any
 
 import jsonschema
 import llguidance
+import numpy as np
 import torch
 from radixlm.constrained.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema.unique_paths import UniquePaths
+from radixlm.constrained.member_forced import forced_with_checks
+from radixlm.constrained.member_mask import forbid_members
+from radixlm.constrained.pattern.samples import samples
+from radixlm.constrained.unique_items import UniqueTracker
+from radixlm.constrained.unique_mask import forbid
 from radixlm.constrained.vocab import TokenizerVocab
 
 # llguidance's per-step budgets (a mask never takes more than milliseconds; past them the matcher
@@ -31,10 +38,14 @@ class CompiledGrammar:
     of the one built here. ``kind`` and ``spec`` are the constraint it came from
     (``validate_output`` checks a final text against them); ``relaxed`` lists the schema keywords
     relaxed with ``strict=False`` (as JSON pointers); ``notes`` the restrictions applied.
+    ``unique`` locates the ``uniqueItems`` arrays whose duplicates the matchers forbid at runtime
+    (``unique_items``) and the objects whose members they check (``member_check``); None for
+    grammars without either (no overhead).
     """
 
     def __init__(self, vocab: TokenizerVocab, lark: str, kind: str, spec: Any,
-                 relaxed: list[str] | None = None, notes: list[str] | None = None) -> None:
+                 relaxed: list[str] | None = None, notes: list[str] | None = None,
+                 unique: UniquePaths | None = None) -> None:
         self.vocab = vocab
         self.lark = lark
         self.kind = kind
@@ -42,6 +53,8 @@ class CompiledGrammar:
         self.relaxed = list(relaxed or [])
         self.notes = list(notes or [])
         self.compile_s: float | None = None
+        self.unique = unique
+        self.unique_tracker = UniqueTracker(unique) if unique is not None else None
         self._template = llguidance.LLMatcher(vocab.llg, llguidance.LLMatcher.grammar_from_lark(_HEADER + lark),
                                               log_level=0, limits=_LIMITS)
         if self._template.is_error():
@@ -49,9 +62,12 @@ class CompiledGrammar:
 
     @functools.cached_property
     def completion_hints(self) -> bytes:
-        """Literal runs inside the grammar's lexemes (a pattern's ``abc``), which completions try
-        to spell."""
+        """Literal runs inside the grammar's lexemes (a pattern's ``abc``) and short strings that
+        match the constraint's patterns (``0.0.0`` for ``\\d+\\.\\d+\\.\\d+``), which
+        completions try to spell."""
         runs = re.findall(r"\(([A-Za-z0-9_:./@-]{1,32})\)", self.lark)
+        runs += [s for p in _patterns(self.kind, self.spec) for s in samples(p)[:1]
+                 if s and all(0x20 <= ord(c) < 0x7F and c not in '"\\' for c in s)]
         return "".join(dict.fromkeys(runs)).encode()
 
     def matcher(self) -> GrammarMatcher:
@@ -100,6 +116,14 @@ class GrammarMatcher:
         self._eos = frozenset(grammar.vocab.eos_token_ids)
         self._accepted = 0
         self._eos_accepted = False
+        self._text = bytearray()  # the accepted tokens' bytes (completions read where they are)
+        self._ends: list[int] = []  # len(self._text) after each accepted token
+        self._tracker = grammar.unique_tracker  # None: no runtime uniqueItems check
+        self._states = [self._tracker.initial] if self._tracker is not None else None  # one per token
+
+    def accepted_bytes(self) -> bytes:
+        """The bytes of the tokens accepted so far (EOS adds none)."""
+        return bytes(self._text)
 
     @property
     def num_accepted(self) -> int:
@@ -109,6 +133,7 @@ class GrammarMatcher:
         """Advance by one token; False (state unchanged) when the token is not allowed here."""
         if self._eos_accepted:
             return False
+        state = self._states[-1] if self._tracker is not None else None
         if token_id in self._eos:
             if not self._core.is_accepting():
                 return False
@@ -119,7 +144,17 @@ class GrammarMatcher:
                 return False
             if self._core.try_consume_tokens([token_id]) != 1:
                 return False
+            if state is not None:
+                state = self._tracker.feed(state, table[token_id])
+                if state is None:  # a duplicate item of a uniqueItems array
+                    self._core.rollback(1)
+                    return False
         self._accepted += 1
+        if token_id not in self._eos:
+            self._text += self.grammar.vocab.token_bytes[token_id]
+        self._ends.append(len(self._text))
+        if state is not None:
+            self._states.append(state)
         return True
 
     def rollback(self, n: int) -> None:
@@ -129,6 +164,10 @@ class GrammarMatcher:
         if n == 0:
             return
         self._accepted -= n
+        del self._ends[len(self._ends) - n:]
+        del self._text[self._ends[-1] if self._ends else 0:]
+        if self._states is not None:
+            del self._states[len(self._states) - n:]
         if self._eos_accepted:
             self._eos_accepted = False
             n -= 1
@@ -139,6 +178,9 @@ class GrammarMatcher:
         """An independent cursor at the same position (shares the compiled grammar)."""
         other = GrammarMatcher(self.grammar, self._core.deep_copy())
         other._accepted, other._eos_accepted = self._accepted, self._eos_accepted
+        other._text, other._ends = bytearray(self._text), list(self._ends)
+        if self._states is not None:
+            other._states = list(self._states)  # states are immutable: shared
         return other
 
     def is_terminated(self) -> bool:
@@ -154,7 +196,10 @@ class GrammarMatcher:
         """Text every valid continuation starts with (empty when none is forced)."""
         if self._eos_accepted or self._core.is_stopped():
             return ""
-        return _decode_prefix(self._core.compute_ff_bytes())
+        data = self._core.compute_ff_bytes()
+        if self._tracker is not None:  # never force a refused byte; force a checked object's keys
+            data = forced_with_checks(self._tracker, self._core, self.grammar.vocab, self._states[-1], data)
+        return _decode_prefix(data)
 
     def completion(self, max_bytes: int = 20_000) -> str | None:
         """``completion_bytes`` as text (None when there is none or it ends inside a character)."""
@@ -183,13 +228,43 @@ class GrammarMatcher:
             bitmask_row.zero_()
             return
         self._core.unsafe_compute_mask_ptr(bitmask_row.data_ptr(), words * 4)
+        if self._tracker is not None:
+            state = self._states[-1]
+            if self._tracker.in_unique(state):
+                forbid(self._tracker, self.grammar.vocab, state, bitmask_row.numpy().view(np.uint32))
+            if self._tracker.paths.specs:  # objects whose members are checked at runtime
+                forbid_members(self._tracker, self.grammar.vocab, state, bitmask_row.numpy().view(np.uint32))
 
     def validate_tokens(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` (no EOS) would be accepted in a row from here; the matcher
         does not move."""
         if self._eos_accepted:
             return 0
-        return self._core.validate_tokens(list(token_ids))
+        n = self._core.validate_tokens(list(token_ids))
+        if self._tracker is not None:
+            state, table = self._states[-1], self.grammar.vocab.token_bytes
+            for i, t in enumerate(token_ids[:n]):
+                state = self._tracker.feed(state, table[t] or b"")  # EOS: no bytes
+                if state is None:
+                    return i
+        return n
+
+
+def _patterns(kind: str, spec: Any, limit: int = 64) -> list[str]:
+    """The regexes a constraint names: its ``pattern`` keywords (JSON schemas) or itself."""
+    if kind == "regex":
+        return [spec] if isinstance(spec, str) else []
+    out: list[str] = []
+    todo = [spec] if kind == "json_schema" else []
+    while todo and len(out) < limit:
+        node = todo.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                out.append(node["pattern"])
+            todo.extend(v for k, v in node.items() if k not in ("enum", "const", "examples", "default"))
+        elif isinstance(node, list):
+            todo.extend(node)
+    return out
 
 
 def check_mask_row(bitmask_row: torch.Tensor, words: int) -> int:

@@ -1,9 +1,10 @@
 """The grammar the front ends emit: a context-free grammar over lexemes, and its Lark text.
 
 Nodes are immutable and hashable (equal sub-grammars dedupe): ``Lit`` (literal text), ``Lex`` (a
-lexeme given as a regex: a JSON string, a number, a key), ``Seq``, ``Alt``, ``Rep`` (counted
-repetition, ``hi=None`` unbounded) and ``Ref`` (a named rule, which is how recursion and shared
-definitions are written). The constructors below simplify as they build (``None`` stands for an
+lexeme given as a regex: a JSON string, a number, a key), ``LexOp`` (one lexeme combining regexes
+with llguidance's lexeme algebra: ``&`` intersection, ``~`` complement, ``|``, concatenation),
+``Seq``, ``Alt``, ``Rep`` (counted repetition, ``hi=None`` unbounded) and ``Ref`` (a named rule,
+which is how recursion and shared definitions are written). The constructors below simplify as they build (``None`` stands for an
 unsatisfiable part and propagates), so the front end writes ``seq(a, opt(b))`` without special
 cases. ``Grammar.to_lark()`` writes llguidance's Lark dialect; ``Grammar.pruned()`` removes rules
 that derive no finite text (a required self-reference), which only a whole-grammar pass can see.
@@ -14,9 +15,11 @@ two adjacent lexemes can run into each other (the lexer is greedy).
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.pattern.chars import escape_literal
 
 
@@ -32,6 +35,19 @@ class Lex:
     """One lexeme: the text of one regex match (Rust ``regex`` syntax, no anchors)."""
 
     regex: str
+
+
+@dataclass(frozen=True)
+class LexOp:
+    """One lexeme built from regexes: ``op`` is ``and`` (``&``: the texts every part matches),
+    ``or`` (``|``), ``not`` (``~``, one part: every text the part does not match) or ``seq``
+    (concatenation); ``parts`` are regexes (str) or ``LexOp``s. Written out as a Lark terminal of
+    its own (llguidance allows ``&``/``~`` only in terminals); no single regex can express it, so
+    ``Grammar.to_regex`` raises. ``pointer`` (the schema node it came from) is for that error."""
+
+    op: str
+    parts: tuple
+    pointer: str = field(default="#", compare=False)
 
 
 @dataclass(frozen=True)
@@ -64,7 +80,7 @@ class Ref:
     name: str
 
 
-Node = Lit | Lex | Seq | Alt | Rep | Ref
+Node = Lit | Lex | LexOp | Seq | Alt | Rep | Ref
 EMPTY = Seq(())
 
 
@@ -159,7 +175,10 @@ class Grammar:
         """This grammar without its unproductive rules and the parts that need them (None when
         the start node itself derives no finite text)."""
         good = self.productive()
-        rules = {n: _prune(r, good) for n, r in self.rules.items() if n in good}
+        if len(good) == len(self.rules):  # the common case: nothing to cut out
+            rules = dict(self.rules)
+        else:
+            rules = {n: _prune(r, good) for n, r in self.rules.items() if n in good}
         start = _prune(self.start, good)
         if start is None:
             return None
@@ -169,21 +188,24 @@ class Grammar:
     def to_regex(self, depth: int = 3) -> str | None:
         """One regex for the whole grammar, rules inlined, recursion cut after ``depth`` levels
         (a restriction; None when nothing is left). For callers that compose constraints as
-        regexes; the engine itself compiles ``to_lark()``."""
+        regexes; the engine itself compiles ``to_lark()``. Raises ``ConstraintError`` (a
+        ``ValueError``) naming the schema node when a ``LexOp`` (``&``/``~``) is left."""
         node = _inline(self.start, self.rules, depth, {})
         return None if node is None else _regex(node)
 
     def to_lark(self) -> str:
         """The grammar in llguidance's Lark dialect (``start`` first)."""
-        lines = [f"start: {_lark(self.start)}"]
-        lines += [f"{name}: {_lark(node)}" for name, node in self.rules.items()]
+        terms: dict[LexOp, str] = {}  # each LexOp becomes a terminal (LEX0, LEX1, ...)
+        lines = [f"start: {_lark(self.start, terms)}"]
+        lines += [f"{name}: {_lark(node, terms)}" for name, node in self.rules.items()]
+        lines += [f"{name}: {_lex_op(op)}" for op, name in terms.items()]
         return "\n".join(lines) + "\n"
 
 
 def _productive(node: Node | None, good: set[str]) -> bool:
     if node is None:
         return False
-    if isinstance(node, (Lit, Lex)):
+    if isinstance(node, (Lit, Lex, LexOp)):
         return True
     if isinstance(node, Ref):
         return node.name in good
@@ -242,6 +264,9 @@ def _inline(node: Node, rules: dict[str, Node], depth: int, seen: dict[str, int]
 
 
 def _regex(node: Node) -> str:
+    if isinstance(node, LexOp):
+        raise ConstraintError("this schema combines patterns (an intersection or a `not`), which one regex "
+                              "cannot express; compile it as a grammar instead", node.pointer)
     if isinstance(node, Lit):
         return escape_literal(node.text)
     if isinstance(node, Lex):
@@ -254,18 +279,20 @@ def _regex(node: Node) -> str:
     return f"({_regex(node.item)}){{{node.lo},{'' if node.hi is None else node.hi}}}"
 
 
-def _lark(node: Node) -> str:
+def _lark(node: Node, terms: dict[LexOp, str]) -> str:
     if isinstance(node, Lit):
         return json.dumps(node.text)
     if isinstance(node, Lex):
         return "/" + _slash_escaped(node.regex) + "/"
+    if isinstance(node, LexOp):
+        return terms.setdefault(node, f"LEX{len(terms)}")
     if isinstance(node, Ref):
         return node.name
     if isinstance(node, Seq):
-        return " ".join(_group(x) for x in node.items) if node.items else '""'
+        return " ".join(_group(x, terms) for x in node.items) if node.items else '""'
     if isinstance(node, Alt):
-        return " | ".join(_lark(x) for x in node.items)
-    inner = _group(node.item)
+        return " | ".join(_lark(x, terms) for x in node.items)
+    inner = _group(node.item, terms)
     if (node.lo, node.hi) == (0, 1):
         return f"{inner}?"
     if (node.lo, node.hi) == (0, None):
@@ -275,6 +302,7 @@ def _lark(node: Node) -> str:
     return f"{inner}{{{node.lo},{'' if node.hi is None else node.hi}}}"
 
 
+@functools.lru_cache(maxsize=65536)  # a grammar repeats its few lexemes many times
 def _slash_escaped(regex: str) -> str:
     """``regex`` with its unescaped ``/`` escaped (Lark's regex literals end at one)."""
     out, escaped = [], False
@@ -284,7 +312,15 @@ def _slash_escaped(regex: str) -> str:
     return "".join(out)
 
 
-def _group(node: Node) -> str:
+def _lex_op(node: LexOp) -> str:
+    """A terminal's body: the operators of ``node`` over its regexes, every operand grouped."""
+    parts = [f"/{_slash_escaped(p)}/" if isinstance(p, str) else f"({_lex_op(p)})" for p in node.parts]
+    if node.op == "not":
+        return f"~{parts[0]}"
+    return {"and": " & ", "or": " | ", "seq": " "}[node.op].join(parts)
+
+
+def _group(node: Node, terms: dict[LexOp, str]) -> str:
     """``node`` as an operand: alternations, sequences and repetitions in parentheses."""
-    text = _lark(node)
+    text = _lark(node, terms)
     return f"({text})" if isinstance(node, (Alt, Seq, Rep)) else text

@@ -22,10 +22,14 @@ from collections.abc import Iterator
 from typing import Literal
 
 from openai import OpenAI
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class Invoice(BaseModel):
+    # additionalProperties: false in the schema, as OpenAI's strict structured outputs want: without
+    # it, JSON Schema allows (and the grammar generates) extra members.
+    model_config = ConfigDict(extra="forbid")
+
     vendor: Literal["Acme", "Globex", "Initech"]
     total_cents: int = Field(ge=0, le=10_000_000)
     currency: Literal["EUR", "USD", "GBP"]

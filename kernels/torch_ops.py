@@ -7,12 +7,17 @@ fused attention call per layer and an extend step is one ``scaled_dot_product_at
 one per request when padding would waste more than it saves). Decode batches whose requests share
 a cached prefix (``shared_prefix_len``) attend to it once for the whole batch (cascade attention).
 GQA is handled by grouping query heads, never by repeating K/V.
+
+Decode in float32 on the CPU runs ``kernels/cpu_native``'s paged decode attention when it is
+available: one call reads each request's K/V rows straight from the pool (no gather copy, no
+padding; a shared prefix once for the batch), where the padded path costs a dozen small ops.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from radixlm.kernels import cpu_native
 from radixlm.kernels.validate import check_attention, check_bitmask, check_store_kv
 
 # torch's fused CPU flash-attention kernel; unlike the public SDPA it also returns the log-sum-exp
@@ -71,6 +76,9 @@ def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     if bs == 0:
         return torch.empty_like(q)
     kv_heads = k_pool.shape[1]
+    if _native_decode_ok(q, k_pool, v_pool, kv_indptr, kv_indices):
+        prefix = _check_shared_prefix(shared_prefix_len, kv_indptr[1:] - kv_indptr[:-1]) if shared_prefix_len else 0
+        return cpu_native.decode_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, prefix)
     kv_lens = kv_indptr[1:] - kv_indptr[:-1]
     qg = q.float().reshape(bs, kv_heads, num_heads // kv_heads, head_dim)  # [bs, kv_heads, group, D]
     if shared_prefix_len:
@@ -80,6 +88,15 @@ def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         k, v, valid = _gather_kv(k_pool, v_pool, kv_indptr[:-1], kv_indices, kv_lens, int(kv_lens.max()))
         out, _ = _attention_lse(qg, k, v, sm_scale, _key_bias(valid))  # [bs, kv_heads, group, D]
     return out.reshape(bs, num_heads, head_dim).to(q.dtype)
+
+
+def _native_decode_ok(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, kv_indptr: torch.Tensor,
+                      kv_indices: torch.Tensor) -> bool:
+    """The native kernel takes it: float32 CPU, contiguous pools, int64 indices, q heads contiguous."""
+    bs, num_heads, head_dim = q.shape
+    return (q.dtype == torch.float32 and q.stride(2) == 1 and q.stride(1) == head_dim
+            and cpu_native.usable(k_pool, v_pool) and cpu_native.usable_indices(kv_indptr, kv_indices)
+            and cpu_native.decode_attention_ok(num_heads, k_pool.shape[1], head_dim))
 
 
 def _check_shared_prefix(shared_prefix_len: object, kv_lens: torch.Tensor) -> int:

@@ -3,8 +3,9 @@
 An SGLang launch command (``python -m sglang.launch_server --model-path ... --trust-remote-code``)
 should start radixlm unchanged, but a flag must never be swallowed silently: each one listed here
 parses (with its value, if it takes one) and :func:`notices` turns it into one line saying why it
-has no effect. Flags that would change results if ignored (``--quantization``, ``--nnodes``) are not
-listed: they stay usage errors.
+has no effect. Flags that would change results if ignored (``--nnodes``) are not listed: they stay
+usage errors. ``--quantization`` is a real flag (``ServerArgs.quantization``): ``int8`` is
+implemented, any other value is an error naming the field.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ IGNORED_FLAGS: dict[str, tuple[bool, str]] = {
     "--enable-torch-compile": (False, NO_CUDA_GRAPHS),
     "--torch-compile-max-bs": (True, NO_CUDA_GRAPHS),
     "--disable-overlap-schedule": (False, "radixlm's scheduler does not overlap steps"),
-    "--enable-mixed-chunk": (False, "prefill chunks and decodes are scheduled in separate steps"),
     "--schedule-conservativeness": (True, "admission keeps its own reserve for running requests' future tokens"),
     "--stream-interval": (True, "streams carry every decoded token"),
     "--watchdog-timeout": (True, "radixlm has no step watchdog"),

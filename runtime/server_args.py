@@ -28,6 +28,7 @@ TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseek_v32
 REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gpt-oss", "gpt_oss", "openai_gptoss", "qwen3", "qwq")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")  # == constrained.adapters.CORES (tested)
+QUANTIZATIONS = ("int8",)  # runtime/model/quantization.py implements them
 # SGLang's spellings of our flags (``python -m sglang.launch_server`` commands run unchanged)
 FLAG_ALIASES: dict[str, tuple[str, ...]] = {
     "model_path": ("--model",),
@@ -63,12 +64,18 @@ class ServerArgs:
     tp_size: int = _arg(1, "tensor-parallel ranks: one process per device (gloo on CPU, nccl on CUDA)", int)
     attention_backend: str = _arg("auto", "attention kernels; auto = triton on CUDA, torch on CPU", str,
                                   ATTENTION_BACKENDS)
+    quantization: str | None = _arg(None, "weight-only quantization: int8 = symmetric int8 weights with one scale "
+                                    "per output channel (decoder linears and LM head), dequantized inside the "
+                                    "matmul; default: the checkpoint's float weights", str)
     max_total_tokens: int | None = _arg(None, "KV slots in the pool (default: mem_fraction of free memory)", int)
     mem_fraction: float = _arg(0.85, "share of free device memory the KV pool may take", float)
     context_length: int | None = _arg(None, "override the model's context length", int)
     max_running_requests: int = _arg(256, "most requests decoding at once", int)
     max_prefill_tokens: int = _arg(16384, "most new tokens in one prefill batch", int)
     chunked_prefill_size: int | None = _arg(8192, "split longer prefills into chunks; None or -1 = no chunking", int)
+    enable_mixed_chunk: bool = _arg(False, "a prefill step also decodes every running request (one token each, "
+                                    "same forward), so long prompts do not stall them; the step keeps "
+                                    "within chunked_prefill_size tokens", bool)
     schedule_policy: str = _arg("lpm", "waiting-queue order", str, SCHEDULE_POLICIES)
     disable_radix_cache: bool = _arg(False, "compute every prompt in full; share nothing", bool)
     page_size: int = _arg(1, "radix-cache granularity in tokens", int)
@@ -156,6 +163,7 @@ class ServerArgs:
         check_num("grammar_compile_timeout_s", self.grammar_compile_timeout_s)
         if self.grammar_compile_timeout_s <= 0:
             raise ValueError(f"grammar_compile_timeout_s must be > 0, got {self.grammar_compile_timeout_s}")
+        check_bools(self, ("enable_mixed_chunk",))
         check_bools(self, ("disable_radix_cache", "enable_jump_forward", "strict_api",
                            "incremental_streaming_output"))
         if self.chat_template is not None and (not isinstance(self.chat_template, str) or not self.chat_template):
@@ -168,6 +176,9 @@ class ServerArgs:
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"{name} must be a non-empty string")
         check_int("grammar_compile_max_memory_mb", self.grammar_compile_max_memory_mb, lo=0)
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ValueError(f"quantization must be {' or '.join(QUANTIZATIONS)} (weight-only) or unset for the "
+                             f"float weights; got {self.quantization!r}")
 
     def _validate_http_limits(self) -> None:
         check_int("max_new_tokens_default", self.max_new_tokens_default, lo=1)

@@ -52,7 +52,7 @@ def test_grammar_benchmark_reads_any_directory_of_the_layout(tmp_path: Path, tin
     schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 2}}, "required": ["n"]}
     tests = [{"valid": True, "data": {"n": 3}}, {"valid": False, "data": {"n": 1}}]
     (data / "a.json").write_text(json.dumps({"schema": schema, "tests": tests}))
-    (data / "b.json").write_text(json.dumps({"schema": {"type": "string", "not": {"minLength": 1, "pattern": "a"}},
+    (data / "b.json").write_text(json.dumps({"schema": {"type": "string", "not": {"format": "email"}},
                                              "tests": []}))
     grammar_bench = RUN.parent / "bench_grammar.py"
     out = tmp_path / "rows.json"

@@ -112,7 +112,7 @@ def test_real_vocab_masks_cover_multiple_eos_and_extra_width(tokenizer):
 
 def test_forced_continuation(vocab):
     g = compile_grammar(vocab, "json_schema", {"type": "object", "properties": {"name": {"type": "string"}},
-                                               "required": ["name"]})
+                                               "required": ["name"], "additionalProperties": False})
     m = g.matcher()
     assert m.forced_continuation() == '{"name":"'
     for t in vocab_ids(vocab, '{"name":"x'):
@@ -124,7 +124,7 @@ def test_forced_continuation(vocab):
 
 def test_jump_forward_splices_a_faithful_tokenisation(tokenizer, vocab):
     schema = {"type": "object", "properties": {"id": {"type": "integer"}, "status": {"enum": ["active"]}},
-              "required": ["id", "status"]}
+              "required": ["id", "status"], "additionalProperties": False}
     m = compile_grammar(vocab, "json_schema", schema).matcher()
     out: list[int] = []
     jf = jump_forward(m, tokenizer, out)
@@ -163,7 +163,7 @@ def test_jump_forward_splices_a_faithful_tokenisation(tokenizer, vocab):
 def test_random_walks_with_jump_forward_need_fewer_steps(vocab, tokenizer):
     schema = {"type": "object", "properties": {"kind": {"const": "point"}, "x": {"type": "integer"},
                                                "tags": {"type": "array", "items": {"enum": ["red", "green"]}}},
-              "required": ["kind", "x", "tags"]}
+              "required": ["kind", "x", "tags"], "additionalProperties": False}
     g = compile_grammar(vocab, "json_schema", schema)
     plain = jumped = 0
     for seed in range(4):
@@ -182,7 +182,8 @@ def test_backend_compiles_caches_and_fails_per_request(vocab):
         g1 = backend.submit(params).result(timeout=30)
         assert backend.submit(SamplingParams(json_schema='{"type": "integer"}')).result() is g1
         assert backend.stats["hits"] == 1
-        bad = backend.submit(SamplingParams(json_schema={"type": "array", "uniqueItems": True, "minItems": 2}))
+        bad = backend.submit(SamplingParams(json_schema={"type": "array", "uniqueItems": True, "minItems": 2,
+                                                                "items": {"type": "object"}}))
         with pytest.raises(ConstraintError, match="#/uniqueItems"):
             bad.result(timeout=30)
         lenient = backend.submit(SamplingParams(json_schema={"type": "integer", "not": {"multipleOf": 2}},

@@ -187,7 +187,8 @@ def test_run_batch_of_64_with_progress_bar(engine, capsys):
     assert "64/64" in capsys.readouterr().err
 
 
-UNSUPPORTED_SCHEMA = {"type": "array", "uniqueItems": True, "minItems": 2}  # strict mode rejects it
+UNSUPPORTED_SCHEMA = {"type": "array", "uniqueItems": True, "minItems": 2,  # strict mode rejects it
+                      "items": {"type": "object"}}
 
 
 def test_gen_errors_surface_with_the_engine_message(engine):

@@ -15,7 +15,7 @@ from radixlm.runtime.server.state import ServerConfig
 
 MSG = [{"role": "user", "content": "A number, please."}]
 # every integer is a multiple of 1: the relaxed `not` (strict mode rejects it) is always violated
-ALWAYS_VIOLATED = {"type": "integer", "minimum": 0, "maximum": 999, "not": {"multipleOf": 1}}
+ALWAYS_VIOLATED = {"type": "integer", "minimum": 0, "not": {"multipleOf": 1}}  # unbounded: relaxed, not enumerated
 SATISFIABLE = {"type": "integer", "minimum": 0, "maximum": 999}
 
 

@@ -101,7 +101,7 @@ def test_400_prompt_longer_than_context(server):
 
 
 def test_400_unsupported_schema_keyword_names_the_pointer(server):
-    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"},
+    schema = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "object"},
                                                         "uniqueItems": True, "minItems": 2}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     err = assert_error(call(server, "/v1/chat/completions", {"messages": MSG, "response_format": fmt,

@@ -4,6 +4,7 @@ the real chat templates, and forced calls through the live server in several fam
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -247,3 +248,68 @@ def test_forced_calls_parse_and_validate_in_each_family(engine, family):
             jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
             if family == "mistral":
                 assert len(call.id) == 9 and call.id.isalnum()
+
+
+@pytest.mark.parametrize("family", ["llama3", "mistral", "deepseekv31", "kimi_k2", "granite", "deepseekv3", "gpt_oss"])
+def test_json_argument_calls_are_grammars_of_any_depth_and_order(tiny_llama, family):
+    """A JSON-argument body is a grammar (not one regex): a generic value nests past any regex
+    cut (depth 8 here), members come in any order, undeclared arguments are refused, and the
+    wrapper is spelled exactly."""
+    from radixlm.constrained import TokenizerVocab, compile_grammar
+    from radixlm.runtime.engine.tokenizer import Tokenizer
+
+    schema = {"type": "object", "properties": {"q": {"type": "string"}, "opts": {"type": "object"}},
+              "required": ["q"]}
+    constraint = FORMATS[family].body_constraint([ToolSpec("find", None, schema)], None)
+    assert set(constraint) == {"ebnf"}
+    grammar = compile_grammar(TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama)), "ebnf", constraint["ebnf"])
+    deep: object = 1
+    for _ in range(8):
+        deep = {"k": [deep]}
+    good = [{"q": "a"}, {"opts": deep, "q": "b"}, {"q": "c", "opts": {"x": None}}]
+    bad = [{"opts": {}}, {"q": "a", "extra": 1}, {"q": 1}]
+    body = _sample_body(family)
+    for args in good:
+        assert grammar.matches(body.replace("ARGS", json.dumps(args, separators=(",", ":")))), (family, args)
+    for args in bad:
+        assert not grammar.matches(body.replace("ARGS", json.dumps(args, separators=(",", ":")))), (family, args)
+
+
+def _sample_body(family: str) -> str:
+    """One call to ``find`` in ``family``'s body layout, with ``ARGS`` where the arguments go."""
+    from radixlm.runtime.server.tool_formats import grammar as g
+
+    seen: list[str] = []
+
+    def capture(tools, name, body):
+        seen.append(body(0, tools[0]))
+        return {"regex": "x"}
+
+    real = g.per_tool
+    module = sys.modules[type(FORMATS[family]).__module__]
+    module.per_tool = capture
+    try:
+        FORMATS[family].body_constraint([ToolSpec("find", None, {"type": "object"})], None)
+    finally:
+        module.per_tool = real
+    return _unescape(seen[0].replace(g._ARGS, "ARGS"))
+
+
+def _unescape(regex: str) -> str:
+    """The literal text of a wrapper regex made of escaped literals (``kimi_k2``'s ``[0-9]`` -> 0)."""
+    return re.sub(r"\\(x[0-9a-fA-F]{2}|.)", lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 3 else m[1],
+                  regex.replace("[0-9]", "0"))
+
+
+def test_tool_call_arguments_keep_the_lexeme_algebra(tiny_llama):
+    """A parameter that needs the lexeme algebra (a `not` pattern) compiles inside a call body."""
+    from radixlm.constrained import TokenizerVocab, compile_grammar
+    from radixlm.runtime.engine.tokenizer import Tokenizer
+
+    tool = ToolSpec("f", None, {"type": "object", "properties": {"s": {"type": "string", "not": {"pattern": "a"}}},
+                                "required": ["s"]})
+    constraint = FORMATS["llama3"].body_constraint([tool], None)
+    assert "LEX" in constraint["ebnf"]
+    grammar = compile_grammar(TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama)), "ebnf", constraint["ebnf"])
+    assert grammar.matches('"f", "parameters": {"s":"xyz"}}')
+    assert not grammar.matches('"f", "parameters": {"s":"xaz"}}')

@@ -1,6 +1,6 @@
 """Benchmark suites run by ``benchmarks/run.py``: each module has ``run(ctx) -> dict`` (the suite result).
 
-Suites: agent, chat, few_shot, tree_of_thought, json, raw (see ``benchmarks/README.md``).
+Suites: agent, chat, few_shot, tree_of_thought, json, raw, profile, quant (see ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ SUITES: dict[str, str] = {
     "tree_of_thought": "tree_of_thought",
     "json": "json_mode",
     "raw": "raw",
+    "profile": "profile",
+    "quant": "quant",
 }
 
 

@@ -11,10 +11,13 @@ from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.disjoint import disjoint
+from radixlm.constrained.json_schema.inference import types_of
 from radixlm.constrained.json_schema.normalize import canonical
+from radixlm.constrained.json_schema.unique_paths import Restriction
 
 MAX_ITEMS = 10_000  # maxItems above this is lowered to it (sound); minItems above it raises
 MAX_UNIQUE_ENUM = 8  # uniqueItems over an enum of at most this many values is exact (2^k rules)
+_CHECKED_TYPES = {"string", "number", "integer"}  # free uniqueItems items checked at runtime
 
 
 def array_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
@@ -26,6 +29,9 @@ def array_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.Nod
         values = _unique_candidates(ctx, flat, pointer, refs, terms[0])
         if values is not None:
             return _unique_enum_array(ctx, values, lo, hi)
+        checked, rx = _checked_unique(ctx, flat, pointer, refs, (terms[0], lo, hi))
+        if checked:
+            return rx
         if lo > 1:
             ctx.unsupported(pointer, "uniqueItems", "with minItems > 1 is not supported")
         else:  # enforced by restriction: at most one item is always unique
@@ -181,15 +187,20 @@ def _nest(prefix: list, tail: ir.Node, lo: int, sep: ir.Node) -> ir.Node | None:
 
 def _unique_candidates(ctx: Context, flat: dict, pointer: str, refs: tuple, need: int) -> list[Any] | None:
     """The distinct values of ``uniqueItems`` items when they are an enum of at most
-    ``MAX_UNIQUE_ENUM`` scalars (and nothing else shapes the array), else None."""
+    ``MAX_UNIQUE_ENUM`` scalars, or booleans/null (and nothing else shapes the array), else None."""
     items = flat.get("items", True)
     if need or flat.get("prefixItems") or not isinstance(items, dict):
         return None
     node, _ = ctx.flatten(items, f"{pointer}/items", refs)
-    if node is None or "enum" not in node or any(k in node for k in ("anyOf", "oneOf")):
+    if node is None or any(k in node for k in ("anyOf", "oneOf")):
+        return None
+    enum = node.get("enum")
+    if enum is None and set(node) == {"_sources", "type"} and set(node["type"]) <= {"boolean", "null"}:
+        enum = [True, False, None]  # booleans and null: a small enum (filtered below)
+    if enum is None:
         return None
     seen, values = set(), []
-    for v in node["enum"]:
+    for v in enum:
         key = canonical(v)
         if isinstance(v, (dict, list)) or key in seen or not ctx.is_valid(node["_sources"], v):
             continue
@@ -220,3 +231,46 @@ def _unique_enum_array(ctx: Context, values: list[Any], lo: int, hi: int | None)
     first = ir.alt([ir.seq(lits[i], rest(every - {i})) for i in sorted(every)]) if hi > 0 else None
     body = ir.EMPTY if first is None else (first if lo > 0 else ir.opt(first))
     return ir.seq(ir.Lit("["), ctx.ws, body, ctx.ws, ir.Lit("]"))
+
+
+def _checked_unique(ctx: Context, flat: dict, pointer: str, refs: tuple, shape: tuple) -> tuple[bool, ir.Node | None]:
+    """(True, grammar) for a ``uniqueItems`` array whose duplicates the matcher forbids at
+    runtime (``constrained/unique_items.py``): scalar items of which there are always unused
+    values, whatever came before (``_scalar_items``). The array is a rule of its own,
+    registered with its restriction in ``ctx.unique_arrays`` (``unique_paths.resolve_unique``
+    falls back to it where the runtime check cannot follow). (False, None): not such an array."""
+    need, lo, hi = shape
+    if not ctx.unique_runtime or need or flat.get("prefixItems") or lo > MAX_ITEMS:
+        return False, None
+    items, where = flat.get("items", True), f"{pointer}/items"
+    scalar = _scalar_items(ctx, items, where, refs)
+    rest = None if scalar is None else ctx.value(scalar[1], where, refs)
+    if rest is None:
+        return False, None
+    body = _items(ctx, [], rest, lo, min(hi, MAX_ITEMS) if hi is not None else None)
+    if body is None:
+        return True, None
+    whole = rest if scalar[1] is items else ctx.value(items, where, refs)
+    one = _items(ctx, [], whole, lo, 1 if hi is None else min(hi, 1)) if lo <= 1 else None
+    name = f"uniq{len(ctx.unique_arrays)}"
+    ctx.rules[name] = body
+    ctx.unique_arrays[name] = Restriction(pointer, one, "integer" in scalar[0] and "number" not in scalar[0])
+    return True, ir.Ref(name)
+
+
+def _scalar_items(ctx: Context, items: Any, pointer: str, refs: tuple) -> tuple[set, Any] | None:
+    """(types, schema) of the items a runtime-checked unique array generates: strings, numbers
+    or integers (booleans and null beside them) constrained by ``type`` and ``minLength`` only.
+    Unconstrained items, and the container types of a ``type`` list, are left out (a
+    restriction: only scalar items are generated). None: not such items (a ``pattern``, a
+    bound, an enum... could leave no unused value)."""
+    node, _ = ctx.flatten(items, pointer, refs) if isinstance(items, (dict, bool)) else (None, ())
+    if node is None:
+        return None
+    if len(node) == 1:  # unconstrained (any JSON value)
+        return {"string", "number", "boolean", "null"}, {"type": ["string", "number", "boolean", "null"]}
+    types = set(types_of(node))
+    scalars = types & (_CHECKED_TYPES | {"boolean", "null"})
+    if set(node) - {"_sources", "type", "minLength"} or not scalars & _CHECKED_TYPES:
+        return None
+    return scalars, items if scalars == types else {"allOf": [items, {"type": sorted(scalars)}]}

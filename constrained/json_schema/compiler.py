@@ -29,10 +29,12 @@ from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema import negation
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.inference import types_of
+from radixlm.constrained.json_schema.member_objects import finite_objects
 from radixlm.constrained.json_schema.normalize import canonical, clean, merge
 from radixlm.constrained.json_schema.one_of import one_of_branches
 from radixlm.constrained.json_schema.refs import MAX_REF_CHAIN, RefExpansions, no_finite_instance
 from radixlm.constrained.json_schema.switch import discriminator, flatten_else, is_switch_case, switch_schemas
+from radixlm.constrained.json_schema.unique_paths import UniquePaths, plain_whitespace, resolve_unique
 
 MAX_NESTING = 40  # nested schema levels on one path (keeps Python's recursion well in bounds)
 
@@ -44,6 +46,7 @@ class SchemaGrammar:
     grammar: ir.Grammar
     relaxed: list[str] = field(default_factory=list)
     recursive: bool = False  # some rule refers to itself (a recursive $ref)
+    unique: UniquePaths | None = None  # the runtime-checked uniqueItems arrays (unique_runtime=True)
 
     @property
     def lark(self) -> str:
@@ -51,28 +54,42 @@ class SchemaGrammar:
         return self.grammar.to_lark()
 
 
-OPTIONS_KEY = "x-radixlm"  # root-level front-end options: {"property_order": "schema"}
+# Root-level front-end options: {"property_order": "schema", "additional_properties": "declared"}.
+OPTIONS_KEY = "x-radixlm"
 
 
 def schema_to_grammar(schema: dict | bool, whitespace_pattern: str | None = None,
-                      strict: bool = True, any_order: bool = True) -> SchemaGrammar:
+                      strict: bool = True, any_order: bool = True,
+                      unspecified_extras: bool = True, unique_runtime: bool = False) -> SchemaGrammar:
     """Compile ``schema`` to a grammar of its serialisations (compact JSON unless
     ``whitespace_pattern`` is given). Raises ``ConstraintError`` on unsupported or unsatisfiable
     schemas, and on schemas whose every instance would nest without end (a required
     self-reference). ``any_order=False`` keeps object members in schema order (for callers that
     inline the grammar into one regex, where the any-order rules would multiply out); so does
-    ``"x-radixlm": {"property_order": "schema"}`` at the schema's root (a tool-call layout)."""
+    ``"x-radixlm": {"property_order": "schema"}`` at the schema's root (a tool-call layout).
+    An object whose ``additionalProperties`` is unspecified takes extra members, as JSON Schema
+    says; ``unspecified_extras=False`` (or ``"additional_properties": "declared"`` among the
+    options) generates extra members only where the schema declares them (a restriction).
+    ``unique_runtime=True`` (for the matcher, which checks them) emits ``uniqueItems`` arrays of
+    free scalars without the one-item restriction, located in ``SchemaGrammar.unique``."""
     options = schema.get(OPTIONS_KEY) if isinstance(schema, dict) else None
-    if isinstance(options, dict) and options.get("property_order") == "schema":
-        any_order = False  # the caller needs its members in schema order (a call layout)
+    if isinstance(options, dict):
+        if options.get("property_order") == "schema":
+            any_order = False  # the caller needs its members in schema order (a call layout)
+        if options.get("additional_properties") == "declared":
+            unspecified_extras = False
     comp = Compiler(schema, whitespace_pattern, strict, any_order)
+    comp.ctx.unspecified_extras = unspecified_extras
+    comp.ctx.unique_runtime = unique_runtime and plain_whitespace(whitespace_pattern)
     start = comp.value(schema, "#", ())
     if start is None:
         raise _unsatisfiable(comp)
-    grammar = ir.Grammar(start, comp.ctx.rules).pruned()
+    rules = finite_objects(comp.ctx, start) if comp.ctx.member_objects else comp.ctx.rules
+    grammar = ir.Grammar(start, rules).pruned()
     if grammar is None:
         raise _no_finite_instance(comp)
-    return SchemaGrammar(grammar, comp.ctx.relaxed, bool(comp.rule_sites))
+    grammar, unique = resolve_unique(comp.ctx, grammar) if comp.ctx.unique_arrays or comp.ctx.member_objects else (grammar, None)
+    return SchemaGrammar(grammar, comp.ctx.relaxed, bool(comp.rule_sites), unique)
 
 
 def _unsatisfiable(comp: Compiler) -> ConstraintError:

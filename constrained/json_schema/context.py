@@ -43,6 +43,16 @@ class Context:
     relaxed: list[str] = field(default_factory=list)  # keywords relaxed (lenient mode only)
     any_order: bool = True  # object members in any order (objects.MAX_ANY_ORDER), else schema order
     any_order_rules: int = 0  # rules the any-order objects took so far (objects.MAX_ANY_ORDER_RULES)
+    # An unspecified additionalProperties allows extra members (JSON Schema semantics); False:
+    # only a declared additionalProperties/patternProperties generates them (call layouts).
+    unspecified_extras: bool = True
+    # uniqueItems over free scalars: checked by the matcher at runtime (arrays._checked_unique),
+    # only for consumers that run that check; rule name -> its restriction (unique_paths).
+    unique_runtime: bool = False
+    unique_arrays: dict[str, Any] = field(default_factory=dict)
+    # objects whose members the matcher checks at runtime (objects._runtime_checked): rule name ->
+    # its member_objects.MemberObject (unique_paths falls back to its grammar-level construction).
+    member_objects: dict[str, Any] = field(default_factory=dict)
 
     def sep(self, punct: str) -> ir.Node:
         """``punct`` with optional whitespace around it."""
@@ -54,6 +64,12 @@ class Context:
             return node
         name = f"s{len(self.rules)}"
         self.rules[name] = node
+        return ir.Ref(name)
+
+    def reserve(self) -> ir.Ref:
+        """A new rule whose body the caller sets in ``rules`` (for a body that refers to itself)."""
+        name = f"s{len(self.rules)}"
+        self.rules[name] = ir.EMPTY  # placeholder until the caller sets the body
         return ir.Ref(name)
 
     def unsupported(self, pointer: str, keyword: str, why: str) -> None:

@@ -7,14 +7,19 @@ property (value schema from ``patternProperties``/``additionalProperties``) and 
 is generated. Otherwise extra members use keys generated from the names schema itself, provided
 no named property could also match it (keys then never collide); else extras are not generated
 (a restriction).
+
+``resolve_some_key`` enforces the members a ``not`` asks for (``complement``): some member name
+must fail a ``propertyNames`` schema, or match a pattern; a checked witness name becomes required.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.normalize import schemas_for_key
+from radixlm.constrained.pattern.samples import samples
 
 
 def apply_property_names(ctx: Context, flat: dict, pointer: str,
@@ -61,3 +66,106 @@ def _enumerated(ctx: Context, node: dict, values: list, names_schema: Any) -> di
 def _closed(node: dict, props: dict) -> dict:
     """``node`` with exactly ``props`` as its possible members."""
     return dict(node, properties=props, patternProperties={}, additionalProperties=False)
+
+
+MAX_WITNESSES = 4  # candidate nodes tried per object with _some_key entries
+_GENERIC = ("a", "0", "x", "_", "")
+
+
+def resolve_some_key(ctx: Context, flat: dict, pointer: str) -> list[dict]:
+    """Object nodes that satisfy every ``_some_key`` entry of ``flat`` (``complement``: "some
+    member exists whose name fails ``propertyNames``", or "whose name matches ``p`` and whose
+    value fails the pattern's schema") with one required member each: a witness name, checked
+    exactly, that the node allows. A restriction (other names would do too), exact when one
+    name is possible. In order of preference; empty when no candidate name works."""
+    nodes = [{k: v for k, v in flat.items() if k != "_some_key"}]
+    for entry in flat["_some_key"]:
+        found = []
+        for node in nodes:
+            for name in _candidates(ctx, node, entry):
+                with_member = _with_member(node, name, entry) if _names_ok(ctx, node, entry, name) else None
+                if with_member is not None:
+                    found.append(with_member)
+                if len(found) >= MAX_WITNESSES:
+                    break
+        nodes = found[:MAX_WITNESSES]
+    return nodes
+
+
+def _candidates(ctx: Context, node: dict, entry: tuple) -> list[str]:
+    """Names to try: the node's own names, the entry's samples, and both glued together."""
+    own = list(node.get("required", [])) + list(node.get("properties", {}))
+    if entry[0] == "pattern":
+        wanted = samples(entry[1])
+    else:
+        names_flat, _ = ctx.flatten(entry[1], entry[2], ())
+        wanted = [v for _, v in (names_flat or {}).get("_not_values", []) if isinstance(v, str)]
+        wanted += [p for pat in (names_flat or {}).get("_patterns", []) for p in samples(pat)]
+    shapes = [s for pat in node.get("patternProperties", {}) for s in samples(pat)]
+    glued = [a + b for a in wanted for b in shapes] + [b + a for a in wanted for b in shapes]
+    return list(dict.fromkeys(own + wanted + glued + shapes + list(_GENERIC)))
+
+
+def _names_ok(ctx: Context, node: dict, entry: tuple, name: str) -> bool:
+    """``name`` satisfies the entry and the node's ``propertyNames``."""
+    if entry[0] == "pattern":
+        if re.search(entry[1], name) is None:
+            return False
+    elif ctx.is_valid([entry[1]], name):
+        return False
+    if "propertyNames" in node and not ctx.is_valid([node["propertyNames"]], name):
+        return False
+    return name not in node.get("dependentSchemas", {})
+
+
+def _with_member(node: dict, name: str, entry: tuple) -> dict | None:
+    """``node`` with ``name`` required, its value also satisfying the entry's value schema; None
+    when the node forbids the member."""
+    required = list(dict.fromkeys(node.get("required", []) + [name]))
+    value = entry[2] if entry[0] == "pattern" else True
+    if node.get("maxProperties") is not None and len(required) >= node["maxProperties"]:
+        return _exactly(node, required, name, value)
+    if schemas_for_key(node, name) is None:
+        return None
+    if value is True:
+        return dict(node, required=required)
+    props = node.get("properties", {})
+    if name in props:
+        base = props[name]
+    elif any(re.search(p, name) for p in node.get("patternProperties", {})):
+        base = True  # the pattern schemas apply to named members too
+    else:
+        base = node.get("additionalProperties", True)
+    if base is False:
+        return None
+    merged = value if base is True else {"allOf": [base, value]}
+    return dict(node, required=required, properties=dict(props, **{name: merged}))
+
+
+def _exactly(node: dict, required: list[str], name: str, value: Any) -> dict | None:
+    """``node`` whose members are exactly ``required`` (``maxProperties`` allows no others), each
+    value checked against the schemas every raw source gives its name. Exact where the merged
+    ``patternProperties`` are not (``normalize.merge`` gives a pattern the other side's
+    ``additionalProperties`` too, also for names the other side's patterns match)."""
+    props = {}
+    for n in required:
+        subs = [node["properties"][n]] if n in node.get("properties", {}) else _source_schemas(node["_sources"], n)
+        if subs is None or any(s is False for s in subs):
+            return None
+        subs = [s for s in subs if s is not True] + ([value] if n == name and value is not True else [])
+        props[n] = True if not subs else subs[0] if len(subs) == 1 else {"allOf": subs}
+    return dict(node, properties=props, required=required, patternProperties={}, additionalProperties=False)
+
+
+def _source_schemas(sources: list, name: str) -> list | None:
+    """The schemas a member ``name`` must satisfy under every raw source (None: forbidden)."""
+    out = []
+    for s in sources:
+        if s is False:
+            return None
+        if isinstance(s, dict):
+            subs = schemas_for_key(s, name)
+            if subs is None:
+                return None
+            out += subs
+    return out

@@ -5,34 +5,43 @@ Supported forms (each exact on the type it touches, or a sound restriction):
 
 - ``not {}`` / ``not true``: nothing is valid; ``not false`` / unsatisfiable: ignored.
 - ``not {type: [...]}``: those types are removed.
-- ``not {enum/const: [...]}``: ``null``/booleans/integers are excluded exactly; strings by
-  generating only plain-character strings that are none of the literals (no other string keyword
-  allowed next to it). Other values are excluded when the node has an ``enum`` of its own.
-- ``not`` of one bound (``minimum``, ``maxLength``, ``minItems``, ...): the opposite bound.
-- ``not {required: [a, ...]}``: ``a`` is never generated (when it is not required itself).
-- ``not {pattern: "^[C]..."}``: strings start with an ASCII letter/digit outside ``C``.
+- ``not {enum/const: [...]}``: ``null``/booleans/numbers are excluded exactly; strings too
+  (a complement, or the lexeme algebra next to other string keywords); an object value ``v`` as
+  the ``anyOf`` of the ways an object differs from it (a member of ``v`` missing, one more member,
+  a member's value ``not const``), values no instance of the node can take are dropped.
+- ``not`` of one bound (``minimum``, ``maxLength``, ``minItems``, ...): the opposite bound, on
+  the bound's type only (the bound holds vacuously for the other types).
+- ``not {required: [a, ...]}``: objects only, and ``a`` is never generated (when not required).
 - ``not`` of a schema provably disjoint from the node: ignored.
+- Otherwise ``complement``: type by type, strings through ``string_sets`` (patterns, lengths,
+  formats, enums, ``anyOf``/``oneOf``/``not`` of them: exact), objects when the negated schema
+  is one ``propertyNames`` or ``patternProperties`` entry (some member must exist:
+  ``names.resolve_some_key``).
 - Anything else is kept pending (``_nots``, its pointer): an ``enum`` on the node resolves it
-  (values are checked with ``jsonschema`` against the raw nodes, ``not`` included); otherwise the
-  generator raises ``ConstraintError`` (strict) when it reaches the node.
+  (values are checked with ``jsonschema`` against the raw nodes, ``not`` included), and so do
+  finite types (null, booleans, integers in a bounded range of at most ``MAX_ENUMERATED``
+  values, for numbers their integers); otherwise the generator raises ``ConstraintError``
+  (strict) when it reaches the node.
 """
 
 from __future__ import annotations
 
-import re
-import string
+import json
 from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.json_schema import string_sets
 from radixlm.constrained.json_schema import typed as typed_
+from radixlm.constrained.json_schema.complement import complement, kind_of
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.disjoint import disjoint
+from radixlm.constrained.json_schema.inference import types_of
+from radixlm.constrained.json_schema.names import resolve_some_key
 from radixlm.constrained.json_schema.normalize import ALL_TYPES, merge
 from radixlm.constrained.json_schema.objects import complement_string
-from radixlm.constrained.pattern.chars import escape_literal
-from radixlm.constrained.pattern.ecma import PLAIN_CHAR, STRING_CHAR
+from radixlm.constrained.json_schema.scalars import integer_bounds
 
-# not {k: v} -> {k2: f(v)}: the opposite bound (each applies to one type only, exactly).
+# not {k: v} -> {k2: f(v)} on k's type: the opposite bound (exact).
 _FLIPS = {
     "minimum": ("exclusiveMaximum", lambda v: v), "exclusiveMinimum": ("maximum", lambda v: v),
     "maximum": ("exclusiveMinimum", lambda v: v), "exclusiveMaximum": ("minimum", lambda v: v),
@@ -40,8 +49,8 @@ _FLIPS = {
     "minItems": ("maxItems", lambda v: v - 1), "maxItems": ("minItems", lambda v: v + 1),
     "minProperties": ("maxProperties", lambda v: v - 1), "maxProperties": ("minProperties", lambda v: v + 1),
 }
-_SAFE_FIRST = string.ascii_letters + string.digits  # candidate first characters (need no escape)
-PENDING_KEYS = ("_nots", "_not_values", "_not_first")
+_FLIP_TYPE = {"Length": "string", "Items": "array", "Properties": "object"}
+MAX_ENUMERATED = 4096  # integers a pending `not` is resolved over by checking each one
 
 
 def negate(ctx: Context, out: dict, neg: Any, pointer: str, refs: tuple) -> dict | None:
@@ -63,66 +72,68 @@ def negate(ctx: Context, out: dict, neg: Any, pointer: str, refs: tuple) -> dict
         out["type"] = allowed
         return out
     if keys == {"enum"}:
-        return dict(out, _not_values=out.get("_not_values", []) + [(pointer, v) for v in flat["enum"]])
+        return _not_values(ctx, out, flat["enum"], pointer)
     if len(keys) == 1 and next(iter(keys)) in _FLIPS:
         (key,) = keys
         if isinstance(flat[key], bool) or not isinstance(flat[key], (int, float)):
             return _pending(out, pointer)
         name, fn = _FLIPS[key]
-        return merge(out, {"_sources": [], name: fn(flat[key])}, pointer)
-    if keys == {"_patterns"} and len(flat["_patterns"]) == 1:
-        first = _excluded_first(flat["_patterns"][0])
-        if first is not None:
-            return dict(out, _not_first=out.get("_not_first", []) + [first])
+        kind = next((t for suffix, t in _FLIP_TYPE.items() if key.endswith(suffix)), "number")
+        return merge(out, {"_sources": [], "type": [kind], name: fn(flat[key])}, pointer)
     if keys == {"required"} and flat["required"]:
         name = flat["required"][0]  # at least one is absent: we never generate the first one
         if name not in out.get("required", []):
-            return dict(out, properties=dict(out.get("properties", {}), **{name: False}))
+            return merge(out, {"_sources": [], "type": ["object"], "properties": {name: False}}, pointer)
     if disjoint(ctx, out, flat):
         return out  # nothing we generate can satisfy the negated schema anyway
-    return _pending(out, pointer)
+    result = complement(ctx, out, flat, pointer, refs)
+    return _pending(out, pointer) if result is NotImplemented else result
 
 
 def _pending(out: dict, pointer: str) -> dict:
     return dict(out, _nots=out.get("_nots", []) + [pointer])
 
 
-def _excluded_first(pattern: str) -> str | None:
-    """Characters of ``_SAFE_FIRST`` no match of ``pattern`` can start with, when the pattern is
-    ``^`` + one character class or literal that is not optional; else None."""
-    m = re.match(r"\^(\[(?:\\.|[^\\\]])+\]|[A-Za-z0-9])([+]|\{[1-9][0-9]*(,[0-9]*)?\})?", pattern)
-    if m is None or (len(pattern) > m.end() and pattern[m.end()] in "?*"):
-        return None
-    try:
-        atom = re.compile(m.group(1))
-    except re.error:
-        return None
-    chars = "".join(c for c in _SAFE_FIRST if not atom.fullmatch(c))
-    return chars or None
+def _not_values(ctx: Context, out: dict, values: list, pointer: str) -> dict:
+    """``out`` without the ``values``; those no instance of ``out`` can take are left out (the
+    loose check is a superset of ``out``'s instances)."""
+    values = [v for v in values if ctx.is_valid_loose(out["_sources"], v)]
+    objects = [v for v in values if isinstance(v, dict)]
+    for v in objects:  # o != v: a member of v missing, a member more, or a member's value differs
+        branches = [{"properties": {k: False}} for k in v] + [{"minProperties": len(v) + 1}]
+        branches += [{"properties": {k: {"not": {"const": x}}}} for k, x in v.items()]
+        out = merge(out, {"_sources": [], "anyOf": branches}, pointer)
+    rest = [(pointer, v) for v in values if not isinstance(v, dict)]
+    return dict(out, _not_values=out.get("_not_values", []) + rest) if rest else out
 
 
 def check_pending(ctx: Context, flat: dict) -> None:
-    """Raise (strict) for a pending ``not`` the generator cannot enforce on this node."""
-    for pointer in flat.get("_nots", []):
-        ctx.unsupported(pointer.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
+    """Raise (strict) for a pending ``not`` the generator cannot enforce on this node: one whose
+    generated types are not all finite (``finite_values``)."""
+    if any(finite_values(t, flat) is None for t in types_of(flat)):
+        for pointer in flat.get("_nots", []):
+            ctx.unsupported(pointer.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
+
+
+def finite_values(t: str, flat: dict) -> list | None:
+    """Every instance of type ``t`` we would generate for ``flat`` (integers only for numbers),
+    when there are at most ``MAX_ENUMERATED``; else None."""
+    if t == "null":
+        return [None]
+    if t == "boolean":
+        return [True, False]
+    if t not in ("integer", "number"):
+        return None
+    lo, hi = integer_bounds(flat)
+    if lo is None or hi is None or hi - lo >= MAX_ENUMERATED:
+        return None
+    return list(range(lo, hi + 1))
 
 
 def excluded(flat: dict, kind: str) -> list[tuple[str, Any]]:
     """The ``(pointer, value)`` exclusions of one JSON kind (``null``, ``boolean``, ``number``,
     ``string``, ``array``, ``object``)."""
-    return [(p, v) for p, v in flat.get("_not_values", []) if _kind(v) == kind]
-
-
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return "array" if isinstance(v, list) else "object"
+    return [(p, v) for p, v in flat.get("_not_values", []) if kind_of(v) == kind]
 
 
 def boolean_regex(flat: dict) -> str | None:
@@ -132,49 +143,43 @@ def boolean_regex(flat: dict) -> str | None:
     return None if not alts else alts[0] if len(alts) == 1 else "(true|false)"
 
 
-def string_regex(ctx: Context, flat: dict, pointer: str) -> str | None:
-    """Regex of strings for a node with string exclusions or first-character restrictions, or
-    ``""`` when it has none (the caller then emits the normal string regex)."""
+def string_node(ctx: Context, flat: dict, pointer: str) -> str | ir.Node | None:
+    """The strings of a node with exclusions or ``_str_exprs``, or ``""`` when it has none (the
+    caller then emits the normal string regex)."""
     words = [v for _, v in excluded(flat, "string")]
-    firsts = flat.get("_not_first", [])
-    if not words and not firsts:
+    if not words and not flat.get("_str_exprs"):
         return ""
-    others = [k for k in ("_patterns", "_formats") if k in flat] + (["pattern"] if words and firsts else [])
-    if others:
-        p = (excluded(flat, "string") or [(pointer + "/not", None)])[0][0]
-        ctx.unsupported(p.rsplit("/", 1)[0], "not", f"next to {others[0].strip('_')} is not supported")
-        return ""
-    lo, hi = flat.get("minLength", 0), flat.get("maxLength")
-    if words and not lo and hi is None:
+    others = any(k in flat for k in ("_patterns", "_formats", "_str_exprs", "minLength", "maxLength"))
+    if not others:  # a plain complement: one regex, no lexeme algebra needed
         return complement_string(set(words), nonempty=False)
-    if words:  # longer than every excluded word: a restriction that needs no complement
-        lo = max(lo, max(len(w) for w in words) + 1)
-        first = PLAIN_CHAR
-    else:
-        allowed = set(_SAFE_FIRST)
-        for chars in firsts:
-            allowed &= set(chars)
-        first = "[" + "".join(escape_literal(c) for c in sorted(allowed)) + "]" if allowed else ""
-        lo = max(lo, 1)
-    if not first or (hi is not None and hi < lo):
-        return None
-    return f'"{first}{STRING_CHAR}{{{lo - 1},{"" if hi is None else hi - 1}}}"'
+    return string_sets.string_lexeme(ctx, string_sets.conjunction(flat, pointer), pointer,
+                                      string_sets.keyword_of(flat))
 
 
 def typed(ctx: Context, t: str, flat: dict, pointer: str, refs: tuple) -> str | ir.Node | None:
     """``typed.typed`` with the values a ``not`` excludes left out."""
     kind = "number" if t == "integer" else t
     banned = excluded(flat, kind)
+    values = finite_values(t, flat) if flat.get("_nots") else None
+    if values is not None:  # a pending `not` over a finite type: check every value exactly
+        ok = [json.dumps(v) for v in values if ctx.is_valid(flat["_sources"], v)]
+        return None if not ok else ir.alt([ir.Lit(v) for v in ok])
     if t == "null" and banned:
         return None
     if t == "boolean":
         return boolean_regex(flat)
     if t == "string":
-        rx = string_regex(ctx, flat, pointer)
+        rx = string_node(ctx, flat, pointer)
         if rx != "":
             return rx
-    if banned and t in ("array", "object"):
-        ctx.unsupported(banned[0][0].rsplit("/", 1)[0], "not", f"of an {t} value is not supported")
+    if banned and t == "array":  # (object values became an anyOf in _not_values)
+        ctx.unsupported(banned[0][0].rsplit("/", 1)[0], "not", "of an array value is not supported")
+    if t == "object" and flat.get("_some_key"):  # the first witness member that works
+        for node in resolve_some_key(ctx, flat, pointer):
+            out = typed_.typed(ctx, t, node, pointer, refs)
+            if out is not None:
+                return out
+        return None
     if banned and kind == "number":  # x != e  <=>  x < e or x > e: exact intervals between them
         cuts = sorted({v for _, v in banned})
         bounds = [(None, cuts[0])] + list(zip(cuts, cuts[1:])) + [(cuts[-1], None)]

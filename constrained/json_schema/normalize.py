@@ -216,7 +216,7 @@ def merge(a: dict, b: dict, pointer: str, max_product: int = 256) -> dict:
             out[key] = min(va, vb)
         elif key in ("_patterns", "_formats"):
             out[key] = list(dict.fromkeys(va + vb))
-        elif key in ("_nots", "_not_values", "_not_first"):  # pending negations: all of them hold
+        elif key in ("_nots", "_not_values", "_str_exprs", "_some_key"):  # negations: all of them hold
             out[key] = va + vb
         elif key == "uniqueItems":
             out[key] = va or vb

@@ -1,9 +1,16 @@
 """Grammar of JSON objects for one canonical schema node.
 
-Named properties come first, in the order of ``properties``, each at most once; optional ones
-may be left out. Extra members (``additionalProperties`` true or a schema, ``patternProperties``)
-follow them, with keys that can never equal a named property. An unspecified
-``additionalProperties`` generates no extra members (a restriction, like OpenAI's strict mode).
+Objects of up to ``MAX_ANY_ORDER`` named members take them in any order, each at most once, with
+extra members (``additionalProperties`` true or a schema, ``patternProperties``) anywhere between
+them; larger ones take the named members in the order of ``properties`` and the extras after
+them (a restriction). Optional members may be left out; extra keys can never equal a named
+property. An unspecified ``additionalProperties`` allows extras, as JSON Schema says;
+``Context.unspecified_extras=False`` generates none there (a restriction, like OpenAI's strict
+mode, used for tool-call arguments).
+
+For the engine's matcher (``Context.unique_runtime``) most objects instead get a linear grammar
+whose members the matcher checks at runtime (``member_objects``, ``_runtime_checked``); the
+constructions above remain their fallback where the check cannot follow.
 """
 
 from __future__ import annotations
@@ -14,14 +21,18 @@ from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.member_objects import checked_object
 from radixlm.constrained.json_schema.names import apply_property_names
 from radixlm.constrained.json_schema.normalize import merge
+from radixlm.constrained.json_schema.object_order import any_order, interleaved, schema_order_dependencies
 from radixlm.constrained.pattern.chars import escape_literal
 from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_to_regex
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 MAX_ANY_ORDER = 8  # objects of at most this many named members (and no others) take any order
-MAX_ANY_ORDER_RULES = 4096  # per schema: past it, further objects keep the schema order
+_TRIE_CHARS = 48  # complement_key: past this many characters of names, the lexeme algebra
+MAX_ANY_ORDER_RULES = 4096  # per schema: past it, further objects are checked at runtime
+RUNTIME_CHECK_ABOVE = MAX_ANY_ORDER  # objects of more named members are checked at runtime
 
 
 def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.Node | None:
@@ -34,8 +45,9 @@ def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.No
             for where in (sub_flat or {}).get("_nots", []):  # a `not` only an enum could enforce
                 ctx.unsupported(where.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
             return None if sub_flat is None else object_grammar(ctx, merge(rest, sub_flat, pointer), pointer, refs)
-    if not any(k in flat for k in ("properties", "patternProperties", "additionalProperties", "required")):
-        flat = dict(flat, additionalProperties=True)  # a bare {"type": "object"}: any members
+    if "additionalProperties" not in flat and (ctx.unspecified_extras or not any(
+            k in flat for k in ("properties", "patternProperties", "required"))):
+        flat = dict(flat, additionalProperties=True)  # JSON Schema's default (or a bare object)
     key_rx = None
     if "propertyNames" in flat:
         flat, key_rx = apply_property_names(ctx, flat, pointer, refs)
@@ -44,27 +56,65 @@ def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.No
     props = flat.get("properties", {})
     names = list(props) + [r for r in required if r not in props]
     dropped = set(flat.get("dependentSchemas", {}))  # optional triggers of a dependent schema
-    required_set = _close_dependencies(flat.get("dependentRequired", {}), set(required), names, dropped)
+    deps = flat.get("dependentRequired", {})
+    required_set = _close_dependencies(deps, set(required), names, dropped)
     if required_set is None:
         return None
-    members: list[tuple[ir.Node, bool]] = []
+    values: dict[str, ir.Node] = {}
     for name in names:
-        if name in dropped:
-            continue
-        rx = _member_value(ctx, flat, name, pointer, refs)
-        if rx is None:
-            if name in required_set:
+        if name not in dropped:
+            rx = _member_value(ctx, flat, name, pointer, refs)
+            if rx is None and name in required_set:
                 return None
-            continue
-        key = ir.Lit(json.dumps(name, ensure_ascii=False))
-        members.append((ir.seq(key, ctx.sep(":"), rx), name in required_set))
-    taken = set(names) | set(flat.get("dependentRequired", {})) | dropped
+            if rx is not None:
+                values[name] = ir.seq(ir.Lit(json.dumps(name, ensure_ascii=False)), ctx.sep(":"), rx)
+    needs = _present_dependencies(deps, values, required_set)
+    if needs is None:
+        return None
+    members = [(values[n], n in required_set) for n in values]
+    taken = set(names) | set(deps) | dropped
     extras = _extras(ctx, flat, taken, pointer, refs, key_rx)
-    return _assemble(ctx, flat, members, extras)
+    order = list(values)
+    index_needs = {order.index(t): frozenset(order.index(n) for n in ns) for t, ns in needs.items()}
+
+    def fallback() -> ir.Node | None:
+        return _assemble(ctx, flat, list(members), extras, index_needs)
+
+    if _runtime_checked(ctx, flat, len(members), extras, key_rx):
+        bounds = (flat.get("minProperties", 0), flat.get("maxProperties"))
+        return checked_object(ctx, {n: (values[n], n in required_set) for n in values}, extras, needs,
+                              bounds, pointer, fallback)
+    return fallback()
+
+
+def _runtime_checked(ctx: Context, flat: dict, n_members: int, extras: ir.Node | None,
+                     key_rx: tuple | None) -> bool:
+    """Whether the matcher checks this object's members at runtime (``member_objects``): only
+    for consumers that run the check, in any order, when extra keys (if any) are plain strings
+    other than the named ones (so an open key can always go on into a fresh one)."""
+    if not (ctx.unique_runtime and ctx.any_order) or key_rx is not None:
+        return False
+    if not all(is_universal(p) or p in _NONEMPTY_UNIVERSAL for p in flat.get("patternProperties", {})):
+        return False
+    bounded = "minProperties" in flat or "maxProperties" in flat
+    if not (n_members >= 2 or extras is not None and (n_members >= 1 or bounded)):
+        return False
+    # The check costs every mask step inside the object (Python, ~0.3 ms at 152k tokens): only
+    # objects the grammar cannot take in any order within its rule budget get it.
+    return (n_members > RUNTIME_CHECK_ABOVE
+            or ctx.any_order_rules + subset_states(flat, n_members, extras) > MAX_ANY_ORDER_RULES)
+
+
+def subset_states(flat: dict, n_members: int, extras: ir.Node | None) -> int:
+    """The rules the grammar-level any order takes for an object: one per set of members written
+    (and per count of extras, up to what ``min/maxProperties`` need to know)."""
+    max_p = flat.get("maxProperties")
+    cap = 0 if extras is None else max_p if max_p is not None else flat.get("minProperties", 0)
+    return 2 ** n_members * (cap + 1)
 
 
 def _close_dependencies(deps: dict, required: set, names: list[str], dropped: set) -> set | None:
-    """Required names after ``dependentRequired``: a present trigger makes its dependencies
+    """Required names after ``dependentRequired``: a required trigger makes its dependencies
     required; an optional trigger whose dependencies are not all named is dropped."""
     changed = True
     while changed:
@@ -77,10 +127,29 @@ def _close_dependencies(deps: dict, required: set, names: list[str], dropped: se
                     return None
                 dropped.add(trigger)
                 changed = True
-            elif not set(needs) <= required:
+            elif trigger in required and not set(needs) <= required:
                 required |= set(needs)
                 changed = True
     return required
+
+
+def _present_dependencies(deps: dict, values: dict, required: set) -> dict[str, set] | None:
+    """The optional triggers among the generated members -> the members they need (a trigger
+    whose dependency cannot be generated is left out; None when that trigger is required)."""
+    out: dict[str, set] = {}
+    changed = True
+    while changed:
+        changed = False
+        for trigger, needs in deps.items():
+            if trigger not in values or trigger in required:
+                continue
+            if not all(n in values for n in needs):
+                del values[trigger]
+                out.pop(trigger, None)
+                changed = True
+            elif trigger not in out:
+                out[trigger] = set(needs)
+    return None if any(t not in values for t in required if t in deps) else out
 
 
 def _member_value(ctx: Context, flat: dict, name: str, pointer: str, refs: tuple) -> ir.Node | None:
@@ -118,7 +187,7 @@ def _extras(ctx: Context, flat: dict, taken: set, pointer: str, refs: tuple,
                 continue
             key = key_rx[0]
         elif is_universal(pat) or pat in _NONEMPTY_UNIVERSAL:
-            key = ir.Lex(complement_string(taken, nonempty=pat in _NONEMPTY_UNIVERSAL))
+            key = complement_key(taken, nonempty=pat in _NONEMPTY_UNIVERSAL)
         elif not any(re.search(pat, n) for n in taken):
             key = ir.Lex(f'"{pattern_to_regex(pat, where, PLAIN_CHAR)}"')
         else:
@@ -129,9 +198,21 @@ def _extras(ctx: Context, flat: dict, taken: set, pointer: str, refs: tuple,
         node: Any = {"allOf": [ap] + every} if every else ap
         rx = ctx.value(node, f"{pointer}/additionalProperties", refs)
         if rx is not None:
-            key = key_rx[0] if key_rx is not None else ir.Lex(complement_string(taken, nonempty=False))
+            key = key_rx[0] if key_rx is not None else complement_key(taken, nonempty=False)
             alts.append(ir.seq(key, ctx.sep(":"), rx))
     return ir.alt(alts)
+
+
+def complement_key(words: set, nonempty: bool) -> ir.Node:
+    """A JSON string of plain characters that is none of ``words``: one regex (a trie of them)
+    while it stays small, else the lexeme algebra (plain string ``&~`` the words), which keeps
+    objects of many members from writing huge key regexes."""
+    plain = [w for w in words if all(0x20 <= ord(c) and c not in '"\\' for c in w)]
+    if sum(len(w) for w in plain) <= _TRIE_CHARS:
+        return ir.Lex(complement_string(words, nonempty))
+    body = f'"{PLAIN_CHAR}{"+" if nonempty else "*"}"'
+    names = "|".join(escape_literal(json.dumps(w, ensure_ascii=False)) for w in sorted(plain))
+    return ir.LexOp("and", (body, ir.LexOp("not", (f"({names})",))))
 
 
 def complement_string(words: set, nonempty: bool) -> str:
@@ -156,13 +237,19 @@ def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
     return f"({body})?" if may_end else body
 
 
-def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None) -> ir.Node | None:
+def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None,
+              needs: dict[int, frozenset]) -> ir.Node | None:
+    """The object's grammar; ``needs``: member index of an optional trigger -> the members it
+    requires when present (``dependentRequired``)."""
     sep = ctx.sep(",")
     min_p, max_p = flat.get("minProperties", 0), flat.get("maxProperties")
-    if (ctx.any_order and extras is None and 2 <= len(members) <= MAX_ANY_ORDER
-            and ctx.any_order_rules + 2 ** len(members) <= MAX_ANY_ORDER_RULES):
-        ctx.any_order_rules += 2 ** len(members)
-        return _any_order(ctx, members, min_p, max_p)
+    # With extras, a state also counts them, up to what min/maxProperties need to know.
+    states = subset_states(flat, len(members), extras)
+    if (ctx.any_order and (2 if extras is None else 1) <= len(members) <= MAX_ANY_ORDER
+            and ctx.any_order_rules + states <= MAX_ANY_ORDER_RULES):
+        ctx.any_order_rules += states
+        return any_order(ctx, members, extras, needs, min_p, max_p)
+    members = schema_order_dependencies(members, needs)
     n_req = sum(r for _, r in members)
     if max_p is not None:
         if n_req > max_p:
@@ -182,6 +269,8 @@ def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], ext
         extras = None
         if e_min > 0:
             return None
+    if extras is not None and e_max is None and e_min == 0 and members:
+        return interleaved(ctx, members, ctx.named(extras), min_p == 0)  # extras anywhere between them
     items = list(members)
     if extras is not None:  # the extra members form one item after the named ones
         items.append((ir.join(extras, sep, max(e_min, 1), e_max), e_min > 0))
@@ -191,31 +280,6 @@ def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], ext
     if not any(r for _, r in items) and min_p == 0:
         body = ir.opt(body)
     return _braces(ctx, body)
-
-
-def _any_order(ctx: Context, members: list[tuple[ir.Node, bool]], min_p: int, max_p: int | None) -> ir.Node | None:
-    """The named members in any order, each at most once, with every required one (and
-    ``minProperties``..``maxProperties`` of them, exactly) before ``}``: one rule per set of
-    members written so far, so a duplicate never forms."""
-    hi = len(members) if max_p is None else min(max_p, len(members))
-    required = frozenset(i for i, (_, r) in enumerate(members) if r)
-    members = [(ctx.named(m), r) for m, r in members]  # each set's rule refers to them, not copies
-    sep, memo = ctx.sep(","), {}
-
-    def after(used: frozenset) -> ir.Node | None:
-        """What may follow once the members in ``used`` are written: ``}`` or another one."""
-        if used not in memo:
-            memo[used] = None  # (a set only grows: no rule refers back to itself)
-            close = ir.seq(ctx.ws, ir.Lit("}")) if required <= used and len(used) >= min_p else None
-            more = None
-            if len(used) < hi:
-                more = ir.alt([ir.seq(m, after(used | {i})) for i, (m, _) in enumerate(members) if i not in used])
-            memo[used] = ctx.named(ir.alt([close, ir.seq(sep, more) if more is not None else None]))
-        return memo[used]
-
-    empty = ir.seq(ctx.ws, ir.Lit("}")) if not required and min_p == 0 else None
-    first = ir.alt([ir.seq(m, after(frozenset([i]))) for i, (m, _) in enumerate(members)]) if hi else None
-    return ir.seq(ir.Lit("{"), ctx.ws, ir.alt([empty, first]))
 
 
 def _braces(ctx: Context, body: ir.Node | None) -> ir.Node | None:

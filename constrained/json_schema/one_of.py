@@ -18,7 +18,7 @@ from radixlm.constrained.json_schema.normalize import schemas_for_key
 
 def one_of_branches(ctx: Context, branches: list[tuple[dict, tuple]], pointer: str) -> list[tuple[dict, tuple]]:
     """The (canonical node, refs) branches of a ``oneOf`` to generate."""
-    originals = [b for b, _ in branches]
+    originals = [_explicit_extras(ctx, b) for b, _ in branches]
     flats = require_forbidden_by_others(exclude_required_of_others(originals))
     keep = [i for i in range(len(flats))
             if all(generated_disjoint(ctx, flats[i], originals[j])
@@ -28,6 +28,15 @@ def one_of_branches(ctx: Context, branches: list[tuple[dict, tuple]], pointer: s
                          "'exactly one' cannot be guaranteed")
         keep = list(range(len(flats)))
     return [(flats[i], branches[i][1]) for i in keep]
+
+
+def _explicit_extras(ctx: Context, flat: dict) -> dict:
+    """``flat`` with JSON Schema's default ``additionalProperties: true`` written out when extra
+    members are generated for it, so the proofs below see the members we may generate."""
+    if not ctx.unspecified_extras or "additionalProperties" in flat or "object" not in types_of(flat):
+        return flat
+    out = dict(flat, additionalProperties=True)
+    return out if types_of(out) == types_of(flat) else flat
 
 
 def exclude_required_of_others(branches: list[dict]) -> list[dict]:

@@ -8,7 +8,9 @@ import json
 import math
 import re
 
+from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema import string_sets
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.lexemes import STRING
 from radixlm.constrained.pattern.bounds import narrow_to_length, within_length
@@ -27,24 +29,36 @@ def number(t: str, flat: dict, pointer: str) -> str | None:
     for d in divisors:
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
             raise ConstraintError(f"multipleOf must be a number > 0, got {d!r}", pointer, "multipleOf")
-    lo, lo_x = flat.get("minimum"), False
-    hi, hi_x = flat.get("maximum"), False
-    if "exclusiveMinimum" in flat and (lo is None or flat["exclusiveMinimum"] >= lo):
-        lo, lo_x = flat["exclusiveMinimum"], True
-    if "exclusiveMaximum" in flat and (hi is None or flat["exclusiveMaximum"] <= hi):
-        hi, hi_x = flat["exclusiveMaximum"], True
+    lo, lo_x, hi, hi_x = _bounds(flat)
     if divisors:
         return multiples_regex(divisors, t == "integer", lo, lo_x, hi, hi_x)
     if t == "number":
         return number_range_regex(lo, lo_x, hi, hi_x)
     if lo is None and hi is None:
         return INTEGER
+    return integer_range_regex(*integer_bounds(flat))
+
+
+def integer_bounds(flat: dict) -> tuple[int | None, int | None]:
+    """The least and greatest integer a canonical node's bounds allow (None: unbounded)."""
+    lo, lo_x, hi, hi_x = _bounds(flat)
     ilo = None if lo is None else (math.floor(lo) + 1 if lo_x else math.ceil(lo))
     ihi = None if hi is None else (math.ceil(hi) - 1 if hi_x else math.floor(hi))
-    return integer_range_regex(ilo, ihi)
+    return ilo, ihi
 
 
-def string(ctx: Context, flat: dict, pointer: str) -> str | None:
+def _bounds(flat: dict) -> tuple:
+    """(lower, exclusive?, upper, exclusive?) of a canonical node: the tighter of each pair."""
+    lo, lo_x = flat.get("minimum"), False
+    hi, hi_x = flat.get("maximum"), False
+    if "exclusiveMinimum" in flat and (lo is None or flat["exclusiveMinimum"] >= lo):
+        lo, lo_x = flat["exclusiveMinimum"], True
+    if "exclusiveMaximum" in flat and (hi is None or flat["exclusiveMaximum"] <= hi):
+        hi, hi_x = flat["exclusiveMaximum"], True
+    return lo, lo_x, hi, hi_x
+
+
+def string(ctx: Context, flat: dict, pointer: str) -> str | ir.Node | None:
     """The regex of the string instances of a canonical node (quotes included; None: none)."""
     lo, hi = flat.get("minLength", 0), flat.get("maxLength")
     if hi is not None and hi < lo:
@@ -56,11 +70,14 @@ def string(ctx: Context, flat: dict, pointer: str) -> str | None:
         if lit is not None:  # ^lit$ with other patterns/formats: lit itself, checked exactly
             ok = lo <= len(lit) and (hi is None or len(lit) <= hi) and ctx.is_valid(flat["_sources"], lit)
             return escape_literal(json.dumps(lit)) if ok else None
-        ctx.unsupported(pointer, constraints[1][0], "combined with another pattern/format is not supported")
+        # Several patterns/formats: their intersection, one lexeme of the lexeme algebra (exact).
+        return string_sets.string_lexeme(ctx, string_sets.conjunction(flat, pointer), pointer,
+                                      string_sets.keyword_of(flat))
     if not constraints:
-        if max(lo, hi or 0) > MAX_STRING_LENGTH:
-            raise ConstraintError(f"string length bounds above {MAX_STRING_LENGTH} are not supported",
-                                  pointer, "maxLength" if (hi or 0) > MAX_STRING_LENGTH else "minLength")
+        if lo > MAX_STRING_LENGTH:
+            raise ConstraintError(f"minLength above {MAX_STRING_LENGTH} is not supported", pointer, "minLength")
+        if hi is not None and hi > MAX_STRING_LENGTH:
+            hi = MAX_STRING_LENGTH  # no longer string is generated (a restriction, like maxItems)
         if not lo and hi is None:
             return STRING
         # Each STRING_CHAR is one code point (surrogate escapes are left out), so counting

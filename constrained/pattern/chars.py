@@ -108,7 +108,7 @@ def _split(lo: int, hi: int, holes: tuple[int, ...]) -> list[tuple[int, int]]:
     return out
 
 
-def _class_ranges(items: list, pointer: str) -> list[tuple[int, int]]:
+def _class_ranges(items: list, pointer: str, wide: bool = False) -> list[tuple[int, int]]:
     negate = bool(items) and items[0][0] is sre_c.NEGATE
     ranges: list[tuple[int, int]] = []
     for op, av in items[negate:]:
@@ -117,7 +117,7 @@ def _class_ranges(items: list, pointer: str) -> list[tuple[int, int]]:
         elif op is sre_c.RANGE:
             ranges.append(av)
         elif op is sre_c.CATEGORY:  # under a negation: everything either engine could match
-            ranges += _category(av, pointer, wide=negate)
+            ranges += _category(av, pointer, wide=negate != wide)
         else:
             raise ConstraintError(f"unsupported construct {op} in pattern", pointer, "pattern")
     return _negate(ranges) if negate else ranges
@@ -152,16 +152,17 @@ def _python_class(category: str) -> list[tuple[int, int]]:
     return [(m.start(), m.end() - 1) for m in re.finditer(category + "+", every)]
 
 
-def char_ranges(op, av, pointer: str) -> list[tuple[int, int]] | None:
-    """Decoded code points one char-level node matches (None for other nodes)."""
+def char_ranges(op, av, pointer: str, wide: bool = False) -> list[tuple[int, int]] | None:
+    """Decoded code points one char-level node matches (None for other nodes): those both ECMA
+    and Python's ``re`` match, or with ``wide`` those either one matches."""
     if op is sre_c.LITERAL:
         return [(av, av)]
     if op is sre_c.NOT_LITERAL:
         return _negate([(av, av)])
-    if op is sre_c.ANY:  # ECMA '.' excludes line terminators; controls are dropped anyway
-        return _negate([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)])
+    if op is sre_c.ANY:  # ECMA '.' excludes line terminators, Python's '.' only the newline
+        return _negate([(0x0A, 0x0A)] if wide else [(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)])
     if op is sre_c.IN:
-        return _class_ranges(av, pointer)
+        return _class_ranges(av, pointer, wide)
     if op == FREE:
         return [(0, _MAX_CP)]
     return None

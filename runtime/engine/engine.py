@@ -68,7 +68,8 @@ class Engine:
         self.scheduler = Scheduler(cache, StopChecker(self.tokenizer.eos_token_ids, self.runner.context_len),
                                    schedule_policy=args.schedule_policy,
                                    max_running_requests=args.max_running_requests,
-                                   max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size)
+                                   max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size,
+                                   mixed_chunk=args.enable_mixed_chunk)
         self._grammar = GrammarCompiler(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
                                         args.enable_jump_forward, args.grammar_compile_max_memory_mb,
                                         args.grammar_backend)

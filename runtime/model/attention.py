@@ -39,6 +39,8 @@ class PagedAttention:
         self._pass_max_q_len = backend == "triton"
         # the torch decode path splits attention at a prefix shared by the whole batch (cascade)
         self._cascade = backend == "torch"
+        # the layer may store K/V itself (kernels/cpu_native's fused RoPE + store), then call attend()
+        self.native_ok = backend == "torch"
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, batch: ForwardBatch,
                  kv_pool: KVPool) -> torch.Tensor:
@@ -47,6 +49,13 @@ class PagedAttention:
         k_pool = kv_pool.k_buffers[self.layer_id]  # [num_slots, num_kv_heads, head_dim]
         v_pool = kv_pool.v_buffers[self.layer_id]
         self.ops.store_kv(k_pool, v_pool, batch.out_cache_loc, k, v)
+        return self.attend(q, batch, kv_pool)
+
+    def attend(self, q: torch.Tensor, batch: ForwardBatch, kv_pool: KVPool) -> torch.Tensor:
+        """Attention of q ``[num_tokens, num_heads, head_dim]`` over contexts whose K/V (the new
+        tokens' included) are already in the pool -> ``[num_tokens, num_heads, head_dim]``."""
+        k_pool = kv_pool.k_buffers[self.layer_id]
+        v_pool = kv_pool.v_buffers[self.layer_id]
         if batch.is_decode:
             if batch.shared_prefix_len and self._cascade:
                 return self.ops.decode_attention(q, k_pool, v_pool, batch.kv_indptr, batch.kv_indices,

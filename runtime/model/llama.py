@@ -12,6 +12,12 @@ per-head q/k norms included) are replicated. ``checkpoint_layout()`` says which 
 checkpoint tensor this rank reads; with ``tp.size == 1`` every slice is the whole tensor.
 
 Parameters are created uninitialised (``torch.empty``): the loader fills every one of them.
+
+On the CPU in float32, a decode step of at most ``NATIVE_MAX_ROWS`` requests runs each layer as one
+call into ``kernels/cpu_native`` (``decode_layer``: norms, q/k/v GEMV, RoPE + KV store, paged
+attention, o GEMV + residual, gate/up GEMV + SiLU * up, down GEMV + residual); other steps use the
+torch ops (small ones still take the native GEMV, norm and RoPE + store). Both agree to float32
+rounding (``tests/test_cpu_native.py``).
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from radixlm.kernels import cpu_native
 from radixlm.runtime.model.attention import PagedAttention
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.parallel_layers import (
+    NATIVE_MAX_ROWS,
     AttentionShard,
     ColumnParallelLinear,
     Linear,
@@ -79,9 +87,18 @@ class RMSNorm(nn.Module):
         self.weight = empty_param(dim, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 2 and cpu_native.usable(x, self.weight):
+            return cpu_native.rmsnorm(x, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
+
+
+def _add_linear(proj: nn.Module, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """``residual + proj(x)``: fused into the matmul for our row-parallel linear (any module works)."""
+    if isinstance(proj, RowParallelLinear):
+        return proj(x, residual)
+    return residual + proj(x)
 
 
 class LlamaDecoderLayer(nn.Module):
@@ -107,27 +124,81 @@ class LlamaDecoderLayer(nn.Module):
         self.gate_up_proj = ColumnParallelLinear(c.hidden_size, 2 * self.intermediate_size, c.mlp_bias, **kw)
         self.down_proj = RowParallelLinear(self.intermediate_size, c.hidden_size, c.mlp_bias, tp, **kw)
 
-    def forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                batch: ForwardBatch, kv_pool: KVPool) -> torch.Tensor:
-        """hidden ``[num_tokens, hidden_size]`` -> ``[num_tokens, hidden_size]`` (replicated on all ranks)."""
-        num_tokens = hidden.shape[0]
-        # attention block
-        residual = hidden
+    def forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch,
+                kv_pool: KVPool, native_step: cpu_native.StepArgs | None = None) -> torch.Tensor:
+        """hidden ``[num_tokens, hidden_size]`` -> ``[num_tokens, hidden_size]`` (replicated on all ranks).
+
+        ``native_step`` (a decode step the native kernels take, from the model's forward): run the
+        fused native layer, which updates ``hidden`` in place and returns it.
+        """
+        if native_step is not None and self._native_params() is not None:
+            layer_id = self.attn.layer_id
+            return cpu_native.decode_layer(self._native, native_step, hidden, kv_pool.k_buffers[layer_id],
+                                           kv_pool.v_buffers[layer_id])
         x = self.input_layernorm(hidden)  # [num_tokens, hidden_size]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(num_tokens, self.num_heads, self.head_dim)  # [num_tokens, num_heads, head_dim] (local heads)
-        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)  # [num_tokens, num_kv_heads, head_dim]
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(x)  # [num_tokens, q_size + 2 * kv_size] (local heads)
+        attn_out = self._attention(qkv, cos, sin, batch, kv_pool)  # [num_tokens, q_size]
+        hidden = _add_linear(self.o_proj, attn_out, hidden)  # hidden + o_proj(attn_out)
+        x = self.post_attention_layernorm(hidden)
+        return _add_linear(self.down_proj, self._gate_up_silu(x), hidden)
+
+    def _attention(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch,
+                   kv_pool: KVPool) -> torch.Tensor:
+        """RoPE, store the new K/V, attend: qkv ``[num_tokens, q + 2 kv]`` -> ``[num_tokens, q_size]``."""
+        num_tokens, heads, kv_heads, head_dim = qkv.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
+        k_pool, v_pool = kv_pool.k_buffers[self.attn.layer_id], kv_pool.v_buffers[self.attn.layer_id]
+        if (self.q_norm is None and num_tokens <= NATIVE_MAX_ROWS and self.attn.native_ok
+                and cpu_native.usable(qkv, cos, sin, k_pool, v_pool) and cpu_native.usable_indices(batch.out_cache_loc)):
+            cpu_native.rope_store_kv(qkv, heads, kv_heads, head_dim, cos, sin, batch.out_cache_loc, k_pool, v_pool)
+            q = qkv[:, :self.q_size].view(num_tokens, heads, head_dim)  # rows strided by the fused width
+            return self.attn.attend(q, batch, kv_pool).reshape(num_tokens, self.q_size)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(num_tokens, heads, head_dim)  # [num_tokens, num_heads, head_dim] (local heads)
+        k = k.view(num_tokens, kv_heads, head_dim)  # [num_tokens, num_kv_heads, head_dim]
+        v = v.view(num_tokens, kv_heads, head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         attn_out = self.attn(q, k, v, batch, kv_pool)  # stores k/v at out_cache_loc, then attends
-        hidden = residual + self.o_proj(attn_out.reshape(num_tokens, self.q_size))
-        # MLP block
-        residual = hidden
-        x = self.post_attention_layernorm(hidden)
-        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # each [num_tokens, inter]
-        return residual + self.down_proj(F.silu(gate) * up)
+        return attn_out.reshape(num_tokens, self.q_size)
+
+    def _native_params(self) -> cpu_native.LayerParams | None:
+        """This layer's parameters for ``cpu_native.decode_layer``, or None when it cannot run them:
+        built on first use and again whenever a projection was replaced (e.g. quantized)."""
+        m = self._modules  # plain dict lookups: this runs once per layer per decode step
+        key = (m["qkv_proj"], m["o_proj"], m["gate_up_proj"], m["down_proj"])
+        if self.__dict__.get("_native_key") != key:
+            self._native_key, self._native = key, self._build_native_params()
+        return self._native
+
+    def _build_native_params(self) -> cpu_native.LayerParams | None:
+        projections = (self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj)
+        norms = [n for n in (self.input_layernorm, self.post_attention_layernorm, self.q_norm, self.k_norm) if n]
+        tensors = [p.weight for p in projections if isinstance(p, Linear)] + [n.weight for n in norms]
+        tensors += [p.bias for p in projections if isinstance(p, Linear) and p.bias is not None]
+        if not (self.tp.size == 1 and self.attn.native_ok and cpu_native.available()
+                and all(isinstance(p, Linear) for p in projections) and self.gate_up_proj.bias is None
+                and cpu_native.usable(*tensors)
+                and cpu_native.decode_attention_ok(self.num_heads, self.num_kv_heads, self.head_dim)):
+            return None
+        ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+        return cpu_native.LayerParams(
+            ln1=ptr(self.input_layernorm.weight), ln2=ptr(self.post_attention_layernorm.weight),
+            w_qkv=ptr(self.qkv_proj.weight), b_qkv=ptr(self.qkv_proj.bias), w_o=ptr(self.o_proj.weight),
+            b_o=ptr(self.o_proj.bias), w_gate_up=ptr(self.gate_up_proj.weight), w_down=ptr(self.down_proj.weight),
+            b_down=ptr(self.down_proj.bias), q_norm=ptr(self.q_norm and self.q_norm.weight),
+            k_norm=ptr(self.k_norm and self.k_norm.weight), eps=self.input_layernorm.eps, scale=self.attn.sm_scale,
+            hidden=self.config.hidden_size, H=self.num_heads, Hkv=self.num_kv_heads, D=self.head_dim,
+            inter=self.intermediate_size)
+
+    def _gate_up_silu(self, x: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` ``[num_tokens, intermediate]`` of the fused gate/up projection of x."""
+        proj = self.gate_up_proj
+        if (isinstance(proj, Linear) and proj.bias is None and x.dim() == 2 and x.shape[0] <= NATIVE_MAX_ROWS
+                and cpu_native.usable(x, proj.weight)):
+            return cpu_native.gate_up_silu(x, proj.weight)
+        gate, up = proj(x).split(self.intermediate_size, dim=-1)  # each [num_tokens, inter]
+        return F.silu(gate).mul_(up)
 
     def checkpoint_layout(self, prefix: str) -> CheckpointLayout:
         """HF names of this layer's tensors (``prefix`` = ``model.layers.<i>.``) and this rank's slices."""
@@ -188,6 +259,9 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else self.vocab_shard.empty_param(
             config.hidden_size, **kw)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling, device)
+        if torch.device(device).type == "cpu" and dtype == torch.float32:
+            cpu_native.available()  # build / load the native decode kernels now, not in the first step
+        self.quantized_lm_head: nn.Module | None = None  # set by quantization.quantize_model
 
     @torch.no_grad()  # not inference_mode: callers mask the returned logits in place
     def forward(self, batch: ForwardBatch, kv_pool: KVPool) -> torch.Tensor:
@@ -198,11 +272,27 @@ class LlamaForCausalLM(nn.Module):
         # [num_tokens, hidden_size]
         hidden = vocab_parallel_embedding(batch.input_ids, self.embed_tokens, self.vocab_shard, self.tp)
         cos, sin = self.rotary.cos_sin(batch.positions, hidden.dtype)  # each [num_tokens, 1, head_dim]
+        step = self._native_step(batch, hidden, cos, sin, kv_pool)
         for layer in self.layers:
-            hidden = layer(hidden, cos, sin, batch, kv_pool)
+            hidden = layer(hidden, cos, sin, batch, kv_pool, step)
         hidden = self.norm(hidden[batch.logits_indices])  # [num_logits, hidden_size]
+        if self.quantized_lm_head is not None:  # int8: quantization.Int8LMHead (all-gathers too)
+            return self.quantized_lm_head(hidden)  # [num_logits, vocab_size] float32
         lm_head = self.embed_tokens if self.lm_head is None else self.lm_head
         return parallel_lm_head(hidden, lm_head, self.config.vocab_size, self.tp)  # [num_logits, vocab_size]
+
+    def _native_step(self, batch: ForwardBatch, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     kv_pool: KVPool) -> cpu_native.StepArgs | None:
+        """The step's arguments for the layers' fused native decode path, or None (torch path).
+
+        Checked once per step: the layers then only check their own parameters.
+        """
+        if not (batch.is_decode and hidden.shape[0] <= NATIVE_MAX_ROWS and self.tp.size == 1
+                and cpu_native.usable(hidden, cos, sin, kv_pool.k_buffers[0], kv_pool.v_buffers[0])
+                and cpu_native.usable_indices(batch.out_cache_loc, batch.kv_indptr, batch.kv_indices)):
+            return None
+        return cpu_native.decode_step(cos, sin, batch.out_cache_loc, batch.kv_indptr, batch.kv_indices,
+                                      batch.shared_prefix_len)
 
     def checkpoint_layout(self) -> CheckpointLayout:
         """Every HF tensor name this model needs -> the ``TensorTarget`` this rank copies it into."""

@@ -16,6 +16,7 @@ import torch
 from radixlm.runtime.model.attention import resolve_attention_backend
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
 from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.model.quantization import check_quantization, quantize_model
 from radixlm.runtime.scaleout.distributed import TPGroup
 from safetensors import safe_open
 
@@ -75,15 +76,19 @@ def weight_files(path: str | os.PathLike) -> list[str]:
 
 def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto",
                device: torch.device | str = "cpu", *,
-               attention_backend: str = "auto", tp: TPGroup | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
+               attention_backend: str = "auto", tp: TPGroup | None = None,
+               quantization: str | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
     """Build the model for ``path``'s ``config.json`` and fill it from its safetensors weights.
 
     ``dtype``: see ``resolve_dtype``. ``attention_backend``: ``auto`` (triton on CUDA, torch
     otherwise), ``torch`` or ``triton``. ``tp``: build and read only this rank's shard (default:
-    the whole model). Raises ``FileNotFoundError`` for a missing directory, config or weight file,
-    ``ValueError`` for an unsupported architecture, a ``tp`` size the model cannot be split by,
-    or bad tensors.
+    the whole model). ``quantization``: ``None`` (the float weights) or ``"int8"`` (weight-only, per
+    output channel, applied after loading: ``quantization.quantize_model``; its matmuls use the
+    attention backend's kernels). Raises ``FileNotFoundError`` for a missing directory, config or
+    weight file, ``ValueError`` for an unsupported architecture or quantization, a ``tp`` size the
+    model cannot be split by, or bad tensors.
     """
+    check_quantization(quantization)
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"model directory not found: {path}")
@@ -94,6 +99,7 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
     backend = resolve_attention_backend(attention_backend, device)
     model = LlamaForCausalLM(config, dtype=run_dtype, device=device, attention_backend=backend, tp=tp)
     load_weights(model, files)
+    quantize_model(model, quantization, backend)
     return model.eval(), config
 
 

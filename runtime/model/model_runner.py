@@ -94,7 +94,8 @@ class ModelRunner:
         if self.device.type == "cpu":
             tune_malloc()  # the forward's large temporaries otherwise page-fault in on every use
         self.model, self.model_config = load_model(model_path, args.dtype, self.device,
-                                                   attention_backend=args.attention_backend, tp=self.tp)
+                                                   attention_backend=args.attention_backend, tp=self.tp,
+                                                   quantization=args.quantization)
         self.dtype = self.model.embed_tokens.dtype
         self.context_len = args.context_length or self.model_config.context_len
         self.vocab_size = self.model_config.vocab_size  # logit width (may exceed the tokenizer's)

@@ -13,6 +13,10 @@ With ``tp`` ranks, rank ``r`` holds:
   logits are all-gathered along the vocabulary and cut back to ``vocab_size``.
 
 With ``tp.size == 1`` every layer is the plain one: the collectives are skipped.
+
+Matmuls go through ``linear``: on the CPU, in float32, inputs of at most ``NATIVE_MAX_ROWS`` rows
+(decode steps) use ``kernels/cpu_native``'s GEMV, which reads each weight row once for all rows
+(MKL's small-M sgemm reads the weights once per row); larger inputs use ``F.linear``.
 """
 
 from __future__ import annotations
@@ -21,9 +25,26 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from radixlm.kernels import cpu_native
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.scaleout.distributed import TPGroup
 from torch import nn
+
+NATIVE_MAX_ROWS = 64  # up to this many rows the native GEMV beats MKL (measured: benchmarks/README.md, issue 18)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+           add: torch.Tensor | None = None) -> torch.Tensor:
+    """``x [..., K] @ weight[N, K].T (+ bias) (+ add)`` -> ``[..., N]``; ``add`` (the residual) has the output's shape.
+
+    The native GEMV for few rows (see the module doc), else ``F.linear`` then an in-place add
+    (``y + add`` rounds exactly as ``add + y``).
+    """
+    if x.dim() == 2 and x.shape[0] <= NATIVE_MAX_ROWS and cpu_native.usable(x, weight):
+        if (bias is None or cpu_native.usable(bias)) and (add is None or cpu_native.usable(add)):
+            return cpu_native.linear(x, weight, bias, add)
+    y = F.linear(x, weight, bias)
+    return y if add is None else y.add_(add)
 
 
 def empty_param(*shape: int, dtype: torch.dtype, device: torch.device | str) -> nn.Parameter:
@@ -105,7 +126,7 @@ class Linear(nn.Module):
         self.bias = empty_param(out_features, dtype=dtype, device=device) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
 
 ColumnParallelLinear = Linear
@@ -115,6 +136,8 @@ class RowParallelLinear(Linear):
     """Weight ``[out_features, in_features / tp]`` (this rank's columns); input sharded the same way.
 
     ``y = all_reduce(x_r @ W_r.T) + bias``: the bias is replicated and added after the sum.
+    ``forward(x, residual)`` adds the residual ``[num_tokens, out_features]`` last (fused into the
+    matmul when ``tp == 1``).
     """
 
     def __init__(self, in_features_local: int, out_features: int, bias: bool, tp: TPGroup,
@@ -122,11 +145,12 @@ class RowParallelLinear(Linear):
         super().__init__(in_features_local, out_features, bias, dtype, device)
         self.tp = tp
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         if self.tp.size == 1:
-            return F.linear(x, self.weight, self.bias)
-        y = self.tp.all_reduce(F.linear(x, self.weight))  # [num_tokens, out_features]
-        return y if self.bias is None else y + self.bias
+            return linear(x, self.weight, self.bias, residual)
+        y = self.tp.all_reduce(linear(x, self.weight))  # [num_tokens, out_features]
+        y = y if self.bias is None else y + self.bias
+        return y if residual is None else y.add_(residual)
 
 
 def vocab_parallel_embedding(ids: torch.Tensor, weight: torch.Tensor, shard: VocabShard,
@@ -143,7 +167,7 @@ def vocab_parallel_embedding(ids: torch.Tensor, weight: torch.Tensor, shard: Voc
 def parallel_lm_head(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int,
                      tp: TPGroup) -> torch.Tensor:
     """hidden ``[n, hidden]`` -> float32 logits ``[n, vocab_size]`` on every rank."""
-    logits = F.linear(hidden, weight)  # [n, shard.rows]
+    logits = linear(hidden, weight)  # [n, shard.rows]
     if tp.size > 1:
         logits = tp.all_gather(logits)[:, :vocab_size]  # [n, vocab_size]
     return logits.float()

@@ -90,7 +90,9 @@ class ScheduledBatch:
 
     ``sample_reqs[i]`` samples its next token from logit row ``sample_rows[i]``; prompt logprobs
     come from the rows in ``logprob_spans``. ``chunked_req`` is the request (if any) whose prompt
-    is still incomplete after this step.
+    is still incomplete after this step. ``decode_reqs``: in a mixed step (an extend batch that
+    also decodes, ``--enable-mixed-chunk``), the running requests carried as one-token rows after
+    the prefill rows; they stay running (empty otherwise, and in decode batches).
     """
 
     is_decode: bool
@@ -100,6 +102,7 @@ class ScheduledBatch:
     sample_rows: list[int] = field(default_factory=list)
     logprob_spans: list[LogprobSpan] = field(default_factory=list)
     chunked_req: Req | None = None
+    decode_reqs: list[Req] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -156,4 +159,24 @@ def build_extend_batch(reqs: list[Req], chunked: Req | None,
         row += req.kv.extend_len
     if not spec.logits_indices:  # a lone middle chunk: the forward still needs one logit row
         spec.logits_indices.append(row - 1)
+    return batch
+
+
+def build_decode_batch(reqs: list[Req], slots: list[int],
+                       table_writes: list[tuple[int, int, list[int]]]) -> ScheduledBatch:
+    """The decode batch of running ``reqs``: each computes its last token into its slot in
+    ``slots`` and samples from its row."""
+    rows = list(range(len(reqs)))
+    spec = BatchSpec(True, [r.kv.req_pool_idx for r in reqs], [r.output_ids[-1] for r in reqs],
+                     [r.kv.kv_len for r in reqs], [1] * len(reqs), slots, rows, table_writes)
+    return ScheduledBatch(True, reqs, spec, reqs, list(rows))
+
+
+def build_mixed_batch(prefill: list[Req], decode: list[Req], chunked: Req | None,
+                      table_writes: list[tuple[int, int, list[int]]]) -> ScheduledBatch:
+    """One extend batch of ``prefill`` (prompts or chunks) followed by ``decode``, running requests
+    whose last token (``extend_len == 1``, already assigned its slot) is a one-token extend row:
+    SGLang's mixed chunked prefill. The model sees an ordinary extend batch."""
+    batch = build_extend_batch(prefill + decode, chunked, table_writes)
+    batch.decode_reqs = list(decode)
     return batch

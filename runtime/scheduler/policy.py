@@ -11,11 +11,15 @@
 Whatever the policy, admission is fair between callers: the order is interleaved round-robin by
 ``req.caller`` (one ``generate`` call), keeping the policy's order inside each caller, so a lone
 request behind a 10,000-prompt batch waits for one free slot, not for the whole batch.
+
+``mixed_prefill_budget``: how many prompt tokens a mixed step (``--enable-mixed-chunk``) may
+prefill next to its decode rows.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 from radixlm.radix_cache.key_match import common_prefix_len
@@ -25,6 +29,8 @@ LPM_FALLBACK_QUEUE_LEN = 128
 # Requests sharing at least this many not-yet-cached tokens with one admitted in the same step
 # wait one step, so that they hit the cache instead of computing the shared part again.
 IN_BATCH_PREFIX_THRESHOLD = 32
+# A mixed step's prefill keeps at least this share of the budget, however many requests decode.
+MIXED_MIN_PREFILL_SHARE = 0.5
 
 
 def order_waiting(waiting: list[Req], policy: str, prefix_len: Callable[[Req], int]) -> list[Req]:
@@ -82,6 +88,19 @@ def _dfs(group: list[Req], depth: int, out: list[Req]) -> None:
             _dfs(sub, depth + 1, out)
         return
     out.extend(group)
+
+
+def mixed_prefill_budget(budget: int, num_decode: int) -> int:
+    """Prefill tokens of a mixed step that also decodes ``num_decode`` running requests.
+
+    The step's tokens stay within the prefill budget (``chunked_prefill_size``, capped by
+    ``max_prefill_tokens``), as in SGLang: the decode rows count first and the prefill gets the
+    rest, so a running request's step costs about one chunk whatever the prompt's length. The
+    prefill keeps at least ``MIXED_MIN_PREFILL_SHARE`` of the budget even when many requests
+    decode (SGLang would prefill nothing then, and starve new arrivals): a mixed step holds at
+    most ``max(budget, num_decode + budget / 2)`` tokens.
+    """
+    return max(budget - num_decode, math.ceil(budget * MIXED_MIN_PREFILL_SHARE))
 
 
 def shares_uncached_prefix(req: Req, cached_len: int, admitted: list[Req]) -> bool:

@@ -14,6 +14,17 @@ Each step is either a prefill (extend) batch or a decode batch:
 - **Otherwise decode** every running request by one token. If there are not enough slots, evict
   from the radix cache, then retract (preempt) the youngest requests back to the queue; they are
   recomputed later, mostly from the cache.
+- **Mixed steps** (``mixed_chunk``, ``--enable-mixed-chunk``; SGLang's mixed chunked prefill): a
+  prefill step also decodes every running request, each as a one-token extend row after the
+  prefill rows of the same forward, so running requests are not stalled while a long prompt is
+  chunked. The decode rows' slots are taken first; the prefill gets the budget minus one token
+  per running request, and at least half of it (``policy.mixed_prefill_budget``): the step stays
+  about one chunk long, so ``chunked_prefill_size`` bounds the running requests' inter-token
+  latency. Requests re-queued while decoding (a jump-forward splice, a retraction) are
+  re-admitted before the chunk, whole, within half the budget, so they do not wait for the long
+  prompt either. When the decode slots would need a retraction, or nothing can be admitted, the
+  step is scheduled as without mixing. Everything after the forward is the same per request: a
+  decode row samples, is checked and finishes exactly as in a decode step, and stays running.
 
 After every extend the computed prefix goes into the radix cache (``ReqCache.cache_unfinished``),
 so chunks and prompts are shared while they run; finished requests insert their whole sequence
@@ -25,12 +36,13 @@ from __future__ import annotations
 
 from radixlm.runtime.scheduler.batch import (
     BatchResult,
-    BatchSpec,
     ScheduledBatch,
+    build_decode_batch,
     build_extend_batch,
+    build_mixed_batch,
 )
 from radixlm.runtime.scheduler.decode_ahead import AheadBatch, commit_decode_ahead, plan_decode_ahead
-from radixlm.runtime.scheduler.policy import order_waiting, shares_uncached_prefix
+from radixlm.runtime.scheduler.policy import mixed_prefill_budget, order_waiting, shares_uncached_prefix
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.stop_checker import StopChecker
@@ -46,13 +58,14 @@ class Scheduler:
 
     def __init__(self, cache: ReqCache, stop_checker: StopChecker, *, schedule_policy: str = "lpm",
                  max_running_requests: int = 256, max_prefill_tokens: int = 16384,
-                 chunk_size: int | None = None) -> None:
+                 chunk_size: int | None = None, mixed_chunk: bool = False) -> None:
         self.cache = cache
         self.stop_checker = stop_checker
         self.policy = schedule_policy
         self.max_running = max_running_requests
         self.max_prefill_tokens = max_prefill_tokens
         self.chunk_size = chunk_size
+        self.mixed_chunk = mixed_chunk
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.chunked: Req | None = None
@@ -78,7 +91,11 @@ class Scheduler:
 
     def schedule(self) -> ScheduledBatch | None:
         """The next batch, or None when there is nothing to run."""
-        batch = self._schedule_prefill()
+        batch = None
+        if self.mixed_chunk and self.running and (self.waiting or self.chunked is not None):
+            batch = self._schedule_mixed()
+        if batch is None:
+            batch = self._schedule_prefill()
         if batch is None and self.running:
             batch = self._schedule_decode()
         return batch
@@ -89,38 +106,79 @@ class Scheduler:
             limit = min(limit, req.logprobs.start_len)
         return limit
 
+    def _prefill_budget(self) -> int:
+        """New tokens one step may prefill: ``max_prefill_tokens``, capped by the chunk size."""
+        return self.max_prefill_tokens if self.chunk_size is None else min(self.max_prefill_tokens,
+                                                                          self.chunk_size)
+
     def _schedule_prefill(self) -> ScheduledBatch | None:
         if not self.waiting and self.chunked is None:
             return None
-        budget = self.max_prefill_tokens if self.chunk_size is None else min(self.max_prefill_tokens,
-                                                                            self.chunk_size)
+        reqs, chunked = self._take_prefill(self._prefill_budget())
+        if not reqs:
+            return None
+        return build_extend_batch(reqs, chunked, self.cache.pop_table_writes())
+
+    def _schedule_mixed(self) -> ScheduledBatch | None:
+        """A prefill step that also decodes every running request by one token (mixed chunked
+        prefill); the decode rows' slots are taken first, the prefill gets what the budget leaves
+        (``mixed_prefill_budget``). None when the running requests need a retraction to get their
+        slots: then the step is scheduled as without mixing."""
+        running = list(self.running)  # the batch's own list: `running` changes when requests finish
+        if self.cache.available() < len(running):
+            return None
+        slots = self.cache.alloc(len(running))
+        if slots is None:
+            return None
+        for req, slot in zip(running, slots):
+            self.cache.assign(req, [slot])
+        reqs, chunked = self._take_prefill(mixed_prefill_budget(self._prefill_budget(), len(running)),
+                                           resume_first=True)
+        self._decay_new_token_ratio()
+        if not reqs:  # nothing could be admitted (memory, rows): a plain decode step
+            return build_decode_batch(running, slots, self.cache.pop_table_writes())
+        return build_mixed_batch(reqs, running, chunked, self.cache.pop_table_writes())
+
+    def _take_prefill(self, budget: int, resume_first: bool = False) -> tuple[list[Req], Req | None]:
+        """Allocate this step's prefill: the chunked request's next chunk, then waiting requests
+        in policy order, at most ``budget`` tokens; the requests and the one left unfinished.
+
+        ``resume_first`` (mixed steps): waiting requests that were decoding (re-queued by a
+        jump-forward splice or a retraction; their KV is mostly cached) go before the chunk,
+        whole, within half the budget, so that a long prompt does not stall them either.
+        """
         reqs: list[Req] = []
         chunked: Req | None = None
+        if resume_first and self.chunked is not None and len(self.running) < self.max_running:
+            resumed = [r for r in self.waiting if r.output_ids]
+            if resumed:
+                self._admit_waiting(reqs, budget // 2, resumed, whole=True)
+                budget -= sum(r.kv.extend_len for r in reqs)
         if self.chunked is not None:
             req = self.chunked
             take = min(req.fill_len - req.kv.kv_len, budget)
             slots = self.cache.alloc(take)
-            if slots is None:
-                return None
+            if slots is None:  # no chunk this step; it stays the unfinished one
+                return reqs, req
             self.cache.assign(req, slots)
             reqs.append(req)
             budget -= take
             chunked = req if req.kv.kv_len + take < req.fill_len else None
         if chunked is None and self.waiting and len(self.running) < self.max_running and budget > 0:
             chunked = self._admit_waiting(reqs, budget)
-        if not reqs:
-            return None
-        return build_extend_batch(reqs, chunked, self.cache.pop_table_writes())
+        return reqs, chunked
 
-    def _admit_waiting(self, reqs: list[Req], budget: int) -> Req | None:
-        """Admit waiting requests in policy order into ``reqs``; return the one cut into a chunk."""
+    def _admit_waiting(self, reqs: list[Req], budget: int, candidates: list[Req] | None = None,
+                       whole: bool = False) -> Req | None:
+        """Admit waiting requests (``candidates``, default all) in policy order into ``reqs``;
+        return the one cut into a chunk (``whole``: none is cut, those that do not fit wait)."""
         matches: dict[int, tuple[list[int], object]] = {}  # lpm's matches, reused while nothing is evicted
 
         def prefix_len(req: Req) -> int:
             matches[id(req)] = self.cache.match(req, self._match_limit(req))
             return len(matches[id(req)][0])
 
-        order = order_waiting(self.waiting, self.policy, prefix_len)
+        order = order_waiting(self.waiting if candidates is None else candidates, self.policy, prefix_len)
         evictions = self.cache.num_evictions
         reserve = self._reserve(self.running)
         admitted: list[Req] = []
@@ -137,6 +195,8 @@ class Scheduler:
             take = extend if self.chunk_size is None and not reqs else min(extend, budget)
             if self.chunk_size is None and take < extend:
                 break
+            if whole and take < extend:
+                continue
             if not self.cache.admit(req, prefix, node):
                 break
             reserve += min(req.remaining_new_tokens, RESERVE_CLIP) * self.new_token_ratio
@@ -163,12 +223,6 @@ class Scheduler:
     def _reserve(self, reqs: list[Req]) -> float:
         return sum(min(r.remaining_new_tokens, RESERVE_CLIP) for r in reqs) * self.new_token_ratio
 
-    @staticmethod
-    def _add_extend(req: Req, slots: list[int], reqs: list[Req]) -> None:
-        req.kv.extend_len = len(slots)
-        req.kv.slots.extend(slots)
-        reqs.append(req)
-
     def _schedule_decode(self) -> ScheduledBatch:
         self._retract_until_fits()
         slots = self.cache.alloc(len(self.running))
@@ -176,13 +230,15 @@ class Scheduler:
             raise RuntimeError(f"KV accounting error: {len(self.running)} decode slots unavailable "
                                f"after retraction (available {self.cache.available()})")
         reqs = list(self.running)  # the batch's own list: `running` changes when requests finish
-        rows = list(range(len(reqs)))
-        spec = BatchSpec(True, [r.kv.req_pool_idx for r in reqs], [r.output_ids[-1] for r in reqs],
-                         [r.kv.kv_len for r in reqs], [1] * len(reqs), slots, rows, self.cache.pop_table_writes())
+        batch = build_decode_batch(reqs, slots, self.cache.pop_table_writes())
         for req, slot in zip(reqs, slots):
             self.cache.assign(req, [slot])
+        self._decay_new_token_ratio()
+        return batch
+
+    def _decay_new_token_ratio(self) -> None:
+        """Once per step that decodes the running requests."""
         self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
-        return ScheduledBatch(True, reqs, spec, reqs, list(rows))
 
     def schedule_decode_ahead(self, inflight: ScheduledBatch) -> AheadBatch | None:
         """Step N+1 while ``inflight`` (step N) runs, for overlap scheduling (``decode_ahead.py``);
@@ -195,7 +251,7 @@ class Scheduler:
         """After step N was processed: take ``ahead`` into the accounts; its surviving batch."""
         batch = commit_decode_ahead(ahead, self.cache)
         if batch is not None:  # as _schedule_decode does for each decode step
-            self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+            self._decay_new_token_ratio()
         return batch
 
     def _retract_until_fits(self) -> None:
@@ -303,12 +359,13 @@ class Scheduler:
 
     def _settle(self, batch: ScheduledBatch) -> list[Req]:
         finished = []
+        decoded = {id(r) for r in batch.decode_reqs}  # a mixed step's decode rows stay running
         for req in batch.reqs:
             if req.finished:
                 self._remove(req)
                 self.cache.release(req, insert=True)
                 finished.append(req)
-            elif not batch.is_decode:
+            elif not batch.is_decode and id(req) not in decoded:
                 self.cache.cache_unfinished(req)
                 if req is not batch.chunked_req:
                     self.running.append(req)

@@ -117,8 +117,9 @@ def call_schema(tools: list[ToolSpec], name: str | None = None) -> dict[str, Any
         for t in chosen
     ]
     schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
-    # The family's layout: "name" before "arguments", and the arguments' keys in schema order.
-    return {**schema, OPTIONS_KEY: {"property_order": "schema"}}
+    # The family's layout: "name" before "arguments", the arguments' keys in schema order, and
+    # only the declared arguments (like OpenAI's strict function calling).
+    return {**schema, OPTIONS_KEY: {"property_order": "schema", "additional_properties": "declared"}}
 
 
 def error_pointer(exc: BaseException) -> str | None:

@@ -1,9 +1,11 @@
-"""Regex building blocks for call bodies: literal text, JSON arguments, and flat argument layouts.
+"""Building blocks for call bodies: literal text, JSON arguments, and flat argument layouts.
 
-The engine takes one constraint per request, so a call body in a family's wrapper is one regex:
-the wrapper's literal text (escaped for the grammar's Rust regex syntax) around the arguments.
-JSON arguments come from :func:`radixlm.constrained.schema_to_grammar` (as one regex, nested
-values inlined a few levels deep); the pythonic and
+The engine takes one constraint per request. A call body in a family's wrapper is written as a
+regex: the wrapper's literal text (escaped for the grammar's Rust regex syntax) around the
+arguments. Where the arguments are JSON (:func:`json_args`), :func:`per_tool` turns the body into
+a grammar: the wrapper's pieces as lexemes around the grammar
+:func:`radixlm.constrained.schema_to_grammar` makes of the tool's parameters (any depth, members in
+any order, only the declared ones); the pythonic and
 XML-parameter layouts are built here for flat objects of scalar properties, the cases they can
 express exactly. Anything else raises :class:`FormatUnsupported` naming the tool.
 """
@@ -14,6 +16,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.pattern.chars import escape_literal
 from radixlm.runtime.server.tool_calls import ToolSpec
 from radixlm.runtime.server.tool_formats.base import FormatUnsupported
@@ -39,22 +42,65 @@ def chosen(tools: list[ToolSpec], name: str | None) -> list[tuple[int, ToolSpec]
     return [(i, t) for i, t in enumerate(tools) if name is None or t.name == name]
 
 
+_ARGS = "\x00args\x00"  # where json_args puts a tool's arguments in a body (never in a regex)
+
+
 def json_args(index: int, tool: ToolSpec) -> str:
-    """The regex of ``tool``'s arguments as compact JSON."""
+    """Where ``tool``'s arguments go in a call body, as compact JSON of its parameters' schema
+    (:func:`per_tool` puts the schema's grammar there). Raises ``FormatUnsupported`` now when the
+    schema cannot be compiled."""
+    args_grammar(index, tool)
+    return _ARGS
+
+
+def args_grammar(index: int, tool: ToolSpec) -> ir.Grammar:
+    """The grammar of ``tool``'s arguments: only the declared ones, members in any order, values
+    of any depth (``FormatUnsupported`` naming the tool when the schema cannot be compiled)."""
     from radixlm.constrained import schema_to_grammar
 
     try:
-        rx = schema_to_grammar(tool.parameters, any_order=False).grammar.to_regex()
+        return schema_to_grammar(tool.parameters, unspecified_extras=False).grammar
     except ValueError as e:
         raise FormatUnsupported(index, str(e)) from None
-    if rx is None:
-        raise FormatUnsupported(index, "the schema has no instance within the nesting that a call regex can hold")
-    return rx
 
 
 def per_tool(tools: list[ToolSpec], name: str | None, body: Callable[[int, ToolSpec], str]) -> dict[str, Any]:
-    """A ``regex`` constraint: ``body(i, tool)`` for each tool the call may use, as alternatives."""
-    return {"regex": alternatives([body(i, t) for i, t in chosen(tools, name)])}
+    """The constraint of one call: ``body(i, tool)`` for each tool the call may use, as
+    alternatives. A body is a regex; one with :func:`json_args` in it becomes a grammar (an
+    ``ebnf`` constraint in Lark) in which the wrapper's regex pieces surround the arguments'
+    grammar, so nested values keep any depth and members any order."""
+    bodies = [(i, t, body(i, t)) for i, t in chosen(tools, name)]
+    if not any(_ARGS in b for _, _, b in bodies):
+        return {"regex": alternatives([b for _, _, b in bodies])}
+    rules: dict[str, ir.Node] = {}
+    calls = []
+    for i, tool, text in bodies:
+        parts: list[ir.Node | None] = []
+        for k, piece in enumerate(text.split(_ARGS)):
+            if k:
+                parts.append(_merge_rules(args_grammar(i, tool), f"t{i}_", rules))
+            parts.append(ir.Lex(piece) if piece else None)
+        calls.append(ir.seq(*[p for p in parts if p is not None]))
+    return {"ebnf": ir.Grammar(ir.alt(calls), rules).to_lark()}
+
+
+def _merge_rules(grammar: ir.Grammar, prefix: str, rules: dict[str, ir.Node]) -> ir.Node:
+    """Add ``grammar``'s rules to ``rules`` under ``prefix`` and return its start node (its
+    references renamed the same way)."""
+    for name, node in grammar.rules.items():
+        rules[prefix + name] = _renamed(node, prefix)
+    return _renamed(grammar.start, prefix)
+
+
+def _renamed(node: ir.Node, prefix: str) -> ir.Node:
+    """``node`` with every rule reference prefixed."""
+    if isinstance(node, ir.Ref):
+        return ir.Ref(prefix + node.name)
+    if isinstance(node, (ir.Seq, ir.Alt)):
+        return type(node)(tuple(_renamed(x, prefix) for x in node.items))
+    if isinstance(node, ir.Rep):
+        return ir.Rep(_renamed(node.item, prefix), node.lo, node.hi)
+    return node  # literals and lexemes
 
 
 def flat_properties(index: int, tool: ToolSpec, layout: str) -> list[tuple[str, dict, bool]]:

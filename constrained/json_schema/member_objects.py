@@ -1,0 +1,95 @@
+"""Objects whose members the matcher checks at runtime: a linear grammar (``{``, any members
+comma-separated, ``}``) plus a ``MemberSpec`` that the runtime check
+(``constrained/member_check.py``) enforces: no key twice, every required member (and every
+``dependentRequired`` need of a present trigger) and ``minProperties`` members before ``}``,
+at most ``maxProperties`` members.
+
+The object is a rule of its own, registered in ``Context.member_objects`` with a builder of its
+grammar-level construction (``object_order``), which ``unique_paths.resolve_unique`` falls back
+to where the runtime check cannot tell which object stands at a path.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.json_schema.context import Context
+
+
+@dataclass(frozen=True, eq=False)
+class MemberSpec:
+    """What the runtime check enforces in one object (picklable). ``keys``: the named members'
+    raw keys (quotes included, as the grammar spells them) -> their names; ``needs``: trigger
+    name -> the names it requires; ``extras``: extra members (keys never a named one, made of
+    plain characters: an open extra key can always go on into a fresh one) may occur."""
+
+    keys: dict[bytes, str]
+    required: frozenset[str]
+    needs: dict[str, frozenset[str]]
+    min_p: int
+    max_p: int | None
+    extras: bool
+
+    @functools.cached_property
+    def same_as(self) -> tuple:
+        """Equal for specs that check the same (one path may hold either)."""
+        return (frozenset(self.keys.items()), self.required, frozenset(self.needs.items()), self.min_p,
+                self.max_p, self.extras)
+
+    @functools.cached_property
+    def names(self) -> frozenset[str]:
+        """The named members' names."""
+        return frozenset(self.keys.values())
+
+
+@dataclass(frozen=True)
+class MemberObject:
+    """A registered runtime-checked object: its spec, the schema pointer, and ``fallback()``,
+    which builds (in the compile's ``Context``) the grammar-level construction."""
+
+    spec: MemberSpec
+    pointer: str
+    fallback: Callable[[], ir.Node | None]
+    required: tuple[ir.Node, ...] = ()  # the required members' nodes (finite_objects)
+
+
+def checked_object(ctx: Context, members: dict[str, tuple[ir.Node, bool]], extras: ir.Node | None,
+                   needs: dict[str, set], bounds: tuple[int, int | None], pointer: str,
+                   fallback: Callable[[], ir.Node | None]) -> ir.Node | None:
+    """The linear grammar of a runtime-checked object (a ``Ref`` to its registered rule), or
+    None when no instance exists. ``members``: name -> (``"key":value`` node, required)."""
+    min_p, max_p = bounds
+    required = frozenset(n for n, (_, r) in members.items() if r)
+    if max_p is not None and len(required) > max_p or extras is None and len(members) < min_p:
+        return None
+    alts = [m for m, _ in members.values()] + ([extras] if extras is not None else [])
+    member = ctx.named(ir.alt(alts))
+    body = ir.join(member, ctx.sep(","), 0, None) if max_p != 0 else ir.EMPTY
+    if max_p == 0 and required:
+        return None
+    node = ir.seq(ir.Lit("{"), ctx.ws, body, ctx.ws, ir.Lit("}"))
+    spec = MemberSpec({json.dumps(n, ensure_ascii=False).encode(): n for n in members}, required,
+                      {t: frozenset(ns) for t, ns in needs.items()}, min_p, max_p, extras is not None)
+    name = f"memb{len(ctx.member_objects)}"
+    ctx.rules[name] = node
+    ctx.member_objects[name] = MemberObject(spec, pointer, fallback, tuple(m for m, r in members.values() if r))
+    return ir.Ref(name)
+
+
+def finite_objects(ctx: Context, start: ir.Node) -> dict[str, ir.Node]:
+    """``ctx.rules`` with the checked objects that have no finite instance made unproductive
+    (their linear grammar has ``{}``, but the check needs their required members: a required
+    self-reference never ends), so that pruning removes them as it would the construction."""
+    shadow = dict(ctx.rules)
+    for name, obj in ctx.member_objects.items():
+        shadow[name] = ir.seq(ir.Lit("{"), *obj.required, ir.Lit("}"))
+    good = ir.Grammar(start, shadow).productive()
+    rules = dict(ctx.rules)
+    for name in ctx.member_objects:
+        if name not in good:
+            rules[name] = ir.Ref(name)  # derives nothing: pruned with what needs it
+    return rules

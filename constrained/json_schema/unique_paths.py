@@ -1,0 +1,242 @@
+"""Where the runtime-checked ``uniqueItems`` arrays are: a pass over the finished grammar that
+builds ``UniquePaths``, a small automaton over JSON paths that the matcher's runtime check
+(``constrained/unique_items.py``) follows as the text arrives.
+
+``arrays.py`` emits each free-item ``uniqueItems`` array as a rule of its own (registered in
+``Context.unique_arrays``). The grammar, not the schema walk, says where those rules occur: a rule
+may be shared by many instance positions (``$ref``s, any-order members, recursion). The pass
+interprets the grammar abstractly, as a JSON reader would (every ``Lit`` is one JSON token:
+brackets, commas, colons, keys, literal values; ``Lex`` nodes are scalars or keys), and records
+which container *sites* (an opening bracket's place in the grammar) can hold which other sites,
+under which key (``unique_reader``).
+
+The automaton's states are sets of sites that can stand at one path: member keys are matched on
+their raw bytes (a literal key, else the keys a lexeme generates), array items share one state.
+A path where a unique array and any other array can both stand is ambiguous: those unique rules
+fall back to the grammar-only restriction (``Restriction``), read as unchecked arrays. Any
+surprise (structure the reader does not expect) falls back for every rule. Sound either way:
+every position a unique rule can reach is a unique state of the automaton.
+
+Runtime-checked objects (``member_objects``: registered in ``Context.member_objects``) are
+located the same way: a state names the ``MemberSpec`` of the object opening there; a path
+where objects of different specs (or an unchecked one) can stand falls back to their
+grammar-level construction.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema.unique_reader import OTHER, ROOT, GrammarReader, Surprise
+
+_RECURSION = 20_000  # the reader recurses along nested rules (Python 3.11 calls use no C stack)
+MAX_STATES = 4096  # automaton states; past it the runtime check is not used (restriction)
+_WS_SAFE = re.compile(r"(?:\\[tnrfv]|[ \t\n\r\[\]*+?()|]|\{[0-9]*,?[0-9]*\})*")
+
+
+@dataclass(frozen=True)
+class UniquePaths:
+    """An automaton over JSON paths (picklable: it crosses the compile-worker boundary).
+
+    A state is a value position. ``unique[s]``: an array opening there is a ``uniqueItems``
+    array of scalars; ``zero[s]``: its items are integers only (an item ``0`` cannot be
+    extended into another value). ``items[s]``: the state of an array's items; ``keys[s]``: a
+    member's raw key bytes (quotes included) -> state, else ``other[s]``. -1: no unique array
+    can occur below.
+    """
+
+    start: int
+    unique: tuple[bool, ...]
+    zero: tuple[bool, ...]
+    items: tuple[int, ...]
+    keys: tuple[dict[bytes, int], ...]
+    other: tuple[int, ...]
+    members: tuple[int, ...] = ()  # per state: an object opening there is checked by specs[i] (-1: not)
+    specs: tuple = ()  # member_objects.MemberSpec of the runtime-checked objects
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """A runtime-checked unique array's fallback: ``node`` (at most one item), or None when the
+    array needs more (``minItems`` > 1: unsupported, lenient mode keeps the plain array)."""
+
+    pointer: str
+    node: ir.Node | None
+    zero: bool
+
+
+def plain_whitespace(pattern: str | None) -> bool:
+    """Whether the whitespace pattern can only match ASCII whitespace (the runtime check's
+    reader skips exactly that), e.g. ``[\\n\\t ]*`` (not ``\\s*``: Unicode spaces)."""
+    return pattern is None or bool(_WS_SAFE.fullmatch(pattern))
+
+
+def resolve_unique(ctx: Any, grammar: ir.Grammar) -> tuple[ir.Grammar, UniquePaths | None]:
+    """``grammar`` with the registered unique rules (and checked objects) that cannot be checked
+    at runtime replaced by their restriction (construction), and the automaton of the others
+    (None: none is left). The grammar is read once: a fallen rule is then read as an unchecked
+    container of the same members (its fallback's paths are among them: sound)."""
+    registry: dict[str, Any] = {**ctx.unique_arrays, **getattr(ctx, "member_objects", {})}
+    done: set[str] = set()  # fallen rules, restricted in the grammar
+    while True:
+        live = [n for n in registry if n in grammar.rules and n not in done]
+        paths, bad = _resolve_once(ctx, grammar, live, registry)
+        if bad:
+            grammar = _restrict(ctx, grammar, bad)
+            done |= bad
+        # a restriction may hold registered rules the linear grammar did not reach (a unique
+        # array's fallback items): then read again
+        if not bad or all(n in done or n in live for n in registry if n in grammar.rules):
+            return grammar, paths
+
+
+def _resolve_once(ctx: Any, grammar: ir.Grammar, live: list[str], registry: dict) -> tuple[UniquePaths | None, set]:
+    """The automaton of the ``live`` rules that the runtime check can follow, and the others."""
+    if not live:
+        return None, set()
+    bad: set[str] = set()
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _RECURSION))
+    try:
+        reader, sites = _analyse(grammar, live, registry, ctx.ws)
+        while True:
+            paths, ambiguous = _automaton(reader, {s: n for s, n in sites.items() if n not in bad}, registry)
+            if not ambiguous:
+                return paths, bad
+            bad |= ambiguous
+    except (Surprise, RecursionError):  # RecursionError: rules nested past even that
+        return None, set(live)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _restrict(ctx: Any, grammar: ir.Grammar, names: set[str]) -> ir.Grammar:
+    rules = dict(grammar.rules)
+    objects = sorted(n for n in names if n not in ctx.unique_arrays)
+    if objects:  # their grammar-level constructions add rules of their own
+        before = set(ctx.rules)
+        for name in objects:
+            node = ctx.member_objects[name].fallback()
+            rules[name] = ctx.rules[name] = node if node is not None else ir.Ref(name)  # none: pruned
+        rules.update({n: r for n, r in ctx.rules.items() if n not in before})
+    for name in names - set(objects):
+        fallback = ctx.unique_arrays[name]
+        if fallback.node is None:
+            ctx.unsupported(fallback.pointer, "uniqueItems", "with minItems > 1 is not supported here "
+                            "(the items are not scalars, or the array's position is ambiguous)")
+        else:
+            rules[name] = fallback.node
+    out = ir.Grammar(grammar.start, rules).pruned() if objects else ir.Grammar(grammar.start, rules)
+    if out is None:
+        raise ConstraintError("the schema has no instance once its objects keep their members' order "
+                              "(their position is ambiguous for the runtime check)",
+                              ctx.member_objects[objects[0]].pointer, "properties")
+    return out
+
+
+def _analyse(grammar: ir.Grammar, live: list[str], registry: dict, ws: ir.Node) -> tuple[GrammarReader, dict]:
+    """The reader over ``grammar`` and the sites of the registered rules."""
+    sites = {}
+    for name in live:
+        body = grammar.rules[name]
+        bracket = "[" if isinstance(registry[name], Restriction) else "{"
+        if not (isinstance(body, ir.Seq) and body.items and body.items[0] == ir.Lit(bracket)):
+            raise Surprise(name)
+        sites[(id(body), 0)] = name
+    reader = GrammarReader(grammar, ws)
+    reader.run(grammar.start)
+    return reader, sites
+
+
+def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[UniquePaths | None, set]:
+    """The automaton over the reader's sites, and the unique rules that are ambiguous."""
+    edges, kind, named = reader.edges, reader.kind, reader.named
+    index: dict[frozenset, int] = {}
+    order: list[frozenset] = []
+    rows: list = []
+    bad: set[str] = set()
+    specs: dict[str, int] = {}  # checked object rule -> its index in UniquePaths.specs
+
+    def state_of(group: set) -> int:
+        group = frozenset(group)
+        if not group:
+            return -1
+        if group not in index:
+            if len(order) >= MAX_STATES:
+                raise Surprise("too many path states")
+            index[group] = len(order)
+            order.append(group)
+        return index[group]
+
+    state_of(edges[ROOT]["*"])
+    i = 0
+    while i < len(order):
+        group = order[i]
+        arrays = [s for s in group if kind[s] == "a"]
+        objects = [s for s in group if kind[s] == "o"]
+        unique = [s for s in arrays if s in sites]
+        if unique and len(unique) < len(arrays):
+            bad |= {sites[s] for s in unique}
+        checked = [s for s in objects if s in sites]
+        kinds = {registry[sites[s]].spec.same_as for s in checked}
+        if checked and (len(checked) < len(objects) or len(kinds) > 1):  # which check applies here?
+            bad |= {sites[s] for s in checked}
+        member = specs.setdefault(sites[checked[0]], len(specs)) if checked else -1
+        bad |= {sites[s] for s in unique if edges[s].get("*")}  # items must be scalars
+        items = state_of(set().union(*(edges[s].get("*", ()) for s in arrays)))
+        other = state_of(set().union(*(edges[s].get(OTHER, ()) for s in objects)))
+        keys = {}
+        for key in set().union(*(named[s] for s in objects)):
+            target = state_of(set().union(*(edges[s].get(key, ()) if key in named[s] else edges[s].get(OTHER, ())
+                                            for s in objects)))
+            if target != other:
+                keys[key] = target
+        zero = any(registry[sites[s]].zero for s in unique)
+        rows.append((bool(unique), zero, items, keys, other, member))
+        i += 1
+    if bad:
+        return None, _fallen(order, kind, sites, bad)
+    return _pruned(rows, tuple(registry[n].spec for n in specs)), set()
+
+
+def _fallen(order: list, kind: dict, sites: dict, bad: set) -> set:
+    """``bad`` with the checked objects that become ambiguous once the ``bad`` ones keep their
+    grammar-level construction (an unchecked object then stands at their path): found here,
+    so that one more analysis settles it."""
+    changed = True
+    while changed:
+        changed = False
+        for group in order:
+            objects = [s for s in group if kind[s] == "o"]
+            checked = [s for s in objects if s in sites and sites[s] not in bad]
+            if checked and len(checked) < len(objects):
+                bad |= {sites[s] for s in checked}
+                changed = True
+    return bad
+
+
+def _pruned(rows: list, specs: tuple) -> UniquePaths | None:
+    """The automaton without the states below which no unique array or checked object can occur
+    (they become -1)."""
+    live = [r[0] or r[5] >= 0 for r in rows]
+    changed = True
+    while changed:
+        changed = False
+        for s, (_, _, items, keys, other, _) in enumerate(rows):
+            if not live[s] and any(t >= 0 and live[t] for t in (items, other, *keys.values())):
+                live[s] = changed = True
+    if not live[0]:
+        return None
+    new = {s: n for n, s in enumerate(s for s in range(len(rows)) if live[s])}
+    ren = lambda t: new.get(t, -1)  # noqa: E731
+    kept = [rows[s] for s in range(len(rows)) if live[s]]
+    return UniquePaths(
+        start=0, unique=tuple(r[0] for r in kept), zero=tuple(r[1] for r in kept),
+        items=tuple(ren(r[2]) for r in kept),
+        keys=tuple({k: ren(t) for k, t in r[3].items() if ren(t) != ren(r[4])} for r in kept),
+        other=tuple(ren(r[4]) for r in kept), members=tuple(r[5] for r in kept), specs=specs)

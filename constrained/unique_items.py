@@ -1,0 +1,335 @@
+"""The runtime half of ``uniqueItems`` over free scalars: a byte-level JSON reader layered on the
+matcher core, which no regular or context-free grammar can replace.
+
+``UniqueTracker`` (one per compiled grammar, shared) reads the accepted bytes token by token and
+follows the front end's path automaton (``json_schema/unique_paths.UniquePaths``) to know when an
+array that must be unique is open; there it collects the completed items (decoded: ``"\\u0061"``
+equals ``"a"``; numbers compared as numbers, ``1 == 1.0``; ``true`` is not ``1``, as
+``jsonschema`` says). ``feed(state, token_bytes)`` returns the next state, or None when the token
+completes a duplicate item, or leaves an item open whose every completion is one (a literal
+already written, or an integer ``0``). States are immutable tuples, so the matcher keeps one per
+accepted token (``rollback`` pops them, ``copy`` shares them); ``unique_mask`` removes the same
+tokens from the mask.
+
+Outside strings the reader treats only ASCII whitespace as whitespace
+(``unique_paths.plain_whitespace`` admits only whitespace patterns within it); any other
+unexpected byte rejects the token (the grammar never allows one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from radixlm.constrained.json_schema.unique_paths import UniquePaths
+from radixlm.constrained.member_check import admit, can_add, can_close, key_name, prefix_alive
+
+# The reader's modes: outside unique arrays (G_*) and inside one, where the items are scalars (U_*).
+G_VAL, G_AFTER, G_KEY, G_INKEY, G_COLON, G_STR, G_NUM, G_LIT, G_DONE = range(9)
+U_VAL, U_AFTER, U_STR, U_NUM, U_LIT = range(10, 15)
+LEAVE, ERROR = "leave", "error"  # events of the in-array reader besides a completed item
+NUM_CHARS = frozenset(b"0123456789+-.eE")
+WS = frozenset(b" \t\n\r\x0b\x0c")
+LITERALS = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
+_STR_PLAIN = re.compile(rb'[^"\\\x80-\xff]+')  # string bytes that need no escape/UTF-8 tracking
+_STR_SKIP = re.compile(rb'[^"\\]+')
+_FLOATY = re.compile(rb"[.eE]")
+_EXPONENT = re.compile(rb"[eE]")
+ZERO_KEY = ("n", 0)
+
+
+def item_key(kind: str, raw: bytes) -> tuple:
+    """The value of a completed item, comparable as JSON Schema compares (tagged by kind):
+    strings decoded, numbers as Python numbers (``json.loads``' types: int unless there is a
+    fraction or an exponent), literals as their text."""
+    try:
+        if kind == "s":
+            return "s", json.loads((b'"%s"' % raw).decode("utf-8"))
+        if kind == "n":
+            return "n", float(raw) if _FLOATY.search(raw) else int(raw)
+    except ValueError:
+        return "r", kind, raw
+    return "l", raw
+
+
+def array_run(mode: int, buf: bytearray, esc: int, clean: int, data: bytes, i: int) -> tuple:
+    """Read ``data[i:]`` inside a unique array until an event: ``(mode, esc, clean, i, event)``
+    with ``event`` None (data ended), ``LEAVE`` (its ``]``; ``i`` past it), ``ERROR``, or
+    ``(kind, raw)`` for a completed item (``s``/``n``/``l``; the byte ending a number is not
+    consumed). ``buf`` (the open item's raw bytes: a string's without the quotes) grows in place;
+    ``esc``: 0, -1 after a backslash, n hex digits still due; ``clean``: the length of ``buf``
+    that decodes on its own (not inside an escape, a UTF-8 character or a surrogate pair)."""
+    n = len(data)
+    while i < n:
+        b = data[i]
+        if mode == U_STR:
+            if esc == 0:
+                m = _STR_PLAIN.match(data, i)
+                if m is not None:
+                    buf += m.group()
+                    i, clean = m.end(), len(buf)
+                    continue
+                if b == 0x22:
+                    return U_AFTER, 0, 0, i + 1, ("s", bytes(buf))
+            buf.append(b)
+            esc, clean = _string_byte(buf, b, esc, clean)
+            i += 1
+        elif mode == U_NUM:
+            if b not in NUM_CHARS:
+                return U_AFTER, 0, 0, i, ("n", bytes(buf))
+            buf.append(b)
+            i += 1
+        elif mode == U_LIT:
+            buf.append(b)
+            lit = LITERALS[buf[0]]
+            if not lit.startswith(buf):
+                return mode, esc, clean, i, ERROR
+            i += 1
+            if len(buf) == len(lit):
+                return U_AFTER, 0, 0, i, ("l", bytes(buf))
+        elif b in WS:
+            i += 1
+        elif mode == U_AFTER:
+            if b == 0x2C:
+                mode = U_VAL
+            elif b == 0x5D:
+                return mode, 0, 0, i + 1, LEAVE
+            else:
+                return mode, esc, clean, i, ERROR
+            i += 1
+        else:  # U_VAL
+            del buf[:]
+            if b == 0x22:
+                mode, esc, clean = U_STR, 0, 0
+            elif b in LITERALS:
+                mode = U_LIT
+                continue
+            elif b == 0x2D or 0x30 <= b <= 0x39:
+                mode = U_NUM
+                continue
+            elif b == 0x5D:
+                return mode, 0, 0, i + 1, LEAVE
+            else:
+                return mode, esc, clean, i, ERROR
+            i += 1
+    return mode, esc, clean, i, None
+
+
+def _string_byte(buf: bytearray, b: int, esc: int, clean: int) -> tuple[int, int]:
+    """``(esc, clean)`` after byte ``b`` (just appended to ``buf``) of an open string item: a
+    backslash, an escape's bytes, or a byte of a multi-byte UTF-8 character."""
+    if esc == 0:
+        if b == 0x5C:
+            return -1, clean
+        return 0, len(buf) if 0x80 <= b < 0xC0 and _utf8_complete(buf) else clean
+    if esc == -1:
+        return (4, clean) if b == 0x75 else (0, len(buf))
+    if esc == 1 and 0xD800 <= int(buf[-4:], 16) <= 0xDBFF:  # a high surrogate may pair on
+        return 0, clean
+    return esc - 1, len(buf) if esc == 1 else clean
+
+
+def _utf8_complete(buf: bytearray) -> bool:
+    """Whether ``buf`` (whose last byte is a UTF-8 continuation byte) ends on a whole character."""
+    for back in range(1, 5):
+        if back > len(buf):
+            return False
+        lead = buf[-back]
+        if lead < 0x80 or lead >= 0xC0:
+            need = 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+            return lead >= 0xC0 and need == back
+    return False
+
+
+def dead_open(mode: int, buf: bytes, seen: frozenset, zero: bool) -> bool:
+    """Whether the open item ``buf`` can only be completed into a value already in ``seen``: a
+    literal (fixed by its first letter), an integer ``0`` (``zero``: items are integers only),
+    a number whose mantissa is zero and whose exponent has begun (``0e5`` is 0), or whose
+    exponent already over- or underflows (``1e400`` is inf, and so is every longer one)."""
+    if mode == U_LIT:
+        return ("l", LITERALS[buf[0]]) in seen
+    if mode != U_NUM:
+        return False
+    if zero and buf == b"0":
+        return ZERO_KEY in seen
+    e = _EXPONENT.search(buf)
+    if e is None:
+        return False
+    try:
+        if float(buf[:e.start()]) == 0:
+            return ZERO_KEY in seen
+        value = float(buf)
+    except ValueError:  # no exponent digit yet: "1e", "1e-"
+        return False
+    return (value == 0 or math.isinf(value)) and ("n", value) in seen
+
+
+class UniqueTracker:
+    """Follows the accepted bytes through a grammar's ``UniquePaths`` (shared, stateless).
+
+    A state is ``(frames, mode, vpos, buf, esc, clean)``: the open containers (``("a", items
+    state)``, ``("o", state)``, ``("o", state, keys so far)`` for an object whose members are
+    checked (``member_check``), ``("u", seen values, zero)`` for a unique array), the reader's
+    mode, the path state of the next value, and the open key's or item's raw bytes.
+    """
+
+    def __init__(self, paths: UniquePaths) -> None:
+        self.paths = paths
+        self.initial = ((), G_VAL, paths.start, b"", 0, 0)
+
+    def in_unique(self, state: tuple) -> bool:
+        """Whether the innermost container is a unique array (where masks need the check)."""
+        return state[1] >= U_VAL
+
+    def feed(self, state: tuple, data: bytes) -> tuple | None:
+        """The state after ``data`` (one token's bytes), or None when they complete a duplicate
+        item (or end on an item that can only become one) or are not JSON the reader follows."""
+        frames, mode, vpos, buf0, esc, clean = state
+        buf, i, n = bytearray(buf0), 0, len(data)
+        while i < n:
+            if mode >= U_VAL:
+                _, seen, zero = frames[-1]
+                mode, esc, clean, i, event = array_run(mode, buf, esc, clean, data, i)
+                if event is None:
+                    break
+                if event is ERROR:
+                    return None
+                if event is LEAVE:
+                    frames = frames[:-1]
+                    mode = G_AFTER if frames else G_DONE
+                    continue
+                key = item_key(*event)
+                if key in seen:
+                    return None
+                frames = frames[:-1] + (("u", seen | {key}, zero),)
+                continue
+            out = self._general(frames, mode, vpos, buf, esc, data, i)
+            if out is None:
+                return None
+            frames, mode, vpos, esc, i = out
+            clean = 0
+        if mode in (U_LIT, U_NUM) and dead_open(mode, bytes(buf), frames[-1][1], frames[-1][2]):
+            return None
+        if mode == G_INKEY and len(frames[-1]) == 3:  # an open key that can only be refused
+            spec = self.paths.specs[self.paths.members[frames[-1][1]]]
+            if not prefix_alive(spec, frames[-1][2], bytes(buf)):
+                return None
+        return frames, mode, vpos, bytes(buf), esc, clean
+
+    def _general(self, frames: tuple, mode: int, vpos: int, buf: bytearray, esc: int,
+                 data: bytes, i: int) -> tuple | None:
+        """Read outside unique arrays until one opens or ``data`` ends: ``(frames, mode, vpos,
+        esc, i)``, or None on bytes the reader does not follow."""
+        n = len(data)
+        while i < n:
+            if mode == G_STR or mode == G_INKEY:
+                out = self._string(frames, mode, vpos, buf, esc, data, i)
+                if out is None:
+                    return None
+                frames, mode, vpos, esc, i = out
+                continue
+            b = data[i]
+            if mode == G_NUM or mode == G_LIT:
+                if b in (NUM_CHARS if mode == G_NUM else b"truefalsn"):
+                    i += 1
+                else:
+                    mode = G_AFTER if frames else G_DONE
+                continue
+            i += 1
+            if b in WS:
+                continue
+            out = self._structure(frames, mode, vpos, buf, b)
+            if out is None:
+                return None
+            frames, mode, vpos = out
+            if mode == U_VAL:
+                return frames, mode, vpos, 0, i
+        return frames, mode, vpos, esc, i
+
+    def _string(self, frames: tuple, mode: int, vpos: int, buf: bytearray, esc: int,
+                data: bytes, i: int) -> tuple:
+        """One run of a string value or key (``G_STR``/``G_INKEY``): ``(frames, mode, vpos, esc,
+        i)``, or None for a key its checked object does not admit. A key's bytes are kept when
+        its object's state is live (``vpos`` >= 0 while it is read)."""
+        keep = mode == G_INKEY and vpos >= 0
+        if esc:  # the escaped byte (an escape's hex digits are never quotes)
+            if keep:
+                buf.append(data[i])
+            return frames, mode, vpos, 0, i + 1
+        m = _STR_SKIP.match(data, i)
+        if m is not None:
+            if keep:
+                buf += m.group()
+            return frames, mode, vpos, esc, m.end()
+        if data[i] == 0x5C:
+            if keep:
+                buf.append(0x5C)
+            return frames, mode, vpos, -1, i + 1
+        if mode == G_STR:
+            return frames, (G_AFTER if frames else G_DONE), vpos, 0, i + 1
+        pos, p = frames[-1][1], self.paths  # the key is complete: its member's value position
+        raw = bytes(buf) + b'"'
+        if len(frames[-1]) == 3:  # a checked object: the key must be admitted
+            name = key_name(raw)
+            seen = None if name is None else admit(p.specs[p.members[pos]], frames[-1][2], name)
+            if seen is None:
+                return None
+            frames = frames[:-1] + (("o", pos, seen),)
+        vpos = p.keys[pos].get(raw, p.other[pos]) if pos >= 0 else -1
+        return frames, G_COLON, vpos, 0, i + 1
+
+    def _members_allow(self, top: tuple, mode: int, b: int) -> bool:
+        """Whether checked object ``top`` allows byte ``b`` (``}``, ``,``, a key's quote) now."""
+        spec = self.paths.specs[self.paths.members[top[1]]]
+        if b == 0x7D and mode in (G_AFTER, G_KEY):
+            return can_close(spec, top[2])
+        if (b == 0x2C and mode == G_AFTER) or (b == 0x22 and mode == G_KEY):
+            return can_add(spec, top[2])
+        return True
+
+    def in_checked(self, state: tuple) -> bool:
+        """Whether a runtime-checked object is open (where masks need the member check)."""
+        return any(len(f) == 3 for f in state[0])
+
+    def _structure(self, frames: tuple, mode: int, vpos: int, buf: bytearray, b: int) -> tuple | None:
+        """``(frames, mode, vpos)`` after a byte outside strings and scalars (mode ``U_VAL``: a
+        unique array opened), or None when JSON allows no such byte here."""
+        p = self.paths
+        if mode == G_VAL:
+            if b == 0x22:
+                return frames, G_STR, vpos
+            if b == 0x7B:
+                if vpos >= 0 and p.members and p.members[vpos] >= 0:
+                    return frames + (("o", vpos, frozenset()),), G_KEY, vpos
+                return frames + (("o", vpos),), G_KEY, vpos
+            if b == 0x5B:
+                if vpos >= 0 and p.unique[vpos]:
+                    del buf[:]
+                    return frames + (("u", frozenset(), p.zero[vpos]),), U_VAL, -1
+                vpos = p.items[vpos] if vpos >= 0 else -1
+                return frames + (("a", vpos),), G_VAL, vpos
+            if b == 0x2D or 0x30 <= b <= 0x39:
+                return frames, G_NUM, vpos
+            if b in LITERALS:
+                return frames, G_LIT, vpos
+            if b == 0x5D and frames and frames[-1][0] == "a":
+                return frames[:-1], (G_AFTER if len(frames) > 1 else G_DONE), vpos
+            return None
+        if not frames:
+            return None
+        top = frames[-1]
+        if len(top) == 3 and not self._members_allow(top, mode, b):
+            return None
+        if mode == G_AFTER and b == 0x2C:
+            return (frames, G_VAL, top[1]) if top[0] == "a" else (frames, G_KEY, vpos)
+        if mode in (G_AFTER, G_KEY) and b == (0x5D if top[0] == "a" else 0x7D):
+            return frames[:-1], (G_AFTER if len(frames) > 1 else G_DONE), vpos
+        if mode == G_KEY and b == 0x22:
+            del buf[:]
+            if top[1] >= 0:  # while the key is read, vpos is its object's state
+                buf.append(b)
+            return frames, G_INKEY, top[1]
+        if mode == G_COLON and b == 0x3A:
+            return frames, G_VAL, vpos
+        return None

@@ -1,0 +1,39 @@
+/* radixlm's native CPU decode kernels: float32, x86-64 AVX2 + FMA (see kernels/cpu_native.py).
+ *
+ * Built on first use into one shared library from every .c file here
+ * (cc -O3 -mavx2 -mfma -ffp-contract=off -pthread; threads: pool.h) and called through ctypes with raw pointers to
+ * contiguous tensors. Numerics: float32 throughout; dot products accumulate in 8 lanes (another
+ * summation order than MKL: results agree to float32 rounding); elementwise code has no FMA
+ * contraction, so RoPE matches torch's mul/mul/add exactly. */
+#pragma once
+#include <immintrin.h>
+#include <stdint.h>
+
+#define RL_ABI_VERSION 5
+
+static inline float rl_hsum(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+/* gemv.c: y[M, N] = x[M, K] @ w[N, K]^T (+ bias[N]) (+ add[M, N], which may alias y). */
+void rl_linear(const float *x, int M, const float *w, const float *bias, const float *add, float *y,
+               int64_t N, int64_t K, int nthreads);
+/* gemv.c: out[M, I] = silu(x @ w[:I]^T) * (x @ w[I:]^T) for the fused gate/up weight w [2I, K]. */
+void rl_gate_up_silu(const float *x, int M, const float *w, float *out, int64_t I, int64_t K, int nthreads);
+
+/* norm_rope.c: y = weight * rmsnorm(x) per row (x += add first, in place, when add is given); y may be x. */
+void rl_rmsnorm(float *x, const float *add, const float *weight, float *y, int64_t rows, int64_t dim, float eps);
+void rl_rmsnorm_threads(float *x, const float *add, const float *weight, float *y, int64_t rows, int64_t dim,
+                        float eps, int nthreads);
+/* norm_rope.c: RoPE on the q and k heads of the fused rows qkv [T, ld], then k, v to pool rows loc. */
+void rl_rope_store_kv(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
+                      const float *sin_, const int64_t *loc, float *k_pool, float *v_pool);
+
+/* attention.c: decode attention over the paged pools [slots, Hkv, D]; q [bs, H, D] at row stride ldq;
+ * the first `shared` slots of every request are the same (attended once for the whole batch). */
+void rl_decode_attention(const float *q, int64_t ldq, const float *k_pool, const float *v_pool,
+                         const int64_t *kv_indptr, const int64_t *kv_indices, int bs, int H, int Hkv, int D,
+                         int64_t shared, float scale, float *out, int nthreads);

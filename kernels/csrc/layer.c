@@ -1,0 +1,79 @@
+/* A whole decoder layer of a decode step in one call (the Llama family: pre-norm attention, then
+ * pre-norm SwiGLU MLP, residual adds fused into the o and down matmuls):
+ *
+ *   x = rmsnorm(h) * ln1;  qkv = x Wqkv^T (+ b);  [q, k = per-head rmsnorm (Qwen3)];  RoPE q, k;
+ *   store k, v at loc;  a = attention(q, pool);  h += a Wo^T (+ b);  x = rmsnorm(h) * ln2;
+ *   h += (silu(x Wg^T) * (x Wu^T)) Wd^T (+ b)
+ *
+ * h [T, hidden] is updated in place. The step's `times` (may be NULL) accumulates each phase's
+ * seconds, for the profile benchmark: RL_PHASES entries in the order of rl_phase. */
+#include "kernels.h"
+#include "pool.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+enum rl_phase { PH_NORM, PH_QKV, PH_ROPE_STORE, PH_ATTN, PH_O, PH_GATE_UP, PH_DOWN, RL_PHASES };
+
+typedef struct {  /* one layer's parameters: pointers into the model's tensors (biases, q/k norms may be NULL) */
+    const float *ln1, *ln2, *w_qkv, *b_qkv, *w_o, *b_o, *w_gate_up, *w_down, *b_down, *q_norm, *k_norm;
+    float eps, scale;  /* RMSNorm epsilon, attention softmax scale */
+    int hidden, H, Hkv, D, inter;
+} rl_layer;
+
+typedef struct {  /* one decode step's batch, the same for every layer */
+    const float *cos_, *sin_;                         /* [T, D] */
+    const int64_t *loc, *kv_indptr, *kv_indices;      /* [T], [T + 1], [total_kv] */
+    double *times;                                    /* RL_PHASES seconds accumulated, or NULL */
+    int64_t shared;                                   /* leading slots every request shares */
+    int T, nthreads;
+} rl_step;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void lap(double *times, enum rl_phase phase, double *t) {
+    if (!times) return;
+    double t1 = now();
+    times[phase] += t1 - *t;
+    *t = t1;
+}
+
+int rl_layer_phases(void) { return RL_PHASES; }
+
+void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, float *k_pool, float *v_pool) {
+    int T = S->T, nt = S->nthreads;
+    int64_t q = (int64_t)L->H * L->D, kv = (int64_t)L->Hkv * L->D, ld = q + 2 * kv;
+    float *x = malloc(sizeof(float) * (size_t)T * (L->hidden + ld + q + L->inter));
+    if (!x) abort();
+    float *qkv = x + (int64_t)T * L->hidden, *attn = qkv + T * ld, *act = attn + T * q;
+    double *times = S->times, t = times ? now() : 0.0;
+    rl_rmsnorm(h, NULL, L->ln1, x, T, L->hidden, L->eps);
+    lap(times, PH_NORM, &t);
+    rl_linear(x, T, L->w_qkv, L->b_qkv, NULL, qkv, ld, L->hidden, nt);
+    lap(times, PH_QKV, &t);
+    if (L->q_norm)
+        for (int i = 0; i < T; i++) {
+            rl_rmsnorm(qkv + i * ld, NULL, L->q_norm, qkv + i * ld, L->H, L->D, L->eps);
+            rl_rmsnorm(qkv + i * ld + q, NULL, L->k_norm, qkv + i * ld + q, L->Hkv, L->D, L->eps);
+        }
+    rl_rope_store_kv(qkv, ld, T, L->H, L->Hkv, L->D, S->cos_, S->sin_, S->loc, k_pool, v_pool);
+    lap(times, PH_ROPE_STORE, &t);
+    rl_decode_attention(qkv, ld, k_pool, v_pool, S->kv_indptr, S->kv_indices, T, L->H, L->Hkv, L->D, S->shared,
+                        L->scale, attn, nt);
+    lap(times, PH_ATTN, &t);
+    rl_linear(attn, T, L->w_o, L->b_o, h, h, L->hidden, q, nt);
+    lap(times, PH_O, &t);
+    rl_rmsnorm(h, NULL, L->ln2, x, T, L->hidden, L->eps);
+    lap(times, PH_NORM, &t);
+    rl_gate_up_silu(x, T, L->w_gate_up, act, L->inter, L->hidden, nt);
+    lap(times, PH_GATE_UP, &t);
+    rl_linear(act, T, L->w_down, L->b_down, h, h, L->hidden, L->inter, nt);
+    lap(times, PH_DOWN, &t);
+    free(x);
+}
+
+int rl_abi_version(void) { return RL_ABI_VERSION; }

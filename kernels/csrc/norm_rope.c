@@ -1,0 +1,75 @@
+/* RMSNorm (with the residual add fused in) and RoPE + KV store, the glue between a layer's matmuls. */
+#include "kernels.h"
+#include "pool.h"
+
+#include <math.h>
+#include <string.h>
+
+#define NORM_ROWS_PER_ITEM 16
+
+typedef struct {
+    float *x;
+    const float *add, *weight;
+    float *y;
+    int64_t rows, dim;
+    float eps;
+} norm_job;
+
+/* out = weight * (h * (1 / sqrt(mean(h^2) + eps))), h = x (+ add), as HF's LlamaRMSNorm in float32. */
+static void norm_rows(void *ctx, int64_t item) {
+    const norm_job *j = ctx;
+    int64_t end = (item + 1) * NORM_ROWS_PER_ITEM < j->rows ? (item + 1) * NORM_ROWS_PER_ITEM : j->rows;
+    for (int64_t i = item * NORM_ROWS_PER_ITEM; i < end; i++) {
+        float *h = j->x + i * j->dim, *o = j->y + i * j->dim;
+        if (j->add)
+            for (int64_t d = 0; d < j->dim; d++) h[d] += j->add[i * j->dim + d];
+        __m256 acc = _mm256_setzero_ps();
+        int64_t d = 0;
+        for (; d + 8 <= j->dim; d += 8) {
+            __m256 v = _mm256_loadu_ps(h + d);
+            acc = _mm256_fmadd_ps(v, v, acc);
+        }
+        float ss = rl_hsum(acc);
+        for (; d < j->dim; d++) ss += h[d] * h[d];
+        float inv = 1.0f / sqrtf(ss / (float)j->dim + j->eps);
+        for (d = 0; d < j->dim; d++) o[d] = j->weight[d] * (h[d] * inv);
+    }
+}
+
+void rl_rmsnorm_threads(float *x, const float *add, const float *weight, float *y, int64_t rows, int64_t dim,
+                        float eps, int nthreads) {
+    norm_job j = {x, add, weight, y, rows, dim, eps};
+    rl_parallel(norm_rows, &j, (rows + NORM_ROWS_PER_ITEM - 1) / NORM_ROWS_PER_ITEM, nthreads);
+}
+
+void rl_rmsnorm(float *x, const float *add, const float *weight, float *y, int64_t rows, int64_t dim, float eps) {
+    rl_rmsnorm_threads(x, add, weight, y, rows, dim, eps, 1);
+}
+
+/* Rotate-half RoPE in place on `heads` heads of D at row stride ld, cos/sin [T, D]:
+ * (a, b) -> (a cos - b sin, b cos + a sin), rounded as torch's x * cos + rotate_half(x) * sin. */
+static void rope_heads(float *x, int64_t ld, int64_t T, int heads, int D, const float *cos_, const float *sin_) {
+    int half = D / 2;
+    for (int64_t t = 0; t < T; t++)
+        for (int h = 0; h < heads; h++) {
+            float *v = x + t * ld + (int64_t)h * D;
+            const float *c = cos_ + t * D, *s = sin_ + t * D;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[half + i];
+                v[i] = a * c[i] + (-b) * s[i];
+                v[half + i] = b * c[half + i] + a * s[half + i];
+            }
+        }
+}
+
+void rl_rope_store_kv(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
+                      const float *sin_, const int64_t *loc, float *k_pool, float *v_pool) {
+    rope_heads(qkv, ld, T, H, D, cos_, sin_);
+    rope_heads(qkv + (int64_t)H * D, ld, T, Hkv, D, cos_, sin_);
+    size_t bytes = (size_t)Hkv * D * sizeof(float);
+    for (int64_t t = 0; t < T; t++) {
+        const float *k = qkv + t * ld + (int64_t)H * D;
+        memcpy(k_pool + loc[t] * Hkv * D, k, bytes);
+        memcpy(v_pool + loc[t] * Hkv * D, k + (int64_t)Hkv * D, bytes);
+    }
+}

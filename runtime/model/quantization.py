@@ -1,0 +1,199 @@
+"""Int8 weight-only quantization (``--quantization int8``), applied once the checkpoint is loaded.
+
+Every decoder linear (fused q/k/v, o_proj, fused gate/up, down_proj) and the LM head (tied or not)
+becomes an int8 weight ``q [out, in]`` with one float32 scale per output channel, symmetric:
+``scale[o] = max_i |W[o, i]| / 127`` and ``q = round(W / scale)`` in ``[-127, 127]``, so
+``|W - q * scale| <= scale / 2`` elementwise. The embedding lookup, norms and biases stay float.
+Under tensor parallelism a row-parallel shard (o_proj, down_proj: a slice of the input features)
+takes its rows' maximum over the *whole* row (a max all-reduce), so every rank quantizes exactly
+as the unsharded model would; the sum over ranks and the bias after it are unchanged.
+
+The matmul dequantizes inside: ``y = (x @ q.T) * scale (+ bias)`` (the scale factors out of the
+sum over the input features). ``int8_linear`` picks the implementation, the fastest of the exact
+ones per case (measured per shape, dtype and batch size: ``benchmarks/README.md``, suite ``quant``):
+
+* ``backend="triton"`` (CUDA, or the CPU under ``TRITON_INTERPRET=1``): ``kernels/int8_matmul.py``.
+* torch, ``torch.ops.aten._weight_int8pack_mm`` (float32 accumulation, the scale in the activations'
+  dtype) for bfloat16 activations of at most ``INT8PACK_MAX_ROWS`` rows (vectorized for AVX2 and
+  AVX-512), and for one float32 row (x86 runs float32 through a scalar loop: still a little faster
+  than converting the weights at batch 1, slower from 2 rows on); K a multiple of 16.
+* torch, otherwise: ``F.linear(x, q.float()) * scale`` in float32 (the weights converted per call).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from radixlm.runtime.model.parallel_layers import Linear, RowParallelLinear
+from radixlm.runtime.scaleout.distributed import TPGroup
+from radixlm.runtime.server_args import QUANTIZATIONS
+from torch import nn
+
+INT8_MAX = 127
+QUANTIZE_ROWS = 4096  # rows quantized at a time: bounds the float32 temporary of a large LM head
+# Most rows for which _weight_int8pack_mm beats converting the weights per call (2-core AVX2, the
+# `small` shapes: bfloat16 wins up to ~32 rows, ties at 48, loses at 64; float32 wins at 1 row only)
+INT8PACK_MAX_ROWS = {torch.bfloat16: 32, torch.float32: 1}
+
+
+def check_quantization(method: object) -> str | None:
+    """``method`` if it is None or one of ``server_args.QUANTIZATIONS``; ``ValueError`` naming ``quantization``."""
+    if method is not None and method not in QUANTIZATIONS:
+        raise ValueError(f"quantization must be {' or '.join(QUANTIZATIONS)} (weight-only) or None for the "
+                         f"float weights; got {method!r}")
+    return method
+
+
+def row_absmax(weight: torch.Tensor, tp: TPGroup | None = None) -> torch.Tensor:
+    """float32 ``[out]``: max |w| of each row; with ``tp`` (a row-parallel shard) over every rank's columns."""
+    amax = torch.cat([w.abs().amax(dim=1).float() for w in weight.split(QUANTIZE_ROWS)])
+    if tp is not None and tp.size > 1:
+        dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=tp.group)
+    return amax
+
+
+def quantize_int8(weight: torch.Tensor, absmax: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """float ``[out, in]`` -> (int8 ``[out, in]``, float32 scale ``[out]``), per output channel, symmetric.
+
+    ``absmax`` (default: each row's own) sets the scales; an all-zero row gets scale 1 and q = 0.
+    """
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D [out, in], got shape {tuple(weight.shape)}")
+    amax = row_absmax(weight) if absmax is None else absmax
+    scale = torch.where(amax > 0, amax / INT8_MAX, torch.ones_like(amax))  # [out]
+    q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    for rows, w in zip(range(0, weight.shape[0], QUANTIZE_ROWS), weight.split(QUANTIZE_ROWS)):
+        s = scale[rows:rows + w.shape[0], None]
+        q[rows:rows + w.shape[0]] = torch.round(w.float() / s).clamp_(-INT8_MAX, INT8_MAX).to(torch.int8)
+    return q, scale
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """int8 ``[out, in]``, scale ``[out]`` -> ``q * scale[:, None]`` in ``dtype``."""
+    return (q.float() * scale.float()[:, None]).to(dtype)
+
+
+def _int8pack_ok(x: torch.Tensor, q: torch.Tensor) -> bool:
+    """Whether ``_weight_int8pack_mm`` is the faster exact path for ``x`` (and takes it: its vector
+    kernels load 16 or 32 bytes at a time, aligned, with no K tail; ``_aligned`` aligns ``x``)."""
+    return (x.shape[0] <= INT8PACK_MAX_ROWS.get(x.dtype, 0) and x.shape[1] % 16 == 0 and q.is_contiguous()
+            and q.data_ptr() % 64 == 0)
+
+
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    """``x`` contiguous with every row on a 32-byte boundary (rows of K % 16 == 0 bfloat16 values are)."""
+    x = x.contiguous()
+    return x if x.data_ptr() % 64 == 0 else x.clone()  # a fresh CPU allocation is 64-byte aligned
+
+
+def int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                backend: str = "torch", scale_act: torch.Tensor | None = None) -> torch.Tensor:
+    """x ``[n, in]`` -> ``[n, out]`` in x's dtype: ``x @ (q * scale[:, None]).T (+ bias)``.
+
+    ``scale_act``: ``scale`` already in x's dtype (saves a cast per call on the torch paths).
+    """
+    if backend == "triton":
+        from radixlm.kernels.int8_matmul import int8_matmul
+
+        return int8_matmul(x, q, scale, bias)
+    if _int8pack_ok(x, q):
+        scale_act = scale.to(x.dtype) if scale_act is None or scale_act.dtype != x.dtype else scale_act
+        y = torch.ops.aten._weight_int8pack_mm(_aligned(x), q, scale_act)  # [n, out]
+    else:  # in float32: a half-precision F.linear would round the unscaled sums
+        y = (F.linear(x.float(), q.float()) * scale.float()).to(x.dtype)
+    return y if bias is None else y + bias
+
+
+class Int8Linear(nn.Module):
+    """``y = x @ (qweight * scale[:, None]).T (+ bias)``: int8 ``qweight [out, in]``, float32 ``scale [out]``.
+
+    The replicated / column-parallel linear; ``backend`` is ``"torch"`` or ``"triton"`` (see module doc).
+    """
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+                 dtype: torch.dtype, backend: str = "torch") -> None:
+        super().__init__()
+        self.backend = backend
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale.float())
+        self.register_buffer("scale_act", scale.to(dtype))  # the torch paths' scale, in the activations' dtype
+        self.register_buffer("bias", None if bias is None else bias.to(dtype))
+
+    @classmethod
+    def from_linear(cls, linear: Linear, backend: str = "torch") -> Int8Linear:
+        """Quantize a float ``Linear`` (its weight is not kept)."""
+        q, scale = quantize_int8(linear.weight.data)
+        bias = None if linear.bias is None else linear.bias.data
+        return cls(q, scale, bias, linear.weight.dtype, backend)
+
+    def matmul(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """``x @ W.T (+ bias)`` over any leading dims: ``[..., in] -> [..., out]``."""
+        y = int8_linear(x.reshape(-1, x.shape[-1]), self.qweight, self.scale, bias, self.backend, self.scale_act)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.matmul(x, self.bias)
+
+    def extra_repr(self) -> str:
+        out, inp = self.qweight.shape
+        return f"in_features={inp}, out_features={out}, bias={self.bias is not None}, backend={self.backend}"
+
+
+class Int8RowParallelLinear(Int8Linear):
+    """Int8 ``RowParallelLinear``: this rank's input columns; ``y = all_reduce(x_r @ W_r.T) + bias``."""
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None,
+                 dtype: torch.dtype, tp: TPGroup, backend: str = "torch") -> None:
+        super().__init__(qweight, scale, bias, dtype, backend)
+        self.tp = tp
+
+    @classmethod
+    def from_linear(cls, linear: RowParallelLinear, backend: str = "torch") -> Int8RowParallelLinear:
+        """Quantize a ``RowParallelLinear``; the scales come from the full rows (every rank must call this)."""
+        weight = linear.weight.data
+        q, scale = quantize_int8(weight, row_absmax(weight, linear.tp))
+        bias = None if linear.bias is None else linear.bias.data
+        return cls(q, scale, bias, weight.dtype, linear.tp, backend)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tp.size == 1:
+            return self.matmul(x, self.bias)
+        y = self.tp.all_reduce(self.matmul(x, None))  # [num_tokens, out_features]
+        return y if self.bias is None else y + self.bias
+
+
+class Int8LMHead(Int8Linear):
+    """The LM head over this rank's vocabulary rows: hidden ``[n, hidden]`` -> float32 logits ``[n, vocab]``."""
+
+    def __init__(self, weight: torch.Tensor, vocab_size: int, tp: TPGroup, backend: str = "torch") -> None:
+        q, scale = quantize_int8(weight)  # [shard rows, hidden]; zero padding rows stay zero
+        super().__init__(q, scale, None, weight.dtype, backend)
+        self.vocab_size, self.tp = vocab_size, tp
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.matmul(hidden, None)  # [n, shard rows]
+        if self.tp.size > 1:
+            logits = self.tp.all_gather(logits)[:, :self.vocab_size]  # [n, vocab_size]
+        return logits.float()
+
+
+def quantize_model(model: nn.Module, method: str | None, backend: str = "torch") -> None:
+    """Quantize a loaded ``LlamaForCausalLM`` in place (``method=None``: leave it float).
+
+    Replaces each layer's ``qkv_proj``, ``gate_up_proj`` (``Int8Linear``), ``o_proj``, ``down_proj``
+    (``Int8RowParallelLinear``) and sets ``model.quantized_lm_head`` (``Int8LMHead``, from
+    ``lm_head`` or, when tied, from the embedding, which stays float for the lookup); an untied
+    float ``lm_head`` is dropped. Every tensor-parallel rank must call it (row-parallel scales
+    are all-reduced).
+    """
+    if check_quantization(method) is None:
+        return
+    for layer in model.layers:
+        layer.qkv_proj = Int8Linear.from_linear(layer.qkv_proj, backend)
+        layer.gate_up_proj = Int8Linear.from_linear(layer.gate_up_proj, backend)
+        layer.o_proj = Int8RowParallelLinear.from_linear(layer.o_proj, backend)
+        layer.down_proj = Int8RowParallelLinear.from_linear(layer.down_proj, backend)
+    head = model.embed_tokens if model.lm_head is None else model.lm_head
+    model.quantized_lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
+    model.lm_head = None

@@ -1,0 +1,34 @@
+"""The profile benchmark mode (``benchmarks/run.py --suite profile``): one prefill and one decode step
+through the real engine, timed per part, on the tiny checkpoint in quick mode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+
+
+def test_profile_suite_times_every_part_of_a_step(tmp_path: Path, tiny_llama: str) -> None:
+    out = tmp_path / "results"
+    cmd = [sys.executable, str(RUN), "--suite", "profile", "--quick", "--size", "tiny", "--reps", "1",
+           "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "profile.json").read_text())
+    assert set(result["systems"]) == {"prefill-b1", "decode-b1"}
+    for name, row in result["systems"].items():
+        prof = row["profile"]
+        parts = prof["parts_s"]
+        for part in ("qkv matmul", "o matmul", "gate_up matmul + SiLU", "down matmul", "attention", "lm head",
+                     "norms", "other (in forward)", "sampler", "engine outside the runner"):
+            assert part in parts, (name, part)
+        assert all(v >= 0 for k, v in parts.items() if k != "other (in forward)")
+        # the parts add up to the whole step (the remainders are derived, never double counted)
+        assert sum(parts.values()) == pytest.approx(prof["step_s"], rel=0.05)
+        assert 0 < prof["flops"]["qkv matmul"] and 0 < prof["bytes"]["lm head"]
+    assert "| gate_up matmul + SiLU |" in (out / "profile.md").read_text()
