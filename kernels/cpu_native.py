@@ -65,7 +65,7 @@ _SIGNATURES = {
     "rl_linear": [_P, _I, _P, _P, _P, _P, _L, _L, _I],
     "rl_gate_up_silu": [_P, _I, _P, _P, _L, _L, _I],
     "rl_rmsnorm_threads": [_P, _P, _P, _P, _L, _L, _F, _I],
-    "rl_rope_store_kv": [_P, _L, _L, _I, _I, _I, _P, _P, _P, _P, _P],
+    "rl_rope_store_kv_threads": [_P, _L, _L, _I, _I, _I, _P, _P, _P, _P, _P, _I],
     "rl_decode_attention": [_P, _L, _P, _P, _P, _P, _I, _I, _I, _I, _L, _F, _P, _I],
     "rl_decode_layer": [ctypes.POINTER(LayerParams), ctypes.POINTER(StepArgs), _P, _P, _P],
 }
@@ -198,9 +198,10 @@ def rope_store_kv(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim
                   sin: torch.Tensor, loc: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> None:
     """On the fused rows ``qkv [T, (H + 2 Hkv) * D]``: rotate q and k in place (cos/sin ``[T, D]``), then
     store k and v at pool rows ``loc`` (int64 ``[T]``) of ``k_pool``/``v_pool`` ``[slots, Hkv, D]``."""
-    (_lib or library()).rl_rope_store_kv(qkv.data_ptr(), qkv.shape[1], qkv.shape[0], num_heads, num_kv_heads,
-                                         head_dim, cos.data_ptr(), sin.data_ptr(), loc.data_ptr(),
-                                         k_pool.data_ptr(), v_pool.data_ptr())
+    (_lib or library()).rl_rope_store_kv_threads(qkv.data_ptr(), qkv.shape[1], qkv.shape[0], num_heads,
+                                                 num_kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
+                                                 loc.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(),
+                                                 torch.get_num_threads())
 
 
 def decode_attention_ok(num_heads: int, num_kv_heads: int, head_dim: int) -> bool:

@@ -174,13 +174,19 @@ def _causal_mask(q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv
 
 def _extend_padded(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, qo_indptr: torch.Tensor,
                    kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float,
-                   q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int) -> torch.Tensor:
-    """Extend for a whole batch (or one request) padded to ``[bs, max_q]`` x ``[bs, max_kv]``."""
+                   q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int,
+                   no_prefix: bool = False) -> torch.Tensor:
+    """Extend for a whole batch (or one request) padded to ``[bs, max_q]`` x ``[bs, max_kv]``.
+
+    ``no_prefix`` (every request's context is its new tokens): the plain causal mask is exact (the
+    right padding only ever follows a query), and SDPA's causal mode skips the masked half.
+    """
     k, v, _ = _gather_kv(k_pool, v_pool, kv_indptr[:-1], kv_indices, kv_lens, max_kv)
     rows, q_valid = _padded_rows(qo_indptr[:-1], q_lens, max_q)
     qp = q[rows].float().transpose(1, 2)  # [bs, num_heads, max_q, head_dim]
-    mask = _causal_mask(q_lens, kv_lens, max_q, max_kv)
-    out = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, scale=sm_scale, enable_gqa=True)
+    mask = None if no_prefix else _causal_mask(q_lens, kv_lens, max_q, max_kv)
+    out = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, scale=sm_scale, enable_gqa=True,
+                                         is_causal=no_prefix)
     return out.transpose(1, 2)[q_valid]  # [sum(q_lens), num_heads, head_dim], in qo_indptr order
 
 
@@ -204,14 +210,14 @@ def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     qo = qo_indptr.tolist()
     if len(q_lens) * max_q * max_kv <= max_pad_ratio * useful:
         res = _extend_padded(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, sm_scale,
-                             q_lens_t, kv_lens_t, max_q, max_kv)
+                             q_lens_t, kv_lens_t, max_q, max_kv, no_prefix=q_lens == kv_lens)
         out[qo[0]:qo[-1]] = res.to(q.dtype)
         return out
     for i, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens)):
         if q_len == 0:
             continue
         res = _extend_padded(q, k_pool, v_pool, qo_indptr[i:i + 2], kv_indptr[i:i + 2], kv_indices, sm_scale,
-                             q_lens_t[i:i + 1], kv_lens_t[i:i + 1], q_len, kv_len)
+                             q_lens_t[i:i + 1], kv_lens_t[i:i + 1], q_len, kv_len, no_prefix=q_len == kv_len)
         out[qo[i]:qo[i + 1]] = res.to(q.dtype)
     return out
 

@@ -70,13 +70,14 @@ def test_rmsnorm_with_and_without_residual(rows, dim):
     assert torch.equal(h, x + add)  # the residual sum is written back in place
 
 
-@pytest.mark.parametrize("heads,kv_heads,head_dim", [(4, 2, 16), (8, 8, 64), (6, 1, 128)])
-def test_rope_store_kv_equals_torch_exactly(heads, kv_heads, head_dim):
-    tokens, slots = 5, 40
+@pytest.mark.parametrize("heads,kv_heads,head_dim,tokens", [(4, 2, 16, 5), (8, 8, 64, 37), (6, 1, 128, 5)])
+def test_rope_store_kv_equals_torch_exactly(heads, kv_heads, head_dim, tokens):
+    slots = 64  # 37 tokens: several work items of 16
     gen = torch.Generator().manual_seed(heads * head_dim)
     qkv = torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, generator=gen)
-    cos, sin = RotaryEmbedding(head_dim, 10000.0, None).cos_sin(torch.tensor([0, 3, 17, 100, 9000]), torch.float32)
-    loc = torch.tensor([7, 1, 30, 12, 39])
+    positions = torch.randint(0, 9000, (tokens,), generator=gen)
+    cos, sin = RotaryEmbedding(head_dim, 10000.0, None).cos_sin(positions, torch.float32)
+    loc = torch.randperm(slots, generator=gen)[:tokens]
     q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
     q_ref = apply_rotary(q.reshape(tokens, heads, head_dim), cos, sin)
     k_ref = apply_rotary(k.reshape(tokens, kv_heads, head_dim), cos, sin)

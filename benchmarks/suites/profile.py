@@ -90,8 +90,12 @@ class Probes:
 
     def __enter__(self) -> Probes:
         import radixlm.runtime.model.llama as llama
-        from radixlm.kernels import cpu_native
         from radixlm.runtime.model.forward_batch import ForwardBatch
+
+        try:  # absent in engines before the native kernels (a 'before' profile of an older checkout)
+            from radixlm.kernels import cpu_native
+        except ImportError:
+            cpu_native = None
 
         runner, model = self.engine.runner, self.engine.runner.model
         # label -> (weights of all layers, their bytes, N + K): each step's matmul cost from its token count
@@ -110,13 +114,17 @@ class Probes:
             self._wrap(head, "forward", "lm head", lambda hidden: _linear_cost(head.qweight, hidden))
         self._wrap(llama, "apply_rotary", "rotary")
         self._wrap(model.rotary, "cos_sin", "rotary")
-        self._wrap(cpu_native, "rope_store_kv", "rotary + kv store")
         self._wrap(model.norm, "forward", "norms")
-        self._wrap_native_layer(cpu_native)
+        if cpu_native is not None:
+            self._wrap(cpu_native, "rope_store_kv", "rotary + kv store")
+            self._wrap_native_layer(cpu_native)
         for layer in model.layers:
             for name in ("qkv_proj", "o_proj", "down_proj"):
                 self._wrap(getattr(layer, name), "forward", MATMULS[name])
-            self._wrap(layer, "_gate_up_silu", MATMULS["gate_up_proj"])
+            if hasattr(layer, "_gate_up_silu"):
+                self._wrap(layer, "_gate_up_silu", MATMULS["gate_up_proj"])
+            else:  # older engines: the gate/up matmul alone (its SiLU * up counts as "other")
+                self._wrap(layer.gate_up_proj, "forward", MATMULS["gate_up_proj"])
             for name in NORMS:
                 if getattr(layer, name, None) is not None:
                     self._wrap(getattr(layer, name), "forward", "norms")

@@ -31,6 +31,8 @@ void rl_rmsnorm_threads(float *x, const float *add, const float *weight, float *
 /* norm_rope.c: RoPE on the q and k heads of the fused rows qkv [T, ld], then k, v to pool rows loc. */
 void rl_rope_store_kv(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
                       const float *sin_, const int64_t *loc, float *k_pool, float *v_pool);
+void rl_rope_store_kv_threads(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
+                              const float *sin_, const int64_t *loc, float *k_pool, float *v_pool, int nthreads);
 
 /* attention.c: decode attention over the paged pools [slots, Hkv, D]; q [bs, H, D] at row stride ldq;
  * the first `shared` slots of every request are the same (attended once for the whole batch). */

@@ -62,14 +62,39 @@ static void rope_heads(float *x, int64_t ld, int64_t T, int heads, int D, const 
         }
 }
 
+typedef struct {
+    float *qkv;
+    int64_t ld, T;
+    int H, Hkv, D;
+    const float *cos_, *sin_;
+    const int64_t *loc;
+    float *k_pool, *v_pool;
+} rope_job;
+
+#define ROPE_TOKENS_PER_ITEM 16
+
+static void rope_store_tokens(void *ctx, int64_t item) {
+    const rope_job *j = ctx;
+    int64_t t0 = item * ROPE_TOKENS_PER_ITEM, n = j->T - t0 < ROPE_TOKENS_PER_ITEM ? j->T - t0 : ROPE_TOKENS_PER_ITEM;
+    float *rows = j->qkv + t0 * j->ld;
+    const float *c = j->cos_ + t0 * j->D, *s = j->sin_ + t0 * j->D;
+    rope_heads(rows, j->ld, n, j->H, j->D, c, s);
+    rope_heads(rows + (int64_t)j->H * j->D, j->ld, n, j->Hkv, j->D, c, s);
+    size_t bytes = (size_t)j->Hkv * j->D * sizeof(float);
+    for (int64_t t = 0; t < n; t++) {
+        const float *k = rows + t * j->ld + (int64_t)j->H * j->D;
+        memcpy(j->k_pool + j->loc[t0 + t] * j->Hkv * j->D, k, bytes);
+        memcpy(j->v_pool + j->loc[t0 + t] * j->Hkv * j->D, k + (int64_t)j->Hkv * j->D, bytes);
+    }
+}
+
+void rl_rope_store_kv_threads(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
+                              const float *sin_, const int64_t *loc, float *k_pool, float *v_pool, int nthreads) {
+    rope_job j = {qkv, ld, T, H, Hkv, D, cos_, sin_, loc, k_pool, v_pool};
+    rl_parallel(rope_store_tokens, &j, (T + ROPE_TOKENS_PER_ITEM - 1) / ROPE_TOKENS_PER_ITEM, nthreads);
+}
+
 void rl_rope_store_kv(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
                       const float *sin_, const int64_t *loc, float *k_pool, float *v_pool) {
-    rope_heads(qkv, ld, T, H, D, cos_, sin_);
-    rope_heads(qkv + (int64_t)H * D, ld, T, Hkv, D, cos_, sin_);
-    size_t bytes = (size_t)Hkv * D * sizeof(float);
-    for (int64_t t = 0; t < T; t++) {
-        const float *k = qkv + t * ld + (int64_t)H * D;
-        memcpy(k_pool + loc[t] * Hkv * D, k, bytes);
-        memcpy(v_pool + loc[t] * Hkv * D, k + (int64_t)Hkv * D, bytes);
-    }
+    rl_rope_store_kv_threads(qkv, ld, T, H, Hkv, D, cos_, sin_, loc, k_pool, v_pool, 1);
 }

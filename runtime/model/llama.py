@@ -16,8 +16,8 @@ Parameters are created uninitialised (``torch.empty``): the loader fills every o
 On the CPU in float32, a decode step of at most ``NATIVE_MAX_ROWS`` requests runs each layer as one
 call into ``kernels/cpu_native`` (``decode_layer``: norms, q/k/v GEMV, RoPE + KV store, paged
 attention, o GEMV + residual, gate/up GEMV + SiLU * up, down GEMV + residual); other steps use the
-torch ops (small ones still take the native GEMV, norm and RoPE + store). Both agree to float32
-rounding (``tests/test_cpu_native.py``).
+torch ops, with the native norms and RoPE + KV store (and the native GEMV up to ``NATIVE_MAX_ROWS``
+rows). Both agree to float32 rounding (``tests/test_cpu_native.py``).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ class LlamaDecoderLayer(nn.Module):
         """RoPE, store the new K/V, attend: qkv ``[num_tokens, q + 2 kv]`` -> ``[num_tokens, q_size]``."""
         num_tokens, heads, kv_heads, head_dim = qkv.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
         k_pool, v_pool = kv_pool.k_buffers[self.attn.layer_id], kv_pool.v_buffers[self.attn.layer_id]
-        if (self.q_norm is None and num_tokens <= NATIVE_MAX_ROWS and self.attn.native_ok
+        if (self.q_norm is None and self.attn.native_ok
                 and cpu_native.usable(qkv, cos, sin, k_pool, v_pool) and cpu_native.usable_indices(batch.out_cache_loc)):
             cpu_native.rope_store_kv(qkv, heads, kv_heads, head_dim, cos, sin, batch.out_cache_loc, k_pool, v_pool)
             q = qkv[:, :self.q_size].view(num_tokens, heads, head_dim)  # rows strided by the fused width
