@@ -8,7 +8,9 @@ grammar), rejected with or without a JSON pointer, timeouts; every shipped insta
 serialisation walked token by token (valid ones must be accepted, invalid ones rejected); random
 walks (uniform among allowed tokens, fixed seeds: an untrained model at temperature 1), each output
 checked with ``jsonschema``, ``fill_mask`` timed at every step; and the walk's tokens that lay inside
-the forced continuation (the forward passes jump-forward saves). A walk still open after ``--max-tokens`` is closed by ``_finish`` (closers first).
+the forced continuation (the forward passes jump-forward saves), also over the accepted valid
+instances' own tokens (the same ids for every system, documents a model would write). A walk
+still open after ``--max-tokens`` is closed by ``_finish`` (the matcher's completion).
 
     python benchmarks/bench_grammar.py --tokenizer qwen2 [--limit 10] [--systems radixlm,xgrammar,llguidance]
 
@@ -118,12 +120,16 @@ def _finish(matcher, vocab: TokenizerVocab, ids: list[int]) -> bool:
 def measure(grammar, tokenizer, doc: dict, args) -> dict:
     """Instances accepted, walks valid, masks, jump-forward steps for one compiled schema."""
     out = {"valid_ok": 0, "valid_n": 0, "invalid_acc": 0, "invalid_n": 0, "walks_ok": 0, "walks_n": 0,
-           "unfinished": 0, "steps": 0, "forced": 0, "mask_us": []}
+           "unfinished": 0, "steps": 0, "forced": 0, "mask_us": [], "inst_steps": 0, "inst_forced": 0}
     for test in doc.get("tests", []):
         ok = accepts_text(grammar, tokenizer, compact_json(test["data"]))
         key = "valid" if test["valid"] else "invalid"
         out[f"{key}_n"] += 1
         out["valid_ok" if test["valid"] else "invalid_acc"] += ok
+        if ok and test["valid"]:  # the same ids for every system: jump-forward on real documents
+            ids = tokenizer.encode(compact_json(test["data"]))
+            out["inst_steps"] += len(ids) + 1
+            out["inst_forced"] += forced_tokens(grammar, tokenizer, ids)
     for seed in range(args.walks):
         ids, done = walk(grammar, random.Random(seed), args.max_tokens, out["mask_us"])
         out["walks_n"] += 1
@@ -134,8 +140,14 @@ def measure(grammar, tokenizer, doc: dict, args) -> dict:
     return out
 
 
-def run_system(core: str, files: list[Path], tokenizer, vocab: TokenizerVocab, args) -> list[dict]:
-    """Every schema through ``GrammarBackend(core=core)``: one record per schema."""
+# ``radixlm-strict``: our front end with the peers' default restrictions (xgrammar's strict mode
+# and schema order): no member the schema does not name, properties in schema order.
+STRICT = {"additional_properties": "declared", "property_order": "schema"}
+
+
+def run_system(system: str, files: list[Path], tokenizer, vocab: TokenizerVocab, args) -> list[dict]:
+    """Every schema through ``GrammarBackend(core=...)``: one record per schema."""
+    core, strict = (system[:-len("-strict")], True) if system == "radixlm-strict" else (system, False)
     backend = GrammarBackend(vocab, core=core, compile_timeout_s=args.timeout, num_workers=1,
                              cache_size=len(files) + 1)
     records = []
@@ -143,7 +155,10 @@ def run_system(core: str, files: list[Path], tokenizer, vocab: TokenizerVocab, a
         compile_one(backend, {"type": "integer"}, args.timeout)  # warm-up: workers, native tokenizers
         for path in files:
             doc = json.loads(path.read_text())
-            status, value, ms = compile_one(backend, doc["schema"], args.timeout)
+            schema = doc["schema"]
+            if strict and isinstance(schema, dict):
+                schema = {**schema, "x-radixlm": {**schema.get("x-radixlm", {}), **STRICT}}
+            status, value, ms = compile_one(backend, schema, args.timeout)
             rec = {"name": f"{path.parent.name}/{path.name}", "status": status, "compile_ms": ms}
             if status == "compiled":
                 rec.update(measure(value, tokenizer, doc, args))
@@ -151,7 +166,7 @@ def run_system(core: str, files: list[Path], tokenizer, vocab: TokenizerVocab, a
                 rec["error"] = value
             records.append(rec)
             if args.verbose:
-                print(f"  {core:10s} {status:16s} {ms:9.1f} ms  {rec['name']}", flush=True)
+                print(f"  {system:10s} {status:16s} {ms:9.1f} ms  {rec['name']}", flush=True)
     finally:
         backend.shutdown()
     return records
@@ -183,27 +198,31 @@ def summary(core: str, records: list[dict]) -> dict:
         "mask_us": [_pct(masks, 50), _pct(masks, 99), len(masks)],
         "walks_valid": [total("walks_ok"), total("walks_n"), total("unfinished")],
         "jump_forward_saved": forced / steps if steps else float("nan"),
+        "jump_forward_instances": total("inst_forced") / total("inst_steps") if total("inst_steps") else float("nan"),
     }
 
 
 def print_table(rows: list[dict]) -> None:
     print(f"\n{'system':10s} {'compiled':>9s} {'rej+ptr':>7s} {'rej':>4s} {'t/o':>4s} {'compile ms p50/p90/max':>24s} "
-          f"{'valid acc':>10s} {'invalid acc':>11s} {'mask us p50/p99':>16s} {'walks ok':>9s} {'jf saved':>8s}")
+          f"{'valid acc':>10s} {'invalid acc':>11s} {'mask us p50/p99':>16s} {'walks ok':>9s} {'jf saved':>8s} {'jf inst':>7s}")
     for r in rows:
         c, m = r["compile_ms"], r["mask_us"]
         print(f"{r['system']:10s} {r['compiled']:>4d}/{r['schemas']:<4d} {r['rejected_pointer']:>7d} {r['rejected']:>4d} "
               f"{r['timeouts']:>4d} {c[0]:>8.1f}/{c[1]:>7.1f}/{c[2]:>7.1f} "
               f"{r['valid_accepted'][0]:>5d}/{r['valid_accepted'][1]:<4d} {r['invalid_accepted'][0]:>5d}/"
               f"{r['invalid_accepted'][1]:<5d} {m[0]:>7.1f}/{m[1]:>8.1f} {r['walks_valid'][0]:>4d}/{r['walks_valid'][1]:<4d}"
-              f" {r['jump_forward_saved']:>8.1%}")
-    print("(rej+ptr: rejected with a JSON pointer; walks ok: finished and valid; masks per sampled token)")
+              f" {r['jump_forward_saved']:>8.1%} {r['jump_forward_instances']:>7.1%}")
+    print("(rej+ptr: rejected with a JSON pointer; walks ok: finished and valid; masks per sampled token;\n"
+          " jf saved: walk tokens inside the forced text; jf inst: the same over the valid instances' tokens)")
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(REPO / "tests" / "data" / "jsonschemabench"))
     p.add_argument("--tokenizer", default="qwen2", choices=["qwen2", "llama3", "small", "tiny"])
-    p.add_argument("--systems", default=",".join(CORES), help="comma-separated --grammar-backend names")
+    p.add_argument("--systems", default=",".join(CORES),
+                   help="comma-separated --grammar-backend names, and radixlm-strict (our front end with the "
+                        "peers' default restrictions: only named members, in schema order)")
     p.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, seconds")
     p.add_argument("--walks", type=int, default=1, help="random walks per schema")
     p.add_argument("--max-tokens", type=int, default=256, help="sampled tokens before a walk is closed")

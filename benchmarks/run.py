@@ -4,6 +4,7 @@
     python3 benchmarks/run.py --suite agent --suite json --size tiny --reps 5
     python3 benchmarks/run.py --suite raw --model-path /path/to/hf/checkpoint
     python3 benchmarks/run.py --suite agent --quick --size tiny # seconds: a smoke run
+    python3 benchmarks/run.py --suite agent --arch qwen2 --size 0.5b  # the real-shape Qwen2.5-0.5B
     radixlm bench --suite all --size tiny                       # the same, through the CLI
 
 Systems alternate within each repetition; the tables report medians and speed-up ratios. See
@@ -49,8 +50,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The harness's flags (shared by ``benchmarks/run.py`` and ``radixlm bench``)."""
     p.add_argument("--suite", action="append", default=None,
                    help=f"suite to run, repeatable: {', '.join(SUITES)} or all (default: all)")
-    p.add_argument("--size", choices=("tiny", "small"), default="small",
-                   help="locally built checkpoint size (default: %(default)s)")
+    p.add_argument("--size", choices=("tiny", "small", "0.5b", "0.6b", "1b"), default="small",
+                   help="locally built checkpoint size (default: %(default)s); 0.5b / 0.6b / 1b build the "
+                        "real-shape Qwen2.5-0.5B / Qwen3-0.6B / Llama-3.2-1B (random weights) and need "
+                        "--arch qwen2 / qwen3 / llama")
     p.add_argument("--arch", default="llama", help="checkpoint architecture (default: %(default)s)")
     p.add_argument("--model-path", default=None, help="an HF-format checkpoint instead of a built one")
     p.add_argument("--reps", type=int, default=3, help="repetitions per system (default: %(default)s)")

@@ -5,35 +5,45 @@ output budget is about to run out; test walks finish on one. The search is greed
 byte through the single-byte tokens, on a copy of the matcher: forced text first, else the first
 candidate byte the grammar allows. It does not search exhaustively (llguidance exposes no state
 to deduplicate on), so it tries a few orders of candidates, each of which escapes a different
-trap, and keeps the first that ends:
+trap, and keeps the first that ends (every order first within 256 bytes, then 2,048, then
+``max_bytes``):
 
 - ``closers``: the closing quote and brackets first, then separators and the shortest values;
   when ``_STALL`` bytes pass without an end ("0,0,0," where an item >= 5 is needed), the order
   of the non-closing candidates starts further along;
-- ``hints``: like ``closers``, but right after the quote it spells the literal runs of the
-  grammar's patterns in turn (``abc`` somewhere in a string);
+- ``hints``: like ``closers``, but inside a string it spells the literal runs and samples of the
+  grammar's patterns in turn (``abc`` somewhere in a string), a refused byte skipped, and after a
+  forced run found among them (a pattern's literal start) it spells on from there;
 - ``keys``: like ``closers``, but a JSON string the grammar spells literally (a member's key, a
   ``const``) that the text so far has begun is continued first, and each new string tries those
   literals in turn (a required key after optional extras: ``,"":0,"":0`` would never end);
 - ``rotate``: the whole order rotates, closers included.
 
 In every order a byte picked ``_RUN`` times in a row goes last (inside a string ``}`` is text:
-it would be picked for ever).
+it would be picked for ever), and a number that has begun is ended first (``}``, ``]``, ``,``:
+a stalled order would otherwise put digits first and write one number for ever). A search stops
+after ``_TRIES`` candidate bytes per byte of ``max_bytes`` (each try is a matcher step).
 
 None when no order ends within ``max_bytes``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import weakref
 from typing import Any
+
+from radixlm.constrained.completion_keys import schema_keys
 
 _CLOSING = [ord(c) for c in '"}]),:0' + "1{[ntf-.e" + "abcdefghijklmnopqrstuvwxyz"]
 _CLOSING += [b for b in range(0x20, 0x7F) if b not in _CLOSING] + [0x0A] + list(range(0x80, 0xC0))  # UTF-8 tails
 _CLOSERS = 4  # _CLOSING[:_CLOSERS]: the closing quote and brackets
 _STALL, _STRIDE, _RUN = 64, 1, 8
-STRATEGIES = ("closers", "keys", "hints", "rotate")
+_BUDGETS = (256, 2048)  # bytes of the first, shorter tries of every order
+_TRIES = 32  # candidate bytes tried per byte of max_bytes, at most
+_NUMBER_END = [ord(c) for c in "}],"]
+STRATEGIES = ("keys", "closers", "hints", "rotate")
 _LITERALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # grammar -> its string literals
 
 
@@ -43,28 +53,36 @@ def greedy_completion(matcher: Any, max_bytes: int = 20_000) -> bytes | None:
     if matcher.is_accepting():
         return b""
     hints = getattr(matcher.grammar, "completion_hints", b"")
-    for strategy in STRATEGIES:
-        if strategy == "hints" and not hints:
-            continue
-        if strategy == "keys":
-            literals = string_literals(matcher.grammar)
-            out = _complete(matcher, max_bytes, "closers", b"", literals) if literals else None
-        else:
-            out = _complete(matcher, max_bytes, strategy, hints)
-        if out is not None:
-            return out
+    for budget in _budgets(max_bytes):
+        for strategy in STRATEGIES:
+            if strategy == "hints" and not hints:
+                continue
+            if strategy == "keys":
+                literals = string_literals(matcher.grammar)
+                out = _complete(matcher, budget, "closers", b"", literals) if literals else None
+            else:
+                out = _complete(matcher, budget, strategy, hints)
+            if out is not None:
+                return out
     return None
+
+
+def _budgets(max_bytes: int) -> list[int]:
+    """Growing byte budgets up to ``max_bytes``: every order gets a short try first, so an order
+    that loops (``,"":0,"":0``) costs little before the one that ends is tried."""
+    out = [b for b in _BUDGETS if b < max_bytes]
+    return out + [max_bytes]
 
 
 def _complete(matcher: Any, max_bytes: int, strategy: str, hints: bytes,
               literals: list[bytes] | None = None) -> bytes | None:
     """One greedy search in ``strategy``'s order (``keys``: the ``closers`` order after the
     continuations of ``literals`` at a key position, read by a ``_Keys`` tracker)."""
-    probe, out, spelled = matcher.copy(), bytearray(), 0
+    probe, out, spelled, tries = matcher.copy(), bytearray(), 0, _TRIES * max_bytes
     byte_ids = matcher.grammar.vocab.byte_tokens
-    track = _Keys() if literals is not None else None
+    track = _Keys()
     history = getattr(matcher, "accepted_bytes", None)
-    if track is not None and history is not None:
+    if history is not None:
         track.feed(history())  # the document so far: where its strings and objects are open
     while len(out) < max_bytes and not probe.is_accepting():
         forced = _take_forced(probe, byte_ids)
@@ -72,24 +90,50 @@ def _complete(matcher: Any, max_bytes: int, strategy: str, hints: bytes,
             return None
         if forced:
             out += forced
-            if track is not None:
-                track.feed(forced)
+            track.feed(forced)
+            if strategy == "hints":
+                spelled = _align(hints, forced, spelled)
             continue
         order = _order(strategy, len(out), hints[spelled % len(hints)] if hints else None)
         if len(out) >= _RUN and len(set(out[-_RUN:])) == 1:
             order = [b for b in order if b != out[-1]] + [out[-1]]
-        if track is not None:
-            order = track.continuations(literals) + order
+        if track.number:
+            order = _NUMBER_END + order
+        if literals is not None and track.key is not None:
+            order = track.continuations(literals, _first_keys(probe, track)) + order
         for b in order:
+            tries -= 1
+            if tries < 0:
+                return None
             if byte_ids[b] >= 0 and probe.accept_token(byte_ids[b]):
                 out.append(b)
-                spelled += strategy == "hints" and bool(hints) and b == hints[spelled % len(hints)]
-                if track is not None:
-                    track.feed(bytes([b]))
+                # inside a string the hint byte was tried before any other (but the closing
+                # quote): taken or refused, the spelling moves on, so a refused one is skipped
+                spelled += strategy == "hints" and bool(hints) and track.in_string and b != 0x22
+                track.feed(bytes([b]))
                 break
         else:
             return None
     return bytes(out) if probe.is_accepting() else None
+
+
+def _align(hints: bytes, forced: bytes, spelled: int) -> int:
+    """Where to spell ``hints`` on from after ``forced`` text: after the longest end of it
+    that the hints contain (``"key":"iglu:`` ends with a pattern's literal start), else as before."""
+    for k in range(min(len(forced), 32), 2, -1):
+        i = hints.find(forced[-k:])
+        if i >= 0:
+            return i + k
+    return spelled
+
+
+def _first_keys(probe: Any, track: _Keys) -> list[bytes]:
+    """The keys to try first at a key position: those the object's runtime check still
+    requires, then the schema's required and declared keys of the object there."""
+    required = getattr(probe, "required_keys", None)
+    first = list(required()) if required is not None else []
+    path = track.path()
+    return first + (schema_keys(probe.grammar, path) if path is not None else [])
 
 
 def _take_forced(probe: Any, byte_ids: list[int]) -> bytes | None:
@@ -122,53 +166,82 @@ def string_literals(grammar: Any) -> list[bytes]:
 
 
 class _Keys:
-    """Where the completion's text is, as far as its own bytes tell (it starts mid-document): the
-    open containers, whether a string is open, whether it is a key, and the keys each open object
-    has had."""
+    """Where the completion's text is, read from the whole document so far: the open containers
+    (an object's keys so far and its last key, an array's item index), whether a string is open,
+    whether it is a key, and whether a number has begun."""
 
     def __init__(self) -> None:
-        self.stack: list[set | None] = []  # an object's keys so far, or None for an array
+        self.stack: list[list] = []  # ["o", keys so far, last key] or ["a", item index]
         self.key: bytearray | None = None  # the key being written
         self.in_string = self.escaped = False
         self.expect_key = False
+        self.number = False  # a number value has begun and may still go on
 
     def feed(self, data: bytes) -> None:
         for b in data:
             if self.in_string:
-                if self.key is not None:
-                    self.key.append(b)
-                if self.escaped:
-                    self.escaped = False
-                elif b == 0x5C:
-                    self.escaped = True
-                elif b == 0x22:
-                    self.in_string = False
-                    if self.key is not None and self.stack and self.stack[-1] is not None:
-                        self.stack[-1].add(bytes(self.key))
-                    self.key = None
+                self._string_byte(b)
                 continue
+            self.number = (b in b"-0123456789") or (self.number and b in b".eE+")
             if b == 0x22:
                 self.in_string = True
                 self.key = bytearray(b'"') if self.expect_key else None
                 self.expect_key = False
             elif b in b"{[":
-                self.stack.append(set() if b == 0x7B else None)
+                self.stack.append(["o", set(), None] if b == 0x7B else ["a", 0])
                 self.expect_key = b == 0x7B
             elif b in b"}]":
                 if self.stack:
                     self.stack.pop()
                 self.expect_key = False
             elif b == 0x2C:
-                self.expect_key = bool(self.stack) and self.stack[-1] is not None
+                top = self.stack[-1] if self.stack else None
+                self.expect_key = top is not None and top[0] == "o"
+                if top is not None and top[0] == "a":
+                    top[1] += 1
             elif b == 0x3A:
                 self.expect_key = False
 
-    def continuations(self, literals: list[bytes]) -> list[int]:
-        """Next bytes of the literals the open key begins (at a key position only; literals this
-        object has had go last)."""
+    def _string_byte(self, b: int) -> None:
+        if self.key is not None:
+            self.key.append(b)
+        if self.escaped:
+            self.escaped = False
+        elif b == 0x5C:
+            self.escaped = True
+        elif b == 0x22:
+            self.in_string = False
+            top = self.stack[-1] if self.stack else None
+            if self.key is not None and top is not None and top[0] == "o":
+                top[1].add(bytes(self.key))
+                top[2] = bytes(self.key)
+            self.key = None
+
+    def path(self) -> tuple | None:
+        """The document path of the innermost open container (keys and item indices), None when
+        a key on it does not decode."""
+        out: list = []
+        for entry in self.stack[:-1]:
+            if entry[0] == "a":
+                out.append(entry[1])
+                continue
+            try:
+                out.append(json.loads(entry[2].decode("utf-8")))
+            except (AttributeError, ValueError):
+                return None
+        return tuple(out)
+
+    def continuations(self, literals: list[bytes], first: list[bytes] | tuple = ()) -> list[int]:
+        """Next bytes of the literals the open key begins (at a key position only): the keys in
+        ``first`` before the rest; literals this object has had go last."""
         if self.key is None:
             return []
-        begun, had = bytes(self.key), self.stack[-1] if self.stack else set()
-        fresh = [lit for lit in literals if lit not in had] + [lit for lit in literals if lit in had]
-        return list(dict.fromkeys(lit[len(begun)] for lit in fresh
-                                  if len(lit) > len(begun) and lit.startswith(begun)))
+        begun = bytes(self.key)
+        top = self.stack[-1] if self.stack else None
+        had = top[1] if top is not None and top[0] == "o" else set()
+        n = len(begun)
+        fresh, stale = [], []
+        for lit in (*first, *literals):
+            if len(lit) > n and lit.startswith(begun):
+                (stale if lit in had else fresh).append(lit[n])
+        return list(dict.fromkeys(fresh + stale))

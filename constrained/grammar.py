@@ -16,7 +16,7 @@ import torch
 from radixlm.constrained.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema.unique_paths import UniquePaths
-from radixlm.constrained.member_forced import forced_with_checks
+from radixlm.constrained.member_forced import forced_with_checks, required_keys
 from radixlm.constrained.member_mask import forbid_members
 from radixlm.constrained.pattern.samples import samples
 from radixlm.constrained.unique_items import UniqueTracker
@@ -200,6 +200,13 @@ class GrammarMatcher:
         if self._tracker is not None:  # never force a refused byte; force a checked object's keys
             data = forced_with_checks(self._tracker, self._core, self.grammar.vocab, self._states[-1], data)
         return _decode_prefix(data)
+
+    def required_keys(self) -> list[bytes]:
+        """Raw keys (quotes included) that the innermost object checked at runtime still needs
+        before its ``}`` (empty elsewhere): completions write them first."""
+        if self._tracker is None:
+            return []
+        return required_keys(self._tracker, self._states[-1])
 
     def completion(self, max_bytes: int = 20_000) -> str | None:
         """``completion_bytes`` as text (None when there is none or it ends inside a character)."""

@@ -6,6 +6,10 @@ and the members still required after it (the required ones and, transitively, th
 triggers present) fit under ``maxProperties``: so the object can always be finished and no
 step's mask is ever empty because of the check. Results are cached per (spec, keys): objects
 repeat the same few states.
+
+A path whose objects are checked together (``json_schema/member_union.MemberUnion``, ``alts``
+their specs) admits a key when some branch still fits the keys (``fits``), and ``}`` or another
+member when that branch's check allows it.
 """
 
 from __future__ import annotations
@@ -18,7 +22,11 @@ from typing import Any
 @functools.lru_cache(maxsize=65536)
 def missing(spec: Any, seen: frozenset) -> frozenset:
     """The names still required once ``seen`` are written (``required`` and the needs of every
-    trigger present or required, transitively)."""
+    trigger present or required, transitively); for a union, those of the branch that fits with
+    the fewest."""
+    if spec.alts is not None:
+        options = [missing(a, seen) for a in spec.alts if fits(a, seen)]
+        return min(options, key=lambda m: (len(m), sorted(m))) if options else frozenset()
     need = set(spec.required)
     todo = list(need | seen)
     while todo:
@@ -29,11 +37,21 @@ def missing(spec: Any, seen: frozenset) -> frozenset:
     return frozenset(need - seen)
 
 
+@functools.lru_cache(maxsize=65536)
+def fits(spec: Any, seen: frozenset) -> bool:
+    """Whether branch ``spec`` of a union can hold keys ``seen`` and still be finished."""
+    if not all(n in spec.names or (spec.extras and n not in spec.blocked) for n in seen):
+        return False
+    return spec.max_p is None or len(seen) + len(missing(spec, seen)) <= spec.max_p
+
+
 def admit(spec: Any, seen: frozenset, name: str) -> frozenset | None:
     """The object's keys after key ``name``, or None when it may not come now."""
     if name in seen or (name not in spec.names and not spec.extras):
         return None
     new = seen | {name}
+    if spec.alts is not None:
+        return new if any(fits(a, new) for a in spec.alts) else None
     if spec.max_p is not None and len(new) + len(missing(spec, new)) > spec.max_p:
         return None
     return new
@@ -50,12 +68,16 @@ def key_name(raw: bytes) -> str | None:
 @functools.lru_cache(maxsize=65536)
 def can_close(spec: Any, seen: frozenset) -> bool:
     """Whether ``}`` may come now."""
+    if spec.alts is not None:
+        return any(fits(a, seen) and can_close(a, seen) for a in spec.alts)
     return len(seen) >= spec.min_p and not missing(spec, seen)
 
 
 @functools.lru_cache(maxsize=65536)
 def extra_ok(spec: Any, seen: frozenset) -> bool:
     """Whether an extra member (a key that is none of the named ones) may come now."""
+    if spec.alts is not None:
+        return any(fits(a, seen) and extra_ok(a, seen) for a in spec.alts)
     return spec.extras and (spec.max_p is None or len(seen) + 1 + len(missing(spec, seen)) <= spec.max_p)
 
 

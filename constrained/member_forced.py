@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixlm.constrained.member_check import can_add, can_close, forced_key
-from radixlm.constrained.unique_items import G_AFTER, G_INKEY, G_KEY, UniqueTracker
+from radixlm.constrained.member_check import can_add, can_close, forced_key, missing
+from radixlm.constrained.unique_items import UniqueTracker
+from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY
 
 _ROUNDS = 16  # key extensions per call (each one may let the core force more)
 _WS = b" \t\n\r"
@@ -65,6 +66,18 @@ def _forced_key(tracker: UniqueTracker, probe: Any, vocab: Any, state: tuple) ->
             return b""
         return forced_key(spec, top[2], b"")
     return forced_key(spec, top[2], state[3])
+
+
+def required_keys(tracker: UniqueTracker, state: tuple) -> list[bytes]:
+    """The raw keys (quotes included) the innermost checked object still needs before its ``}``,
+    in schema order; empty outside a checked object."""
+    frames = state[0]
+    if not tracker.paths.specs or not frames or len(frames[-1]) != 3:
+        return []
+    top = frames[-1]
+    spec = tracker.paths.specs[tracker.paths.members[top[1]]]
+    need = missing(spec, top[2])
+    return [raw for raw, name in spec.keys.items() if name in need]
 
 
 def _accepts(core: Any, vocab: Any, byte: bytes) -> bool:

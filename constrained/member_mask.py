@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import bisect
 import functools
+import json
 import re
 import weakref
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.member_check import extra_ok, open_keys
-from radixlm.constrained.unique_items import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL, UniqueTracker
+from radixlm.constrained.member_check import admit, extra_ok, open_keys
+from radixlm.constrained.unique_items import UniqueTracker
+from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL
 from radixlm.constrained.unique_tables import allowed_at
 
 _STRUCTURAL = re.compile(rb'[",{}\]\\]')
@@ -130,6 +132,9 @@ def _completing_refused(files: _Files, spec: Any, seen: frozenset, prefix: bytes
     allowed = set(open_keys(spec, seen))
     refused = [k for k in spec.keys if k not in allowed]
     refused += [b'"%s"' % n.encode() for n in seen if n not in spec.names]
+    for alt in spec.alts or ():  # a union: a name one branch blocks may be another's extra
+        refused += [json.dumps(n, ensure_ascii=False).encode() for n in alt.blocked
+                    if n not in seen and n not in spec.names and admit(spec, seen, n) is None]
     out: list[int] = []
     for key in refused:
         if key.startswith(prefix) and len(key) > len(prefix):

@@ -14,32 +14,38 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.unique_items import (
+from radixlm.constrained.unique_items import UniqueTracker
+from radixlm.constrained.unique_scan import (
     LITERALS,
     U_AFTER,
+    U_CON,
     U_LIT,
     U_NUM,
     U_STR,
     U_VAL,
     ZERO_KEY,
-    UniqueTracker,
     dead_open,
     item_key,
 )
-from radixlm.constrained.unique_tables import Table, start_of, table_for
+from radixlm.constrained.unique_tables import Table, allowed_at, start_of, table_for
 
 _INF, _NEG_INF = ("n", math.inf), ("n", -math.inf)
 _last_seen: tuple = (None, [])  # (the seen set of the last string step, its strings sorted)
+_closers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # vocab -> (closing brackets per token, ids with any)
 
 
 def forbid(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) -> None:
     """Clear from ``words`` (the core's mask, uint32) every token ``tracker.feed`` rejects in
     ``state``, whose innermost container is a unique array (tokens the core allows: the reader
     follows every text the grammar allows)."""
+    if state[1] == U_CON:
+        _container(tracker, vocab, state, words)
+        return
     start = start_of(state)
     table = table_for(vocab, start)
     _, seen, zero = state[0][-1]
@@ -79,6 +85,22 @@ def forbid(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) 
             _clear_bit(words, t)
     for t in multi:  # it leaves the array and may open another: read exactly
         if tracker.feed(state, vocab.token_bytes[t]) is None:
+            _clear_bit(words, t)
+
+
+def _container(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) -> None:
+    """Inside a container item: only a token that closes it (as many closing brackets as it is
+    deep) can complete an item, so those the core allows are fed."""
+    closers = _closers.get(vocab)
+    if closers is None:
+        count = np.asarray([(b or b"").count(b"]") + (b or b"").count(b"}") for b in vocab.token_bytes])
+        closers = _closers[vocab] = (count, np.flatnonzero(count).astype(np.int64))
+    count, ids = closers
+    ids = ids[count[ids] >= state[5] >> 1]  # state[5]: depth * 2 + an open string
+    table = vocab.token_bytes
+    for i in allowed_at(words, ids):
+        t = int(ids[i])
+        if tracker.feed(state, table[t]) is None:
             _clear_bit(words, t)
 
 

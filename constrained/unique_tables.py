@@ -2,7 +2,7 @@
 
 Per vocabulary and per *start mode* of the in-array reader (expecting an item, after one, inside
 a string, after a backslash, inside a number, inside a literal), each token is read once, lazily,
-with the same reader as ``accept_token`` (``unique_items.array_run``) and filed by what it does:
+with the same reader as ``accept_token`` (``unique_scan.array_run``) and filed by what it does:
 nothing (it cannot complete an item), not JSON there, one event (the bytes it adds to the open
 item up to the item's end, the whole item it writes, an item it leaves open that may be dead),
 several events (``plans``: their items, evaluated per step), or leaving the array before a
@@ -19,7 +19,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.unique_items import (
+from radixlm.constrained.unique_scan import (
     ERROR,
     LEAVE,
     LITERALS,
@@ -43,7 +43,7 @@ _CONTINUATION = frozenset(bytes([b]) for b in range(0x80, 0xC0))
 _HEX = frozenset(bytes([b]) for b in b"0123456789abcdefABCDEF")
 _WS = np.frombuffer(bytes(sorted(WS)), np.uint8)
 _NUM = np.frombuffer(bytes(sorted(NUM_CHARS)), np.uint8)
-_VALUE_START = np.frombuffer(b'"-0123456789]tfn', np.uint8)
+_VALUE_START = np.frombuffer(b'"-0123456789]tfn[{', np.uint8)
 _SEPARATOR = np.frombuffer(b",]", np.uint8)
 _SECOND = np.zeros(256, np.uint8)  # a literal's second byte, by its first
 _SECOND[list(b"tfn")] = list(b"rau")

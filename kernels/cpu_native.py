@@ -14,7 +14,8 @@ Linux x86-64, or with ``RADIXLM_DISABLE_NATIVE=1``, ``available()`` is False and
 their torch paths (``torch_only()`` switches the kernels off for a block, for tests).
 
 Every function takes contiguous float32 CPU tensors (``usable`` checks them; int64 indices:
-``usable_indices``).
+``usable_indices``); the ``*_int8`` GEMVs take int8 weights with float32 per-row scales
+(``usable_int8``), for ``--quantization int8`` (``runtime/model/quantization.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 import torch
 
 DISABLE_ENV = "RADIXLM_DISABLE_NATIVE"
-ABI_VERSION = 5
+ABI_VERSION = 6
 SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.[ch]"))
 FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-fPIC", "-shared")
 ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM = 16, 256  # limits of rl_decode_attention (csrc/attention.c)
@@ -50,7 +51,7 @@ class LayerParams(ctypes.Structure):
     """``rl_layer`` (csrc/layer.c): one decoder layer's parameter pointers and shapes."""
 
     _fields_ = [(name, _P) for name in ("ln1", "ln2", "w_qkv", "b_qkv", "w_o", "b_o", "w_gate_up", "w_down",
-                                        "b_down", "q_norm", "k_norm")] + [
+                                        "b_down", "q_norm", "k_norm", "s_qkv", "s_o", "s_gate_up", "s_down")] + [
         ("eps", _F), ("scale", _F), ("hidden", _I), ("H", _I), ("Hkv", _I), ("D", _I), ("inter", _I)]
 
 
@@ -64,6 +65,8 @@ class StepArgs(ctypes.Structure):
 _SIGNATURES = {
     "rl_linear": [_P, _I, _P, _P, _P, _P, _L, _L, _I],
     "rl_gate_up_silu": [_P, _I, _P, _P, _L, _L, _I],
+    "rl_linear_i8": [_P, _I, _P, _P, _P, _P, _P, _L, _L, _I],
+    "rl_gate_up_silu_i8": [_P, _I, _P, _P, _P, _L, _L, _I],
     "rl_rmsnorm_threads": [_P, _P, _P, _P, _L, _L, _F, _I],
     "rl_rope_store_kv_threads": [_P, _L, _L, _I, _I, _I, _P, _P, _P, _P, _P, _I],
     "rl_decode_attention": [_P, _L, _P, _P, _P, _P, _I, _I, _I, _I, _L, _F, _P, _I],
@@ -151,6 +154,12 @@ def usable_indices(*tensors: torch.Tensor) -> bool:
     return all(t.dtype == torch.int64 and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
 
 
+def usable_int8(weight: torch.Tensor, scale: torch.Tensor) -> bool:
+    """An int8 ``[N, K]`` weight and its float32 ``[N]`` scales the int8 kernels take (contiguous, CPU)."""
+    return (weight.dtype == torch.int8 and weight.device.type == "cpu" and weight.is_contiguous()
+            and usable(scale) and scale.shape == weight.shape[:1])
+
+
 @contextmanager
 def torch_only() -> Iterator[None]:
     """Within the block, ``available()``/``usable()`` are False: callers take their torch paths (tests)."""
@@ -182,6 +191,25 @@ def gate_up_silu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     out = torch.empty(m, two_i // 2, dtype=torch.float32)
     (_lib or library()).rl_gate_up_silu(x.data_ptr(), m, weight.data_ptr(), out.data_ptr(), two_i // 2, k,
                                         torch.get_num_threads())
+    return out
+
+
+def linear_int8(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None,
+                add: torch.Tensor | None = None) -> torch.Tensor:
+    """``(x [M, K] @ weight[N, K].T) * scale[N] (+ bias[N]) (+ add[M, N])`` -> new ``[M, N]``, int8 weight."""
+    m, (n, k) = x.shape[0], weight.shape
+    y = torch.empty(m, n, dtype=torch.float32)
+    (_lib or library()).rl_linear_i8(x.data_ptr(), m, weight.data_ptr(), scale.data_ptr(), _ptr(bias), _ptr(add),
+                                     y.data_ptr(), n, k, torch.get_num_threads())
+    return y
+
+
+def gate_up_silu_int8(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``gate_up_silu`` for an int8 fused gate/up ``[2I, K]`` with its float32 scales ``[2I]``."""
+    m, (two_i, k) = x.shape[0], weight.shape
+    out = torch.empty(m, two_i // 2, dtype=torch.float32)
+    (_lib or library()).rl_gate_up_silu_i8(x.data_ptr(), m, weight.data_ptr(), scale.data_ptr(), out.data_ptr(),
+                                           two_i // 2, k, torch.get_num_threads())
     return out
 
 

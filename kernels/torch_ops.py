@@ -4,8 +4,9 @@ Same contracts and numerics as ``attention_ref`` (all math in float32, result ca
 but batched: every request's context is gathered once, head-major, into a padded
 ``[bs, num_kv_heads, max_kv_len, head_dim]`` tensor with a validity mask, so a decode step is one
 fused attention call per layer and an extend step is one ``scaled_dot_product_attention`` call (or
-one per request when padding would waste more than it saves). Decode batches whose requests share
-a cached prefix (``shared_prefix_len``) attend to it once for the whole batch (cascade attention).
+one per request when padding would waste more than it saves). Decode and extend batches whose
+requests share a cached prefix (``shared_prefix_len``) attend to it once for the whole batch (cascade
+attention: the prefix K/V gathered once, not once per request).
 GQA is handled by grouping query heads, never by repeating K/V.
 
 Decode in float32 on the CPU runs ``kernels/cpu_native``'s paged decode attention when it is
@@ -190,13 +191,53 @@ def _extend_padded(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, 
     return out.transpose(1, 2)[q_valid]  # [sum(q_lens), num_heads, head_dim], in qo_indptr order
 
 
+def _extend_cascade(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, qo_indptr: torch.Tensor,
+                    kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, q_lens: torch.Tensor,
+                    suffix_lens: torch.Tensor, prefix: int, max_q: int, max_suffix: int) -> torch.Tensor:
+    """Extend split at a shared prefix of ``prefix`` keys -> float32 ``[sum(q_lens), num_heads, head_dim]``.
+
+    (a) every query [T, H, D] as ``[1, kv_heads, T * group, D]`` against the prefix (all of it is
+    visible: each query sits past it); (b) each request's queries against its own suffix keys,
+    padded to ``[bs, kv_heads, max_q * group, max_suffix]`` with the causal mask; merged by lse.
+    """
+    num_tokens, num_heads, head_dim = q.shape
+    kv_heads = k_pool.shape[1]
+    group = num_heads // kv_heads
+    slots = kv_indices[:prefix].long()
+    kp, vp = _gather_head_major(k_pool, slots), _gather_head_major(v_pool, slots)  # [kv_heads, P, D]
+    qh = q.float().view(num_tokens, kv_heads, group, head_dim).transpose(0, 1)
+    o1, lse1 = _attention_lse(qh.reshape(1, kv_heads, num_tokens * group, head_dim), kp.unsqueeze(0),
+                              vp.unsqueeze(0), sm_scale)
+    o1 = o1.reshape(kv_heads, num_tokens, group, head_dim).transpose(0, 1)  # [T, kv_heads, group, D]
+    lse1 = lse1.reshape(kv_heads, num_tokens, group).transpose(0, 1)  # [T, kv_heads, group]
+    bs = q_lens.shape[0]
+    ks, vs, _ = _gather_kv(k_pool, v_pool, kv_indptr[:-1] + prefix, kv_indices, suffix_lens, max_suffix)
+    rows, q_valid = _padded_rows(qo_indptr[:-1], q_lens, max_q)
+    qs = q[rows].float().view(bs, max_q, kv_heads, group, head_dim).permute(0, 2, 1, 3, 4)
+    mask = _causal_mask(q_lens, suffix_lens, max_q, max_suffix)  # [bs, 1, max_q, max_suffix]
+    bias = torch.zeros(mask.shape, dtype=torch.float32, device=q.device).masked_fill_(~mask, float("-inf"))
+    bias = bias.unsqueeze(3).expand(bs, 1, max_q, group, max_suffix).reshape(bs, 1, max_q * group, max_suffix)
+    o2, lse2 = _attention_lse(qs.reshape(bs, kv_heads, max_q * group, head_dim), ks, vs, sm_scale, bias)
+    o2 = o2.reshape(bs, kv_heads, max_q, group, head_dim).permute(0, 2, 1, 3, 4)[q_valid]  # [T, kv_heads, group, D]
+    lse2 = lse2.reshape(bs, kv_heads, max_q, group).permute(0, 2, 1, 3)[q_valid]  # finite: a query sees itself
+    lse = torch.logaddexp(lse1, lse2)
+    out = o1 * (lse1 - lse).exp_().unsqueeze(-1) + o2 * (lse2 - lse).exp_().unsqueeze(-1)
+    return out.reshape(num_tokens, num_heads, head_dim)
+
+
 def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                            qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-                           sm_scale: float, *, max_pad_ratio: float = 2.0) -> torch.Tensor:
+                           sm_scale: float, *, max_pad_ratio: float = 2.0, shared_prefix_len: int = 0) -> torch.Tensor:
     """Causal attention of ragged queries over pooled contexts; q ``[num_tokens, num_heads, head_dim]``.
 
     The batch runs as one padded SDPA call unless padding would multiply the score matrix by more
     than ``max_pad_ratio``; then each request runs on its own.
+
+    ``shared_prefix_len`` (P, keyword-only): as in ``decode_attention_torch``, the first P entries
+    of every request's ``kv_indices`` range are the same slots, and P must not exceed any request's
+    cached prefix (context minus new tokens). Then every query of the batch attends to the shared
+    K/V gathered once (one call, no mask), each request's own suffix runs padded and causal, and
+    the two are merged by log-sum-exp (cascade attention), instead of gathering the prefix per request.
     """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, qo_indptr=qo_indptr)
     out = torch.empty_like(q)
@@ -205,6 +246,16 @@ def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     q_lens, kv_lens = q_lens_t.tolist(), kv_lens_t.tolist()
     if sum(q_lens) == 0:
         return out
+    if shared_prefix_len:
+        prefix = _check_shared_prefix(shared_prefix_len, kv_lens_t - q_lens_t)
+        suffix = [kv - prefix for kv in kv_lens]
+        padded = len(q_lens) * max(q_lens) * max(suffix)
+        if prefix and padded <= max_pad_ratio * sum(a * b for a, b in zip(q_lens, suffix)):
+            first, last = int(qo_indptr[0]), int(qo_indptr[-1])
+            res = _extend_cascade(q[first:last], k_pool, v_pool, qo_indptr - first, kv_indptr, kv_indices,
+                                  sm_scale, q_lens_t, kv_lens_t - prefix, prefix, max(q_lens), max(suffix))
+            out[first:last] = res.to(q.dtype)
+            return out
     max_q, max_kv = max(q_lens), max(kv_lens)
     useful = sum(a * b for a, b in zip(q_lens, kv_lens))
     qo = qo_indptr.tolist()

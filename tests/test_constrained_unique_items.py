@@ -31,7 +31,7 @@ STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}
 INTEGERS = {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}
 SCALARS = {"type": "array", "items": {"type": ["string", "number", "boolean", "null"]}, "uniqueItems": True}
-UNTYPED = {"type": "array", "uniqueItems": True}  # items generated as scalars (a restriction)
+UNTYPED = {"type": "array", "uniqueItems": True}  # any items: containers compared whole
 BOUNDED = {"type": "array", "items": {"type": "string", "minLength": 1}, "uniqueItems": True,
            "minItems": 2, "maxItems": 3}
 NESTED = {"type": "array", "items": {"type": "object", "properties": {"tags": STRINGS}, "required": ["tags"],
@@ -56,7 +56,12 @@ CASES = [
     (SCALARS, '[1,"1",true,null,false,0]', True), (SCALARS, '[true,true]', False), (SCALARS, '[null,1,null]', False),
     (SCALARS, '["x",1.5,"x"]', False), (SCALARS, '[false,0,"false"]', True),
     (UNTYPED, '["@some_service","%some_parameter%"]', True), (UNTYPED, '["a","a"]', False),
-    (UNTYPED, '[[1],[2]]', False),  # restriction: the items of an unconstrained unique array are scalars
+    (UNTYPED, '[[1],[2]]', True), (UNTYPED, '[[1],[1.0]]', False), (UNTYPED, '[[],[]]', False),
+    (UNTYPED, '[["setLogger",["@logger"]],["setDatabase",["@database"]]]', True),
+    (UNTYPED, '[1,"1",[1],{"a":1},true,null,[],{},[true],[1.5]]', True), (UNTYPED, '[{},{}]', False),
+    (UNTYPED, '[{"a":1,"b":[1]},{"b":[1.0],"a":1}]', False), (UNTYPED, '[{"a":1,"b":2},{"a":1}]', True),
+    (UNTYPED, '[{"x":"\\u0061"},{"x":"a"}]', False), (UNTYPED, '[[true],[1]]', True),
+    (UNTYPED, '[["]"],["]"]]', False), (UNTYPED, '[["]\\""],["]\\"",1]]', True), (UNTYPED, '[[1],1,[1]]', False),
     (BOUNDED, '["a"]', False), (BOUNDED, '["a","b"]', True), (BOUNDED, '["a","b","a"]', False),
     (BOUNDED, '["a","b","c","d"]', False),
     (NESTED, '[{"tags":["a","b"]},{"tags":["a","b"]}]', True), (NESTED, '[{"tags":["a","a"]}]', False),
@@ -161,7 +166,8 @@ def _prefixes(tokenizer, grammar, texts: list[str], walks: int) -> list[list[int
     (STRINGS, ['["alpha","alpha beta","é中","é中文","a\\"b","a\\"bc","\\u0041","A1"]']),
     (SCALARS, ['[12,"12",true,-3.5,null,"x",1e5,false,120,-3.55,"xy",1e50]']),
     (NESTED, ['[{"tags":["x","y"]},{"tags":["y","x","xz"]}]']),
-], ids=["strings", "scalars", "nested"])
+    (UNTYPED, ['[["a",[1]],["a",[1,2]],{"k":[]},{"k":{}},[[]],[],"]",{"k":"]}"},{"k":"]"}]']),
+], ids=["strings", "scalars", "nested", "untyped"])
 def test_masks_equal_accept_token(real, schema, texts):
     """At every prefix of the texts (items that begin like earlier ones) and sampled prefixes of
     walks, every token the core allows and the check removes is rejected by ``accept_token``,
@@ -172,7 +178,7 @@ def test_masks_equal_accept_token(real, schema, texts):
     rng = random.Random(0)
     row = torch.zeros(vocab.mask_words, dtype=torch.int32)
     quoted = np.zeros(vocab.mask_words * 32, dtype=bool)
-    quoted[[t for t, b in enumerate(vocab.token_bytes) if b and b'"' in b]] = True
+    quoted[[t for t, b in enumerate(vocab.token_bytes) if b and any(c in b for c in b'"]}')]] = True
     checked = 0
     paths = _prefixes(tokenizer, grammar, texts, walks=2)
     for i, ids in enumerate(paths):

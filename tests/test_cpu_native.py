@@ -8,13 +8,14 @@ Tolerances: dot products sum in 8 lanes, a different order than MKL, so float32 
 from __future__ import annotations
 
 import random
-from contextlib import nullcontext
 
 import pytest
 import torch
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
 from radixlm.kernels.attention_ref import decode_attention_ref
+from radixlm.kernels.testing.native_checks import assert_rel_close as _close
+from radixlm.kernels.testing.native_checks import decode_logits
 from radixlm.kernels.testing.random_batch import random_paged_batch
 from radixlm.kernels.torch_ops import decode_attention_torch, store_kv_torch
 from radixlm.runtime.model.rotary import RotaryEmbedding, apply_rotary
@@ -26,12 +27,6 @@ pytestmark = pytest.mark.skipif(not cpu_native._supported_machine(),
 @pytest.fixture(scope="module", autouse=True)
 def native():
     assert cpu_native.available(), "the native kernels must build on an AVX2 Linux machine with a C compiler"
-
-
-def _close(got: torch.Tensor, ref: torch.Tensor, rtol: float = 2e-5) -> None:
-    assert got.shape == ref.shape
-    err = ((got - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
-    assert err <= rtol, f"relative max error {err:.3g} > {rtol}"
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 13, 16])
@@ -116,28 +111,11 @@ def test_model_decode_native_matches_torch_path(checkpoint, monkeypatch):
     for name in names:
         fn = getattr(cpu_native, name)
         monkeypatch.setattr(cpu_native, name, lambda *a, _fn=fn, _name=name, **k: calls.append(_name) or _fn(*a, **k))
-    from radixlm.runtime.model.forward_batch import ForwardBatch
-    from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
     from radixlm.runtime.model.model_loader import load_model
-    from radixlm.runtime.scheduler.batch import BatchSpec
 
     for arch in ("llama", "qwen2", "qwen3"):
         model, cfg = load_model(checkpoint(arch, "tiny"), dtype="float32", device="cpu", attention_backend="torch")
-        runs = []
-        for native in (True, False):
-            pool = KVPool(64, cfg.num_layers, model.num_kv_heads, cfg.head_dim, torch.float32, "cpu")
-            table, slots, logits = ReqToTokenTable(4, 32, "cpu"), iter(range(1, 64)), []
-            ids, lens = [[5, 9, 2], [7], [11, 3, 3, 8]], [0, 0, 0]
-            with torch.no_grad(), (nullcontext() if native else cpu_native.torch_only()):
-                for step in range(4):
-                    new = ids if step == 0 else [[int(t)] for t in logits[-1].argmax(-1)]
-                    spec = BatchSpec(is_decode=step > 0, req_pool_indices=[0, 1, 2], input_ids=sum(new, []),
-                                     prefix_lens=list(lens), extend_lens=[len(n) for n in new],
-                                     out_cache_loc=[next(slots) for _ in sum(new, [])],
-                                     logits_indices=BatchSpec.last_token_indices([len(n) for n in new]))
-                    logits.append(model.forward(ForwardBatch.from_spec(spec, table, "cpu"), pool))
-                    lens = [n + len(x) for n, x in zip(lens, new)]
-            runs.append(torch.stack(logits))
+        runs = [decode_logits(model, cfg, native) for native in (True, False)]
         assert (runs[0] - runs[1]).abs().max().item() <= 1e-4, arch
     assert set(calls) == set(names)
 

@@ -1,11 +1,14 @@
-"""Convert a Llama-family HF checkpoint (float32 safetensors, byte-level BPE ``tokenizer.json``) to GGUF.
+"""Convert a Llama-family or Qwen2 HF checkpoint (float32 or bfloat16 safetensors, byte-level BPE
+``tokenizer.json``) to a float32 GGUF.
 
 Only what ``llama.cpp`` needs to run the locally built checkpoints: hyper-parameters, the BPE
 vocabulary and merges (tokenizer model ``gpt2``), special token ids, and the tensors renamed to GGUF's
 names. llama.cpp's ``llama`` architecture applies RoPE to adjacent pairs (``rope_type`` normal) while
 HF Llama rotates halves, so the Q and K projections are permuted per head (as llama.cpp's own
 converter does); an untied LM head is written as ``output.weight`` (a tied one is copied from the
-embedding). Verified on the tiny Llama checkpoint: llama.cpp's greedy tokens equal radixlm's for the
+embedding). Qwen2 (the real-shape Qwen2.5-0.5B) is written as llama.cpp's ``qwen2`` architecture:
+q/k/v biases as ``attn_{q,k,v}.bias``, no permutation (its RoPE rotates halves, as HF does).
+Verified on the tiny Llama checkpoint: llama.cpp's greedy tokens equal radixlm's for the
 same token ids (the agent suite records this agreement in every run).
 """
 
@@ -22,7 +25,10 @@ LAYER_NAMES = {
     "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "ffn_norm.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
 }
+ARCHS = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2"}  # HF model_type -> GGUF architecture
 TOP_NAMES = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
              "lm_head.weight": "output.weight"}
 
@@ -72,20 +78,34 @@ def _add_tokenizer(writer, model_dir: Path, config: dict) -> None:
     eos = config.get("eos_token_id")
     if eos is not None:
         writer.add_eos_token_id(eos[0] if isinstance(eos, list) else eos)
-    writer.add_add_bos_token(config.get("bos_token_id") is not None)
+    tok_config = model_dir / "tokenizer_config.json"
+    bos = json.loads(tok_config.read_text()).get("bos_token", True) if tok_config.is_file() else True
+    writer.add_add_bos_token(config.get("bos_token_id") is not None and bos is not None)  # Qwen: no BOS
+
+
+def _load_float32(model_dir: Path) -> dict[str, np.ndarray]:
+    """Every safetensors tensor of ``model_dir`` as float32 (bfloat16 ones through torch: numpy has none)."""
+    from safetensors import safe_open
+
+    tensors: dict[str, np.ndarray] = {}
+    for shard in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(shard), framework="pt") as f:
+            for name in f.keys():
+                tensors[name] = f.get_tensor(name).float().numpy()
+    return tensors
 
 
 def convert(model_dir: str | Path, out_path: str | Path) -> Path:
     """Write ``out_path`` (a float32 GGUF) from the HF checkpoint in ``model_dir``; returns the path."""
     import gguf
-    from safetensors.numpy import load_file
 
     model_dir, out_path = Path(model_dir), Path(out_path)
     config = json.loads((model_dir / "config.json").read_text())
-    if config.get("model_type") not in ("llama", "mistral"):
-        raise ValueError(f"model_type {config.get('model_type')!r}: only llama/mistral checkpoints convert")
+    arch = ARCHS.get(config.get("model_type"))
+    if arch is None:
+        raise ValueError(f"model_type {config.get('model_type')!r}: only {'/'.join(ARCHS)} checkpoints convert")
     heads, kv_heads = config["num_attention_heads"], config.get("num_key_value_heads", config["num_attention_heads"])
-    writer = gguf.GGUFWriter(str(out_path), "llama")
+    writer = gguf.GGUFWriter(str(out_path), arch)
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
     writer.add_block_count(config["num_hidden_layers"])
@@ -97,16 +117,13 @@ def convert(model_dir: str | Path, out_path: str | Path) -> Path:
     writer.add_rope_freq_base(config.get("rope_theta", 10000.0))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
     _add_tokenizer(writer, model_dir, config)
-    tensors: dict[str, np.ndarray] = {}
-    for shard in sorted(model_dir.glob("*.safetensors")):
-        tensors.update(load_file(str(shard)))
+    tensors = _load_float32(model_dir)
     if "lm_head.weight" not in tensors:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     for name, w in tensors.items():
-        w = w.astype(np.float32)
-        if name.endswith("q_proj.weight"):
+        if arch == "llama" and name.endswith("q_proj.weight"):
             w = _permute_rope(w, heads)
-        elif name.endswith("k_proj.weight"):
+        elif arch == "llama" and name.endswith("k_proj.weight"):
             w = _permute_rope(w, kv_heads)
         writer.add_tensor(gguf_name(name), np.ascontiguousarray(w))
     writer.write_header_to_file()

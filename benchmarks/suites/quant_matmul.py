@@ -5,7 +5,8 @@ Paths timed for ``y = x @ W.T`` (``W`` is ``[out, in]``):
 * ``float`` — ``F.linear`` on the float weight in the activations' dtype (the unquantized baseline);
 * ``int8pack`` — ``torch.ops.aten._weight_int8pack_mm(x, q, scale)`` (torch's int8 weight-only kernel);
 * ``dequant`` — ``F.linear(x.float(), q.float()) * scale`` (dequantize inside the call, float32);
-* ``radixlm`` — ``quantization.int8_linear``: what ``Int8Linear`` runs for that case.
+* ``radixlm`` — ``quantization.int8_linear``: what ``Int8Linear`` runs for that case (for float32
+  activations of at most 64 rows: the native int8 GEMV, ``kernels/csrc/gemv_int8.c``).
 
 Each figure is the fastest of repeated calls (at least 3, about 0.2 s in all; one call after the
 warm-up when a call takes longer than that) in microseconds: on a shared machine the minimum is the

@@ -254,21 +254,22 @@ def _checked_unique(ctx: Context, flat: dict, pointer: str, refs: tuple, shape: 
     one = _items(ctx, [], whole, lo, 1 if hi is None else min(hi, 1)) if lo <= 1 else None
     name = f"uniq{len(ctx.unique_arrays)}"
     ctx.rules[name] = body
-    ctx.unique_arrays[name] = Restriction(pointer, one, "integer" in scalar[0] and "number" not in scalar[0])
+    ctx.unique_arrays[name] = Restriction(pointer, one, "integer" in scalar[0] and "number" not in scalar[0],
+                                          "array" in scalar[0])
     return True, ir.Ref(name)
 
 
 def _scalar_items(ctx: Context, items: Any, pointer: str, refs: tuple) -> tuple[set, Any] | None:
     """(types, schema) of the items a runtime-checked unique array generates: strings, numbers
-    or integers (booleans and null beside them) constrained by ``type`` and ``minLength`` only.
-    Unconstrained items, and the container types of a ``type`` list, are left out (a
-    restriction: only scalar items are generated). None: not such items (a ``pattern``, a
+    or integers (booleans and null beside them) constrained by ``type`` and ``minLength`` only,
+    or unconstrained items (any JSON value: containers are compared whole). The container types
+    of a ``type`` list are left out (a restriction). None: not such items (a ``pattern``, a
     bound, an enum... could leave no unused value)."""
     node, _ = ctx.flatten(items, pointer, refs) if isinstance(items, (dict, bool)) else (None, ())
     if node is None:
         return None
-    if len(node) == 1:  # unconstrained (any JSON value)
-        return {"string", "number", "boolean", "null"}, {"type": ["string", "number", "boolean", "null"]}
+    if len(node) == 1:  # unconstrained (any JSON value): an open container can always differ
+        return {"string", "number", "boolean", "null", "array", "object"}, True
     types = set(types_of(node))
     scalars = types & (_CHECKED_TYPES | {"boolean", "null"})
     if set(node) - {"_sources", "type", "minLength"} or not scalars & _CHECKED_TYPES:

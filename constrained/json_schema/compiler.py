@@ -29,7 +29,7 @@ from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema import negation
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.inference import types_of
-from radixlm.constrained.json_schema.member_objects import finite_objects
+from radixlm.constrained.json_schema.member_objects import drop_optional, finite_objects
 from radixlm.constrained.json_schema.normalize import canonical, clean, merge
 from radixlm.constrained.json_schema.one_of import one_of_branches
 from radixlm.constrained.json_schema.refs import MAX_REF_CHAIN, RefExpansions, no_finite_instance
@@ -84,6 +84,7 @@ def schema_to_grammar(schema: dict | bool, whitespace_pattern: str | None = None
     start = comp.value(schema, "#", ())
     if start is None:
         raise _unsatisfiable(comp)
+    drop_optional(comp.ctx)
     rules = finite_objects(comp.ctx, start) if comp.ctx.member_objects else comp.ctx.rules
     grammar = ir.Grammar(start, rules).pruned()
     if grammar is None:

@@ -53,6 +53,9 @@ class Context:
     # objects whose members the matcher checks at runtime (objects._runtime_checked): rule name ->
     # its member_objects.MemberObject (unique_paths falls back to its grammar-level construction).
     member_objects: dict[str, Any] = field(default_factory=dict)
+    # raw node id -> (node, its validator, its loose copy): a proof checks the same few nodes
+    # hundreds of times, and evolving a validator costs more than the check
+    _checks: dict[int, tuple] = field(default_factory=dict, repr=False)
 
     def sep(self, punct: str) -> ir.Node:
         """``punct`` with optional whitespace around it."""
@@ -82,7 +85,16 @@ class Context:
 
     def is_valid(self, sources: list, value: Any) -> bool:
         """Exact check of ``value`` against every raw node in ``sources`` (refs resolve in root)."""
-        return all(self.validator.evolve(schema=s).is_valid(value) for s in sources)
+        return all(self._check(s)[1].is_valid(value) for s in sources)
+
+    def _check(self, node: Any) -> tuple:
+        """``(node, validator of node, loose validator of node)``, built once per node."""
+        entry = self._checks.get(id(node))
+        if entry is None or entry[0] is not node:
+            loose = {k: v for k, v in node.items() if k not in _DECOMPOSED} if isinstance(node, dict) else node
+            entry = (node, self.validator.evolve(schema=node), self.validator.evolve(schema=loose))
+            self._checks[id(node)] = entry
+        return entry
 
     def is_valid_loose(self, sources: list, value: Any) -> bool:
         """``is_valid`` without the top-level keywords the compiler decomposes (``oneOf``,
@@ -90,9 +102,7 @@ class Context:
         disjointness proofs (the parts that ``allOf``/``$ref``/``if`` merged are sources of their
         own). Checking the full sources would be circular: a ``oneOf`` node rejects a value that
         two of its branches accept."""
-        loose = [{k: v for k, v in s.items() if k not in _DECOMPOSED} if isinstance(s, dict) else s
-                 for s in sources]
-        return self.is_valid(loose, value)
+        return all(self._check(s)[2].is_valid(value) for s in sources)
 
     def any_value(self) -> ir.Ref:
         """The rule of any JSON value, nested to any depth."""

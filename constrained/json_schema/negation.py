@@ -36,9 +36,9 @@ from radixlm.constrained.json_schema.complement import complement, kind_of
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.disjoint import disjoint
 from radixlm.constrained.json_schema.inference import types_of
+from radixlm.constrained.json_schema.key_complement import complement_string
 from radixlm.constrained.json_schema.names import resolve_some_key
 from radixlm.constrained.json_schema.normalize import ALL_TYPES, merge
-from radixlm.constrained.json_schema.objects import complement_string
 from radixlm.constrained.json_schema.scalars import integer_bounds
 
 # not {k: v} -> {k2: f(v)} on k's type: the opposite bound (exact).

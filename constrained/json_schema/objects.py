@@ -17,20 +17,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.json_schema.context import Context
+from radixlm.constrained.json_schema.key_complement import complement_key
 from radixlm.constrained.json_schema.member_objects import checked_object
 from radixlm.constrained.json_schema.names import apply_property_names
 from radixlm.constrained.json_schema.normalize import merge
 from radixlm.constrained.json_schema.object_order import any_order, interleaved, schema_order_dependencies
-from radixlm.constrained.pattern.chars import escape_literal
 from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_to_regex
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 MAX_ANY_ORDER = 8  # objects of at most this many named members (and no others) take any order
-_TRIE_CHARS = 48  # complement_key: past this many characters of names, the lexeme algebra
 MAX_ANY_ORDER_RULES = 4096  # per schema: past it, further objects are checked at runtime
 RUNTIME_CHECK_ABOVE = MAX_ANY_ORDER  # objects of more named members are checked at runtime
 
@@ -80,11 +80,32 @@ def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.No
     def fallback() -> ir.Node | None:
         return _assemble(ctx, flat, list(members), extras, index_needs)
 
-    if _runtime_checked(ctx, flat, len(members), extras, key_rx):
-        bounds = (flat.get("minProperties", 0), flat.get("maxProperties"))
-        return checked_object(ctx, {n: (values[n], n in required_set) for n in values}, extras, needs,
-                              bounds, pointer, fallback)
-    return fallback()
+    checked = {n: (values[n], n in required_set) for n in values}
+    return _emit(ctx, flat, (pointer, refs, key_rx), (checked, extras, needs, taken), fallback)
+
+
+def _emit(ctx: Context, flat: dict, where: tuple, parts: tuple, fallback: Callable[[], ir.Node | None]) -> ir.Node | None:
+    """The object as a checked one (``member_objects``), or its grammar-level construction
+    (``fallback``) registered as an optional check (checked only beside other checked objects),
+    or that construction alone. ``where``: (pointer, refs, key_rx); ``parts``: (name ->
+    (member, required), extras, needs, the names the schema takes)."""
+    pointer, refs, key_rx = where
+    checked, extras, needs, taken = parts
+    bounds = (flat.get("minProperties", 0), flat.get("maxProperties"))
+    origin = ((flat, refs), frozenset(taken - set(checked)))
+
+    def checked_with(block: frozenset, back: Callable[[], ir.Node | None], optional: bool) -> ir.Node | None:
+        """The checked object, whose extra keys are never in ``block`` (``member_union``)."""
+        more = _extras(ctx, flat, taken | block, pointer, refs, key_rx) if block else extras
+        return checked_object(ctx, checked, more, needs, bounds, pointer, back, (origin[0], origin[1] | block),
+                              lambda b: checked_with(block | b, back, False), optional)
+
+    if _runtime_checked(ctx, flat, len(checked), extras, key_rx):
+        return checked_with(frozenset(), fallback, False)
+    node = fallback()
+    if node is not None and (checked or extras is not None) and _checkable(ctx, flat, key_rx):
+        return checked_with(frozenset(), lambda: node, True) or node
+    return node
 
 
 def _runtime_checked(ctx: Context, flat: dict, n_members: int, extras: ir.Node | None,
@@ -92,9 +113,7 @@ def _runtime_checked(ctx: Context, flat: dict, n_members: int, extras: ir.Node |
     """Whether the matcher checks this object's members at runtime (``member_objects``): only
     for consumers that run the check, in any order, when extra keys (if any) are plain strings
     other than the named ones (so an open key can always go on into a fresh one)."""
-    if not (ctx.unique_runtime and ctx.any_order) or key_rx is not None:
-        return False
-    if not all(is_universal(p) or p in _NONEMPTY_UNIVERSAL for p in flat.get("patternProperties", {})):
+    if not _checkable(ctx, flat, key_rx):
         return False
     bounded = "minProperties" in flat or "maxProperties" in flat
     if not (n_members >= 2 or extras is not None and (n_members >= 1 or bounded)):
@@ -103,6 +122,13 @@ def _runtime_checked(ctx: Context, flat: dict, n_members: int, extras: ir.Node |
     # objects the grammar cannot take in any order within its rule budget get it.
     return (n_members > RUNTIME_CHECK_ABOVE
             or ctx.any_order_rules + subset_states(flat, n_members, extras) > MAX_ANY_ORDER_RULES)
+
+
+def _checkable(ctx: Context, flat: dict, key_rx: tuple | None) -> bool:
+    """Whether the runtime check can follow this object's members (see ``_runtime_checked``)."""
+    if not (ctx.unique_runtime and ctx.any_order) or key_rx is not None:
+        return False
+    return all(is_universal(p) or p in _NONEMPTY_UNIVERSAL for p in flat.get("patternProperties", {}))
 
 
 def subset_states(flat: dict, n_members: int, extras: ir.Node | None) -> int:
@@ -201,40 +227,6 @@ def _extras(ctx: Context, flat: dict, taken: set, pointer: str, refs: tuple,
             key = key_rx[0] if key_rx is not None else complement_key(taken, nonempty=False)
             alts.append(ir.seq(key, ctx.sep(":"), rx))
     return ir.alt(alts)
-
-
-def complement_key(words: set, nonempty: bool) -> ir.Node:
-    """A JSON string of plain characters that is none of ``words``: one regex (a trie of them)
-    while it stays small, else the lexeme algebra (plain string ``&~`` the words), which keeps
-    objects of many members from writing huge key regexes."""
-    plain = [w for w in words if all(0x20 <= ord(c) and c not in '"\\' for c in w)]
-    if sum(len(w) for w in plain) <= _TRIE_CHARS:
-        return ir.Lex(complement_string(words, nonempty))
-    body = f'"{PLAIN_CHAR}{"+" if nonempty else "*"}"'
-    names = "|".join(escape_literal(json.dumps(w, ensure_ascii=False)) for w in sorted(plain))
-    return ir.LexOp("and", (body, ir.LexOp("not", (f"({names})",))))
-
-
-def complement_string(words: set, nonempty: bool) -> str:
-    """A JSON string (quotes included) of plain characters that is none of ``words``."""
-    trie: dict = {}
-    for w in words:
-        if all(0x20 <= ord(c) and c not in '"\\' for c in w):  # others never collide
-            node = trie
-            for c in w:
-                node = node.setdefault(c, {})
-            node[""] = {}
-    return '"' + _complement_node(trie, root=True, nonempty=nonempty) + '"'
-
-
-def _complement_node(node: dict, root: bool, nonempty: bool) -> str:
-    children = sorted(c for c in node if c)
-    cls = "".join("\\" + c if c in "\\]^-[" else c for c in children)
-    other = f'[^"\\\\\\x00-\\x1f{cls}]{PLAIN_CHAR}*'
-    alts = [other] + [f"{escape_literal(c)}{_complement_node(node[c], False, False)}" for c in children]
-    body = alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
-    may_end = "" not in node and not (root and nonempty)
-    return f"({body})?" if may_end else body
 
 
 def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], extras: ir.Node | None,

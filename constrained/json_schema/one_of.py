@@ -69,6 +69,8 @@ def require_forbidden_by_others(branches: list[dict]) -> list[dict]:
         for j, other in enumerate(branches):
             if j == i or any(schemas_for_key(other, n) is None for n in required):
                 continue  # already disjoint from this one through a required member
+            if any(never_generated(b, n) for n in other.get("required", [])):
+                continue  # ... or through one the other requires and this one never generates
             forbidden = [n for n, s in b.get("properties", {}).items()
                          if s is not False and n not in required and schemas_for_key(other, n) is None]
             if forbidden:

@@ -20,11 +20,14 @@ every position a unique rule can reach is a unique state of the automaton.
 Runtime-checked objects (``member_objects``: registered in ``Context.member_objects``) are
 located the same way: a state names the ``MemberSpec`` of the object opening there; a path
 where objects of different specs (or an unchecked one) can stand falls back to their
-grammar-level construction.
+grammar-level construction, unless ``member_union`` can check them together. Optional checks
+(objects the grammar would take in any order) stay only where such a path holds another checked
+object; the others get their any-order construction back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from dataclasses import dataclass
@@ -32,6 +35,7 @@ from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema.member_union import separating_blocks, union_of
 from radixlm.constrained.json_schema.unique_reader import OTHER, ROOT, GrammarReader, Surprise
 
 _RECURSION = 20_000  # the reader recurses along nested rules (Python 3.11 calls use no C stack)
@@ -68,6 +72,7 @@ class Restriction:
     pointer: str
     node: ir.Node | None
     zero: bool
+    containers: bool = False  # unconstrained items: containers too, read whole (no path below)
 
 
 def plain_whitespace(pattern: str | None) -> bool:
@@ -81,36 +86,43 @@ def resolve_unique(ctx: Any, grammar: ir.Grammar) -> tuple[ir.Grammar, UniquePat
     at runtime replaced by their restriction (construction), and the automaton of the others
     (None: none is left). The grammar is read once: a fallen rule is then read as an unchecked
     container of the same members (its fallback's paths are among them: sound)."""
-    registry: dict[str, Any] = {**ctx.unique_arrays, **getattr(ctx, "member_objects", {})}
+    registry: dict[str, Any] = {**ctx.unique_arrays, **ctx.member_objects}
     done: set[str] = set()  # fallen rules, restricted in the grammar
+    rebuilt: set[str] = set()  # checked objects built again: their old rule's sites stand for them
     while True:
         live = [n for n in registry if n in grammar.rules and n not in done]
-        paths, bad = _resolve_once(ctx, grammar, live, registry)
+        paths, bad, blocks = _resolve_once(ctx, grammar, live, registry)
         if bad:
             grammar = _restrict(ctx, grammar, bad)
             done |= bad
+        if blocks:  # objects checked together whose extra keys must avoid some names
+            grammar = _rebuild(ctx, grammar, blocks)
+            done |= set(blocks)
+            rebuilt |= {n for n in ctx.member_objects if n not in registry}
+            registry.update({n: ctx.member_objects[n] for n in rebuilt})
         # a restriction may hold registered rules the linear grammar did not reach (a unique
         # array's fallback items): then read again
-        if not bad or all(n in done or n in live for n in registry if n in grammar.rules):
+        if not bad or all(n in done or n in live or n in rebuilt for n in registry if n in grammar.rules):
             return grammar, paths
 
 
-def _resolve_once(ctx: Any, grammar: ir.Grammar, live: list[str], registry: dict) -> tuple[UniquePaths | None, set]:
-    """The automaton of the ``live`` rules that the runtime check can follow, and the others."""
+def _resolve_once(ctx: Any, grammar: ir.Grammar, live: list[str], registry: dict) -> tuple[UniquePaths | None, set, dict]:
+    """The automaton of the ``live`` rules that the runtime check can follow, the others, and the
+    checked objects to build again with extra keys blocked (``_rebuild``)."""
     if not live:
-        return None, set()
+        return None, set(), {}
     bad: set[str] = set()
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION))
     try:
         reader, sites = _analyse(grammar, live, registry, ctx.ws)
         while True:
-            paths, ambiguous = _automaton(reader, {s: n for s, n in sites.items() if n not in bad}, registry)
+            paths, ambiguous, blocks = _automaton(reader, {s: n for s, n in sites.items() if n not in bad}, registry)
             if not ambiguous:
-                return paths, bad
+                return paths, bad, blocks
             bad |= ambiguous
     except (Surprise, RecursionError):  # RecursionError: rules nested past even that
-        return None, set(live)
+        return None, set(live), {}
     finally:
         sys.setrecursionlimit(limit)
 
@@ -123,7 +135,8 @@ def _restrict(ctx: Any, grammar: ir.Grammar, names: set[str]) -> ir.Grammar:
         for name in objects:
             node = ctx.member_objects[name].fallback()
             rules[name] = ctx.rules[name] = node if node is not None else ir.Ref(name)  # none: pruned
-        rules.update({n: r for n, r in ctx.rules.items() if n not in before})
+        # new rules, and those an optional check's construction needs (pruned while it was checked)
+        rules.update({n: r for n, r in ctx.rules.items() if n not in before or n not in rules})
     for name in names - set(objects):
         fallback = ctx.unique_arrays[name]
         if fallback.node is None:
@@ -136,6 +149,21 @@ def _restrict(ctx: Any, grammar: ir.Grammar, names: set[str]) -> ir.Grammar:
         raise ConstraintError("the schema has no instance once its objects keep their members' order "
                               "(their position is ambiguous for the runtime check)",
                               ctx.member_objects[objects[0]].pointer, "properties")
+    return out
+
+
+def _rebuild(ctx: Any, grammar: ir.Grammar, names: dict[str, frozenset]) -> ir.Grammar:
+    """``grammar`` with the checked objects ``names`` (rule -> extra keys to block) built again
+    (their rule: a ``Ref`` to the new one, whose paths are among theirs: the automaton stands)."""
+    rules, before = dict(grammar.rules), set(ctx.rules)
+    for name in sorted(names):
+        ref = ctx.member_objects[name].rebuild(names[name])
+        rules[name] = ctx.rules[name] = ref if ref is not None else ir.Ref(name)  # none: pruned
+    rules.update({n: r for n, r in ctx.rules.items() if n not in before})
+    out = ir.Grammar(grammar.start, rules).pruned()
+    if out is None:
+        raise ConstraintError("the schema has no instance once its objects are checked at runtime",
+                              ctx.member_objects[min(names)].pointer, "properties")
     return out
 
 
@@ -153,14 +181,16 @@ def _analyse(grammar: ir.Grammar, live: list[str], registry: dict, ws: ir.Node) 
     return reader, sites
 
 
-def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[UniquePaths | None, set]:
-    """The automaton over the reader's sites, and the unique rules that are ambiguous."""
+def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[UniquePaths | None, set, dict]:
+    """The automaton over the reader's sites, the unique rules that are ambiguous, and the
+    checked objects to build again with extra keys blocked (their specs, blocked, are in it)."""
     edges, kind, named = reader.edges, reader.kind, reader.named
     index: dict[frozenset, int] = {}
     order: list[frozenset] = []
     rows: list = []
     bad: set[str] = set()
-    specs: dict[str, int] = {}  # checked object rule -> its index in UniquePaths.specs
+    blocks: dict[str, frozenset] = {}
+    specs: dict[frozenset, int] = {}  # the checked object rules of a path -> their index in UniquePaths.specs
 
     def state_of(group: set) -> int:
         group = frozenset(group)
@@ -182,12 +212,9 @@ def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[Uniq
         unique = [s for s in arrays if s in sites]
         if unique and len(unique) < len(arrays):
             bad |= {sites[s] for s in unique}
-        checked = [s for s in objects if s in sites]
-        kinds = {registry[sites[s]].spec.same_as for s in checked}
-        if checked and (len(checked) < len(objects) or len(kinds) > 1):  # which check applies here?
-            bad |= {sites[s] for s in checked}
-        member = specs.setdefault(sites[checked[0]], len(specs)) if checked else -1
-        bad |= {sites[s] for s in unique if edges[s].get("*")}  # items must be scalars
+        member = _members_here(objects, sites, registry, bad, blocks, specs)
+        # items must be scalars, or any JSON value (read whole: no check applies below them)
+        bad |= {sites[s] for s in unique if edges[s].get("*") and not registry[sites[s]].containers}
         items = state_of(set().union(*(edges[s].get("*", ()) for s in arrays)))
         other = state_of(set().union(*(edges[s].get(OTHER, ()) for s in objects)))
         keys = {}
@@ -200,8 +227,32 @@ def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[Uniq
         rows.append((bool(unique), zero, items, keys, other, member))
         i += 1
     if bad:
-        return None, _fallen(order, kind, sites, bad)
-    return _pruned(rows, tuple(registry[n].spec for n in specs)), set()
+        return None, _fallen(order, kind, sites, bad), {}
+    checks = tuple(union_of([_blocked(registry[n].spec, blocks.get(n)) for n in sorted(key)]) for key in specs)
+    return _pruned(rows, checks), set(), blocks
+
+
+def _blocked(spec: Any, block: frozenset | None) -> Any:
+    """``spec`` of an object rebuilt with the extra keys ``block`` left out."""
+    return spec if not block else dataclasses.replace(spec, blocked=spec.blocked | block)
+
+
+def _members_here(objects: list, sites: dict, registry: dict, bad: set, blocks: dict, specs: dict) -> int:
+    """The index of the check for the objects that stand at one path (-1: none), adding to
+    ``bad`` the checked ones that cannot be checked there (or need not be: optional checks alone)
+    and to ``blocks`` the extra keys to leave out of some so they can be checked together."""
+    checked = [s for s in objects if s in sites]
+    if not checked:
+        return -1
+    entries = [registry[sites[s]] for s in checked]
+    found = separating_blocks([(e.spec, e.origin) for e in entries]) if len(entries) == len(objects) else None
+    if found is None or all(e.optional for e in entries):  # which check applies here? (or: none needed)
+        bad |= {sites[s] for s in checked}
+        return -1
+    for s, block in zip(checked, found):
+        if block:
+            blocks[sites[s]] = blocks.get(sites[s], frozenset()) | block
+    return specs.setdefault(frozenset(sites[s] for s in checked), len(specs))
 
 
 def _fallen(order: list, kind: dict, sites: dict, bad: set) -> set:

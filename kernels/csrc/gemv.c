@@ -6,13 +6,13 @@
  * machine: ~22 GB/s at 1 row (93% of the read bandwidth); at 64 rows ~75% of the float32 square
  * matmul rate, above MKL's own sgemm at that size; past ~128 rows MKL wins
  * (parallel_layers.NATIVE_MAX_ROWS). (A K-chunked variant that reads each block from memory once
- * for all groups, accumulators spilled between chunks, measured 8-18% slower at 16-64 rows.) */
+ * for all groups, accumulators spilled between chunks, measured 8-18% slower at 16-64 rows.)
+ * The block driver below takes its tiles from a weight kind (gemv.h): F32 here, INT8 in gemv_int8.c. */
+#include "gemv.h"
 #include "kernels.h"
 #include "pool.h"
 
-#include <math.h>
-
-#define MAX_TILE 4
+#define MAX_TILE RL_MAX_TILE
 
 /* res[b * R + r] = dot(x + b * ldx, w[r]) over K, for R weight rows and BT x rows (both <= 4).
  * R and BT are constants at every call site, so the loops unroll into R * BT accumulators. */
@@ -38,32 +38,43 @@ static inline __attribute__((always_inline)) void dot_tile(const float *x, int64
         }
 }
 
-typedef void (*tile_fn)(const float *, int64_t, const float *const *, int64_t, float *);
 #define TILE(R, BT) \
-    static void tile_##R##_##BT(const float *x, int64_t ldx, const float *const *w, int64_t K, float *res) { \
-        dot_tile(x, ldx, w, K, R, BT, res); \
+    static void tile_##R##_##BT(const float *x, int64_t ldx, const void *const *w, int64_t K, float *res) { \
+        dot_tile(x, ldx, (const float *const *)w, K, R, BT, res); \
     }
 TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(1, 4)
 TILE(2, 1) TILE(2, 2) TILE(2, 3) TILE(2, 4)
 TILE(3, 4) TILE(4, 1) TILE(4, 2) TILE(4, 3)
-static const tile_fn TILES[5][5] = {  /* [R][BT] */
-    {0}, {0, tile_1_1, tile_1_2, tile_1_3, tile_1_4}, {0, tile_2_1, tile_2_2, tile_2_3, tile_2_4},
-    {0, 0, 0, 0, tile_3_4}, {0, tile_4_1, tile_4_2, tile_4_3, 0}};
+/* 4 weight rows x up to 3 x rows, 3 x 4 rows: 12 accumulators (measured: 3 x 4 is 1.2x faster than
+ * 2 x 4 at 64 rows); gate/up tiles: 2 gate + 2 up rows */
+static const rl_gemv_kind F32 = {
+    .tiles = {{0}, {0, tile_1_1, tile_1_2, tile_1_3, tile_1_4}, {0, tile_2_1, tile_2_2, tile_2_3, tile_2_4},
+              {0, 0, 0, 0, tile_3_4}, {0, tile_4_1, tile_4_2, tile_4_3, 0}},
+    .esize = 4, .block_multiple = 12, .rows_at_1 = 4, .gate_up_at_1 = 2};
 
-/* weight rows per tile for bt x rows: 12 accumulators (measured: 3 x 4 is 1.2x faster than 2 x 4 at 64 rows) */
-static inline int tile_rows(int bt) { return bt <= 3 ? 4 : 3; }
+static inline int tile_rows(const rl_gemv_kind *kind, int bt) { return bt == 1 ? kind->rows_at_1 : bt <= 3 ? 4 : 3; }
 
-static int64_t block_rows(int64_t K) {  /* ~64 KB of weights per work item, a multiple of 12 rows */
-    int64_t block = 65536 / (K * 4) / 12 * 12;
-    return block < 12 ? 12 : block;
+/* the largest tile of at most r rows the kind has that fits the rows left in a block */
+static inline int fit_rows(const rl_gemv_kind *kind, int r, int64_t left, int bt) {
+    while (r > left || !kind->tiles[r][bt]) r--;
+    return r;
+}
+
+static int64_t block_rows(const rl_gemv_kind *kind, int64_t K) {  /* ~64 KB of weights per work item */
+    int64_t m = kind->block_multiple, block = 65536 / (K * kind->esize) / m * m;
+    return block < m ? m : block;
 }
 
 typedef struct {
-    const float *x, *w, *bias, *add;
+    const rl_gemv_kind *kind;
+    const float *x, *scale, *bias, *add;
+    const char *w;
     float *y;
     int M;
     int64_t N, K, I, block;  /* I: gate/up width (0 for a plain linear) */
 } gemv_job;
+
+static inline const void *row(const gemv_job *j, int64_t n) { return j->w + n * j->K * j->kind->esize; }
 
 /* Rows [n0, n1) of the plain linear, every group of 4 x rows in turn. */
 static void linear_block(void *ctx, int64_t item) {
@@ -73,15 +84,15 @@ static void linear_block(void *ctx, int64_t item) {
     for (int b0 = 0; b0 < j->M; b0 += MAX_TILE) {
         int bt = j->M - b0 < MAX_TILE ? j->M - b0 : MAX_TILE;
         for (int64_t n = n0; n < n1;) {
-            int r = tile_rows(bt);
-            while (n + r > n1) r = r == 3 ? 2 : r >> 1;  /* the block's tail: 2 or 1 rows */
-            const float *rows[MAX_TILE];
-            for (int i = 0; i < r; i++) rows[i] = j->w + (n + i) * j->K;
-            TILES[r][bt](j->x + b0 * j->K, j->K, rows, j->K, res);
+            int r = fit_rows(j->kind, tile_rows(j->kind, bt), n1 - n, bt);  /* the block's tail: fewer */
+            const void *rows[MAX_TILE];
+            for (int i = 0; i < r; i++) rows[i] = row(j, n + i);
+            j->kind->tiles[r][bt](j->x + b0 * j->K, j->K, rows, j->K, res);
             for (int b = 0; b < bt; b++)
                 for (int i = 0; i < r; i++) {
                     int64_t at = (int64_t)(b0 + b) * j->N + n + i;
                     float v = res[b * r + i];
+                    if (j->scale) v *= j->scale[n + i];
                     if (j->bias) v += j->bias[n + i];
                     if (j->add) v += j->add[at];
                     j->y[at] = v;
@@ -91,13 +102,16 @@ static void linear_block(void *ctx, int64_t item) {
     }
 }
 
-void rl_linear(const float *x, int M, const float *w, const float *bias, const float *add, float *y,
-               int64_t N, int64_t K, int nthreads) {
-    gemv_job j = {x, w, bias, add, y, M, N, K, 0, block_rows(K)};
+void rl_gemv_linear(const rl_gemv_kind *kind, const float *x, int M, const void *w, const float *scale,
+                    const float *bias, const float *add, float *y, int64_t N, int64_t K, int nthreads) {
+    gemv_job j = {kind, x, scale, bias, add, w, y, M, N, K, 0, block_rows(kind, K)};
     rl_parallel(linear_block, &j, (N + j.block - 1) / j.block, nthreads);
 }
 
-static inline float silu(float g) { return g / (1.0f + expf(-g)); }
+void rl_linear(const float *x, int M, const float *w, const float *bias, const float *add, float *y,
+               int64_t N, int64_t K, int nthreads) {
+    rl_gemv_linear(&F32, x, M, w, NULL, bias, add, y, N, K, nthreads);
+}
 
 /* Gate rows [n0, n1) and their up rows I + n: out[m, n] = silu(gate) * up. */
 static void gate_up_block(void *ctx, int64_t item) {
@@ -107,24 +121,31 @@ static void gate_up_block(void *ctx, int64_t item) {
     for (int b0 = 0; b0 < j->M; b0 += 3) {  /* 3 x rows: tiles of 2 gate + 2 up rows, 12 accumulators */
         int bt = j->M - b0 < 3 ? j->M - b0 : 3;
         for (int64_t n = n0; n < n1;) {
-            int half = n + 2 > n1 ? 1 : 2;  /* gate rows n.. and their up rows I + n.. in one tile */
-            const float *rows[MAX_TILE];
+            int half = n + 2 > n1 ? 1 : bt == 1 ? j->kind->gate_up_at_1 : 2;  /* gate rows n.. and their up rows */
+            const void *rows[MAX_TILE];
             for (int i = 0; i < half; i++) {
-                rows[i] = j->w + (n + i) * j->K;
-                rows[half + i] = j->w + (j->I + n + i) * j->K;
+                rows[i] = row(j, n + i);
+                rows[half + i] = row(j, j->I + n + i);
             }
-            TILES[2 * half][bt](j->x + b0 * j->K, j->K, rows, j->K, res);
+            j->kind->tiles[2 * half][bt](j->x + b0 * j->K, j->K, rows, j->K, res);
             for (int b = 0; b < bt; b++)
                 for (int i = 0; i < half; i++) {
                     const float *r = res + b * 2 * half;
-                    j->y[(int64_t)(b0 + b) * j->I + n + i] = silu(r[i]) * r[half + i];
+                    float gate = r[i], up = r[half + i];
+                    if (j->scale) gate *= j->scale[n + i], up *= j->scale[j->I + n + i];
+                    j->y[(int64_t)(b0 + b) * j->I + n + i] = rl_silu(gate) * up;
                 }
             n += half;
         }
     }
 }
 
-void rl_gate_up_silu(const float *x, int M, const float *w, float *out, int64_t I, int64_t K, int nthreads) {
-    gemv_job j = {x, w, 0, 0, out, M, 2 * I, K, I, block_rows(K) / 2};
+void rl_gemv_gate_up_silu(const rl_gemv_kind *kind, const float *x, int M, const void *w, const float *scale,
+                          float *out, int64_t I, int64_t K, int nthreads) {
+    gemv_job j = {kind, x, scale, 0, 0, w, out, M, 2 * I, K, I, block_rows(kind, K) / 2};
     rl_parallel(gate_up_block, &j, (I + j.block - 1) / j.block, nthreads);
+}
+
+void rl_gate_up_silu(const float *x, int M, const float *w, float *out, int64_t I, int64_t K, int nthreads) {
+    rl_gemv_gate_up_silu(&F32, x, M, w, NULL, out, I, K, nthreads);
 }

@@ -1,4 +1,5 @@
-/* radixlm's native CPU decode kernels: float32, x86-64 AVX2 + FMA (see kernels/cpu_native.py).
+/* radixlm's native CPU decode kernels: float32 (weights float32, or int8 with per-row scales:
+ * gemv_int8.c), x86-64 AVX2 + FMA (see kernels/cpu_native.py).
  *
  * Built on first use into one shared library from every .c file here
  * (cc -O3 -mavx2 -mfma -ffp-contract=off -pthread; threads: pool.h) and called through ctypes with raw pointers to
@@ -7,9 +8,10 @@
  * contraction, so RoPE matches torch's mul/mul/add exactly. */
 #pragma once
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
-#define RL_ABI_VERSION 5
+#define RL_ABI_VERSION 6
 
 static inline float rl_hsum(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -23,6 +25,14 @@ void rl_linear(const float *x, int M, const float *w, const float *bias, const f
                int64_t N, int64_t K, int nthreads);
 /* gemv.c: out[M, I] = silu(x @ w[:I]^T) * (x @ w[I:]^T) for the fused gate/up weight w [2I, K]. */
 void rl_gate_up_silu(const float *x, int M, const float *w, float *out, int64_t I, int64_t K, int nthreads);
+
+static inline float rl_silu(float g) { return g / (1.0f + expf(-g)); }
+
+/* gemv_int8.c: the same two with int8 weights w [N, K] and float32 scales [N]: y = (x @ w^T) * scale (+ ...). */
+void rl_linear_i8(const float *x, int M, const int8_t *w, const float *scale, const float *bias, const float *add,
+                  float *y, int64_t N, int64_t K, int nthreads);
+void rl_gate_up_silu_i8(const float *x, int M, const int8_t *w, const float *scale, float *out, int64_t I, int64_t K,
+                        int nthreads);
 
 /* norm_rope.c: y = weight * rmsnorm(x) per row (x += add first, in place, when add is given); y may be x. */
 void rl_rmsnorm(float *x, const float *add, const float *weight, float *y, int64_t rows, int64_t dim, float eps);

@@ -5,8 +5,10 @@
  *   store k, v at loc;  a = attention(q, pool);  h += a Wo^T (+ b);  x = rmsnorm(h) * ln2;
  *   h += (silu(x Wg^T) * (x Wu^T)) Wd^T (+ b)
  *
- * h [T, hidden] is updated in place. The step's `times` (may be NULL) accumulates each phase's
- * seconds, for the profile benchmark: RL_PHASES entries in the order of rl_phase. */
+ * The four projections' weights are float32, or int8 with float32 per-row scales (s_* not NULL:
+ * gemv_int8.c), each on its own. h [T, hidden] is updated in place. The step's `times` (may be
+ * NULL) accumulates each phase's seconds, for the profile benchmark: RL_PHASES entries in the
+ * order of rl_phase. */
 #include "kernels.h"
 #include "pool.h"
 
@@ -16,7 +18,14 @@
 enum rl_phase { PH_NORM, PH_QKV, PH_ROPE_STORE, PH_ATTN, PH_O, PH_GATE_UP, PH_DOWN, RL_PHASES };
 
 typedef struct {  /* one layer's parameters: pointers into the model's tensors (biases, q/k norms may be NULL) */
-    const float *ln1, *ln2, *w_qkv, *b_qkv, *w_o, *b_o, *w_gate_up, *w_down, *b_down, *q_norm, *k_norm;
+    const float *ln1, *ln2;
+    const void *w_qkv;  /* the w_* are float32, or int8 where their scales s_* are given */
+    const float *b_qkv;
+    const void *w_o;
+    const float *b_o;
+    const void *w_gate_up, *w_down;
+    const float *b_down, *q_norm, *k_norm;
+    const float *s_qkv, *s_o, *s_gate_up, *s_down;  /* int8 weights' per-row scales, or NULL (float32 weights) */
     float eps, scale;  /* RMSNorm epsilon, attention softmax scale */
     int hidden, H, Hkv, D, inter;
 } rl_layer;
@@ -44,6 +53,15 @@ static void lap(double *times, enum rl_phase phase, double *t) {
 
 int rl_layer_phases(void) { return RL_PHASES; }
 
+/* y = x w^T (+ b) (+ add) for a float32 weight, or an int8 one with its scales s */
+static void linear(const float *x, int T, const void *w, const float *s, const float *b, const float *add, float *y,
+                   int64_t N, int64_t K, int nt) {
+    if (s)
+        rl_linear_i8(x, T, w, s, b, add, y, N, K, nt);
+    else
+        rl_linear(x, T, w, b, add, y, N, K, nt);
+}
+
 void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, float *k_pool, float *v_pool) {
     int T = S->T, nt = S->nthreads;
     int64_t q = (int64_t)L->H * L->D, kv = (int64_t)L->Hkv * L->D, ld = q + 2 * kv;
@@ -53,7 +71,7 @@ void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, float *k_poo
     double *times = S->times, t = times ? now() : 0.0;
     rl_rmsnorm(h, NULL, L->ln1, x, T, L->hidden, L->eps);
     lap(times, PH_NORM, &t);
-    rl_linear(x, T, L->w_qkv, L->b_qkv, NULL, qkv, ld, L->hidden, nt);
+    linear(x, T, L->w_qkv, L->s_qkv, L->b_qkv, NULL, qkv, ld, L->hidden, nt);
     lap(times, PH_QKV, &t);
     if (L->q_norm)
         for (int i = 0; i < T; i++) {
@@ -65,13 +83,16 @@ void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, float *k_poo
     rl_decode_attention(qkv, ld, k_pool, v_pool, S->kv_indptr, S->kv_indices, T, L->H, L->Hkv, L->D, S->shared,
                         L->scale, attn, nt);
     lap(times, PH_ATTN, &t);
-    rl_linear(attn, T, L->w_o, L->b_o, h, h, L->hidden, q, nt);
+    linear(attn, T, L->w_o, L->s_o, L->b_o, h, h, L->hidden, q, nt);
     lap(times, PH_O, &t);
     rl_rmsnorm(h, NULL, L->ln2, x, T, L->hidden, L->eps);
     lap(times, PH_NORM, &t);
-    rl_gate_up_silu(x, T, L->w_gate_up, act, L->inter, L->hidden, nt);
+    if (L->s_gate_up)
+        rl_gate_up_silu_i8(x, T, L->w_gate_up, L->s_gate_up, act, L->inter, L->hidden, nt);
+    else
+        rl_gate_up_silu(x, T, L->w_gate_up, act, L->inter, L->hidden, nt);
     lap(times, PH_GATE_UP, &t);
-    rl_linear(act, T, L->w_down, L->b_down, h, h, L->hidden, L->inter, nt);
+    linear(act, T, L->w_down, L->s_down, L->b_down, h, h, L->hidden, L->inter, nt);
     lap(times, PH_DOWN, &t);
     free(x);
 }

@@ -8,7 +8,10 @@ finishes as ``stop``, valid. When even the completion does not fit, nothing is s
 ends as ``length`` and ``note`` says why (``meta_info["constraint_notes"]``).
 
 Cost: the completion is computed when the budget left is within ``WINDOW`` tokens or within twice
-the last estimate (a long ``minLength`` string needs an early start), not at every step.
+the last estimate (a long ``minLength`` string needs an early start), not at every step. A search
+that found nothing (the byte bound scales with the budget left, so nothing fits) is tried again
+only once the budget left has halved: the search runs in the scheduler's loop, and repeating a
+failing one every step would stall every other request.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class BudgetClose:
         self.tokenizer = tokenizer
         self.need: int | None = None  # tokens the last completion took
         self.short_by: int | None = None  # the completion did not fit: tokens missing
+        self.failed_at: int | None = None  # room when the last search found no completion
 
     def splice(self, room: int) -> Splice | None:
         """The completion as a splice when ``room`` (tokens left) barely holds it, else None."""
@@ -39,9 +43,13 @@ class BudgetClose:
             return Splice(0, (), True) if room <= MARGIN else None
         if self.need is not None and room > max(WINDOW, 2 * self.need + MARGIN):
             return None
+        if self.failed_at is not None and room > self.failed_at // 2:
+            return None
         ids = self._completion_ids(room)
         if ids is None:
+            self.failed_at = room
             return None
+        self.failed_at = None
         self.need = len(ids)
         if len(ids) > room:
             self.short_by = len(ids) - room
@@ -74,7 +82,12 @@ class BudgetClose:
     @property
     def note(self) -> str | None:
         """Why the output may end incomplete (None while the budget suffices)."""
-        if self.short_by is None or self.matcher.is_accepting():
+        if self.matcher.is_accepting():
             return None
-        return (f"max_new_tokens ran out before a valid end fit: completing the output needs "
-                f"{self.short_by} more tokens than were left")
+        if self.short_by is not None:
+            return (f"max_new_tokens ran out before a valid end fit: completing the output needs "
+                    f"{self.short_by} more tokens than were left")
+        if self.failed_at is not None:
+            return (f"max_new_tokens ran out before a valid end fit: no completion was found within "
+                    f"{self.failed_at} tokens")
+        return None

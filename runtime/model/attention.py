@@ -3,7 +3,7 @@ context through the kernels chosen by name (``radixlm.kernels.get_ops``).
 
 ``resolve_attention_backend("auto", device)`` is ``"triton"`` on CUDA and ``"torch"`` elsewhere
 (the rules live in ``radixlm.kernels.select_backend``); extend/prefill batches use
-``extend_attention`` and decode batches ``decode_attention`` (with the torch backend, given the
+``extend_attention`` and decode batches ``decode_attention`` (with the torch backend, both given the
 batch's ``shared_prefix_len``: cascade attention over a radix-cache prefix every request shares).
 """
 
@@ -37,7 +37,7 @@ class PagedAttention:
         self.ops = get_ops(backend)
         # the Triton extend kernel sizes its grid from the longest extend; the host knows it
         self._pass_max_q_len = backend == "triton"
-        # the torch decode path splits attention at a prefix shared by the whole batch (cascade)
+        # the torch decode and extend paths split attention at a prefix shared by the whole batch (cascade)
         self._cascade = backend == "torch"
         # the layer may store K/V itself (kernels/cpu_native's fused RoPE + store), then call attend()
         self.native_ok = backend == "torch"
@@ -63,5 +63,7 @@ class PagedAttention:
             return self.ops.decode_attention(q, k_pool, v_pool, batch.kv_indptr, batch.kv_indices,
                                              self.sm_scale)
         kwargs = {"max_q_len": batch.max_extend_len} if self._pass_max_q_len else {}
+        if batch.shared_prefix_len and self._cascade:
+            kwargs["shared_prefix_len"] = batch.shared_prefix_len
         return self.ops.extend_attention(q, k_pool, v_pool, batch.qo_indptr, batch.kv_indptr,
                                          batch.kv_indices, self.sm_scale, **kwargs)

@@ -31,7 +31,8 @@ class ForwardBatch:
     logits_indices: torch.Tensor  # [num_logits]
     req_pool_indices: torch.Tensor  # [bs]
     max_extend_len: int = 1  # host copy of max(extend_lens): sizes kernel grids without a device sync
-    # decode only: leading kv_indices every request shares (same slots: a radix-cache prefix); 0 = none
+    # leading kv_indices every request shares (same slots: a radix-cache prefix, within every
+    # request's cached prefix_len); 0 = none
     shared_prefix_len: int = 0
 
     @property
@@ -44,10 +45,10 @@ class ForwardBatch:
         """Validate ``spec``, apply its table writes, write ``out_cache_loc`` into the table, and
         build the tensors (``kv_indices`` is gathered from the table: prefix + new slots).
 
-        ``detect_shared_prefix``: for decode batches of two or more requests, also find
-        ``shared_prefix_len`` (one table compare per step, and one host sync: meant for the torch
-        attention backend, which uses it for cascade attention; below ``MIN_SHARED_PREFIX_LEN``
-        it stays 0).
+        ``detect_shared_prefix``: for batches of two or more requests (decode or extend), also find
+        ``shared_prefix_len``, at most the shortest ``prefix_len`` (one table compare per step, and
+        one host sync: meant for the torch attention backend, which uses it for cascade attention;
+        below ``MIN_SHARED_PREFIX_LEN`` it stays 0).
         """
         spec.validate()
         kv_lens = [p + n for p, n in zip(spec.prefix_lens, spec.extend_lens)]
@@ -92,8 +93,8 @@ class ForwardBatch:
             logits_indices=tensor(spec.logits_indices),
             req_pool_indices=req_pool_indices,
             max_extend_len=max(spec.extend_lens),
-            shared_prefix_len=(_shared_prefix_len(req_to_token.table, req_pool_indices, min(kv_lens))
-                               if detect_shared_prefix and spec.is_decode and spec.batch_size > 1 else 0),
+            shared_prefix_len=(_shared_prefix_len(req_to_token.table, req_pool_indices, min(spec.prefix_lens))
+                               if detect_shared_prefix and spec.batch_size > 1 else 0),
         )
 
 

@@ -43,6 +43,7 @@ from radixlm.runtime.model.parallel_layers import (
     parallel_lm_head,
     vocab_parallel_embedding,
 )
+from radixlm.runtime.model.quantization import native_operands
 from radixlm.runtime.model.rotary import RotaryEmbedding, apply_rotary
 from radixlm.runtime.scaleout.distributed import TPGroup
 from torch import nn
@@ -173,21 +174,23 @@ class LlamaDecoderLayer(nn.Module):
 
     def _build_native_params(self) -> cpu_native.LayerParams | None:
         projections = (self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj)
+        operands = [native_operands(p) for p in projections]  # (float32 or int8 weight, int8 scales or None)
         norms = [n for n in (self.input_layernorm, self.post_attention_layernorm, self.q_norm, self.k_norm) if n]
-        tensors = [p.weight for p in projections if isinstance(p, Linear)] + [n.weight for n in norms]
-        tensors += [p.bias for p in projections if isinstance(p, Linear) and p.bias is not None]
+        tensors = [n.weight for n in norms] + [b for p in projections if (b := getattr(p, "bias", None)) is not None]
         if not (self.tp.size == 1 and self.attn.native_ok and cpu_native.available()
-                and all(isinstance(p, Linear) for p in projections) and self.gate_up_proj.bias is None
+                and None not in operands and self.gate_up_proj.bias is None
                 and cpu_native.usable(*tensors)
                 and cpu_native.decode_attention_ok(self.num_heads, self.num_kv_heads, self.head_dim)):
             return None
         ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+        (w_qkv, s_qkv), (w_o, s_o), (w_gate_up, s_gate_up), (w_down, s_down) = operands
         return cpu_native.LayerParams(
             ln1=ptr(self.input_layernorm.weight), ln2=ptr(self.post_attention_layernorm.weight),
-            w_qkv=ptr(self.qkv_proj.weight), b_qkv=ptr(self.qkv_proj.bias), w_o=ptr(self.o_proj.weight),
-            b_o=ptr(self.o_proj.bias), w_gate_up=ptr(self.gate_up_proj.weight), w_down=ptr(self.down_proj.weight),
+            w_qkv=ptr(w_qkv), b_qkv=ptr(self.qkv_proj.bias), w_o=ptr(w_o),
+            b_o=ptr(self.o_proj.bias), w_gate_up=ptr(w_gate_up), w_down=ptr(w_down),
             b_down=ptr(self.down_proj.bias), q_norm=ptr(self.q_norm and self.q_norm.weight),
-            k_norm=ptr(self.k_norm and self.k_norm.weight), eps=self.input_layernorm.eps, scale=self.attn.sm_scale,
+            k_norm=ptr(self.k_norm and self.k_norm.weight), s_qkv=ptr(s_qkv), s_o=ptr(s_o),
+            s_gate_up=ptr(s_gate_up), s_down=ptr(s_down), eps=self.input_layernorm.eps, scale=self.attn.sm_scale,
             hidden=self.config.hidden_size, H=self.num_heads, Hkv=self.num_kv_heads, D=self.head_dim,
             inter=self.intermediate_size)
 

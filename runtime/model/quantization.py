@@ -13,10 +13,14 @@ sum over the input features). ``int8_linear`` picks the implementation, the fast
 ones per case (measured per shape, dtype and batch size: ``benchmarks/README.md``, suite ``quant``):
 
 * ``backend="triton"`` (CUDA, or the CPU under ``TRITON_INTERPRET=1``): ``kernels/int8_matmul.py``.
+* the native AVX2 int8 GEMV (``kernels/cpu_native.linear_int8``, ``csrc/gemv_int8.c``: each int8
+  weight row read once for all rows, converted to float32 in registers, float32 sums) for float32
+  CPU activations of at most ``NATIVE_MAX_ROWS`` rows; a decode step's layers then run whole in
+  ``cpu_native.decode_layer`` with their int8 weights (``native_operands``), as float32 layers do.
 * torch, ``torch.ops.aten._weight_int8pack_mm`` (float32 accumulation, the scale in the activations'
   dtype) for bfloat16 activations of at most ``INT8PACK_MAX_ROWS`` rows (vectorized for AVX2 and
-  AVX-512), and for one float32 row (x86 runs float32 through a scalar loop: still a little faster
-  than converting the weights at batch 1, slower from 2 rows on); K a multiple of 16.
+  AVX-512), and for one float32 row without the native kernels (x86 runs float32 through a scalar
+  loop: still a little faster than converting the weights at batch 1); K a multiple of 16.
 * torch, otherwise: ``F.linear(x, q.float()) * scale`` in float32 (the weights converted per call).
 """
 
@@ -25,7 +29,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from radixlm.runtime.model.parallel_layers import Linear, RowParallelLinear
+from radixlm.kernels import cpu_native
+from radixlm.runtime.model.parallel_layers import NATIVE_MAX_ROWS, Linear, RowParallelLinear
 from radixlm.runtime.scaleout.distributed import TPGroup
 from radixlm.runtime.server_args import QUANTIZATIONS
 from torch import nn
@@ -81,6 +86,12 @@ def _int8pack_ok(x: torch.Tensor, q: torch.Tensor) -> bool:
             and q.data_ptr() % 64 == 0)
 
 
+def _native_ok(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """Whether the native int8 GEMV takes this call: float32 CPU rows, at most ``NATIVE_MAX_ROWS``."""
+    return (x.dtype == torch.float32 and x.device.type == "cpu" and x.shape[0] <= NATIVE_MAX_ROWS
+            and cpu_native.usable_int8(q, scale) and (bias is None or cpu_native.usable(bias)))
+
+
 def _aligned(x: torch.Tensor) -> torch.Tensor:
     """``x`` contiguous with every row on a 32-byte boundary (rows of K % 16 == 0 bfloat16 values are)."""
     x = x.contiguous()
@@ -97,6 +108,8 @@ def int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: tor
         from radixlm.kernels.int8_matmul import int8_matmul
 
         return int8_matmul(x, q, scale, bias)
+    if _native_ok(x, q, scale, bias):
+        return cpu_native.linear_int8(x.contiguous(), q, scale, bias)
     if _int8pack_ok(x, q):
         scale_act = scale.to(x.dtype) if scale_act is None or scale_act.dtype != x.dtype else scale_act
         y = torch.ops.aten._weight_int8pack_mm(_aligned(x), q, scale_act)  # [n, out]
@@ -197,3 +210,14 @@ def quantize_model(model: nn.Module, method: str | None, backend: str = "torch")
     head = model.embed_tokens if model.lm_head is None else model.lm_head
     model.quantized_lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
     model.lm_head = None
+
+
+def native_operands(proj: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """(weight, its int8 scales or None) of a float32 ``Linear`` or a torch-backend ``Int8Linear`` the
+    fused native decode layer can take (``cpu_native.LayerParams``), else None."""
+    if isinstance(proj, Linear):
+        return (proj.weight, None) if cpu_native.usable(proj.weight) else None
+    if (isinstance(proj, Int8Linear) and proj.backend == "torch"
+            and cpu_native.usable_int8(proj.qweight, proj.scale)):
+        return proj.qweight, proj.scale
+    return None
