@@ -12,10 +12,10 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
+from native_checks import assert_rel_close as _close
+from native_checks import decode_logits
 from radixlm.kernels import cpu_native
 from radixlm.kernels.attention_ref import decode_attention_ref
-from radixlm.kernels.testing.native_checks import assert_rel_close as _close
-from radixlm.kernels.testing.native_checks import decode_logits
 from radixlm.kernels.testing.random_batch import random_paged_batch
 from radixlm.kernels.torch_ops import decode_attention_torch, store_kv_torch
 from radixlm.runtime.model.rotary import RotaryEmbedding, apply_rotary
@@ -140,13 +140,15 @@ def test_a_failed_build_falls_back_to_torch(monkeypatch, tmp_path, caplog):
     assert not list((tmp_path / "native").glob("*.so"))  # no half-written library left behind
 
 
-@pytest.mark.parametrize("shared", [0, 1, 40])
+@pytest.mark.parametrize("shared", [0, 1, 40, 150])
 def test_cascade_decode_native_and_torch_paths_match_reference(shared):
-    """A shared prefix read once for the batch (cascade) natively; the torch path kept for other dtypes."""
+    """A shared prefix read once for the batch (cascade) natively; the torch path kept for other dtypes.
+    16 query rows share each KV head: the prefix chunks are scored transposed (150: two full chunks
+    and a tail)."""
     gen = torch.Generator().manual_seed(shared)
-    k_pool, v_pool = torch.randn(200, 2, 32, generator=gen), torch.randn(200, 2, 32, generator=gen)
-    slots = torch.randperm(199, generator=gen) + 1
-    prefix, rest = slots[:40], slots[40:]
+    k_pool, v_pool = torch.randn(400, 2, 32, generator=gen), torch.randn(400, 2, 32, generator=gen)
+    slots = torch.randperm(399, generator=gen) + 1
+    prefix, rest = slots[:max(40, shared)], slots[max(40, shared):]
     suffixes = [0, 3, 17, 70]  # request 0 is exactly the prefix
     pieces = [torch.cat([prefix, rest[sum(suffixes[:i]):sum(suffixes[:i + 1])]]) for i in range(len(suffixes))]
     indptr = F.pad(torch.tensor([len(p) for p in pieces]).cumsum(0), (1, 0))

@@ -14,9 +14,9 @@ from contextlib import nullcontext
 import pytest
 import torch
 import torch.nn.functional as F
+from native_checks import assert_rel_close as _close
+from native_checks import decode_logits
 from radixlm.kernels import cpu_native
-from radixlm.kernels.testing.native_checks import assert_rel_close as _close
-from radixlm.kernels.testing.native_checks import decode_logits
 from radixlm.runtime.model.quantization import Int8Linear, int8_linear, quantize_int8
 
 pytestmark = pytest.mark.skipif(not cpu_native._supported_machine(),
