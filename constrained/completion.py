@@ -53,15 +53,19 @@ def greedy_completion(matcher: Any, max_bytes: int = 20_000) -> bytes | None:
     if matcher.is_accepting():
         return b""
     hints = getattr(matcher.grammar, "completion_hints", b"")
+    start = _Keys()
+    history = getattr(matcher, "accepted_bytes", None)
+    if history is not None:
+        start.feed(history())  # the document so far, read once: where its strings and objects are open
     for budget in _budgets(max_bytes):
         for strategy in STRATEGIES:
             if strategy == "hints" and not hints:
                 continue
             if strategy == "keys":
                 literals = string_literals(matcher.grammar)
-                out = _complete(matcher, budget, "closers", b"", literals) if literals else None
+                out = _complete(matcher, start, budget, "closers", b"", literals) if literals else None
             else:
-                out = _complete(matcher, budget, strategy, hints)
+                out = _complete(matcher, start, budget, strategy, hints)
             if out is not None:
                 return out
     return None
@@ -74,16 +78,13 @@ def _budgets(max_bytes: int) -> list[int]:
     return out + [max_bytes]
 
 
-def _complete(matcher: Any, max_bytes: int, strategy: str, hints: bytes,
+def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: bytes,
               literals: list[bytes] | None = None) -> bytes | None:
     """One greedy search in ``strategy``'s order (``keys``: the ``closers`` order after the
     continuations of ``literals`` at a key position, read by a ``_Keys`` tracker)."""
     probe, out, spelled, tries = matcher.copy(), bytearray(), 0, _TRIES * max_bytes
     byte_ids = matcher.grammar.vocab.byte_tokens
-    track = _Keys()
-    history = getattr(matcher, "accepted_bytes", None)
-    if history is not None:
-        track.feed(history())  # the document so far: where its strings and objects are open
+    track = start.copy()
     while len(out) < max_bytes and not probe.is_accepting():
         forced = _take_forced(probe, byte_ids)
         if forced is None:
@@ -176,6 +177,15 @@ class _Keys:
         self.in_string = self.escaped = False
         self.expect_key = False
         self.number = False  # a number value has begun and may still go on
+
+    def copy(self) -> _Keys:
+        """An independent tracker at the same place."""
+        other = _Keys()
+        other.stack = [[e[0], set(e[1]), e[2]] if e[0] == "o" else list(e) for e in self.stack]
+        other.key = bytearray(self.key) if self.key is not None else None
+        other.in_string, other.escaped = self.in_string, self.escaped
+        other.expect_key, other.number = self.expect_key, self.number
+        return other
 
     def feed(self, data: bytes) -> None:
         for b in data:
