@@ -180,3 +180,46 @@ def test_report_prints_the_sweep_and_the_streamed_bandwidth():
     text = markdown(raw)
     assert "Read bandwidth measured in the same run: 16.5 GB/s" in text
     assert "| llama.cpp-decode-b1 | 20.0 | 40.0 | 50.0% | 8.2 |" in text
+
+
+def test_sweep_with_one_setting_times_nothing(monkeypatch):
+    from suites import measure
+
+    fake = FakeParallel()
+    fake.sweep = (64,)
+    monkeypatch.setattr(measure, "timed", lambda trial: pytest.fail("a one-setting sweep must not time a pass"))
+    swept = sweep_parallel({"llama.cpp": fake}, {"llama.cpp": fake.trial}, "items_per_s", count=20,
+                           log=lambda _: None)
+    assert swept == {"llama.cpp": {"rates": {}, "best": 20}} and fake.n_parallel == 20 and not fake.seen
+
+
+def test_flop_floor_counts_the_shared_prefix_once_and_bounds_each_system():
+    from types import SimpleNamespace
+
+    from suites import flop_floor
+    from suites.report import markdown
+
+    cfg = SimpleNamespace(hidden_size=8, head_dim=2, num_heads=4, num_kv_heads=2, intermediate_size=16,
+                          num_layers=3, vocab_size=100)
+    prompts = [[1, 2, 3, 4, 5], [1, 2, 3, 9]]  # 3 shared, then 2 and 1 of their own
+    got = flop_floor.workload_flops(cfg, prompts, new_tokens=3)
+    per_token = 3 * (8 * 8 * 2 + 8 * 4 * 2 + 3 * 8 * 16)  # q/o, k/v, gate/up/down per layer
+    assert got["shared_prefix_tokens"] == 3 and got["prefill_tokens"] == 6 and got["decoded_tokens"] == 4
+    assert got["linear_gflop"] * 1e9 == pytest.approx(2 * per_token * (6 + 4))
+    assert got["lm_head_gflop"] * 1e9 == pytest.approx(2 * 8 * 100 * (2 + 4))
+    # (query, key) pairs: prefix 1+2+3; prompt 0: 4+5 then 6+7 decoding; prompt 1: 4 then 5+6
+    pairs = 6 + (4 + 5) + (6 + 7) + 4 + (5 + 6)
+    assert got["attention_gflop"] * 1e9 == pytest.approx(2 * 3 * 4 * (2 * 2) * pairs)  # q.k and p.v per head dim
+    need = flop_floor.floor(cfg, prompts, 3, matmul_gflop_per_s=got["total_gflop"] / 2.0)  # 2 s floor
+    assert need["floor_seconds"] == pytest.approx(2.0)
+    systems = {"radixlm": {"status": "ok", "median": {"seconds": 3.0}},
+               "llama.cpp": {"status": "ok", "median": {"seconds": 5.0}}, "hf": {"status": "not installed"}}
+    bound = flop_floor.bound(need, systems)
+    assert bound["floor_seconds"] == pytest.approx(2.0) and set(bound["systems"]) == {"radixlm", "llama.cpp"}
+    assert bound["systems"]["llama.cpp"]["bound"] == pytest.approx(2.5)
+    # a system faster than the measured rate moves the floor to its own rate: the bound is never optimistic
+    systems["radixlm"]["median"]["seconds"] = 1.0
+    assert flop_floor.bound(need, systems)["systems"]["llama.cpp"]["bound"] == pytest.approx(5.0)
+    result = {"suite": "agent", "metric": "output_tok_per_s", "systems": systems, "targets": [],
+              "flop_floor": {**need, **flop_floor.bound(need, systems)}}
+    assert "llama.cpp 0.0 GFLOP/s, at most 5.00x faster possible" in markdown(result)

@@ -9,12 +9,16 @@ llama.cpp runs in its best configuration for this workload (``llama.cpp``, ``lla
 shared prefix prefilled once, then the requests as parallel sequences in batched ``llama_decode``
 calls; the number of parallel sequences is swept first and the best kept), and one request at a
 time as a second, labelled row (``llama.cpp-serial``).
+
+The result also carries the workload's FLOP floor (``flop_floor.py``): its arithmetic at the best
+float32 rate measured in the run, and per system the largest speed-up any engine could show over it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from suites import flop_floor, roofline
 from suites.context import SuiteContext
 from suites.measure import agreement, alternate, summarize, sweep_parallel, target
 from suites.workloads import agent_prompts
@@ -47,14 +51,23 @@ def run(ctx: SuiteContext) -> dict[str, Any]:
         trial()  # before the sweep too, so its first setting is not the one paying the cold start
         ctx.log(f"  warm-up {name} done")
     swept = sweep_parallel(ready, trials, "output_tok_per_s", num, log=ctx.log)
+    rate = roofline.matmul_flops(n=1024 if ctx.quick else 2048)["matmul_gflop_per_s"]
     runs = alternate(trials, ctx.reps, resets={n: s.reset for n, s in ready.items()}, log=ctx.log)
+    rate = max(rate, roofline.matmul_flops(n=1024 if ctx.quick else 2048)["matmul_gflop_per_s"])
     systems = summarize(runs, "radixlm", unavailable=missing)
+    cfg = ctx.pool.get("radixlm").engine.model_config
+    need = flop_floor.floor(cfg, prompts, new_tokens, rate)
+    floor = {**need, **flop_floor.bound(need, systems)}
     speedup = {n: systems[n].get("radixlm_speedup") for n in systems}
     targets = [target("radixlm / hf output tok/s", speedup.get("hf"), 6.0),
                target("radixlm / radixlm-nocache output tok/s", speedup.get("radixlm-nocache"), 3.0)]
     if systems.get("llama.cpp", {}).get("status") == "ok":  # issue 18: against llama.cpp's best configuration
         targets.append(target("radixlm / llama.cpp (best parallel) output tok/s", speedup.get("llama.cpp"), 1.5))
+        peer = floor["systems"].get("llama.cpp", {})
+        targets.append(target("largest speed-up over llama.cpp (best parallel) the FLOP floor allows",
+                              peer.get("bound"), 1.5))
     return {"workload": {"requests": num, "prompt_tokens_each": [len(p) for p in prompts][:4],
                          "shared_system_tokens": system_tokens, "new_tokens": new_tokens},
-            "metric": "output_tok_per_s", "systems": systems, "targets": targets, "parallel_sweep": swept,
+            "metric": "output_tok_per_s", "systems": systems, "flop_floor": floor, "targets": targets,
+            "parallel_sweep": swept,
             "greedy_agreement": agreement(outputs, "radixlm")}

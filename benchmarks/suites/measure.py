@@ -129,8 +129,13 @@ def sweep_parallel(ready: dict[str, Any], trials: dict[str, Trial], metric: str,
     for name, system in ready.items():
         if not hasattr(system, "sweep") or name not in trials:
             continue
+        settings = sorted({min(s, count) for s in system.sweep})
+        if len(settings) == 1:  # nothing to choose: no timed pass, the repetitions measure it
+            system.n_parallel = settings[0]
+            chosen[name] = {"rates": {}, "best": settings[0]}
+            continue
         rates: dict[int, float] = {}
-        for n in sorted({min(s, count) for s in system.sweep}):
+        for n in settings:
             system.n_parallel = n
             system.reset()
             rates[n] = timed(trials[name])[metric]

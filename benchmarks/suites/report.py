@@ -61,14 +61,31 @@ def markdown(result: dict[str, Any]) -> str:
                  f"/{a['tokens_each']})" for n, a in agree.items()]
         lines.append(f"\nGreedy outputs identical to {base}'s (same token ids in): " + "; ".join(parts))
     for name, sweep in result.get("parallel_sweep", {}).items():
+        if not sweep["rates"]:
+            lines.append(f"\n{name}: {sweep['best']} parallel sequences (the one setting given)")
+            continue
         rates = ", ".join(f"{n}: {_fmt(v)}" for n, v in sweep["rates"].items())
         lines.append(f"\n{name}: parallel sequences swept ({UNITS.get(metric, metric)}) {rates}; "
                      f"best {sweep['best']}, used for the row above")
+    lines += _floor_lines(result.get("flop_floor"))
     for t in result.get("targets", []):
         state = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
         lines.append(f"\nTarget: {t['name']} = {_fmt(t['value'])}{t['unit']} (>= {t['threshold']}{t['unit']}): "
                      f"**{state}**")
     return "\n".join(lines) + "\n"
+
+
+def _floor_lines(floor: dict[str, Any] | None) -> list[str]:
+    """The FLOP floor of a workload (``flop_floor.py``) and each system's distance from it."""
+    if not floor:
+        return []
+    parts = "; ".join(f"{n} {v['gflop_per_s']:.1f} GFLOP/s, at most {v['bound']:.2f}x faster possible"
+                      for n, v in floor["systems"].items())
+    return [f"\nFLOP floor: {floor['total_gflop']:,.0f} GFLOP (linear {floor['linear_gflop']:,.0f}, LM head "
+            f"{floor['lm_head_gflop']:,.0f}, attention {floor['attention_gflop']:,.0f}; shared prefix "
+            f"{floor['shared_prefix_tokens']} tokens once) = {floor['floor_seconds']:.1f} s at "
+            f"{floor['floor_rate_gflop_per_s']:.1f} GFLOP/s (the best of the measured float32 matmul rate, "
+            f"{floor['matmul_gflop_per_s']:.1f}, and every system's own). Per system: {parts}."]
 
 
 def plot(result: dict[str, Any], out: Path) -> Path | None:
