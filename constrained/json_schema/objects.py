@@ -31,7 +31,7 @@ from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_t
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 MAX_ANY_ORDER = 8  # objects of at most this many named members (and no others) take any order
-MAX_ANY_ORDER_RULES = 4096  # per schema: past it, further objects are checked at runtime
+MAX_ANY_ORDER_RULES = 1024  # per schema: past it, further objects are checked at runtime (compile max, docs)
 RUNTIME_CHECK_ABOVE = MAX_ANY_ORDER  # objects of more named members are checked at runtime
 
 
