@@ -8,7 +8,7 @@ A workload of prompts that share a prefix, each decoding ``new_tokens`` tokens, 
 * attention: per layer, per head, per query, a dot product with every earlier key and a weighted
   sum of as many values (``2 * head_dim`` multiply-adds per (query, key) pair), causal.
 
-``floor_seconds`` is that FLOP count over the matmul rate: no engine on this machine can run the
+``floor_seconds`` is that FLOP count over the best rate measured in the run: no engine on this machine can run the
 workload faster unless it beats the rate. ``bound`` turns a peer's measured time into the largest
 speed-up any engine could show over it (``peer seconds / floor seconds``): when a target ratio sits
 above the bound, the target cannot be met on this machine whatever the engine does.
@@ -53,10 +53,8 @@ def workload_flops(cfg: Any, prompts: list[list[int]], new_tokens: int) -> dict[
 
 
 def floor(cfg: Any, prompts: list[list[int]], new_tokens: int, matmul_gflop_per_s: float) -> dict[str, float]:
-    """``workload_flops`` plus ``floor_seconds`` at ``matmul_gflop_per_s``."""
-    flops = workload_flops(cfg, prompts, new_tokens)
-    return {**flops, "matmul_gflop_per_s": matmul_gflop_per_s,
-            "floor_seconds": flops["total_gflop"] / matmul_gflop_per_s}
+    """``workload_flops`` and the float32 matmul rate measured in the run (``bound`` turns them into seconds)."""
+    return {**workload_flops(cfg, prompts, new_tokens), "matmul_gflop_per_s": matmul_gflop_per_s}
 
 
 def bound(floor_info: dict[str, float], systems: dict[str, Any]) -> dict[str, Any]:
