@@ -8,12 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
 
-@pytest.mark.slow
 def test_quant_suite_quick_run(tmp_path: Path, tiny_llama: str) -> None:
     out = tmp_path / "results"
     cmd = [sys.executable, str(RUN), "--suite", "quant", "--quick", "--size", "tiny", "--reps", "1",

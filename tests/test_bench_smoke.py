@@ -7,12 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
 
-@pytest.mark.slow
 def test_quick_run_writes_results(tmp_path: Path, tiny_llama: str) -> None:
     out = tmp_path / "results"
     cmd = [sys.executable, str(RUN), "--suite", "agent", "--suite", "raw", "--quick", "--size", "tiny",

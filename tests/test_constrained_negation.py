@@ -185,7 +185,6 @@ def test_empty_intersections_are_unsatisfiable():
         schema_to_grammar({"type": "string", "pattern": "^a", "not": {"pattern": "a"}})
 
 
-@pytest.mark.slow
 def test_whole_bench_accepts_no_invalid_instance(vocab, tiny_llama):
     """Every compiled bench schema (``tests/data/jsonschemabench``, all subsets) rejects every
     invalid instance it ships, walked token by token (about 15 s)."""

@@ -97,7 +97,6 @@ def test_every_doc_has_been_looked_at():
     assert any(c.startswith("curl") for c in cmds) and any(c.startswith("radixlm serve") for c in cmds)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_python_blocks_run(doc: Path, live, monkeypatch: pytest.MonkeyPatch):
     engine, port = live
@@ -151,7 +150,6 @@ def _run_bash(command: str, port: int) -> None:
         pytest.fail(f"no rule to check {command!r}: give the block another fence if it is not meant to run")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
 def test_bash_blocks_run(doc: Path, live):
     _, port = live

@@ -21,7 +21,6 @@ EXPECTED = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_example_runs(name: str, tiny_llama: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

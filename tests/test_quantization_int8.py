@@ -149,7 +149,6 @@ def test_tied_embeddings_quantize_the_head_and_keep_the_lookup(tiny_qwen3, tmp_p
     assert q8.embed_tokens.dtype == torch.float32 and q8.quantized_lm_head.qweight.dtype == torch.int8
 
 
-@pytest.mark.slow  # two loads of the 0.7 GB small checkpoint
 def test_small_logits_within_tolerance_of_float32(checkpoint):
     path = checkpoint("llama", "small")
     _assert_within_tolerance(path, _token_prompts(path)[:3])

@@ -4,7 +4,8 @@ template) and valid against the tool's schema, every time (several seeds); Qwen3
 back as ``reasoning_content``, streamed and not.
 
 Slow (each checkpoint is 1-2.4 GB of random bf16 weights, and every request runs the real-size model
-on the CPU); the checkpoints are built once and cached (see ``test_real_shape_checkpoints.py``).
+on the CPU): Qwen2.5-0.5B is in the default run, the other two in ``pytest -m slow``. The checkpoints
+are built once and cached (see ``test_real_shape_checkpoints.py``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from llamacpp_assets import fetch_or_reason  # noqa: E402
 from serve_process import serve  # noqa: E402
 
-pytestmark = pytest.mark.slow
+DEFAULT_RUN = ("qwen2", "0.5b")  # the other families are in the slow run (`pytest -m slow`)
 
 # (arch, size) -> (tool-call parser, reasoning parser) the server detects from the real template
 FAMILIES = {("qwen2", "0.5b"): ("hermes", None), ("qwen3", "0.6b"): ("hermes", "qwen3"),
@@ -40,7 +41,8 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 NO_THINKING = {"chat_template_kwargs": {"enable_thinking": False}}  # Qwen3: the call follows the prompt
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES), ids=lambda k: f"{k[0]}-{k[1]}")
+@pytest.fixture(scope="module", ids=lambda k: f"{k[0]}-{k[1]}",
+                params=[k if k == DEFAULT_RUN else pytest.param(k, marks=pytest.mark.slow) for k in sorted(FAMILIES)])
 def served(request, tmp_path_factory):
     if isinstance(reason := fetch_or_reason(), str):
         pytest.skip(reason)

@@ -270,7 +270,8 @@ def test_policy_orders():
 
 def test_scheduler_never_imports_torch():
     code = ("import sys; import radixlm.runtime.scheduler.scheduler, radixlm.runtime.scheduler.req_cache, "
-            "radixlm.runtime.scheduler.policy, radixlm.runtime.scheduler.stop_checker, radixlm.runtime.scheduler.req; "
+            "radixlm.runtime.scheduler.policy, radixlm.runtime.scheduler.admission, radixlm.runtime.scheduler.results, "
+            "radixlm.runtime.scheduler.stop_checker, radixlm.runtime.scheduler.req; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -3,12 +3,9 @@
 Each step is either a prefill (extend) batch or a decode batch:
 
 - **Prefill first.** When requests wait (or a chunked prompt is unfinished) and memory allows,
-  admit them in policy order (``schedule_policy``): match the prompt in the radix cache (never the
-  whole prompt: the last token is always recomputed to get its logits; with prompt logprobs the
-  match stops at ``logprob_start_len``), lock the match, allocate the rest. The batch holds at
-  most ``max_prefill_tokens`` new tokens (``chunked_prefill_size`` too, when set); a prompt that
-  does not fit is cut and continued next step as the *chunked request*. A request sharing an
-  uncached prefix with one admitted in this step waits a step to hit the cache instead. A
+  admit them (``admission.py``: radix match, lock, allocate, in ``schedule_policy`` order). The
+  batch holds at most ``max_prefill_tokens`` new tokens (``chunked_prefill_size`` too, when
+  set); a prompt that does not fit is cut and continued next step as the *chunked request*. A
   ``max_new_tokens == 0`` request samples nothing: once its prompt is in the KV it finishes as
   ``length`` and its prompt goes into the radix cache (how the DSL pre-fills shared prefixes).
 - **Otherwise decode** every running request by one token. If there are not enough slots, evict
@@ -34,6 +31,7 @@ tokens, scaled by ``new_token_ratio`` (SGLang's estimate, raised after a retract
 
 from __future__ import annotations
 
+from radixlm.runtime.scheduler.admission import AdmissionLimits, admit
 from radixlm.runtime.scheduler.batch import (
     BatchResult,
     ScheduledBatch,
@@ -42,15 +40,15 @@ from radixlm.runtime.scheduler.batch import (
     build_mixed_batch,
 )
 from radixlm.runtime.scheduler.decode_ahead import AheadBatch, commit_decode_ahead, plan_decode_ahead
-from radixlm.runtime.scheduler.policy import mixed_prefill_budget, order_waiting, shares_uncached_prefix
+from radixlm.runtime.scheduler.policy import mixed_prefill_budget
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
+from radixlm.runtime.scheduler.results import apply_splice, finish_prefill_only, take_token
 from radixlm.runtime.scheduler.stop_checker import StopChecker
 
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.15
 NEW_TOKEN_RATIO_DECAY = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / 600
-RESERVE_CLIP = 4096  # reserve for at most this many future tokens per request
 
 
 class Scheduler:
@@ -61,8 +59,8 @@ class Scheduler:
                  chunk_size: int | None = None, mixed_chunk: bool = False) -> None:
         self.cache = cache
         self.stop_checker = stop_checker
-        self.policy = schedule_policy
         self.max_running = max_running_requests
+        self.limits = AdmissionLimits(schedule_policy, max_running_requests, chunk_size)
         self.max_prefill_tokens = max_prefill_tokens
         self.chunk_size = chunk_size
         self.mixed_chunk = mixed_chunk
@@ -99,12 +97,6 @@ class Scheduler:
         if batch is None and self.running:
             batch = self._schedule_decode()
         return batch
-
-    def _match_limit(self, req: Req) -> int:
-        limit = req.fill_len - 1
-        if req.wants_input_logprobs:
-            limit = min(limit, req.logprobs.start_len)
-        return limit
 
     def _prefill_budget(self) -> int:
         """New tokens one step may prefill: ``max_prefill_tokens``, capped by the chunk size."""
@@ -170,58 +162,14 @@ class Scheduler:
 
     def _admit_waiting(self, reqs: list[Req], budget: int, candidates: list[Req] | None = None,
                        whole: bool = False) -> Req | None:
-        """Admit waiting requests (``candidates``, default all) in policy order into ``reqs``;
-        return the one cut into a chunk (``whole``: none is cut, those that do not fit wait)."""
-        matches: dict[int, tuple[list[int], object]] = {}  # lpm's matches, reused while nothing is evicted
-
-        def prefix_len(req: Req) -> int:
-            matches[id(req)] = self.cache.match(req, self._match_limit(req))
-            return len(matches[id(req)][0])
-
-        order = order_waiting(self.waiting if candidates is None else candidates, self.policy, prefix_len)
-        evictions = self.cache.num_evictions
-        reserve = self._reserve(self.running)
-        admitted: list[Req] = []
-        chunked = None
-        for req in order:
-            if len(self.running) + len(reqs) >= self.max_running or budget <= 0:
-                break
-            match = matches.get(id(req)) if self.cache.num_evictions == evictions else None
-            prefix, node = match if match is not None else self.cache.match(req, self._match_limit(req))
-            if self.cache.tree is not None and shares_uncached_prefix(req, len(prefix), reqs):
-                continue
-            extend = req.fill_len - len(prefix)
-            # without chunking the first request goes whole even past max_prefill_tokens
-            take = extend if self.chunk_size is None and not reqs else min(extend, budget)
-            if self.chunk_size is None and take < extend:
-                break
-            if whole and take < extend:
-                continue
-            if not self.cache.admit(req, prefix, node):
-                break
-            reserve += min(req.remaining_new_tokens, RESERVE_CLIP) * self.new_token_ratio
-            slots = None
-            if not (reqs or self.running) or self.cache.available() >= take + reserve:
-                slots = self.cache.alloc(take)
-            if slots is None:
-                self.cache.release(req, insert=False)
-                break
-            if not req.admitted_once:
-                req.admitted_once, req.cached_tokens = True, len(prefix)
-            admitted.append(req)
-            self.cache.assign(req, slots)
-            reqs.append(req)
-            budget -= take
-            if take < extend:
-                chunked = req
-                break
-        if admitted:
-            taken = {id(r) for r in admitted}
+        """Admit waiting requests (``candidates``, default all) into ``reqs`` (``admission.admit``)
+        and take them off the queue; return the one cut into a chunk."""
+        took = admit(self.cache, self.limits, self.waiting if candidates is None else candidates, self.running,
+                     reqs, budget, self.new_token_ratio, whole)
+        if took.reqs:
+            taken = {id(r) for r in took.reqs}
             self.waiting = [r for r in self.waiting if id(r) not in taken]
-        return chunked
-
-    def _reserve(self, reqs: list[Req]) -> float:
-        return sum(min(r.remaining_new_tokens, RESERVE_CLIP) for r in reqs) * self.new_token_ratio
+        return took.chunked
 
     def _schedule_decode(self) -> ScheduledBatch:
         self._retract_until_fits()
@@ -296,35 +244,15 @@ class Scheduler:
             error = result.errors.get(i)
             if error is None:
                 try:
-                    self._take_token(req, token, result, i)
+                    take_token(req, token, result, i, self.stop_checker)
                 except Exception as e:  # noqa: BLE001 - this request's own failure fails it alone
                     error = e
             if error is not None:
                 req.fail(error)
         if not batch.is_decode:
-            self._finish_prefill_only(batch)
+            finish_prefill_only(batch)
         finished = self._settle(batch)
         return finished + self._jump_forward(batch.sample_reqs)
-
-    def _take_token(self, req: Req, token: int, result: BatchResult, row: int) -> None:
-        """Append the sampled ``token``, ask the request's constraint, run the stop checks."""
-        req.logprobs.finish_input(req.wants_input_logprobs)
-        req.append_token(token)
-        if result.next_token_logprobs:
-            req.logprobs.add_output(result.next_token_logprobs[row], result.next_top_logprobs[row])
-        if req.matcher is not None:
-            reason = req.matcher.accept(token)
-            if reason is not None:
-                req.finish(reason.type, reason.matched, reason.message)
-        self.stop_checker.check(req)
-
-    @staticmethod
-    def _finish_prefill_only(batch: ScheduledBatch) -> None:
-        """``max_new_tokens == 0`` requests whose whole prompt is now in the KV finish as ``length``."""
-        for req in batch.reqs:
-            if req.prefill_only and not req.finished and req.kv.kv_len == req.fill_len:
-                req.logprobs.finish_input(req.wants_input_logprobs)
-                req.finish("length")
 
     def _jump_forward(self, reqs: list[Req]) -> list[Req]:
         """Splice forced continuations into constrained requests and re-queue them (one extend
@@ -334,28 +262,18 @@ class Scheduler:
             if req.finished or req.matcher is None:
                 continue
             try:
-                if not self._splice(req):
+                splice = req.matcher.splice(req.output_ids, req.params.max_new_tokens)
+                if splice is None:
                     continue
+                self._remove(req)
+                self.cache.release(req, insert=True)  # the KV under the old ids, before they change
+                apply_splice(req, splice, self.stop_checker)
             except Exception as e:  # noqa: BLE001 - this request's own failure fails it alone
                 req.fail(e)
             self._remove(req)
-            self.cache.release(req, insert=True)  # no-op when the splice released it already
+            self.cache.release(req, insert=True)  # no-op when it was released above
             (finished if req.finished else self.waiting).append(req)
         return finished
-
-    def _splice(self, req: Req) -> bool:
-        """Apply the constraint's forced splice to ``req``; False when nothing is forced."""
-        splice = req.matcher.splice(req.output_ids, req.params.max_new_tokens)
-        if splice is None:
-            return False
-        self._remove(req)
-        self.cache.release(req, insert=True)  # the KV under the old ids, before they change
-        req.replace_tail(splice.num_drop, splice.new_ids)
-        if splice.terminated:
-            req.finish("stop")
-        else:
-            self.stop_checker.check(req, num_new=max(len(splice.new_ids), 1))
-        return True
 
     def _settle(self, batch: ScheduledBatch) -> list[Req]:
         finished = []
