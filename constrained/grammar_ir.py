@@ -1,12 +1,12 @@
 """The grammar the front ends emit: a context-free grammar over lexemes, and its Lark text.
 
-Nodes are immutable and hashable (equal sub-grammars dedupe): ``Lit`` (literal text), ``Lex`` (a
+Nodes (``grammar_nodes``) are immutable and hashable (equal sub-grammars dedupe): ``Lit`` (literal text), ``Lex`` (a
 lexeme given as a regex: a JSON string, a number, a key), ``LexOp`` (one lexeme combining regexes
 with llguidance's lexeme algebra: ``&`` intersection, ``~`` complement, ``|``, concatenation),
 ``Seq``, ``Alt``, ``Rep`` (counted repetition, ``hi=None`` unbounded) and ``Ref`` (a named rule,
 which is how recursion and shared definitions are written). The constructors below simplify as they build (``None`` stands for an
 unsatisfiable part and propagates), so the front end writes ``seq(a, opt(b))`` without special
-cases. ``Grammar.to_lark()`` writes llguidance's Lark dialect; ``Grammar.pruned()`` removes rules
+cases. ``Grammar.to_lark()`` writes llguidance's Lark dialect (``grammar_text``); ``Grammar.pruned()`` removes rules
 that derive no finite text (a required self-reference), which only a whole-grammar pass can see.
 
 Structure (brackets, commas, colons) stays at the grammar level and only scalars are lexemes, so no
@@ -15,73 +15,11 @@ two adjacent lexemes can run into each other (the lexer is greedy).
 
 from __future__ import annotations
 
-import functools
-import json
-from dataclasses import dataclass, field
+from radixlm.constrained.grammar_nodes import EMPTY, Alt, Lex, LexOp, Lit, Node, Ref, Rep, Seq
+from radixlm.constrained.grammar_text import lark_text, regex_text
 
-from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.pattern.chars import escape_literal
-
-
-@dataclass(frozen=True)
-class Lit:
-    """Literal text."""
-
-    text: str
-
-
-@dataclass(frozen=True)
-class Lex:
-    """One lexeme: the text of one regex match (Rust ``regex`` syntax, no anchors)."""
-
-    regex: str
-
-
-@dataclass(frozen=True)
-class LexOp:
-    """One lexeme built from regexes: ``op`` is ``and`` (``&``: the texts every part matches),
-    ``or`` (``|``), ``not`` (``~``, one part: every text the part does not match) or ``seq``
-    (concatenation); ``parts`` are regexes (str) or ``LexOp``s. Written out as a Lark terminal of
-    its own (llguidance allows ``&``/``~`` only in terminals); no single regex can express it, so
-    ``Grammar.to_regex`` raises. ``pointer`` (the schema node it came from) is for that error."""
-
-    op: str
-    parts: tuple
-    pointer: str = field(default="#", compare=False)
-
-
-@dataclass(frozen=True)
-class Seq:
-    """Concatenation; ``Seq(())`` is the empty text."""
-
-    items: tuple
-
-
-@dataclass(frozen=True)
-class Alt:
-    """Alternation of two or more nodes."""
-
-    items: tuple
-
-
-@dataclass(frozen=True)
-class Rep:
-    """``item`` repeated ``lo`` to ``hi`` times (``hi`` None: unbounded)."""
-
-    item: Node
-    lo: int
-    hi: int | None
-
-
-@dataclass(frozen=True)
-class Ref:
-    """The rule called ``name`` in the grammar."""
-
-    name: str
-
-
-Node = Lit | Lex | LexOp | Seq | Alt | Rep | Ref
-EMPTY = Seq(())
+__all__ = ["EMPTY", "Alt", "Grammar", "Lex", "LexOp", "Lit", "Node", "Ref", "Rep", "Seq", "alt", "join", "lex", "opt",
+           "rep", "seq"]
 
 
 def lex(regex: str | None) -> Node | None:
@@ -191,15 +129,11 @@ class Grammar:
         regexes; the engine itself compiles ``to_lark()``. Raises ``ConstraintError`` (a
         ``ValueError``) naming the schema node when a ``LexOp`` (``&``/``~``) is left."""
         node = _inline(self.start, self.rules, depth, {})
-        return None if node is None else _regex(node)
+        return None if node is None else regex_text(node)
 
     def to_lark(self) -> str:
         """The grammar in llguidance's Lark dialect (``start`` first)."""
-        terms: dict[LexOp, str] = {}  # each LexOp becomes a terminal (LEX0, LEX1, ...)
-        lines = [f"start: {_lark(self.start, terms)}"]
-        lines += [f"{name}: {_lark(node, terms)}" for name, node in self.rules.items()]
-        lines += [f"{name}: {_lex_op(op)}" for op, name in terms.items()]
-        return "\n".join(lines) + "\n"
+        return lark_text(self.start, self.rules)
 
 
 def _productive(node: Node | None, good: set[str]) -> bool:
@@ -261,66 +195,3 @@ def _inline(node: Node, rules: dict[str, Node], depth: int, seen: dict[str, int]
     if isinstance(node, Rep):
         return rep(_inline(node.item, rules, depth, seen), node.lo, node.hi)
     return node
-
-
-def _regex(node: Node) -> str:
-    if isinstance(node, LexOp):
-        raise ConstraintError("this schema combines patterns (an intersection or a `not`), which one regex "
-                              "cannot express; compile it as a grammar instead", node.pointer)
-    if isinstance(node, Lit):
-        return escape_literal(node.text)
-    if isinstance(node, Lex):
-        return f"({node.regex})"
-    if isinstance(node, Seq):
-        return "".join(_regex(x) for x in node.items)
-    if isinstance(node, Alt):
-        return "(" + "|".join(_regex(x) for x in node.items) + ")"
-    assert isinstance(node, Rep)
-    return f"({_regex(node.item)}){{{node.lo},{'' if node.hi is None else node.hi}}}"
-
-
-def _lark(node: Node, terms: dict[LexOp, str]) -> str:
-    if isinstance(node, Lit):
-        return json.dumps(node.text)
-    if isinstance(node, Lex):
-        return "/" + _slash_escaped(node.regex) + "/"
-    if isinstance(node, LexOp):
-        return terms.setdefault(node, f"LEX{len(terms)}")
-    if isinstance(node, Ref):
-        return node.name
-    if isinstance(node, Seq):
-        return " ".join(_group(x, terms) for x in node.items) if node.items else '""'
-    if isinstance(node, Alt):
-        return " | ".join(_lark(x, terms) for x in node.items)
-    inner = _group(node.item, terms)
-    if (node.lo, node.hi) == (0, 1):
-        return f"{inner}?"
-    if (node.lo, node.hi) == (0, None):
-        return f"{inner}*"
-    if (node.lo, node.hi) == (1, None):
-        return f"{inner}+"
-    return f"{inner}{{{node.lo},{'' if node.hi is None else node.hi}}}"
-
-
-@functools.lru_cache(maxsize=65536)  # a grammar repeats its few lexemes many times
-def _slash_escaped(regex: str) -> str:
-    """``regex`` with its unescaped ``/`` escaped (Lark's regex literals end at one)."""
-    out, escaped = [], False
-    for c in regex:
-        out.append("\\/" if c == "/" and not escaped else c)
-        escaped = c == "\\" and not escaped
-    return "".join(out)
-
-
-def _lex_op(node: LexOp) -> str:
-    """A terminal's body: the operators of ``node`` over its regexes, every operand grouped."""
-    parts = [f"/{_slash_escaped(p)}/" if isinstance(p, str) else f"({_lex_op(p)})" for p in node.parts]
-    if node.op == "not":
-        return f"~{parts[0]}"
-    return {"and": " & ", "or": " | ", "seq": " "}[node.op].join(parts)
-
-
-def _group(node: Node, terms: dict[LexOp, str]) -> str:
-    """``node`` as an operand: alternations, sequences and repetitions in parentheses."""
-    text = _lark(node, terms)
-    return f"({text})" if isinstance(node, (Alt, Seq, Rep)) else text
