@@ -222,3 +222,52 @@ def test_flop_floor_counts_the_shared_prefix_once_and_bounds_each_system():
     result = {"suite": "agent", "metric": "output_tok_per_s", "systems": systems, "targets": [],
               "flop_floor": {**need, **flop_floor.bound(need, systems)}}
     assert "llama.cpp 0.0 GFLOP/s, at most 5.00x faster possible" in markdown(result)
+
+
+def test_flop_floor_splits_prefill_and_decode_parts_that_sum_to_the_totals():
+    from types import SimpleNamespace
+
+    from suites import flop_floor
+
+    cfg = SimpleNamespace(hidden_size=8, head_dim=2, num_heads=4, num_kv_heads=2, intermediate_size=16,
+                          num_layers=3, vocab_size=100)
+    got = flop_floor.workload_flops(cfg, [[1, 2, 3, 4, 5], [1, 2, 3, 9]], new_tokens=3)
+    per_token = 3 * (8 * 8 * 2 + 8 * 4 * 2 + 3 * 8 * 16)
+    assert got["linear_prefill_gflop"] * 1e9 == pytest.approx(2 * per_token * 6)
+    assert got["linear_decode_gflop"] * 1e9 == pytest.approx(2 * per_token * 4)
+    per_pair = 2 * 3 * 4 * (2 * 2)
+    assert got["attention_prefill_gflop"] * 1e9 == pytest.approx(per_pair * (6 + 9 + 4))
+    assert got["attention_decode_gflop"] * 1e9 == pytest.approx(per_pair * (13 + 11))
+    assert got["linear_prefill_gflop"] + got["linear_decode_gflop"] == pytest.approx(got["linear_gflop"])
+    assert got["attention_prefill_gflop"] + got["attention_decode_gflop"] == pytest.approx(got["attention_gflop"])
+
+
+def test_kernel_floor_times_each_part_at_its_own_shapes_and_bounds_each_system():
+    from types import SimpleNamespace
+
+    from suites import flop_floor, kernel_floor
+    from suites.report import markdown
+
+    cfg = SimpleNamespace(hidden_size=64, head_dim=16, num_heads=4, num_kv_heads=2, intermediate_size=128,
+                          num_layers=2, vocab_size=500)
+    rates = kernel_floor.rates(cfg, requests=4, prefix=40, suffix=6, new_tokens=4, repeats=1)
+    parts = kernel_floor.PARTS
+    assert all(0 < rates[p] < float("inf") for p in parts)
+    assert set(rates["paths"]["linear_decode"]) == {"qkv", "o", "gate_up", "down"}
+    assert rates["paths"]["attention_decode"] in ("native", "flash")
+    slower = {**{p: rates[p] / 2 for p in parts}, "attention_decode": rates["attention_decode"] * 2, "paths": {}}
+    best = kernel_floor.best_of(rates, slower)  # each part's best of two measurements
+    assert best["linear_prefill"] == rates["linear_prefill"]
+    assert best["attention_decode"] == 2 * rates["attention_decode"]
+    # the arithmetic: each part's GFLOP over its own rate, and each system's seconds over the sum
+    need = flop_floor.workload_flops(cfg, [[1] * 40 + [2] * 6, [1] * 40 + [3] * 6], new_tokens=4)
+    fixed = {p: need[f"{p}_gflop"] / (i + 1) for i, p in enumerate(parts)}  # part i takes i + 1 seconds
+    systems = {"llama.cpp": {"status": "ok", "median": {"seconds": 30.0}}, "hf": {"status": "not installed"}}
+    got = kernel_floor.bound(need, fixed, systems)
+    assert got["kernel_seconds"] == pytest.approx(15.0) and set(got["systems"]) == {"llama.cpp"}
+    assert got["systems"]["llama.cpp"]["bound"] == pytest.approx(2.0)
+    floor = {**flop_floor.floor(cfg, [[1, 2]], 2, 1.0), "floor_seconds": 1.0, "floor_rate_gflop_per_s": 1.0,
+             "systems": {}, "kernel_floor": got}
+    text = markdown({"suite": "agent", "metric": "output_tok_per_s", "systems": systems, "targets": [],
+                     "flop_floor": floor})
+    assert "Kernel floor: 15.0 s" in text and "llama.cpp at most 2.00x faster possible" in text

@@ -11,14 +11,15 @@ calls; the number of parallel sequences is swept first and the best kept), and o
 time as a second, labelled row (``llama.cpp-serial``).
 
 The result also carries the workload's FLOP floor (``flop_floor.py``): its arithmetic at the best
-float32 rate measured in the run, and per system the largest speed-up any engine could show over it.
+float32 rate measured in the run, and per system the largest speed-up any engine could show over it;
+and its kernel floor (``kernel_floor.py``): each part at the best rate measured for its own shapes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from suites import flop_floor, roofline
+from suites import flop_floor, kernel_floor, roofline
 from suites.context import SuiteContext
 from suites.measure import agreement, alternate, summarize, sweep_parallel, target
 from suites.workloads import agent_prompts
@@ -51,16 +52,19 @@ def run(ctx: SuiteContext) -> dict[str, Any]:
         trial()  # before the sweep too, so its first setting is not the one paying the cold start
         ctx.log(f"  warm-up {name} done")
     swept = sweep_parallel(ready, trials, "output_tok_per_s", num, log=ctx.log)
-    def matmul_rate() -> float:  # before and after the repetitions: a busy machine only lowers it
-        return roofline.matmul_flops(n=1024 if ctx.quick else 2048)["matmul_gflop_per_s"]
-
-    before = matmul_rate()
-    runs = alternate(trials, ctx.reps, resets={n: s.reset for n, s in ready.items()}, log=ctx.log)
-    rate = max(before, matmul_rate())
-    systems = summarize(runs, "radixlm", unavailable=missing)
     cfg = ctx.pool.get("radixlm").engine.model_config
-    need = flop_floor.floor(cfg, prompts, new_tokens, rate)
+
+    def machine_rates() -> tuple[float, dict]:  # before and after the repetitions: a busy machine only lowers them
+        return (roofline.matmul_flops(n=1024 if ctx.quick else 2048)["matmul_gflop_per_s"],
+                kernel_floor.workload_rates(cfg, prompts, new_tokens, quick=ctx.quick))
+
+    before = machine_rates()
+    runs = alternate(trials, ctx.reps, resets={n: s.reset for n, s in ready.items()}, log=ctx.log)
+    after = machine_rates()
+    systems = summarize(runs, "radixlm", unavailable=missing)
+    need = flop_floor.floor(cfg, prompts, new_tokens, max(before[0], after[0]))
     floor = {**need, **flop_floor.bound(need, systems)}
+    floor["kernel_floor"] = kernel_floor.bound(need, kernel_floor.best_of(before[1], after[1]), systems)
     speedup = {n: systems[n].get("radixlm_speedup") for n in systems}
     targets = [target("radixlm / hf output tok/s", speedup.get("hf"), 6.0),
                target("radixlm / radixlm-nocache output tok/s", speedup.get("radixlm-nocache"), 3.0)]
@@ -68,6 +72,9 @@ def run(ctx: SuiteContext) -> dict[str, Any]:
         targets.append(target("radixlm / llama.cpp (best parallel) output tok/s", speedup.get("llama.cpp"), 1.5))
         peer = floor["systems"].get("llama.cpp", {})
         targets.append(target("largest speed-up over llama.cpp (best parallel) the FLOP floor allows",
+                              peer.get("bound"), 1.5))
+        peer = floor["kernel_floor"]["systems"].get("llama.cpp", {})
+        targets.append(target("largest speed-up over llama.cpp (best parallel) the kernel floor allows",
                               peer.get("bound"), 1.5))
     return {"workload": {"requests": num, "prompt_tokens_each": [len(p) for p in prompts][:4],
                          "shared_system_tokens": system_tokens, "new_tokens": new_tokens},

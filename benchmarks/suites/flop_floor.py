@@ -36,20 +36,28 @@ def _causal_pairs(start: int, count: int) -> int:
 
 def workload_flops(cfg: Any, prompts: list[list[int]], new_tokens: int) -> dict[str, float]:
     """FLOPs (2 per multiply-add) of the linear layers, the LM head and attention, with the shared
-    prefix computed once."""
+    prefix computed once; linear layers and attention also split into their prefill and decode
+    parts (``kernel_floor`` times each part at its own shapes)."""
     prefix = common_prefix_len(prompts)
     decoded = len(prompts) * max(new_tokens - 1, 0)  # tokens fed back in after the first
     prefill_tokens = prefix + sum(len(p) - prefix for p in prompts)
-    pairs = _causal_pairs(0, prefix)
+    prefill_pairs = _causal_pairs(0, prefix)
+    decode_pairs = 0
     for p in prompts:
-        pairs += _causal_pairs(prefix, len(p) - prefix)
-        pairs += _causal_pairs(len(p), max(new_tokens - 1, 0))
-    linear = _linear_macs_per_token(cfg) * (prefill_tokens + decoded)
+        prefill_pairs += _causal_pairs(prefix, len(p) - prefix)
+        decode_pairs += _causal_pairs(len(p), max(new_tokens - 1, 0))
+    per_token = _linear_macs_per_token(cfg)
     head = cfg.hidden_size * cfg.vocab_size * (len(prompts) + decoded)
-    attention = cfg.num_layers * cfg.num_heads * 2 * cfg.head_dim * pairs
+    per_pair = cfg.num_layers * cfg.num_heads * 2 * cfg.head_dim
+    parts = {"linear_prefill": per_token * prefill_tokens, "linear_decode": per_token * decoded,
+             "attention_prefill": per_pair * prefill_pairs, "attention_decode": per_pair * decode_pairs}
+    gflop = {f"{k}_gflop": 2 * v / 1e9 for k, v in parts.items()}
+    linear = parts["linear_prefill"] + parts["linear_decode"]
+    attention = parts["attention_prefill"] + parts["attention_decode"]
     return {"shared_prefix_tokens": prefix, "prefill_tokens": prefill_tokens, "decoded_tokens": decoded,
             "linear_gflop": 2 * linear / 1e9, "lm_head_gflop": 2 * head / 1e9,
-            "attention_gflop": 2 * attention / 1e9, "total_gflop": 2 * (linear + head + attention) / 1e9}
+            "attention_gflop": 2 * attention / 1e9, "total_gflop": 2 * (linear + head + attention) / 1e9,
+            **gflop}
 
 
 def floor(cfg: Any, prompts: list[list[int]], new_tokens: int, matmul_gflop_per_s: float) -> dict[str, float]:

@@ -85,7 +85,19 @@ def _floor_lines(floor: dict[str, Any] | None) -> list[str]:
             f"{floor['lm_head_gflop']:,.0f}, attention {floor['attention_gflop']:,.0f}; shared prefix "
             f"{floor['shared_prefix_tokens']} tokens once) = {floor['floor_seconds']:.1f} s at "
             f"{floor['floor_rate_gflop_per_s']:.1f} GFLOP/s (the best of the measured float32 matmul rate, "
-            f"{floor['matmul_gflop_per_s']:.1f}, and every system's own). Per system: {parts}."]
+            f"{floor['matmul_gflop_per_s']:.1f}, and every system's own). Per system: {parts}."
+            ] + _kernel_floor_lines(floor.get("kernel_floor"))
+
+
+def _kernel_floor_lines(kf: dict[str, Any] | None) -> list[str]:
+    """Each part at the best rate measured for its own shapes (``kernel_floor.py``)."""
+    if not kf:
+        return []
+    rates, secs = kf["rates_gflop_per_s"], kf["part_seconds"]
+    parts = ", ".join(f"{p.replace('_', ' ')} {rates[p]:.1f} GFLOP/s ({secs[p]:.1f} s)" for p in secs)
+    peers = "; ".join(f"{n} at most {v['bound']:.2f}x faster possible" for n, v in kf["systems"].items())
+    return [f"\nKernel floor: {kf['kernel_seconds']:.1f} s with every part at the best rate measured for its "
+            f"own shapes ({parts}). Per system: {peers}."]
 
 
 def plot(result: dict[str, Any], out: Path) -> Path | None:
