@@ -36,6 +36,7 @@ DESCRIPTIONS = {
     "json": "schema-constrained tool calls, jump-forward on vs off.",
     "raw": "prefill / decode throughput at batch 1, 16, 64 vs the measured roofline.",
     "profile": "per-op time of one prefill step and one decode step at batch 1 and 64.",
+    "profile_agent": "per-op time of the agent workload's prefill and decode steps.",
     "quant": "int8 weight-only vs float32 and llama.cpp Q8_0: batch-1 decode, logits, greedy agreement.",
 }
 

@@ -32,3 +32,23 @@ def test_profile_suite_times_every_part_of_a_step(tmp_path: Path, tiny_llama: st
         assert sum(parts.values()) == pytest.approx(prof["step_s"], rel=0.05)
         assert 0 < prof["flops"]["qkv matmul"] and 0 < prof["bytes"]["lm head"]
     assert "| gate_up matmul + SiLU |" in (out / "profile.md").read_text()
+
+
+def test_profile_agent_suite_times_the_agent_workloads_prefill_and_decode_steps(tmp_path: Path,
+                                                                                 tiny_llama: str) -> None:
+    out = tmp_path / "results"
+    cmd = [sys.executable, str(RUN), "--suite", "profile_agent", "--quick", "--size", "tiny", "--reps", "1",
+           "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "profile_agent.json").read_text())
+    assert set(result["systems"]) == {"agent-prefill", "agent-decode"}
+    for name, row in result["systems"].items():
+        prof = row["profile"]
+        assert prof["steps"] >= 1 and row["total_s"] == pytest.approx(prof["step_s"] * prof["steps"])
+        assert sum(prof["parts_s"].values()) == pytest.approx(prof["step_s"], rel=0.05), name
+        assert prof["flops"]["gate_up matmul + SiLU"] > 0 and prof["parts_s"]["attention"] >= 0
+    decode = result["systems"]["agent-decode"]["profile"]
+    assert decode["batch_size"] == 4  # the quick workload's requests, decoded together
+    text = (out / "profile_agent.md").read_text()
+    assert "All prefill steps:" in text and "#### agent-decode:" in text

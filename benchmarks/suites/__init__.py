@@ -1,6 +1,6 @@
 """Benchmark suites run by ``benchmarks/run.py``: each module has ``run(ctx) -> dict`` (the suite result).
 
-Suites: agent, chat, few_shot, tree_of_thought, json, raw, profile, quant (see ``benchmarks/README.md``).
+Suites: agent, chat, few_shot, tree_of_thought, json, raw, profile, profile_agent, quant (see ``benchmarks/README.md``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ SUITES: dict[str, str] = {
     "json": "json_mode",
     "raw": "raw",
     "profile": "profile",
+    "profile_agent": "profile_agent",
     "quant": "quant",
 }
 

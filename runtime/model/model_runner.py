@@ -27,6 +27,7 @@ from radixlm.runtime.model.cpu_malloc import tune_malloc
 from radixlm.runtime.model.cuda_graph_runner import DecodeGraphRunner, Graph, cuda_graph_factory
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
+from radixlm.runtime.model.huge_pages import move_weights_to_huge_pages
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
@@ -96,6 +97,8 @@ class ModelRunner:
         self.model, self.model_config = load_model(model_path, args.dtype, self.device,
                                                    attention_backend=args.attention_backend, tp=self.tp,
                                                    quantization=args.quantization)
+        if self.device.type == "cpu":
+            move_weights_to_huge_pages(self.model)  # streamed every decode step: fewer TLB misses
         self.dtype = self.model.embed_tokens.dtype
         self.context_len = args.context_length or self.model_config.context_len
         self.vocab_size = self.model_config.vocab_size  # logit width (may exceed the tokenizer's)
