@@ -13,13 +13,17 @@ import pytest
 RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
 
-def test_profile_suite_times_every_part_of_a_step(tmp_path: Path, tiny_llama: str) -> None:
+def _quick_run(suite: str, tmp_path: Path) -> tuple[dict, str]:
+    """``suite`` in quick mode on the tiny checkpoint: its JSON result and its Markdown."""
     out = tmp_path / "results"
-    cmd = [sys.executable, str(RUN), "--suite", "profile", "--quick", "--size", "tiny", "--reps", "1",
-           "--out", str(out)]
+    cmd = [sys.executable, str(RUN), "--suite", suite, "--quick", "--size", "tiny", "--reps", "1", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((out / "profile.json").read_text())
+    return json.loads((out / f"{suite}.json").read_text()), (out / f"{suite}.md").read_text()
+
+
+def test_profile_suite_times_every_part_of_a_step(tmp_path: Path, tiny_llama: str) -> None:
+    result, text = _quick_run("profile", tmp_path)
     assert set(result["systems"]) == {"prefill-b1", "decode-b1"}
     for name, row in result["systems"].items():
         prof = row["profile"]
@@ -31,17 +35,12 @@ def test_profile_suite_times_every_part_of_a_step(tmp_path: Path, tiny_llama: st
         # the parts add up to the whole step (the remainders are derived, never double counted)
         assert sum(parts.values()) == pytest.approx(prof["step_s"], rel=0.05)
         assert 0 < prof["flops"]["qkv matmul"] and 0 < prof["bytes"]["lm head"]
-    assert "| gate_up matmul + SiLU |" in (out / "profile.md").read_text()
+    assert "| gate_up matmul + SiLU |" in text
 
 
 def test_profile_agent_suite_times_the_agent_workloads_prefill_and_decode_steps(tmp_path: Path,
                                                                                  tiny_llama: str) -> None:
-    out = tmp_path / "results"
-    cmd = [sys.executable, str(RUN), "--suite", "profile_agent", "--quick", "--size", "tiny", "--reps", "1",
-           "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads((out / "profile_agent.json").read_text())
+    result, text = _quick_run("profile_agent", tmp_path)
     assert set(result["systems"]) == {"agent-prefill", "agent-decode"}
     for name, row in result["systems"].items():
         prof = row["profile"]
@@ -50,5 +49,4 @@ def test_profile_agent_suite_times_the_agent_workloads_prefill_and_decode_steps(
         assert prof["flops"]["gate_up matmul + SiLU"] > 0 and prof["parts_s"]["attention"] >= 0
     decode = result["systems"]["agent-decode"]["profile"]
     assert decode["batch_size"] == 4  # the quick workload's requests, decoded together
-    text = (out / "profile_agent.md").read_text()
     assert "All prefill steps:" in text and "#### agent-decode:" in text

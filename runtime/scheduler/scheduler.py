@@ -59,10 +59,8 @@ class Scheduler:
                  chunk_size: int | None = None, mixed_chunk: bool = False) -> None:
         self.cache = cache
         self.stop_checker = stop_checker
-        self.max_running = max_running_requests
         self.limits = AdmissionLimits(schedule_policy, max_running_requests, chunk_size)
         self.max_prefill_tokens = max_prefill_tokens
-        self.chunk_size = chunk_size
         self.mixed_chunk = mixed_chunk
         self.waiting: list[Req] = []
         self.running: list[Req] = []
@@ -100,8 +98,8 @@ class Scheduler:
 
     def _prefill_budget(self) -> int:
         """New tokens one step may prefill: ``max_prefill_tokens``, capped by the chunk size."""
-        return self.max_prefill_tokens if self.chunk_size is None else min(self.max_prefill_tokens,
-                                                                          self.chunk_size)
+        chunk = self.limits.chunk_size
+        return self.max_prefill_tokens if chunk is None else min(self.max_prefill_tokens, chunk)
 
     def _schedule_prefill(self) -> ScheduledBatch | None:
         if not self.waiting and self.chunked is None:
@@ -141,7 +139,7 @@ class Scheduler:
         """
         reqs: list[Req] = []
         chunked: Req | None = None
-        if resume_first and self.chunked is not None and len(self.running) < self.max_running:
+        if resume_first and self.chunked is not None and len(self.running) < self.limits.max_running:
             resumed = [r for r in self.waiting if r.output_ids]
             if resumed:
                 self._admit_waiting(reqs, budget // 2, resumed, whole=True)
@@ -156,7 +154,7 @@ class Scheduler:
             reqs.append(req)
             budget -= take
             chunked = req if req.kv.kv_len + take < req.fill_len else None
-        if chunked is None and self.waiting and len(self.running) < self.max_running and budget > 0:
+        if chunked is None and self.waiting and len(self.running) < self.limits.max_running and budget > 0:
             chunked = self._admit_waiting(reqs, budget)
         return reqs, chunked
 
