@@ -25,11 +25,6 @@ from radixlm.constrained.errors import ConstraintError  # noqa: E402
 from radixlm.constrained.grammar import CompiledGrammar  # noqa: E402
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
-
-
 def split_one(vocab, schema: dict) -> tuple[float, float, int] | None:
     """(front-end ms, core ms, Lark characters) of one schema; None when the front end rejects it."""
     start = time.perf_counter()
@@ -61,7 +56,7 @@ def main() -> None:
         sys.exit(f"no schema compiled under {args.data}")
     for i, name in ((0, "compile"), (1, "front end"), (2, "core build")):
         values = [r[i] for r in rows]
-        print(f"{name:>10} ms p50 {_percentile(values, 0.5):7.1f}  p90 {_percentile(values, 0.9):7.1f}  "
+        print(f"{name:>10} ms p50 {bench_grammar._pct(values, 50):7.1f}  p90 {bench_grammar._pct(values, 90):7.1f}  "
               f"max {max(values):7.1f}")
     slow_core = sum(r[2] > args.threshold for r in rows)
     print(f"{len(rows)} schemas compiled; the core alone takes > {args.threshold:g} ms on {slow_core} "

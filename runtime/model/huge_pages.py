@@ -24,8 +24,7 @@ import torch
 
 DISABLE_ENV = "RADIXLM_DISABLE_HUGE_PAGES"
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
-HUGE_PAGE_BYTES = 2 * 2**20
-MIN_BYTES = HUGE_PAGE_BYTES  # smaller tensors cannot fill a huge page
+HUGE_PAGE_BYTES = 2 * 2**20  # smaller tensors cannot fill a huge page: they stay where they are
 
 
 def available() -> bool:
@@ -64,7 +63,7 @@ def move_weights_to_huge_pages(module: torch.nn.Module) -> int:
         for table in (owner._parameters, owner._buffers):
             for tensor in table.values():
                 if (tensor is None or tensor.device.type != "cpu" or not tensor.is_contiguous()
-                        or tensor.numel() * tensor.element_size() < MIN_BYTES):
+                        or tensor.numel() * tensor.element_size() < HUGE_PAGE_BYTES):
                     continue
                 key = tensor.untyped_storage().data_ptr()
                 if key in seen:  # a tied weight (e.g. the LM head and the embedding): already moved
