@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 DISABLE_ENV = "RADIXLM_DISABLE_NATIVE"
-ABI_VERSION = 6
+ABI_VERSION = 7
 SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.[ch]"))
 FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-fPIC", "-shared")
 ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM = 16, 256  # limits of rl_decode_attention (csrc/attention.c)
@@ -70,6 +70,7 @@ _SIGNATURES = {
     "rl_rmsnorm_threads": [_P, _P, _P, _P, _L, _L, _F, _I],
     "rl_rope_store_kv_threads": [_P, _L, _L, _I, _I, _I, _P, _P, _P, _P, _P, _I],
     "rl_decode_attention": [_P, _L, _P, _P, _P, _P, _I, _I, _I, _I, _L, _F, _P, _I],
+    "rl_cascade_attention": [_P, _L, _P, _P, _P, _L, _P, _P, _P, _I, _I, _I, _I, _F, _P, _I],
     "rl_decode_layer": [ctypes.POINTER(LayerParams), ctypes.POINTER(StepArgs), _P, _P, _P],
 }
 _lib: ctypes.CDLL | None = None
@@ -249,6 +250,22 @@ def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
                                             kv_indptr.data_ptr(), kv_indices.data_ptr(), bs, heads, k_pool.shape[1],
                                             dim, shared_prefix_len, sm_scale, out.data_ptr(),
                                             torch.get_num_threads())
+    return out
+
+
+def cascade_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, prefix_slots: torch.Tensor,
+                      starts: torch.Tensor, ends: torch.Tensor, kv_indices: torch.Tensor,
+                      sm_scale: float) -> torch.Tensor:
+    """Cascade attention of query rows q ``[T, H, D]`` (rows may be strided, heads contiguous) ->
+    float32 ``[T, H, D]``: every row attends to the pool slots ``prefix_slots [P]`` (P >= 1, read once
+    per KV head for all rows), then to its own keys ``kv_indices[starts[t]:ends[t]]`` (an extend's
+    causal suffix), one softmax over both. Indices int64."""
+    rows, heads, dim = q.shape
+    out = torch.empty(rows, heads, dim, dtype=torch.float32)
+    (_lib or library()).rl_cascade_attention(q.data_ptr(), q.stride(0), k_pool.data_ptr(), v_pool.data_ptr(),
+                                             prefix_slots.data_ptr(), prefix_slots.shape[0], starts.data_ptr(),
+                                             ends.data_ptr(), kv_indices.data_ptr(), rows, heads, k_pool.shape[1],
+                                             dim, sm_scale, out.data_ptr(), torch.get_num_threads())
     return out
 
 

@@ -193,13 +193,18 @@ def _extend_padded(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, 
 
 def _extend_cascade(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, qo_indptr: torch.Tensor,
                     kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, q_lens: torch.Tensor,
-                    suffix_lens: torch.Tensor, prefix: int, max_q: int, max_suffix: int) -> torch.Tensor:
+                    suffix_lens: torch.Tensor, prefix: int, max_q: int, max_suffix: int,
+                    native: bool = False) -> torch.Tensor:
     """Extend split at a shared prefix of ``prefix`` keys -> float32 ``[sum(q_lens), num_heads, head_dim]``.
 
     (a) every query [T, H, D] as ``[1, kv_heads, T * group, D]`` against the prefix (all of it is
     visible: each query sits past it); (b) each request's queries against its own suffix keys,
     padded to ``[bs, kv_heads, max_q * group, max_suffix]`` with the causal mask; merged by lse.
+    ``native``: both in one softmax by ``cpu_native.cascade_attention`` instead, nothing padded.
     """
+    if native:
+        return _extend_cascade_native(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, sm_scale, q_lens,
+                                      suffix_lens, prefix)
     num_tokens, num_heads, head_dim = q.shape
     kv_heads = k_pool.shape[1]
     group = num_heads // kv_heads
@@ -223,6 +228,20 @@ def _extend_cascade(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     lse = torch.logaddexp(lse1, lse2)
     out = o1 * (lse1 - lse).exp_().unsqueeze(-1) + o2 * (lse2 - lse).exp_().unsqueeze(-1)
     return out.reshape(num_tokens, num_heads, head_dim)
+
+
+def _extend_cascade_native(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, qo_indptr: torch.Tensor,
+                           kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, q_lens: torch.Tensor,
+                           suffix_lens: torch.Tensor, prefix: int) -> torch.Tensor:
+    """``_extend_cascade`` by the native kernel: query t of request b (its j-th new token) sees the
+    shared prefix, then its request's keys from the prefix's end up to itself,
+    ``kv_indices[kv_indptr[b] + prefix : kv_indptr[b] + prefix + suffix_lens[b] - q_lens[b] + j + 1]``."""
+    num_tokens = q.shape[0]
+    req = torch.repeat_interleave(torch.arange(q_lens.shape[0]), q_lens)  # [T] request of each query
+    j = torch.arange(num_tokens) - qo_indptr[:-1][req]
+    starts = kv_indptr[:-1][req] + prefix
+    ends = starts + (suffix_lens - q_lens)[req] + j + 1
+    return cpu_native.cascade_attention(q, k_pool, v_pool, kv_indices[:prefix], starts, ends, kv_indices, sm_scale)
 
 
 def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
@@ -250,10 +269,14 @@ def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         prefix = _check_shared_prefix(shared_prefix_len, kv_lens_t - q_lens_t)
         suffix = [kv - prefix for kv in kv_lens]
         padded = len(q_lens) * max(q_lens) * max(suffix)
-        if prefix and padded <= max_pad_ratio * sum(a * b for a, b in zip(q_lens, suffix)):
+        own = sum(a * b for a, b in zip(q_lens, suffix))  # (query, own key) pairs, causal half included
+        # the native kernel pads nothing, and scores the prefix in register tiles; its own keys run
+        # untiled (query by query), so it takes batches whose own keys are a small part of the work
+        native = own <= sum(q_lens) * prefix / 4 and _native_decode_ok(q, k_pool, v_pool, kv_indptr, kv_indices)
+        if prefix and (native or padded <= max_pad_ratio * own):
             first, last = int(qo_indptr[0]), int(qo_indptr[-1])
             res = _extend_cascade(q[first:last], k_pool, v_pool, qo_indptr - first, kv_indptr, kv_indices,
-                                  sm_scale, q_lens_t, kv_lens_t - prefix, prefix, max(q_lens), max(suffix))
+                                  sm_scale, q_lens_t, kv_lens_t - prefix, prefix, max(q_lens), max(suffix), native)
             out[first:last] = res.to(q.dtype)
             return out
     max_q, max_kv = max(q_lens), max(kv_lens)

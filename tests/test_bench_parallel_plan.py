@@ -255,6 +255,7 @@ def test_kernel_floor_times_each_part_at_its_own_shapes_and_bounds_each_system()
     assert all(0 < rates[p] < float("inf") for p in parts)
     assert set(rates["paths"]["linear_decode"]) == {"qkv", "o", "gate_up", "down"}
     assert rates["paths"]["attention_decode"] in ("native", "flash")
+    assert rates["paths"]["attention_prefill"] in ("native", "flash")
     slower = {**{p: rates[p] / 2 for p in parts}, "attention_decode": rates["attention_decode"] * 2, "paths": {}}
     best = kernel_floor.best_of(rates, slower)  # each part's best of two measurements
     assert best["linear_prefill"] == rates["linear_prefill"]

@@ -3,9 +3,11 @@ its detection for extend batches in ForwardBatch, and cached vs uncached greedy 
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
-from radixlm.kernels import extend_attention_ref
+from radixlm.kernels import cpu_native, extend_attention_ref
 from radixlm.kernels.torch_ops import extend_attention_torch
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import ReqToTokenTable
@@ -45,12 +47,39 @@ def _check(args: tuple, shared: int, atol: float = 1e-5, **kw) -> torch.Tensor:
     return out
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
 @pytest.mark.parametrize("group", [1, 2, 7])
 @pytest.mark.parametrize("kv_heads", [1, 2])
-def test_cascade_extend_matches_reference(group: int, kv_heads: int) -> None:
+def test_cascade_extend_matches_reference(group: int, kv_heads: int, native: bool) -> None:
+    """Both paths: the native cascade kernel (34 queries x 7 heads per KV head = 238 rows, more than
+    one phase-1 piece of 192) and torch's (flash for the prefix, padded suffixes)."""
+    if native and not cpu_native.available():
+        pytest.skip("the native CPU kernels are not available on this machine")
     args = _batch(120, [0, 3, 0, 11, 1], [5, 1, 17, 9, 2], kv_heads, group, seed=group + kv_heads)
-    for shared in (120, 60, 1, 0):  # the whole shared prefix, part of it (the rest is suffix), none
-        _check(args, shared)
+    with contextlib.nullcontext() if native else cpu_native.torch_only():
+        for shared in (120, 60, 1, 0):  # the whole shared prefix, part of it (the rest is suffix), none
+            _check(args, shared)
+
+
+def test_cascade_extend_native_long_prefix_and_head_dim_64() -> None:
+    """The engine's shapes: head dim 64 (register tiles, full and partial 64-key chunks of a 203-key
+    prefix), 2 query heads per KV head, an extend of 150 tokens next to short ones."""
+    if not cpu_native.available():
+        pytest.skip("the native CPU kernels are not available on this machine")
+    g = torch.Generator().manual_seed(11)
+    slots = torch.randperm(599, generator=g) + 1
+    shared, rest = slots[:203], slots[203:]
+    own, extend = [0, 4, 30], [150, 3, 20]
+    pieces, start = [], 0
+    for n in (a + b for a, b in zip(own, extend)):
+        pieces.append(torch.cat([shared, rest[start:start + n]]))
+        start += n
+    kv_indptr = torch.nn.functional.pad(torch.tensor([len(p) for p in pieces]).cumsum(0), (1, 0))
+    qo_indptr = torch.nn.functional.pad(torch.tensor(extend).cumsum(0), (1, 0))
+    k, v = torch.randn(600, 4, 64, generator=g), torch.randn(600, 4, 64, generator=g)
+    q = torch.randn(sum(extend), 8, 64, generator=g)
+    args = (q, k, v, qo_indptr, kv_indptr, torch.cat(pieces), 0.125)
+    _check(args, 203, max_pad_ratio=float("inf"))
 
 
 def test_cascade_extend_single_request_and_padding_fallback() -> None:
@@ -102,7 +131,7 @@ def test_engine_cached_equals_uncached_through_the_cascade(tiny_llama, monkeypat
     real = torch_ops._extend_cascade
 
     def spy(*args, **kwargs):
-        calls.append(args[-3])  # the shared prefix length
+        calls.append(args[9])  # the shared prefix length
         return real(*args, **kwargs)
 
     monkeypatch.setattr(torch_ops, "_extend_cascade", spy)

@@ -68,14 +68,24 @@ def _linear_rate(shapes: list[tuple[str, int, int]], rows: int, repeats: int) ->
     return {"gflop_per_s": flops / seconds / 1e9, "paths": paths}
 
 
-def _prefix_attention_rate(cfg: Any, queries: int, prefix: int, repeats: int) -> float:
-    """GFLOP/s of ``queries`` query rows (all heads) attending to ``prefix`` shared keys: torch's
-    flash kernel over the cascade's layout, one call per layer as the engine makes it."""
-    kvh, group, d = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
-    q = torch.randn(1, kvh, queries * group, d)
+def _prefix_attention_rate(cfg: Any, queries: int, prefix: int, repeats: int) -> dict[str, Any]:
+    """GFLOP/s of ``queries`` query rows (all heads) attending to ``prefix`` shared keys, one call per
+    layer as the engine makes it: torch's flash kernel over the cascade's layout, or the native
+    cascade kernel (each query also sees one key of its own, itself), whichever is faster."""
+    kvh, heads, d = cfg.num_kv_heads, cfg.num_heads, cfg.head_dim
+    q = torch.randn(1, kvh, queries * (heads // kvh), d)
     k, v = torch.randn(1, kvh, prefix, d), torch.randn(1, kvh, prefix, d)
-    seconds = _best(lambda: F.scaled_dot_product_attention(q, k, v, scale=d ** -0.5), repeats)
-    return 4.0 * cfg.num_heads * queries * prefix * d / seconds / 1e9
+    candidates = {"flash": lambda: F.scaled_dot_product_attention(q, k, v, scale=d ** -0.5)}
+    if cpu_native.available() and cpu_native.decode_attention_ok(heads, kvh, d):
+        k_pool, v_pool = torch.randn(prefix + queries, kvh, d), torch.randn(prefix + queries, kvh, d)
+        indices = torch.arange(prefix + queries)
+        own = torch.arange(prefix, prefix + queries)
+        rows = torch.randn(queries, heads, d)
+        candidates["native"] = lambda: cpu_native.cascade_attention(rows, k_pool, v_pool, indices[:prefix], own,
+                                                                    own + 1, indices, d ** -0.5)
+    timed = {p: _best(f, repeats) for p, f in candidates.items()}
+    path = min(timed, key=timed.get)
+    return {"gflop_per_s": 4.0 * heads * queries * prefix * d / timed[path] / 1e9, "path": path}
 
 
 def _decode_attention_rate(cfg: Any, requests: int, prefix: int, own: int, repeats: int) -> dict[str, Any]:
@@ -111,12 +121,12 @@ def rates(cfg: Any, requests: int, prefix: int, suffix: int, new_tokens: int, re
     decode = _linear_rate(shapes, requests, repeats)
     head = _linear_rate([("lm_head", cfg.vocab_size, cfg.hidden_size)], requests, repeats)
     attn_decode = _decode_attention_rate(cfg, requests, prefix, max(suffix + new_tokens // 2, 1), 3 * repeats)
+    attn_prefill = _prefix_attention_rate(cfg, rows, max(prefix, 1), repeats)
     return {"linear_prefill": prefill["gflop_per_s"], "linear_decode": decode["gflop_per_s"],
-            "lm_head": head["gflop_per_s"],
-            "attention_prefill": _prefix_attention_rate(cfg, rows, max(prefix, 1), repeats),
+            "lm_head": head["gflop_per_s"], "attention_prefill": attn_prefill["gflop_per_s"],
             "attention_decode": attn_decode["gflop_per_s"],
             "paths": {"linear_decode": decode["paths"], "lm_head": head["paths"]["lm_head"],
-                      "attention_decode": attn_decode["path"]}}
+                      "attention_prefill": attn_prefill["path"], "attention_decode": attn_decode["path"]}}
 
 
 def workload_rates(cfg: Any, prompts: list[list[int]], new_tokens: int, quick: bool = False) -> dict[str, Any]:

@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define RL_ABI_VERSION 6
+#define RL_ABI_VERSION 7
 
 static inline float rl_hsum(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -49,3 +49,10 @@ void rl_rope_store_kv_threads(float *qkv, int64_t ld, int64_t T, int H, int Hkv,
 void rl_decode_attention(const float *q, int64_t ldq, const float *k_pool, const float *v_pool,
                          const int64_t *kv_indptr, const int64_t *kv_indices, int bs, int H, int Hkv, int D,
                          int64_t shared, float scale, float *out, int nthreads);
+/* attention.c: cascade attention of `rows` query rows q [rows, H, D] (row stride ldq): every row sees the
+ * `shared` slots at `prefix`, then its own keys at indices[starts[r], ends[r]) (an extend's causal
+ * suffix); shared >= 1. out [rows, H, D]. */
+void rl_cascade_attention(const float *q, int64_t ldq, const float *k_pool, const float *v_pool,
+                          const int64_t *prefix, int64_t shared, const int64_t *starts, const int64_t *ends,
+                          const int64_t *indices, int rows, int H, int Hkv, int D, float scale, float *out,
+                          int nthreads);
