@@ -77,8 +77,10 @@ def test_int8_linear_matches_reference(dtype, m, k, bias):
     assert _int8pack_ok(x, lin.qweight) == (k % 16 == 0 and m <= INT8PACK_MAX_ROWS[dtype])
     got, want = lin(x), int8_matmul_ref(x, lin.qweight, lin.scale, lin.bias)
     assert got.dtype == dtype and got.shape == (m, 24)
-    # float32: summation order only; bfloat16: the scale and the output each rounded to bfloat16 once
-    tol = 1e-5 if dtype == torch.float32 else 2 * 2**-8
+    # float32: summation order only, or past it at 1-8 rows the native kernel's int16 activations
+    # (csrc/gemv_int8.c, tests/test_int8_native.py); bfloat16: the scale and the output each rounded
+    # to bfloat16 once
+    tol = (1e-4 if m <= 8 else 1e-5) if dtype == torch.float32 else 2 * 2**-8
     err = (got.float() - want.float()).abs().max().item()
     assert err <= tol * want.float().abs().max().item(), err
     assert lin(x.reshape(m, 1, k)).shape == (m, 1, 24)  # leading dims pass through
@@ -222,11 +224,15 @@ def _rank_main(rank: int, port: int, path: str) -> None:
         q_full = Int8Linear.from_linear(full)
         # scales of the whole rows, the sum over ranks, then the bias once: the unsharded int8 linear
         assert torch.equal(q_row.scale, q_full.scale) and torch.equal(q_row.qweight, q_full.qweight[:, cols])
-        assert (q_row(x[:, cols]) - q_full(x)).abs().max().item() <= 1e-5
+        # each rank's 16 features run in float32, the whole 32 on int16 activations (csrc/gemv_int8.c)
+        want = q_full(x)
+        assert (q_row(x[:, cols]) - want).abs().max().item() <= 1e-4 * want.abs().max().item()
         shard, _ = load_model(path, "float32", tp=tp, quantization="int8")
         whole, _ = load_model(path, "float32", quantization="int8")
         ids = [5, 300, 41, 977, 12, 8, 2000, 63]
-        assert (_logits(shard, ids) - _logits(whole, ids)).abs().max().item() <= 1e-4
+        ls, lw = _logits(shard, ids), _logits(whole, ids)
+        # the shards quantize their activations to int16 by their own largest |x| (measured 7.5e-5)
+        assert (ls - lw).abs().max().item() <= 2e-4 * lw.abs().max().item()
     finally:
         tp.destroy()
 

@@ -5,15 +5,19 @@
  *
  *   y[m, n] = scale[n] * sum_k x[m, k] * q[n, k]  (+ bias[n]) (+ add[m, n])
  *
- * Per 8 weights: sign-extend to int32 (vpmovsxbd), convert to float (exact: |q| <= 127), one FMA
- * per x row; the scale once per output. So the sums are float32 in 8 lanes, as gemv.c's, and agree
- * with F.linear(x, q.float()) * scale to float32 rounding. (Integer dot products would need the
- * activations quantized too, which is not this format's contract: int16 activations measured
- * 1.3x faster here, at 2.7e-5 relative error instead of 5e-7.) On the 2-core Zen 1 host the
- * conversion bounds the compute (~4 weights per cycle per core) and, from DRAM, the weight
- * stream's memory parallelism: the tile loop prefetches the next tile's rows. */
+ * Past X16_MAX_ROWS rows, per 8 weights: sign-extend to int32 (vpmovsxbd), convert to float (exact:
+ * |q| <= 127), one FMA per x row; the scale once per output. So the sums are float32 in 8 lanes, as
+ * gemv.c's, and agree with F.linear(x, q.float()) * scale to float32 rounding. At 1-8 rows that
+ * conversion, not the FMAs, bounds the compute (~4 weights per cycle per core on the 2-core Zen 1
+ * host), so there the activations are quantized per row to int16 (X16 below: 1.3-1.5x faster at 4
+ * rows, up to 1.2x at 1, where the weight stream's memory parallelism also counts; relative error
+ * ~1e-5 of the row's largest |x| per activation, far below the int8 weights' own). The tile loops
+ * prefetch the next tile's rows. */
 #include "gemv.h"
 #include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
 
 #define MAX_R RL_MAX_TILE
 #define MAX_BT RL_MAX_TILE
@@ -70,12 +74,123 @@ static const rl_gemv_kind INT8 = {
               {0, 0, 0, 0, tile_3_4}, {0, 0, tile_4_2, tile_4_3, 0}},
     .esize = 1, .block_multiple = 24, .rows_at_1 = 2, .gate_up_at_1 = 1};
 
+/* Activations as int16 (X16), for a few x rows: at 1-8 rows the int8 -> float conversion above, not
+ * the FMAs, bounds the compute; with x quantized per row to int16 (symmetric, one float32 scale per
+ * row, relative error <= 0.5 / qmax of the row's largest |x|: ~1.5e-5) 16 weights sign-extend to int16
+ * in one op and `vpmaddwd` multiplies and pair-adds them with 16 activations into int32 lanes, exactly.
+ * The quantized rows use x's own layout (row b at x + b * K floats: its K int16 values zero-padded to
+ * a multiple of 16, its scale in the row's last float), so gemv.c's driver walks them unchanged. */
+#define X16_MIN_K 32   /* room for the padded int16 row and its scale in K floats */
+#define X16_MAX_ROWS 8
+
+static inline int64_t k16(int64_t K) { return (K + 15) / 16 * 16; }
+
+/* |x q| bound such that no int32 lane overflows: a lane sums K16 / 16 pairs of 127 * qmax products. */
+static int x16_qmax(int64_t K) {
+    int64_t bound = (int64_t)2147483647 / (254 * (k16(K) / 16));
+    return bound < 32767 ? (int)bound : 32767;
+}
+
+/* xq rows (x16 layout above) from x [M, K] float32. */
+static void quantize_x16(const float *x, int M, int64_t K, float *xq) {
+    int qmax = x16_qmax(K);
+    for (int b = 0; b < M; b++) {
+        const float *xr = x + (int64_t)b * K;
+        int16_t *q = (int16_t *)(xq + (int64_t)b * K);
+        float amax = 0.0f;
+        for (int64_t k = 0; k < K; k++) amax = fabsf(xr[k]) > amax ? fabsf(xr[k]) : amax;
+        float scale = amax / qmax, inv = amax > 0.0f ? qmax / amax : 0.0f;
+        __m256 iv = _mm256_set1_ps(inv);
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16) {
+            __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xr + k), iv));
+            __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xr + k + 8), iv));
+            /* packs works per 128-bit lane: [lo0-3 hi0-3 lo4-7 hi4-7] -> in order */
+            __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+            _mm256_storeu_si256((__m256i *)(q + k), p);
+        }
+        for (; k < K; k++) q[k] = (int16_t)lrintf(xr[k] * inv);
+        for (; k < k16(K); k++) q[k] = 0;
+        xq[(int64_t)b * K + K - 1] = scale;
+    }
+}
+
+static inline float hsum_i32(__m256i v) { return rl_hsum(_mm256_cvtepi32_ps(v)); }
+
+/* res[b * R + r] = scale_b * sum_k xq_b[k] * q[r][k] for R weight rows and BT x16 rows. */
+static inline __attribute__((always_inline)) void dot_tile_x16(const float *x, int64_t ldx, const int8_t *const *w,
+                                                               int64_t K, const int R, const int BT, float *res) {
+    __m256i acc[MAX_R][MAX_BT];
+    const int16_t *xb[MAX_BT];
+    for (int b = 0; b < BT; b++) xb[b] = (const int16_t *)(x + b * ldx);
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < BT; b++) acc[r][b] = _mm256_setzero_si256();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {  /* a cache line of each row, and the same line of the next tile's rows */
+        for (int r = 0; r < R; r++) _mm_prefetch((const char *)(w[r] + R * K + k), _MM_HINT_T0);
+        for (int64_t kk = k; kk < k + 64; kk += 16)
+            for (int r = 0; r < R; r++) {
+                __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[r] + kk)));
+                for (int b = 0; b < BT; b++)
+                    acc[r][b] = _mm256_add_epi32(acc[r][b], _mm256_madd_epi16(
+                        wv, _mm256_loadu_si256((const __m256i *)(xb[b] + kk))));
+            }
+    }
+    for (; k + 16 <= K; k += 16)
+        for (int r = 0; r < R; r++) {
+            __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w[r] + k)));
+            for (int b = 0; b < BT; b++)
+                acc[r][b] = _mm256_add_epi32(acc[r][b], _mm256_madd_epi16(wv, _mm256_loadu_si256((const __m256i *)(xb[b] + k))));
+        }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < BT; b++) {
+            int32_t tail = 0;
+            for (int64_t kk = k; kk < K; kk++) tail += (int32_t)w[r][kk] * xb[b][kk];
+            res[b * R + r] = (hsum_i32(acc[r][b]) + (float)tail) * x[b * ldx + K - 1];
+        }
+}
+
+#define TILE_X16(R, BT) \
+    static void tile16_##R##_##BT(const float *x, int64_t ldx, const void *const *w, int64_t K, float *res) { \
+        dot_tile_x16(x, ldx, (const int8_t *const *)w, K, R, BT, res); \
+    }
+TILE_X16(1, 1) TILE_X16(2, 1)
+TILE_X16(1, 2) TILE_X16(2, 2) TILE_X16(4, 2)
+TILE_X16(1, 3) TILE_X16(2, 3) TILE_X16(4, 3)
+TILE_X16(1, 4) TILE_X16(2, 4) TILE_X16(3, 4)
+static const rl_gemv_kind INT8_X16 = {
+    .tiles = {{0}, {0, tile16_1_1, tile16_1_2, tile16_1_3, tile16_1_4},
+              {0, tile16_2_1, tile16_2_2, tile16_2_3, tile16_2_4}, {0, 0, 0, 0, tile16_3_4},
+              {0, 0, tile16_4_2, tile16_4_3, 0}},
+    .esize = 1, .block_multiple = 24, .rows_at_1 = 2, .gate_up_at_1 = 1};
+
+/* The x the int8 kernels read, and their kind: x16 rows (a new buffer, freed by the caller) for a few
+ * rows of a long enough K, else x itself. */
+static const float *x_for(const float *x, int M, int64_t K, const rl_gemv_kind **kind, float **owned) {
+    *owned = NULL;
+    *kind = &INT8;
+    if (M > X16_MAX_ROWS || K < X16_MIN_K) return x;
+    *owned = aligned_alloc(64, ((size_t)M * (size_t)K * sizeof(float) + 63) / 64 * 64);
+    if (!*owned) return x;
+    quantize_x16(x, M, K, *owned);
+    *kind = &INT8_X16;
+    return *owned;
+}
+
 void rl_linear_i8(const float *x, int M, const int8_t *w, const float *scale, const float *bias, const float *add,
                   float *y, int64_t N, int64_t K, int nthreads) {
-    rl_gemv_linear(&INT8, x, M, w, scale, bias, add, y, N, K, nthreads);
+    const rl_gemv_kind *kind;
+    float *owned;
+    const float *xk = x_for(x, M, K, &kind, &owned);
+    rl_gemv_linear(kind, xk, M, w, scale, bias, add, y, N, K, nthreads);
+    free(owned);
 }
 
 void rl_gate_up_silu_i8(const float *x, int M, const int8_t *w, const float *scale, float *out, int64_t I, int64_t K,
                         int nthreads) {
-    rl_gemv_gate_up_silu(&INT8, x, M, w, scale, out, I, K, nthreads);
+    const rl_gemv_kind *kind;
+    float *owned;
+    const float *xk = x_for(x, M, K, &kind, &owned);
+    rl_gemv_gate_up_silu(kind, xk, M, w, scale, out, I, K, nthreads);
+    free(owned);
 }
