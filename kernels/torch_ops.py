@@ -11,7 +11,9 @@ GQA is handled by grouping query heads, never by repeating K/V.
 
 Decode in float32 on the CPU runs ``kernels/cpu_native``'s paged decode attention when it is
 available: one call reads each request's K/V rows straight from the pool (no gather copy, no
-padding; a shared prefix once for the batch), where the padded path costs a dozen small ops.
+padding; a shared prefix once for the batch), where the padded path costs a dozen small ops. An
+extend batch behind a shared prefix whose own keys are few (requests admitted together behind a
+cached system prompt) runs its cascade natively too (``cpu_native.cascade_attention``).
 """
 
 from __future__ import annotations
@@ -257,6 +259,8 @@ def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     cached prefix (context minus new tokens). Then every query of the batch attends to the shared
     K/V gathered once (one call, no mask), each request's own suffix runs padded and causal, and
     the two are merged by log-sum-exp (cascade attention), instead of gathering the prefix per request.
+    When the native kernels take the tensors and the batch's own (query, key) pairs are at most a
+    quarter of its prefix pairs, one native call does both halves in one softmax, padding nothing.
     """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, qo_indptr=qo_indptr)
     out = torch.empty_like(q)

@@ -59,20 +59,21 @@ static inline __attribute__((always_inline)) void dot_tile_i8(const float *x, in
         }
 }
 
+/* The tiles (R weight rows, BT x rows) of both int8 kinds, and their table: at 1 x row, 2-row tiles
+ * (1 gate + 1 up row for gate/up): fewer concurrent row streams measured faster from DRAM (1.15x
+ * 8-row tiles, 1.05x 4-row ones); else 8-12 accumulators. */
+#define INT8_TILES(T) T(1, 1) T(2, 1) T(1, 2) T(2, 2) T(4, 2) T(1, 3) T(2, 3) T(4, 3) T(1, 4) T(2, 4) T(3, 4)
+#define INT8_KIND(p) {                                                                                   \
+    .tiles = {{0}, {0, p##1_1, p##1_2, p##1_3, p##1_4}, {0, p##2_1, p##2_2, p##2_3, p##2_4},               \
+              {0, 0, 0, 0, p##3_4}, {0, 0, p##4_2, p##4_3, 0}},                                            \
+    .esize = 1, .block_multiple = 24, .rows_at_1 = 2, .gate_up_at_1 = 1}
+
 #define TILE(R, BT) \
     static void tile_##R##_##BT(const float *x, int64_t ldx, const void *const *w, int64_t K, float *res) { \
         dot_tile_i8(x, ldx, (const int8_t *const *)w, K, R, BT, res); \
     }
-TILE(1, 1) TILE(2, 1)
-TILE(1, 2) TILE(2, 2) TILE(4, 2)
-TILE(1, 3) TILE(2, 3) TILE(4, 3)
-TILE(1, 4) TILE(2, 4) TILE(3, 4)
-/* At 1 x row, 2-row tiles (1 gate + 1 up row for gate/up): fewer concurrent row streams measured
- * faster from DRAM (1.15x 8-row tiles, 1.05x 4-row ones); else 8-12 accumulators. */
-static const rl_gemv_kind INT8 = {
-    .tiles = {{0}, {0, tile_1_1, tile_1_2, tile_1_3, tile_1_4}, {0, tile_2_1, tile_2_2, tile_2_3, tile_2_4},
-              {0, 0, 0, 0, tile_3_4}, {0, 0, tile_4_2, tile_4_3, 0}},
-    .esize = 1, .block_multiple = 24, .rows_at_1 = 2, .gate_up_at_1 = 1};
+INT8_TILES(TILE)
+static const rl_gemv_kind INT8 = INT8_KIND(tile_);
 
 /* Activations as int16 (X16), for a few x rows: at 1-8 rows the int8 -> float conversion above, not
  * the FMAs, bounds the compute; with x quantized per row to int16 (symmetric, one float32 scale per
@@ -154,15 +155,8 @@ static inline __attribute__((always_inline)) void dot_tile_x16(const float *x, i
     static void tile16_##R##_##BT(const float *x, int64_t ldx, const void *const *w, int64_t K, float *res) { \
         dot_tile_x16(x, ldx, (const int8_t *const *)w, K, R, BT, res); \
     }
-TILE_X16(1, 1) TILE_X16(2, 1)
-TILE_X16(1, 2) TILE_X16(2, 2) TILE_X16(4, 2)
-TILE_X16(1, 3) TILE_X16(2, 3) TILE_X16(4, 3)
-TILE_X16(1, 4) TILE_X16(2, 4) TILE_X16(3, 4)
-static const rl_gemv_kind INT8_X16 = {
-    .tiles = {{0}, {0, tile16_1_1, tile16_1_2, tile16_1_3, tile16_1_4},
-              {0, tile16_2_1, tile16_2_2, tile16_2_3, tile16_2_4}, {0, 0, 0, 0, tile16_3_4},
-              {0, 0, tile16_4_2, tile16_4_3, 0}},
-    .esize = 1, .block_multiple = 24, .rows_at_1 = 2, .gate_up_at_1 = 1};
+INT8_TILES(TILE_X16)
+static const rl_gemv_kind INT8_X16 = INT8_KIND(tile16_);
 
 /* The x the int8 kernels read, and their kind: x16 rows (a new buffer, freed by the caller) for a few
  * rows of a long enough K, else x itself. */
