@@ -79,7 +79,7 @@ def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     if bs == 0:
         return torch.empty_like(q)
     kv_heads = k_pool.shape[1]
-    if _native_decode_ok(q, k_pool, v_pool, kv_indptr, kv_indices):
+    if _native_attention_ok(q, k_pool, v_pool, kv_indptr, kv_indices):
         prefix = _check_shared_prefix(shared_prefix_len, kv_indptr[1:] - kv_indptr[:-1]) if shared_prefix_len else 0
         return cpu_native.decode_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, prefix)
     kv_lens = kv_indptr[1:] - kv_indptr[:-1]
@@ -93,8 +93,8 @@ def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     return out.reshape(bs, num_heads, head_dim).to(q.dtype)
 
 
-def _native_decode_ok(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, kv_indptr: torch.Tensor,
-                      kv_indices: torch.Tensor) -> bool:
+def _native_attention_ok(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, kv_indptr: torch.Tensor,
+                         kv_indices: torch.Tensor) -> bool:
     """The native kernel takes it: float32 CPU, contiguous pools, int64 indices, q heads contiguous."""
     bs, num_heads, head_dim = q.shape
     return (q.dtype == torch.float32 and q.stride(2) == 1 and q.stride(1) == head_dim
@@ -276,7 +276,7 @@ def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         own = sum(a * b for a, b in zip(q_lens, suffix))  # (query, own key) pairs, causal half included
         # the native kernel pads nothing, and scores the prefix in register tiles; its own keys run
         # untiled (query by query), so it takes batches whose own keys are a small part of the work
-        native = own <= sum(q_lens) * prefix / 4 and _native_decode_ok(q, k_pool, v_pool, kv_indptr, kv_indices)
+        native = own <= sum(q_lens) * prefix / 4 and _native_attention_ok(q, k_pool, v_pool, kv_indptr, kv_indices)
         if prefix and (native or padded <= max_pad_ratio * own):
             first, last = int(qo_indptr[0]), int(qo_indptr[-1])
             res = _extend_cascade(q[first:last], k_pool, v_pool, qo_indptr - first, kv_indptr, kv_indices,

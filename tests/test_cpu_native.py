@@ -162,12 +162,14 @@ def test_cascade_decode_native_and_torch_paths_match_reference(shared):
         _close(decode_attention_torch(q, k_pool, v_pool, indptr, indices, 0.3, shared_prefix_len=shared), ref)
 
 
-def test_cascade_decode_in_several_pieces_matches_reference():
+@pytest.mark.parametrize("head_dim", [64, 24])  # 24: P.V row by row (the register tile spans 16 lanes)
+def test_cascade_decode_in_several_pieces_matches_reference(head_dim):
     """40 requests x 8 query heads per KV head = 320 rows per KV head: phase 1 runs in two pieces of
-    160, each over the whole 150-key prefix (two full 64-key chunks and a tail, head dim 64), and
-    phase 2 continues every request over its own suffix, of 0 to 20 keys."""
+    160, each over the whole 150-key prefix (two full 64-key chunks and a tail), and phase 2
+    continues every request over its own suffix, of 0 to 20 keys."""
     gen = torch.Generator().manual_seed(7)
-    k_pool, v_pool = torch.randn(1200, 2, 64, generator=gen), torch.randn(1200, 2, 64, generator=gen)
+    k_pool = torch.randn(1200, 2, head_dim, generator=gen)
+    v_pool = torch.randn(1200, 2, head_dim, generator=gen)
     slots = torch.randperm(1199, generator=gen) + 1
     prefix, rest = slots[:150], slots[150:]
     lens = [(7 * i) % 21 for i in range(40)]
@@ -175,6 +177,6 @@ def test_cascade_decode_in_several_pieces_matches_reference():
     pieces = [torch.cat([prefix, rest[s:s + n]]) for s, n in zip(starts, lens)]
     indptr = F.pad(torch.tensor([len(p) for p in pieces]).cumsum(0), (1, 0))
     indices = torch.cat(pieces)
-    q = torch.randn(40, 16, 64, generator=gen)
+    q = torch.randn(40, 16, head_dim, generator=gen)
     ref = decode_attention_ref(q, k_pool, v_pool, indptr, indices, 0.125)
     _close(cpu_native.decode_attention(q, k_pool, v_pool, indptr, indices, 0.125, 150), ref)

@@ -148,13 +148,6 @@ static inline __attribute__((always_inline)) void score_tile(const float *const 
     }
 }
 
-static void score_transposed(const float *const *q, int nq, const float *kt, int D, float scale, float *score) {
-    __m256 sc = _mm256_set1_ps(scale);
-    int r = 0;
-    for (; r + TILE_ROWS <= nq; r += TILE_ROWS) score_tile(q, r, TILE_ROWS, kt, D, sc, score);
-    for (; r < nq; r++) score_tile(q, r, 1, kt, D, sc, score);
-}
-
 /* o[r] = o[r] * corr[r] + sum_t p[r][t] v_t for rows [r0, r0 + RB) over one chunk's V rows (every row
  * reads the same head at `v_base`); per (row, lane) the sum runs over t in order, as in accumulate_v. */
 static inline __attribute__((always_inline)) void accumulate_tile(float *acc, const float *corr, const float *p,
@@ -186,20 +179,6 @@ static inline __attribute__((always_inline)) void accumulate_tile(float *acc, co
     }
 }
 
-static void accumulate_rows(softmax_state st, int nq, int cn, const float *v_base, int64_t stride,
-                            const int64_t *slots, int D) {
-    int r = 0;
-    if (D % 16) {  /* the tile spans 16 lanes; head dims of 8 * odd go row by row */
-        for (; r < nq; r++)
-            accumulate_v(st.acc + (int64_t)r * D, st.corr[r], st.score + (int64_t)r * ATTN_CHUNK, cn, v_base, stride,
-                         slots, D, NULL, 0);
-        return;
-    }
-    for (; r + TILE_ROWS <= nq; r += TILE_ROWS)
-        accumulate_tile(st.acc, st.corr, st.score, r, TILE_ROWS, cn, v_base, stride, slots, D);
-    for (; r < nq; r++) accumulate_tile(st.acc, st.corr, st.score, r, 1, cn, v_base, stride, slots, D);
-}
-
 /* The largest of s[0..n) and `mx`. */
 static float row_max(const float *s, int n, float mx) {
     __m256 m8 = _mm256_set1_ps(mx);
@@ -228,10 +207,16 @@ static inline __attribute__((always_inline)) void chunk_rows(const float *const 
         st.m[r] = mx;
         st.corr[r] = corr;
     }
-    accumulate_tile(st.acc, st.corr, st.score, r0, RB, cn, v_base, stride, slots, D);
+    if (D % 16 == 0) {
+        accumulate_tile(st.acc, st.corr, st.score, r0, RB, cn, v_base, stride, slots, D);
+        return;
+    }
+    for (int r = r0; r < r0 + RB; r++)  /* the tile spans 16 lanes; head dims of 8 * odd go row by row */
+        accumulate_v(st.acc + (int64_t)r * D, st.corr[r], st.score + (int64_t)r * ATTN_CHUNK, cn, v_base, stride,
+                     slots, D, NULL, 0);
 }
 
-/* Every row of `st` over one transposed chunk, TILE_ROWS rows at a time (D a multiple of 16). */
+/* Every row of `st` over one transposed chunk, TILE_ROWS rows at a time. */
 static void chunk_all_rows(const float *const *q, int nq, const float *kt, int cn, float scale, softmax_state st,
                            const float *v_base, int64_t stride, const int64_t *slots, int D) {
     __m256 sc = _mm256_set1_ps(scale);
@@ -295,31 +280,21 @@ void rl_attend_keys(const float *const *q, const int64_t *off, int nq, const flo
                     softmax_state st, float *kt) {
     for (int64_t c0 = 0; c0 < n; c0 += ATTN_CHUNK) {
         int cn = n - c0 < ATTN_CHUNK ? (int)(n - c0) : ATTN_CHUNK;
-        if (kt && D % 16 == 0) {
+        if (kt) {
             transpose_chunk(kt, k_pool, stride, off[0], slots + c0, cn, n - c0, D);
             chunk_all_rows(q, nq, kt, cn, scale, st, v_pool + off[0], stride, slots + c0, D);
             continue;
         }
-        if (kt) {
-            transpose_chunk(kt, k_pool, stride, off[0], slots + c0, cn, n - c0, D);
-            score_transposed(q, nq, kt, D, scale, st.score);
-        } else {
-            score_keys(q, off, nq, k_pool, stride, span, slots, c0, cn, n, D, scale, st.score);
-        }
+        score_keys(q, off, nq, k_pool, stride, span, slots, c0, cn, n, D, scale, st.score);
         for (int t = 0; t < cn && t < PREFETCH; t++) prefetch_row(v_pool + slots[c0 + t] * stride + off[0], span);
         for (int r = 0; r < nq; r++) {
             float *s = st.score + r * ATTN_CHUNK, mx = row_max(s, cn, st.m[r]);
             float corr = exp2f(st.m[r] - mx);  /* 2^-inf = 0 on the first chunk */
             st.l[r] = st.l[r] * corr + exp_sub_sum(s, cn, mx);
             st.m[r] = mx;
-            if (kt) {
-                st.corr[r] = corr;
-            } else {
-                accumulate_v(st.acc + (int64_t)r * D, corr, s, cn, v_pool + off[r], stride, slots + c0, D,
-                             r == 0 ? v_pool + off[0] : NULL, span);
-            }
+            accumulate_v(st.acc + (int64_t)r * D, corr, s, cn, v_pool + off[r], stride, slots + c0, D,
+                         r == 0 ? v_pool + off[0] : NULL, span);
         }
-        if (kt) accumulate_rows(st, nq, cn, v_pool + off[0], stride, slots + c0, D);
     }
 }
 
