@@ -41,6 +41,7 @@ GGUF_NAMES = {"qwen2": "qwen2", "llama3": "llama-bpe"}
 
 def load_tokenizer(name: str):
     """``(Tokenizer, TokenizerVocab)`` for ``qwen2`` | ``llama3`` | ``small`` | ``tiny``."""
+    from radixlm.runtime.engine.gc_freeze import freeze_startup_objects
     from radixlm.runtime.engine.tokenizer import Tokenizer
 
     if name in ("small", "tiny"):
@@ -52,7 +53,9 @@ def load_tokenizer(name: str):
 
         path = gguf_tokenizer_dir(GGUF_NAMES[name])
     tokenizer = Tokenizer(path)
-    return tokenizer, TokenizerVocab.from_tokenizer(tokenizer)
+    vocab = TokenizerVocab.from_tokenizer(tokenizer)
+    freeze_startup_objects()  # as an Engine does once started: full collections skip torch's objects
+    return tokenizer, vocab
 
 
 def compile_one(backend: GrammarBackend, schema, timeout: float) -> tuple[str, object, float]:

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixlm.runtime.engine.delivery import Delivery, RequestHandle, ResultCollector
+from radixlm.runtime.engine.gc_freeze import freeze_startup_objects, thaw_startup_objects
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.inputs import (
     InputLimits,
@@ -78,6 +79,7 @@ class Engine:
         overlap = gpu_feature_enabled(args.disable_overlap_schedule, self.runner.device, needs_cuda=False)
         self._loop = EngineLoop(self.scheduler, self.runner, self._grammar, overlap=overlap)
         self._closed = False
+        freeze_startup_objects()  # full collections then skip the model's and torch's objects
 
     # ------------------------------------------------------------------ generate
 
@@ -227,6 +229,7 @@ class Engine:
             self._loop.stop()
             self._grammar.close()
             self.runner.close()  # tensor parallelism: stops the worker processes
+            thaw_startup_objects()
 
     def __enter__(self) -> Engine:
         return self
