@@ -67,7 +67,9 @@ class _Writer:
         self._text: dict[int, str] = {}  # canonical id -> written form (a name, or the expression)
         self._shared: dict[int, str] = {}  # canonical id -> rule name
         self._order: list[int] = []  # the shared ids in the order they were named
-        self._prefix = next(p for p in ("shared", "shared_x", "shared_xx") if not any(n.startswith(p) for n in rules))
+        self._prefix = "shared"
+        while any(n.startswith(self._prefix) for n in rules):  # never a rule's own name
+            self._prefix += "_x"
         self._uses[self._canon(start)] += 1
         for name, node in rules.items():
             cid = self._canon(node)
