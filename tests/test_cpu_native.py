@@ -1,14 +1,18 @@
 """The native CPU decode kernels (``kernels/cpu_native``) against their torch references, the
 model's native decode path against its torch path, and the fallbacks (switched off, no compiler).
 
-Tolerances: dot products sum in 8 lanes, a different order than MKL, so float32 results agree to
+Tolerances: dot products sum in 8 lanes (16 with AVX-512F at 2+ rows), a different order than MKL, so float32 results agree to
 ~1e-5 relative; RoPE has no FMA contraction and must match torch exactly.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -30,8 +34,8 @@ def native():
     assert cpu_native.available(), "the native kernels must build on an AVX2 Linux machine with a C compiler"
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 13, 16])
-@pytest.mark.parametrize("out_features,in_features", [(256, 64), (37, 100), (1030, 12), (5, 7)])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 13, 16, 64])
+@pytest.mark.parametrize("out_features,in_features", [(256, 64), (37, 100), (1030, 12), (5, 7), (45, 1040)])
 def test_linear_matches_f_linear(rows, out_features, in_features):
     gen = torch.Generator().manual_seed(rows * out_features + in_features)
     x, w = torch.randn(rows, in_features, generator=gen), torch.randn(out_features, in_features, generator=gen)
@@ -119,6 +123,31 @@ def test_model_decode_native_matches_torch_path(checkpoint, monkeypatch):
         runs = [decode_logits(model, cfg, native) for native in (True, False)]
         assert (runs[0] - runs[1]).abs().max().item() <= 1e-4, arch
     assert set(calls) == set(names)
+
+
+_BOTH_TILE_SETS = """
+import torch, torch.nn.functional as F
+from native_checks import assert_rel_close
+from radixlm.kernels import cpu_native
+assert cpu_native.available()
+gen = torch.Generator().manual_seed(0)
+for rows in (1, 2, 3, 4, 7, 64):
+    for n, k in ((50, 1024), (13, 100), (9, 17)):
+        x, w, b = torch.randn(rows, k, generator=gen), torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
+        assert_rel_close(cpu_native.linear(x, w, b), F.linear(x, w, b))
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("avx512", ["0", "1"])
+def test_both_float32_tile_sets_match_f_linear(avx512):
+    """The 16-lane (AVX-512F) tiles where the CPU has them, and the 8-lane ones they can be forced to
+    (``RADIXLM_NATIVE_AVX512=0``); the C side reads the switch once per process, hence a subprocess."""
+    env = {**os.environ, "RADIXLM_NATIVE_AVX512": avx512,
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _BOTH_TILE_SETS], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_torch_only_and_disable_env_switch_the_kernels_off(monkeypatch):

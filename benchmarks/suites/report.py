@@ -37,13 +37,14 @@ def markdown(result: dict[str, Any]) -> str:
                   f"float32 matmul rate: {_fmt(machine.get('matmul_gflop_per_s'), 1)} GFLOP/s; "
                   "`streamed GB/s` is what a decode step reads (weights + KV) times steps per second.", "",
                   "| config | median tok/s | roofline tok/s | fraction | streamed GB/s | of matmul rate "
-                  "| outside forward |", "|---|---:|---:|---:|---:|---:|---:|"]
+                  "| of paired rate | outside forward |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         pct = lambda x: "-" if x is None else f"{x:.1%}"  # noqa: E731
         for name, row in result["systems"].items():
             value = next(iter(row["median"].values()))
             lines.append(f"| {name} | {_fmt(value, 1)} | {_fmt(row['roofline_tok_per_s'], 1)} "
                          f"| {row['roofline_fraction']:.1%} | {_fmt(row.get('streamed_gb_per_s'), 1)} "
-                         f"| {pct(row.get('matmul_rate_fraction'))} | {pct(row.get('outside_forward'))} |")
+                         f"| {pct(row.get('matmul_rate_fraction'))} | {pct(row.get('paired_matmul_rate_fraction'))} "
+                         f"| {pct(row.get('outside_forward'))} |")
     else:
         lines += [f"| system | median {UNITS.get(metric, metric)} | median s | {base} / system | cache hit |",
                   "|---|---:|---:|---:|---:|"]

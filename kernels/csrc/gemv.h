@@ -13,7 +13,8 @@ typedef struct {
     rl_tile_fn tiles[RL_MAX_TILE + 1][RL_MAX_TILE + 1];  /* [R][BT]; NULL where a kind has no such tile */
     int esize;           /* bytes per weight */
     int block_multiple;  /* work items hold a multiple of this many rows */
-    int rows_at_1;       /* plain-linear tile rows at 1 x row (else 4 at 2-3 rows, 3 at 4) */
+    int rows_at_1;       /* plain-linear tile rows at 1 x row (else 4 at 2-3 rows) */
+    int rows_at_4;       /* plain-linear tile rows at 4 x rows */
     int gate_up_at_1;    /* gate (and as many up) rows per gate/up tile at 1 x row (else 2) */
 } rl_gemv_kind;
 

@@ -66,7 +66,7 @@ static inline __attribute__((always_inline)) void dot_tile_i8(const float *x, in
 #define INT8_KIND(p) {                                                                                   \
     .tiles = {{0}, {0, p##1_1, p##1_2, p##1_3, p##1_4}, {0, p##2_1, p##2_2, p##2_3, p##2_4},               \
               {0, 0, 0, 0, p##3_4}, {0, 0, p##4_2, p##4_3, 0}},                                            \
-    .esize = 1, .block_multiple = 24, .rows_at_1 = 2, .gate_up_at_1 = 1}
+    .esize = 1, .block_multiple = 24, .rows_at_1 = 2, .rows_at_4 = 3, .gate_up_at_1 = 1}
 
 #define TILE(R, BT) \
     static void tile_##R##_##BT(const float *x, int64_t ldx, const void *const *w, int64_t K, float *res) { \
