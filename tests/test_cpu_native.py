@@ -1,8 +1,9 @@
 """The native CPU decode kernels (``kernels/cpu_native``) against their torch references, the
 model's native decode path against its torch path, and the fallbacks (switched off, no compiler).
 
-Tolerances: dot products sum in 8 lanes (16 with AVX-512F at 2+ rows), a different order than MKL, so float32 results agree to
-~1e-5 relative; RoPE has no FMA contraction and must match torch exactly.
+Tolerances: dot products sum in 8 lanes (16 with AVX-512F at 2+ rows), a different order than
+MKL, so float32 results agree to ~1e-5 relative; RoPE has no FMA contraction and must match torch
+exactly.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ static const rl_gemv_kind F32 = {
 /* The plain linear's tiles at 2+ x rows in 16 lanes where the CPU has AVX-512F (compiled for it here
  * only, chosen at run time): 32 vector registers hold a 4 x 4 tile (16 accumulators, 4 weight
  * vectors, 1 x vector), so a step at 4+ rows loads 8 vectors per 16 FMAs instead of 7 per 12.
- * Measured on the 2-core Zen 4 host against the 8-lane tiles, interleaved in one process: 1.08-1.12x
+ * Measured on the 2-core Zen 4 host against the 8-lane tiles, interleaved in one process: 1.06-1.15x
  * at 4-64 rows, 1.0x at 2 (memory-bound; 1 row keeps the 8-lane tiles). Sums in 16 lanes are
  * another order than the 8-lane ones, so results differ from them by float32 rounding. */
 #define ZTARGET __attribute__((target("avx512f")))
