@@ -7,6 +7,11 @@ Prints p50 / p90 / max of the whole compile and of each half, the slowest schema
 size, and how many schemas the core alone takes longer than ``--threshold`` ms to build: when that
 count exceeds a tenth of the sample, no front-end work alone can bring the compile p90 under it.
 Schemas the front end rejects are left out (``bench_grammar.py`` counts them).
+
+``--any-order-rules N`` sets the front end's any-order rule budget for this run
+(``json_schema.objects.MAX_ANY_ORDER_RULES``, 1,024 by default): 0 sends every object the
+runtime member check can follow to that check instead of subset rules (smaller Lark, a faster
+compile, a dearer mask: ``docs/constrained.md``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from radixlm.constrained.backend import constraint_grammar  # noqa: E402
 from radixlm.constrained.compile_job import CompileRequest  # noqa: E402
 from radixlm.constrained.errors import ConstraintError  # noqa: E402
 from radixlm.constrained.grammar import CompiledGrammar  # noqa: E402
+from radixlm.constrained.json_schema import objects  # noqa: E402
 
 
 def split_one(vocab, schema: dict) -> tuple[float, float, int] | None:
@@ -44,7 +50,11 @@ def main() -> None:
     p.add_argument("--every", type=int, default=1, help="every K-th schema")
     p.add_argument("--top", type=int, default=30, help="slowest schemas listed")
     p.add_argument("--threshold", type=float, default=50.0, help="ms: the compile p90 target")
+    p.add_argument("--any-order-rules", type=int, default=None,
+                   help="the front end's any-order rule budget for this run (default: objects.MAX_ANY_ORDER_RULES)")
     args = p.parse_args()
+    if args.any_order_rules is not None:  # in-process: this benchmark runs the front end here
+        objects.MAX_ANY_ORDER_RULES = args.any_order_rules
     _, vocab = bench_grammar.load_tokenizer(args.tokenizer)
     split_one(vocab, {"type": "object", "properties": {"a": {}}})  # warm-up: the core's one-time set-up
     rows = []
