@@ -1,131 +1,139 @@
 """Masks for the runtime member check (``member_check``): clear the tokens that
 ``UniqueTracker.feed`` would refuse because of a checked object, without feeding the vocabulary.
 
-Only tokens holding a structural byte can be refused (``,`` ``}`` ``{``, a key's quotes), so per
-vocabulary the candidates are filed once by what they can do from a reader mode (``_Files``);
-a step gathers the candidates the core allows and feeds each one. An open key of a checked
-object is the exception: where no extra key may come, the key must stay a prefix of a named key
-that may come, so every other token is cleared (``_key_only``); elsewhere, the tokens that would
-complete a key already written are cleared by their raw bytes. The result equals ``feed`` on
-every token the core allows.
+Per vocabulary the candidates that can be refused are filed once (``member_tokens``); a step
+gathers the candidates the core allows and feeds each one. An open key of a checked object is the
+exception: where no extra key may come, the key must stay a prefix of a named key that may come,
+so every other token is cleared (``_key_only``); elsewhere, the tokens that would complete a key
+already written are cleared by their raw bytes. The result equals ``feed`` on every token the core
+allows.
+
+Whether ``feed`` refuses a token depends only on the state and the token, and states repeat (every
+token inside one string or number value, every value of a path), so each tracker keeps a bounded
+memo per state (``_Memo``): the candidates, and what feeding each one gave, learned the first time
+the core allows it. A repeated state feeds nothing and clears its refused tokens in a few vector
+operations.
 """
 
 from __future__ import annotations
 
-import bisect
-import functools
 import json
-import re
+import threading
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 from radixlm.constrained.member_check import admit, extra_ok, open_keys
+from radixlm.constrained.member_tokens import MemberTokens, member_tokens_for
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL
-from radixlm.constrained.unique_tables import allowed_at
 
-_STRUCTURAL = re.compile(rb'[",{}\]\\]')
-_files: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-class _Files:
-    """One vocabulary's candidate tokens: ``outside`` (a ``,``/``}``/``{`` or two quotes: may
-    refuse from outside strings), ``after_quote`` (a quote before a structural byte: may refuse
-    once the open string closes), ``after_bracket`` (the same after a ``]``: inside a unique
-    array), ``after_brace`` (a ``{`` before a ``}`` or quote: may open a checked object and refuse
-    in it), ``quoted`` (any quote), and the tokens sorted by their bytes (prefix lookups)."""
-
-    def __init__(self, token_bytes: tuple) -> None:
-        tokens = [b or b"" for b in token_bytes]
-        outside, after_quote, after_bracket, quoted, after_brace = [], [], [], [], []
-        for t, b in enumerate(tokens):
-            if _STRUCTURAL.search(b) is None:  # most tokens: nothing a check reads
-                continue
-            last = max(b.rfind(b","), b.rfind(b"}"), b.rfind(b'"'), b.rfind(b"{"))
-            if b'"' in b:
-                quoted.append(t)
-                if b.find(b'"') < last:
-                    after_quote.append(t)
-            if b.count(b'"') >= 2 or b"," in b or b"}" in b or b"{" in b or b'"' in b and b"\\" in b:
-                outside.append(t)
-            if b"]" in b and b.find(b"]") < last:
-                after_bracket.append(t)
-            if b"{" in b and b.find(b"{") < max(b.rfind(b"}"), b.rfind(b'"')):
-                after_brace.append(t)
-        arr = lambda ids: np.asarray(ids, dtype=np.int64)  # noqa: E731
-        self.outside, self.after_quote = arr(outside), arr(after_quote)
-        self.after_bracket, self.quoted, self.after_brace = arr(after_bracket), arr(quoted), arr(after_brace)
-        self.any_outside = np.union1d(self.outside, self.quoted)
-        self.key_chars = np.union1d(self.after_quote, arr([t for t, b in enumerate(tokens) if b"\\" in b]))
-        self._tokens = tokens
-
-    @functools.cached_property
-    def _sorted(self) -> tuple[list[bytes], list[int]]:
-        """The tokens' bytes sorted, and their ids (built at the first key lookup)."""
-        order = sorted((b, t) for t, b in enumerate(self._tokens) if b)
-        return [b for b, _ in order], [t for _, t in order]
-
-    def starting_with(self, prefix: bytes) -> list[int]:
-        """The tokens whose bytes start with ``prefix``."""
-        keys, ids = self._sorted
-        i, out = bisect.bisect_left(keys, prefix), []
-        while i < len(keys) and keys[i].startswith(prefix):
-            out.append(ids[i])
-            i += 1
-        return out
-
-    def prefixes_of(self, data: bytes) -> list[int]:
-        """The tokens whose bytes are a non-empty prefix of ``data``."""
-        keys, ids, out = *self._sorted, []
-        for n in range(1, len(data) + 1):
-            i = bisect.bisect_left(keys, data[:n])
-            while i < len(keys) and keys[i] == data[:n]:
-                out.append(ids[i])
-                i += 1
-        return out
+MEMO_STATES = 2048  # per tracker: states remembered (each holds a byte per candidate)
+UNKNOWN, KEPT, REFUSED = 0, 1, 2
+_memos: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_memos_lock = threading.Lock()
 
 
-def _files_for(vocab: Any) -> _Files:
-    files = _files.get(vocab)
-    if files is None:
-        files = _files[vocab] = _Files(vocab.token_bytes)
-    return files
+class _Entry:
+    """One state's candidates (``ids``, int64, unique), what feeding each gave (``status``: int8,
+    ``UNKNOWN`` until the core first allows it), the tokens cleared whatever the core allows
+    (``always``), and whether only ``KEPT`` candidates survive (an open key with no extra key)."""
+
+    __slots__ = ("ids", "status", "always", "only")
+
+    def __init__(self, ids: np.ndarray, status: np.ndarray, always: np.ndarray, only: bool) -> None:
+        self.ids, self.status, self.always, self.only = ids, status, always, only
+
+
+class _Memo:
+    """A tracker's entries by state, least recently used first; bounded by ``MEMO_STATES``."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, state: tuple) -> _Entry | None:
+        with self.lock:
+            entry = self.entries.get(state)
+            if entry is not None:
+                self.entries.move_to_end(state)
+            return entry
+
+    def put(self, state: tuple, entry: _Entry) -> None:
+        with self.lock:
+            self.entries[state] = entry
+            while len(self.entries) > MEMO_STATES:
+                self.entries.popitem(last=False)
+
+
+def _memo_for(tracker: UniqueTracker) -> _Memo:
+    with _memos_lock:
+        memo = _memos.get(tracker)
+        if memo is None:
+            memo = _memos[tracker] = _Memo()
+        return memo
 
 
 def forbid_members(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) -> None:
     """Clear from ``words`` (the core's mask, uint32) every token that ``tracker.feed`` refuses
     in ``state`` because of a checked object (one that is open, or that the token opens)."""
-    files = _files_for(vocab)
+    memo = _memo_for(tracker)
+    entry = memo.get(state)
+    if entry is None:
+        entry = _entry(tracker, vocab, state)
+        memo.put(state, entry)
+    if len(entry.always):
+        _clear(words, entry.always)
+    ids, status = entry.ids, entry.status
+    allowed = np.flatnonzero((words[ids >> 5] >> (ids & 31).astype(np.uint32)) & 1)
+    unknown = allowed[status[allowed] == UNKNOWN]
+    if len(unknown):
+        table = vocab.token_bytes
+        for i in unknown.tolist():  # the only feeding: a candidate the core first allows here
+            status[i] = REFUSED if tracker.feed(state, table[int(ids[i])] or b"") is None else KEPT
+    if entry.only:
+        kept = ids[allowed[status[allowed] == KEPT]]
+        words[:] = 0
+        np.bitwise_or.at(words, kept >> 5, np.uint32(1) << (kept & 31).astype(np.uint32))
+    else:
+        _clear(words, ids[allowed[status[allowed] == REFUSED]])
+
+
+def _clear(words: np.ndarray, ids: np.ndarray) -> None:
+    if len(ids):
+        np.bitwise_and.at(words, ids >> 5, ~(np.uint32(1) << (ids & 31).astype(np.uint32)))
+
+
+def _entry(tracker: UniqueTracker, vocab: Any, state: tuple) -> _Entry:
+    """A fresh entry for ``state``: its candidates by reader mode, none fed yet."""
+    files = member_tokens_for(vocab)
     frames, mode = state[0], state[1]
     top = frames[-1] if frames else ()
-    checked_top = len(top) == 3
+    checked = len(top) == 3 and top[0] == "o"  # ("u", seen, zero) is a unique array
+    spec = tracker.paths.specs[tracker.paths.members[top[1]]] if checked else None
+    always = np.zeros(0, dtype=np.int64)
     if not tracker.in_checked(state):  # a token may still open a checked object and go on in it
         ids = files.after_brace
     elif mode >= U_VAL:
         ids = files.after_bracket
     elif mode == G_STR:
         ids = files.after_quote
+    elif mode == G_INKEY and spec is not None:
+        if not extra_ok(spec, top[2]):
+            return _key_only(vocab, files, state, spec)
+        always = np.unique(np.asarray(_completing_refused(files, spec, top[2], state[3]), dtype=np.int64))
+        ids = files.key_chars  # a named key's escape may lead where only refused keys go
     elif mode == G_INKEY:
-        if checked_top:
-            spec = tracker.paths.specs[tracker.paths.members[top[1]]]
-            if not extra_ok(spec, top[2]):
-                _key_only(tracker, vocab, files, state, spec, words)
-                return
-            for t in _completing_refused(files, spec, top[2], state[3]):
-                _clear_bit(words, t)
-            ids = files.key_chars  # a named key's escape may lead where only refused keys go
-        else:
-            ids = files.after_quote
-    elif mode in (G_KEY, G_AFTER) and checked_top and not extra_ok(
-            tracker.paths.specs[tracker.paths.members[top[1]]], top[2]):
+        ids = files.after_quote
+    elif mode in (G_KEY, G_AFTER) and spec is not None and not extra_ok(spec, top[2]):
         ids = files.any_outside  # a key it opens may be dead at once
     else:
         ids = files.outside
-    _feed_allowed(tracker, vocab, state, words, ids)
+    return _Entry(ids, np.zeros(len(ids), dtype=np.int8), always, False)
 
 
-def _completing_refused(files: _Files, spec: Any, seen: frozenset, prefix: bytes) -> list[int]:
+def _completing_refused(files: MemberTokens, spec: Any, seen: frozenset, prefix: bytes) -> list[int]:
     """The tokens that complete, after the open key ``prefix``, a key the object refuses: a key
     already written (named or extra: plain characters, so its raw bytes are its name quoted) or
     a named key past what ``maxProperties`` leaves."""
@@ -142,10 +150,9 @@ def _completing_refused(files: _Files, spec: Any, seen: frozenset, prefix: bytes
     return out
 
 
-def _key_only(tracker: UniqueTracker, vocab: Any, files: _Files, state: tuple, spec: Any,
-              words: np.ndarray) -> None:
+def _key_only(vocab: Any, files: MemberTokens, state: tuple, spec: Any) -> _Entry:
     """An open key where no extra key may come: only tokens that keep it a prefix of a named key
-    that may come (or complete one, then fed) survive."""
+    that may come (``KEPT`` from the start), or complete one (fed when first allowed), survive."""
     prefix = state[3]
     keep, complete = [], []
     for key in open_keys(spec, state[0][-1][2]):
@@ -153,22 +160,6 @@ def _key_only(tracker: UniqueTracker, vocab: Any, files: _Files, state: tuple, s
             rest = key[len(prefix):]
             keep += files.prefixes_of(rest)
             complete += [t for t in files.starting_with(rest) if len(vocab.token_bytes[t]) > len(rest)]
-    keep_ids = np.asarray(keep + complete, dtype=np.int64)
-    allowed = allowed_at(words, keep_ids) if len(keep_ids) else []
-    words[:] = 0
-    for i in allowed:
-        t = int(keep_ids[i])
-        if t in keep or tracker.feed(state, vocab.token_bytes[t]) is not None:
-            words[t >> 5] |= np.uint32(1 << (t & 31))
-
-
-def _feed_allowed(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray, ids: np.ndarray) -> None:
-    table = vocab.token_bytes
-    for i in allowed_at(words, ids):
-        t = int(ids[i])
-        if tracker.feed(state, table[t]) is None:
-            _clear_bit(words, t)
-
-
-def _clear_bit(words: np.ndarray, t: int) -> None:
-    words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+    ids = np.unique(np.asarray(keep + complete, dtype=np.int64))
+    status = np.where(np.isin(ids, np.asarray(keep, dtype=np.int64)), KEPT, UNKNOWN).astype(np.int8)
+    return _Entry(ids, status, np.zeros(0, dtype=np.int64), True)

@@ -157,6 +157,7 @@ class UniqueTracker:
                 return None
             frames = frames[:-1] + (("o", pos, seen),)
         vpos = p.keys[pos].get(raw, p.other[pos]) if pos >= 0 else -1
+        del buf[:]  # read no more: states after the key then repeat across keys (mask memos)
         return frames, G_COLON, vpos, 0, i + 1
 
     def _members_allow(self, top: tuple, mode: int, b: int) -> bool:

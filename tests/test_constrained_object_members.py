@@ -181,6 +181,72 @@ def test_masks_equal_accept_token(real, schema, texts):
             shared.assert_masks_agree(m, p, row, rng, structural)
 
 
+def test_memo_masks_equal_fresh_ones(real, monkeypatch):
+    """``member_mask``'s per-state memo: where a state comes back (inside string values, in each
+    item of a list), its mask equals the one computed from nothing, bit for bit, and so does the
+    mask under a memo that evicts at every step."""
+    from radixlm.constrained import member_mask
+
+    tokenizer, vocab = real
+    grammar = compile_grammar(vocab, "json_schema", NESTED)
+    texts = ['{"list":[{"q":1,"p":2},{"q":3},{"p":44,"q":5}],"inner":{"c":"a long, long \\"value\\"","b":true}}',
+             '{"inner":{"b":false,"a":7},"list":[{"q":12}]}']
+    walks = [random_walk(grammar, random.Random(seed), max_tokens=60)[0] for seed in range(2)]
+    row = torch.zeros(vocab.mask_words, dtype=torch.int32)
+
+    def masks() -> list[np.ndarray]:
+        out = []
+        for ids in [tokenizer.encode(t) for t in texts] + walks:
+            m = grammar.matcher()
+            for t in ids + [None]:
+                m.fill_mask(row)
+                out.append(row.numpy().copy())
+                if t is not None:
+                    assert m.accept_token(t)
+        return out
+
+    member_mask._memos.clear()
+    warm = masks()
+    entries = len(member_mask._memo_for(grammar.unique_tracker).entries)
+    assert entries < len(warm) / 2, (entries, len(warm))  # the states did come back
+    monkeypatch.setattr(member_mask, "MEMO_STATES", 1)
+    assert all(np.array_equal(a, b) for a, b in zip(warm, masks(), strict=True))
+    member_mask._memos.clear()
+    fresh = []
+    for ids in [tokenizer.encode(t) for t in texts] + walks:
+        m = grammar.matcher()
+        for t in ids + [None]:
+            member_mask._memos.clear()
+            m.fill_mask(row)
+            fresh.append(row.numpy().copy())
+            if t is not None:
+                assert m.accept_token(t)
+    assert all(np.array_equal(a, b) for a, b in zip(warm, fresh, strict=True))
+
+
+def test_memo_inside_a_unique_array_of_a_checked_object(tiny_vocab):
+    """A unique array open inside a checked object (its frame is not the object's): masks with
+    the memo equal fresh ones and keep the array's items and the object's keys unique."""
+    from radixlm.constrained import member_mask
+
+    schema = {"type": "object", "additionalProperties": False, "required": ["n"], "properties": {
+        "tags": {"type": "array", "items": STR, "uniqueItems": True}, "n": INT}}
+    grammar = compile_grammar(tiny_vocab, "json_schema", schema)
+    assert _checked(grammar) >= 1
+    ids = grammar.vocab.llg.tokenize_str('{"tags":["a","b","ab"],"n":1}')
+    row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
+    m = grammar.matcher()
+    for t in ids:
+        m.fill_mask(row)
+        warm = row.numpy().copy()
+        member_mask._memos.clear()
+        m.fill_mask(row)
+        assert np.array_equal(warm, row.numpy())
+        assert m.accept_token(t)
+    assert m.is_accepting()
+    assert_walks_validate(grammar, 60)
+
+
 @pytest.mark.parametrize("schema", list(SCHEMAS.values()) + [TWELVE, NESTED], ids=list(SCHEMAS) + ["twelve", "nested"])
 def test_random_walks_validate(tiny_vocab, schema):
     """Walks sampled from the masks validate and never repeat a key."""
