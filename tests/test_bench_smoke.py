@@ -81,3 +81,24 @@ def test_compile_split_times_both_halves_of_each_compiled_schema(tmp_path: Path,
     assert sorted(listed) == ["Mini/a.json", "Mini/b.json"], out
     sizes = {line.split()[-1]: int(line.split()[-2]) for line in out.splitlines() if line.endswith(".json")}
     assert sizes["Mini/b.json"] > sizes["Mini/a.json"], out  # twelve members spell more Lark than one
+
+
+def test_member_mask_benchmark_pairs_fresh_and_memo_checks(tmp_path: Path, tiny_llama: str) -> None:
+    data = tmp_path / "Mini"
+    data.mkdir()
+    schema = {"type": "object", "additionalProperties": False, "required": ["n"], "properties": {
+        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+        "n": {"type": "integer"}, "s": {"type": "string"}}}
+    tests = [{"valid": True, "data": {"s": "a long value, here", "tags": ["a", "b"], "n": 1}},
+             {"valid": False, "data": {"tags": ["a", "a"], "n": 1}}]
+    (data / "a.json").write_text(json.dumps({"schema": schema, "tests": tests}))
+    cmd = [sys.executable, str(RUN.parent / "bench_member_mask.py"), "--data", str(tmp_path), "--tokenizer", "tiny",
+           "--every", "1", "--walks", "2", "--runtime-check-above", "-1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "1 schemas compiled (any-order rules 1024, runtime check above -1)" in out, out
+    assert "valid accepted 1/1, invalid 0/1" in out, out
+    calls = {line.split()[1]: int(line.split()[2]) for line in out.splitlines() if line.startswith("check,")}
+    assert calls["fresh"] == calls["memo"] > 0, out  # the object is checked at runtime, each mask twice
+    assert "fresh / memo total:" in out, out
