@@ -14,6 +14,10 @@ still open after ``--max-tokens`` is closed by ``_finish`` (the matcher's comple
 
     python benchmarks/bench_grammar.py --tokenizer qwen2 [--limit 10] [--systems radixlm,xgrammar,llguidance]
 
+``--systems radixlm,radixlm-knobs --runtime-check-above -1`` (or ``--any-order-rules N``) compares the
+default front end with one of its cost knobs changed, in one run, through the same worker pool
+(``frontend_knobs.py`` sets the knob in each worker).
+
 ``--tokenizer qwen2`` (151,936 tokens) and ``llama3`` (128,256) are llama.cpp's vocab GGUFs converted
 to ``tokenizer.json`` (fetch once: ``python tests/llamacpp_assets.py``); ``small`` is our 32k test
 checkpoint's. Targets (issue 15, Qwen2): compile p50 <= 10 ms, p90 <= 50 ms, max <= 1 s, no timeouts;
@@ -24,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import sys
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -34,6 +40,9 @@ import torch
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab
 from radixlm.constrained.adapters import CORES
 from radixlm.constrained.testing.walks import accepts_text, allowed_tokens, compact_json
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # frontend_knobs, here and in the workers
+import frontend_knobs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 GGUF_NAMES = {"qwen2": "qwen2", "llama3": "llama-bpe"}
@@ -148,11 +157,37 @@ def measure(grammar, tokenizer, doc: dict, args) -> dict:
 STRICT = {"additional_properties": "declared", "property_order": "schema"}
 
 
+def knob_env(args) -> dict[str, str]:
+    """The environment that sets ``--runtime-check-above`` / ``--any-order-rules`` in the workers."""
+    values = {"RUNTIME_CHECK_ABOVE": args.runtime_check_above, "MAX_ANY_ORDER_RULES": args.any_order_rules}
+    return {frontend_knobs.ENV[k]: str(v) for k, v in values.items() if v is not None}
+
+
 def run_system(system: str, files: list[Path], tokenizer, vocab: TokenizerVocab, args) -> list[dict]:
-    """Every schema through ``GrammarBackend(core=...)``: one record per schema."""
+    """Every schema through ``GrammarBackend(core=...)``: one record per schema. ``radixlm-knobs``
+    is ``radixlm`` with ``--runtime-check-above`` / ``--any-order-rules`` set in its workers."""
     core, strict = (system[:-len("-strict")], True) if system == "radixlm-strict" else (system, False)
-    backend = GrammarBackend(vocab, core=core, compile_timeout_s=args.timeout, num_workers=1,
-                             cache_size=len(files) + 1)
+    extra, env = {}, {}
+    if system == "radixlm-knobs":
+        core, env = "radixlm", knob_env(args)
+        extra["compile_fn"] = "frontend_knobs:compile_parts"
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the pool copies the environment into every worker it starts
+    try:
+        return _run_backend(GrammarBackend(vocab, core=core, compile_timeout_s=args.timeout, num_workers=1,
+                                           cache_size=len(files) + 1, **extra), strict, system, files,
+                            tokenizer, args)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run_backend(backend: GrammarBackend, strict: bool, system: str, files: list[Path], tokenizer,
+                 args) -> list[dict]:
+    """The records of one system's backend over ``files``; shuts the backend down."""
     records = []
     try:
         compile_one(backend, {"type": "integer"}, args.timeout)  # warm-up: workers, native tokenizers
@@ -164,6 +199,7 @@ def run_system(system: str, files: list[Path], tokenizer, vocab: TokenizerVocab,
             status, value, ms = compile_one(backend, schema, args.timeout)
             rec = {"name": f"{path.parent.name}/{path.name}", "status": status, "compile_ms": ms}
             if status == "compiled":
+                rec["runtime_checked"] = getattr(value, "unique", None) is not None  # uniqueItems / members
                 rec.update(measure(value, tokenizer, doc, args))
             else:
                 rec["error"] = value
@@ -195,6 +231,7 @@ def summary(core: str, records: list[dict]) -> dict:
         "rejected_pointer": sum(r["status"] == "rejected_pointer" for r in records),
         "rejected": sum(r["status"] == "rejected" for r in records),
         "timeouts": sum(r["status"] == "timeout" for r in records),
+        "runtime_checked": total("runtime_checked"),
         "compile_ms": [_pct(cms, 50), _pct(cms, 90), max(cms, default=float("nan"))],
         "valid_accepted": [total("valid_ok"), total("valid_n")],
         "invalid_accepted": [total("invalid_acc"), total("invalid_n")],
@@ -224,8 +261,9 @@ def main() -> None:
     p.add_argument("--data", default=str(REPO / "tests" / "data" / "jsonschemabench"))
     p.add_argument("--tokenizer", default="qwen2", choices=["qwen2", "llama3", "small", "tiny"])
     p.add_argument("--systems", default=",".join(CORES),
-                   help="comma-separated --grammar-backend names, and radixlm-strict (our front end with the "
-                        "peers' default restrictions: only named members, in schema order)")
+                   help="comma-separated --grammar-backend names, radixlm-strict (our front end with the "
+                        "peers' default restrictions: only named members, in schema order) and radixlm-knobs "
+                        "(radixlm with --runtime-check-above / --any-order-rules)")
     p.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, seconds")
     p.add_argument("--walks", type=int, default=1, help="random walks per schema")
     p.add_argument("--max-tokens", type=int, default=256, help="sampled tokens before a walk is closed")
@@ -233,6 +271,12 @@ def main() -> None:
     p.add_argument("--every", type=int, default=1, help="every K-th schema (a sample across the subsets)")
     p.add_argument("--json", default="", help="also write the per-system figures to this file")
     p.add_argument("--verbose", action="store_true", help="one line per schema and system")
+    p.add_argument("--runtime-check-above", type=int, default=None,
+                   help="for the radixlm-knobs system: objects of more named members are checked at runtime "
+                        "(-1: every object; default: json_schema.objects.RUNTIME_CHECK_ABOVE)")
+    p.add_argument("--any-order-rules", type=int, default=None,
+                   help="for the radixlm-knobs system: the any-order rule budget per schema "
+                        "(default: json_schema.objects.MAX_ANY_ORDER_RULES)")
     args = p.parse_args()
     files = sorted(Path(args.data).glob("*/*.json"))[:: max(args.every, 1)][: args.limit or None]
     if not files:

@@ -63,6 +63,28 @@ def test_grammar_benchmark_reads_any_directory_of_the_layout(tmp_path: Path, tin
     assert row["walks_valid"][:2] == [1, 1], row
 
 
+def test_grammar_benchmark_sets_the_front_end_knobs_in_its_workers(tmp_path: Path, tiny_llama: str) -> None:
+    # A 2-member object takes any-order rules by default; --runtime-check-above -1 checks every
+    # object at runtime instead, which only shows if the knob reached the worker process.
+    data = tmp_path / "Mini"
+    data.mkdir()
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "boolean"}},
+              "required": ["a", "b"], "additionalProperties": False}
+    tests = [{"valid": True, "data": {"b": True, "a": 1}}, {"valid": False, "data": {"a": 1, "a ": 2}}]
+    (data / "a.json").write_text(json.dumps({"schema": schema, "tests": tests}))
+    out = tmp_path / "rows.json"
+    cmd = [sys.executable, str(RUN.parent / "bench_grammar.py"), "--data", str(tmp_path), "--tokenizer", "tiny",
+           "--walks", "1", "--systems", "radixlm,radixlm-knobs", "--runtime-check-above", "-1", "--json", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    default, knobs = json.loads(out.read_text())
+    assert (default["system"], knobs["system"]) == ("radixlm", "radixlm-knobs")
+    assert (default["runtime_checked"], knobs["runtime_checked"]) == (0, 1), (default, knobs)
+    for row in (default, knobs):  # the same language either way
+        assert row["valid_accepted"] == [1, 1] and row["invalid_accepted"] == [0, 1], row
+        assert row["walks_valid"][:2] == [1, 1], row
+
+
 def test_compile_split_times_both_halves_of_each_compiled_schema(tmp_path: Path, tiny_llama: str) -> None:
     data = tmp_path / "Mini"
     data.mkdir()
