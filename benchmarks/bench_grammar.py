@@ -35,6 +35,7 @@ import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import torch
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab
@@ -171,18 +172,10 @@ def run_system(system: str, files: list[Path], tokenizer, vocab: TokenizerVocab,
     if system == "radixlm-knobs":
         core, env = "radixlm", knob_env(args)
         extra["compile_fn"] = "frontend_knobs:compile_parts"
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the pool copies the environment into every worker it starts
-    try:
+    with mock.patch.dict(os.environ, env):  # the pool copies the environment into every worker it starts
         return _run_backend(GrammarBackend(vocab, core=core, compile_timeout_s=args.timeout, num_workers=1,
                                            cache_size=len(files) + 1, **extra), strict, system, files,
                             tokenizer, args)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _run_backend(backend: GrammarBackend, strict: bool, system: str, files: list[Path], tokenizer,
@@ -278,6 +271,8 @@ def main() -> None:
                    help="for the radixlm-knobs system: the any-order rule budget per schema "
                         "(default: json_schema.objects.MAX_ANY_ORDER_RULES)")
     args = p.parse_args()
+    if knob_env(args) and "radixlm-knobs" not in args.systems.split(","):
+        p.error("--runtime-check-above / --any-order-rules apply to the radixlm-knobs system only: add it to --systems")
     files = sorted(Path(args.data).glob("*/*.json"))[:: max(args.every, 1)][: args.limit or None]
     if not files:
         raise SystemExit(f"no <Subset>/<name>.json files under {args.data}")
