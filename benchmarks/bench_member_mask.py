@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
 from radixlm.constrained import grammar as grammar_module  # noqa: E402
-from radixlm.constrained import member_mask  # noqa: E402
+from radixlm.constrained import member_mask, member_memo  # noqa: E402
 from radixlm.constrained.backend import constraint_grammar  # noqa: E402
 from radixlm.constrained.compile_job import CompileRequest  # noqa: E402
 from radixlm.constrained.errors import ConstraintError  # noqa: E402
@@ -49,14 +49,14 @@ class PairedCheck:
 
     def __call__(self, tracker, vocab, state: tuple, words: np.ndarray) -> None:
         copy = words.copy()
-        kept = member_mask._memos.get(tracker)
-        member_mask._memos.pop(tracker, None)
+        kept = member_memo.memos.get(tracker)
+        member_memo.memos.pop(tracker, None)
         start = time.perf_counter_ns()
         member_mask.forbid_members(tracker, vocab, state, copy)
         self.fresh.append((time.perf_counter_ns() - start) / 1000)
         self.pending += self.fresh[-1]
         if kept is not None:
-            member_mask._memos[tracker] = kept
+            member_memo.memos[tracker] = kept
         start = time.perf_counter_ns()
         member_mask.forbid_members(tracker, vocab, state, words)
         self.memo.append((time.perf_counter_ns() - start) / 1000)

@@ -22,7 +22,7 @@ class MemberTokens:
     refuse from outside strings), ``after_quote`` (a quote before a structural byte: may refuse
     once the open string closes), ``after_bracket`` (the same after a ``]``: inside a unique
     array), ``after_brace`` (a ``{`` before a ``}`` or quote: may open a checked object and refuse
-    in it), ``quoted`` (any quote), and the tokens sorted by their bytes (prefix lookups)."""
+    in it), ``quoted`` (any quote), ``live`` (three quotes or more), and the tokens sorted by their bytes (prefix lookups)."""
 
     def __init__(self, token_bytes: tuple) -> None:
         tokens = [b or b"" for b in token_bytes]
@@ -45,8 +45,17 @@ class MemberTokens:
         self.outside, self.after_quote = arr(outside), arr(after_quote)
         self.after_bracket, self.quoted, self.after_brace = arr(after_bracket), arr(quoted), arr(after_brace)
         self.any_outside = np.union1d(self.outside, self.quoted)
+        # three or more quotes: may close a key and write another whole one (``member_memo``)
+        self.live = arr([t for t, b in enumerate(tokens) if b.count(b'"') >= 3])
         self.key_chars = np.union1d(self.after_quote, arr([t for t, b in enumerate(tokens) if b"\\" in b]))
         self._tokens = tokens
+        self._places = {id(a): place(a) for a in (self.outside, self.after_quote, self.after_bracket,
+                                                   self.after_brace, self.any_outside, self.key_chars)}
+
+    def placed(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``place(ids)``, shared for this vocabulary's own candidate arrays."""
+        found = self._places.get(id(ids))
+        return found if found is not None else place(ids)
 
     @functools.cached_property
     def _sorted(self) -> tuple[list[bytes], list[int]]:
@@ -72,6 +81,11 @@ class MemberTokens:
                 out.append(ids[i])
                 i += 1
         return out
+
+
+def place(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(word, bit)`` of each token id in a mask of uint32 words."""
+    return ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32)
 
 
 def member_tokens_for(vocab: Any) -> MemberTokens:

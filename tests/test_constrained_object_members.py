@@ -185,7 +185,7 @@ def test_memo_masks_equal_fresh_ones(real, monkeypatch):
     """``member_mask``'s per-state memo: where a state comes back (inside string values, in each
     item of a list), its mask equals the one computed from nothing, bit for bit, and so does the
     mask under a memo that evicts at every step."""
-    from radixlm.constrained import member_mask
+    from radixlm.constrained import member_memo
 
     tokenizer, vocab = real
     grammar = compile_grammar(vocab, "json_schema", NESTED)
@@ -205,18 +205,18 @@ def test_memo_masks_equal_fresh_ones(real, monkeypatch):
                     assert m.accept_token(t)
         return out
 
-    member_mask._memos.clear()
+    member_memo.memos.clear()
     warm = masks()
-    entries = len(member_mask._memo_for(grammar.unique_tracker).entries)
+    entries = len(member_memo.memo_for(grammar.unique_tracker).entries)
     assert entries < len(warm) / 2, (entries, len(warm))  # the states did come back
-    monkeypatch.setattr(member_mask, "MEMO_STATES", 1)
+    monkeypatch.setattr(member_memo, "MEMO_STATES", 1)
     assert all(np.array_equal(a, b) for a, b in zip(warm, masks(), strict=True))
-    member_mask._memos.clear()
+    member_memo.memos.clear()
     fresh = []
     for ids in [tokenizer.encode(t) for t in texts] + walks:
         m = grammar.matcher()
         for t in ids + [None]:
-            member_mask._memos.clear()
+            member_memo.memos.clear()
             m.fill_mask(row)
             fresh.append(row.numpy().copy())
             if t is not None:
@@ -227,7 +227,7 @@ def test_memo_masks_equal_fresh_ones(real, monkeypatch):
 def test_memo_inside_a_unique_array_of_a_checked_object(tiny_vocab):
     """A unique array open inside a checked object (its frame is not the object's): masks with
     the memo equal fresh ones and keep the array's items and the object's keys unique."""
-    from radixlm.constrained import member_mask
+    from radixlm.constrained import member_memo
 
     schema = {"type": "object", "additionalProperties": False, "required": ["n"], "properties": {
         "tags": {"type": "array", "items": STR, "uniqueItems": True}, "n": INT}}
@@ -239,7 +239,7 @@ def test_memo_inside_a_unique_array_of_a_checked_object(tiny_vocab):
     for t in ids:
         m.fill_mask(row)
         warm = row.numpy().copy()
-        member_mask._memos.clear()
+        member_memo.memos.clear()
         m.fill_mask(row)
         assert np.array_equal(warm, row.numpy())
         assert m.accept_token(t)

@@ -1,0 +1,166 @@
+"""The runtime member check's memo (``member_mask``): per tracker, one entry per state holding
+its candidates and what feeding each gave, so a repeated state feeds nothing.
+
+Whether ``UniqueTracker.feed`` refuses a token depends only on the state and the token, and states
+repeat (every token inside one string or number value, every value of a path). An entry keeps
+the tokens it clears grouped by mask word (``cut``), so a repeated state costs a few vector
+operations.
+
+The memo key of a tracker state (``member_mask``): an open key that can only become a fresh
+extra key is memoized once, whatever its bytes so far.
+
+While a key is read the tracker keeps its bytes, so every open key of a random or unusual name is
+a state of its own and its first mask feeds every candidate (the cost of the runtime member check
+in a walk). Yet what ``UniqueTracker.feed`` refuses there depends on those bytes only through the
+names the key could still become. When no name the check or the path table knows (named members,
+keys already written, blocked names, the names ``dependentRequired`` mentions, in every branch of
+a union, and the keys the path table files) starts with the key's text, every completion is a
+fresh extra key: admitted or not alike, its value at the extras' path alike. Such states share one
+memo entry, keyed with the bytes left out.
+
+One exception keeps the sharing exact: a token with three or more quotes can close the key and
+write another whole key of the same object, which is refused only if it repeats the first one.
+Those candidates are ``LIVE`` in a shared entry: fed on the concrete state every time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+from radixlm.constrained.member_check import extra_ok, key_name
+from radixlm.constrained.unique_items import UniqueTracker
+from radixlm.constrained.unique_scan import G_INKEY
+
+MEMO_STATES = 2048  # per tracker: states remembered (each holds a byte per candidate)
+UNKNOWN, KEPT, LIVE, REFUSED = 0, 1, 2, 3  # even: fed whenever the core allows it
+memos: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_memos_lock = threading.Lock()
+_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_names_lock = threading.Lock()
+
+
+class MemoEntry:
+    """One state's candidates (``ids``: int64, unique; ``place``: their mask words and bits),
+    what feeding each gave (``status``: int8), the tokens cleared whatever the core allows
+    (``always``) and whether only ``KEPT`` candidates survive (``only``: an open key with no extra
+    key). ``cut``: the mask words and bits to clear (or, if ``only``, to keep), by word."""
+
+    __slots__ = ("ids", "place", "status", "always", "only", "cut", "lock")
+
+    def __init__(self, ids: np.ndarray, place: tuple, status: np.ndarray, always: np.ndarray,
+                 only: bool) -> None:
+        self.ids, self.place, self.always, self.only = ids, place, always, only
+        self.lock = threading.Lock()
+        self.cut = self._cut(status)
+        self.status = status
+
+    def settle(self, verdicts: dict[int, int]) -> None:
+        """Record what feeding candidates (by index) gave. Lock-free readers read ``status``
+        before ``cut``, so ``cut`` is replaced first: a status a reader sees resolved is already
+        in the ``cut`` it reads next (an unresolved one it feeds itself)."""
+        with self.lock:
+            status = self.status.copy()
+            for i, verdict in verdicts.items():
+                if status[i] == UNKNOWN:
+                    status[i] = verdict
+            self.cut = self._cut(status)
+            self.status = status
+
+    def _cut(self, status: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        picked = self.ids[status == (KEPT if self.only else REFUSED)]
+        return by_word(picked if self.only else np.concatenate((picked, self.always)))
+
+
+def by_word(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(words, bits)``: the distinct mask words of ``ids`` and, per word, its tokens' bits."""
+    ids = np.unique(ids.astype(np.int64))
+    word = ids >> 5
+    bit = np.uint32(1) << (ids & 31).astype(np.uint32)
+    if not len(ids):
+        return word, bit
+    starts = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
+    return word[starts], np.bitwise_or.reduceat(bit, starts)
+
+
+class Memo:
+    """A tracker's entries by state, least recently used first; bounded by ``MEMO_STATES``."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, state: tuple) -> MemoEntry | None:
+        """The entry of ``state`` (marked recently used), or None."""
+        with self.lock:
+            entry = self.entries.get(state)
+            if entry is not None:
+                self.entries.move_to_end(state)
+            return entry
+
+    def put(self, state: tuple, entry: MemoEntry) -> None:
+        """File ``entry`` for ``state``, dropping the least recently used past the bound."""
+        with self.lock:
+            self.entries[state] = entry
+            while len(self.entries) > MEMO_STATES:
+                self.entries.popitem(last=False)
+
+
+def memo_for(tracker: UniqueTracker) -> Memo:
+    """The (created on first use) memo of ``tracker``."""
+    with _memos_lock:
+        memo = memos.get(tracker)
+        if memo is None:
+            memo = memos[tracker] = Memo()
+        return memo
+
+
+FRESH_KEY = b"\x00fresh"  # the left-out bytes: never a key's prefix (a key starts with a quote)
+_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_names_lock = threading.Lock()
+
+
+def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
+    """``(key, shared)``: the state itself, or (``shared``) the state with an open key's bytes
+    replaced by ``FRESH_KEY`` when the key can only become a fresh extra key."""
+    frames, mode, _, prefix, esc, _ = state
+    if mode != G_INKEY or esc or not prefix or b"\\" in prefix or not frames:
+        return state, False
+    top = frames[-1]
+    if top[0] != "o" or top[1] < 0:
+        return state, False
+    if len(top) == 3 and not extra_ok(tracker.paths.specs[tracker.paths.members[top[1]]], top[2]):
+        return state, False  # only named keys may come: the key's bytes decide (``_key_only``)
+    names = _known_names(tracker, top)
+    text = prefix[1:]
+    i = bisect.bisect_left(names, text)
+    if i < len(names) and names[i].startswith(text):
+        return state, False
+    return state[:3] + (FRESH_KEY,) + state[4:], True
+
+
+def _known_names(tracker: UniqueTracker, top: tuple) -> list[bytes]:
+    """Every name (UTF-8, sorted) whose identity the check or the path table tells apart from a
+    fresh extra key in object frame ``top``; cached per tracker and frame."""
+    with _names_lock:
+        cache = _names.get(tracker)
+        if cache is None:
+            cache = _names[tracker] = {}
+    names = cache.get(top)
+    if names is None:
+        found = {key_name(raw) for raw in tracker.paths.keys[top[1]]}
+        if len(top) == 3:
+            spec = tracker.paths.specs[tracker.paths.members[top[1]]]
+            found |= set(top[2])
+            for one in spec.alts or (spec,):  # a union's own fields are its branches'
+                found |= set(one.keys.values()) | set(one.blocked) | set(one.required)
+                for trigger, needs in one.needs.items():
+                    found |= {trigger, *needs}
+        names = sorted(n.encode("utf-8", "surrogatepass") for n in found if n is not None)
+        if len(cache) > 4096:  # bounded: frames differ by the keys written so far
+            cache.clear()
+        cache[top] = names
+    return names

@@ -1,0 +1,101 @@
+"""The runtime member check's memo (``constrained/member_memo.py``): which states share an entry
+(open keys that can only become a fresh extra key), and masks from a shared entry that equal
+feeding every token, including a token that writes a second whole key."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import test_constrained_unique_items as shared
+import torch
+from radixlm.constrained import compile_grammar, member_memo
+from radixlm.constrained.member_memo import FRESH_KEY, memo_key
+from radixlm.constrained.vocab import TokenizerVocab
+
+INT = {"type": "integer"}
+EXTRAS = {"type": "object", "properties": {"name": INT, "nick": INT}, "additionalProperties": INT,
+          "dependentRequired": {"zz_trigger": ["name"]}}
+CLOSED = {"type": "object", "properties": {"name": INT, "nick": INT}, "additionalProperties": False}
+SECOND_KEY = b'":1,"zq"'  # closes an open key, writes a value and a whole second key
+
+tiny_vocab = shared.tiny_vocab
+
+
+@pytest.fixture(autouse=True)
+def check_every_object(monkeypatch):
+    """Small objects are checked at runtime too (by default they keep any-order rules)."""
+    monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE", -1)
+
+
+def _state_after(grammar, text: str):
+    """The tracker and its state after ``text`` (fed as one chunk of bytes)."""
+    tracker = grammar.unique_tracker
+    state = tracker.feed(tracker.initial, text.encode())
+    assert state is not None, text
+    return tracker, state
+
+
+@pytest.mark.parametrize(("text", "shared_key"), [
+    ('{"zq', True),  # no name starts with "zq": only a fresh extra key can come of it
+    ('{"a":1,"zq', True),
+    ('{"n', False),  # "name", "nick"
+    ('{"nam', False),
+    ('{"zz', False),  # the dependentRequired trigger "zz_trigger"
+    ('{"zq":1,"zq', False),  # a key already written
+    ('{"', False),  # nothing read yet (nothing to leave out)
+])
+def test_which_open_keys_share_an_entry(tiny_vocab, text, shared_key):
+    grammar = compile_grammar(tiny_vocab, "json_schema", EXTRAS)
+    tracker, state = _state_after(grammar, text)
+    key, is_shared = memo_key(tracker, state)
+    assert is_shared is shared_key
+    assert (key[3] == FRESH_KEY) is shared_key
+    assert key == state or shared_key
+
+
+def test_no_extra_key_means_no_sharing(tiny_vocab):
+    """Where only named keys may come, an open key's bytes decide everything."""
+    grammar = compile_grammar(tiny_vocab, "json_schema", CLOSED)
+    tracker, state = _state_after(grammar, '{"n')
+    assert memo_key(tracker, state) == (state, False)
+
+
+def test_fresh_extra_keys_share_one_entry(tiny_vocab):
+    grammar = compile_grammar(tiny_vocab, "json_schema", EXTRAS)
+    tracker = grammar.unique_tracker
+    keys = {memo_key(tracker, _state_after(grammar, t)[1])[0] for t in ('{"zq', '{"zr', '{"qqq', '{"x')}
+    assert len(keys) == 1
+
+
+def _with_token(vocab: TokenizerVocab, data: bytes) -> tuple[TokenizerVocab, int]:
+    """``vocab`` with one more token, ``data``; ``(vocab, its id)``."""
+    table = tuple(vocab.token_bytes) + (data,)
+    grown = TokenizerVocab(token_bytes=table, eos_token_ids=vocab.eos_token_ids,
+                           vocab_size=max(vocab.vocab_size, len(table)), byte_tokens=vocab.byte_tokens)
+    return grown, len(table) - 1
+
+
+def _allowed(grammar, text: str, token: int) -> bool:
+    """Whether the mask after ``text`` allows ``token``; the mask must agree with ``feed``."""
+    m = grammar.matcher()
+    for t in grammar.vocab.llg.tokenize_str(text):
+        assert m.accept_token(t)
+    row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
+    m.fill_mask(row)
+    bit = bool((row.numpy().view(np.uint32)[token >> 5] >> (token & 31)) & 1)
+    assert bit == m.copy().accept_token(token)
+    return bit
+
+
+@pytest.mark.parametrize("order", [("zq", "zr"), ("zr", "zq")])
+def test_a_shared_entry_still_refuses_a_repeated_key_within_one_token(tiny_vocab, order):
+    """From ``{"zq`` the token ``":1,"zq"`` writes the key "zq" twice (refused); from ``{"zr``
+    it writes "zr" then "zq" (kept). Both open keys share one entry: whichever comes first, the
+    token is fed on the concrete state every time (``LIVE``), so each mask is right."""
+    vocab, token = _with_token(tiny_vocab, SECOND_KEY)
+    grammar = compile_grammar(vocab, "json_schema", EXTRAS)
+    member_memo.memos.clear()
+    for key in order:
+        assert _allowed(grammar, '{"' + key, token) is (key != "zq")
+    memo = member_memo.memo_for(grammar.unique_tracker)
+    assert sum(k[3] == FRESH_KEY for k in memo.entries) == 1
