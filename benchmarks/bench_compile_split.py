@@ -11,7 +11,8 @@ Schemas the front end rejects are left out (``bench_grammar.py`` counts them).
 ``--any-order-rules N`` sets the front end's any-order rule budget for this run
 (``json_schema.objects.MAX_ANY_ORDER_RULES``, 1,024 by default): 0 sends every object the
 runtime member check can follow to that check instead of subset rules (smaller Lark, a faster
-compile, a dearer mask: ``docs/constrained.md``).
+compile, a dearer mask: ``docs/constrained.md``). ``--runtime-check-above N`` sets the member
+count past which an object is checked at runtime (``json_schema.objects.RUNTIME_CHECK_ABOVE``).
 """
 
 from __future__ import annotations
@@ -52,9 +53,13 @@ def main() -> None:
     p.add_argument("--threshold", type=float, default=50.0, help="ms: the compile p90 target")
     p.add_argument("--any-order-rules", type=int, default=None,
                    help="the front end's any-order rule budget for this run (default: objects.MAX_ANY_ORDER_RULES)")
+    p.add_argument("--runtime-check-above", type=int, default=None,
+                   help="objects of more named members are checked at runtime (default: objects.RUNTIME_CHECK_ABOVE)")
     args = p.parse_args()
     if args.any_order_rules is not None:  # in-process: this benchmark runs the front end here
         objects.MAX_ANY_ORDER_RULES = args.any_order_rules
+    if args.runtime_check_above is not None:
+        objects.RUNTIME_CHECK_ABOVE = args.runtime_check_above
     _, vocab = bench_grammar.load_tokenizer(args.tokenizer)
     split_one(vocab, {"type": "object", "properties": {"a": {}}})  # warm-up: the core's one-time set-up
     rows = []

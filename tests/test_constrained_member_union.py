@@ -71,7 +71,7 @@ tiny_vocab, real = shared.tiny_vocab, shared.real  # the vocabularies, shared fi
 def test_instances(tiny_vocab, schema, text, expected):
     """The table agrees with ``jsonschema`` (a key written twice is never valid), and the
     matcher accepts exactly the valid instances (the objects here keep the grammar's any order,
-    or, past 8 members, are checked at runtime)."""
+    or, past ``RUNTIME_CHECK_ABOVE`` members, are checked at runtime)."""
     grammar = compile_grammar(tiny_vocab, "json_schema", schema)
     repeats: list = []
     value = json.loads(text, object_pairs_hook=lambda pairs: repeats.append(len({k for k, _ in pairs}) < len(pairs))

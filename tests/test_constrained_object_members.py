@@ -46,7 +46,7 @@ AMBIGUOUS = {"anyOf": [{"type": "object", "properties": {"a": INT, "b": INT}, "r
 
 @pytest.fixture(autouse=True)
 def check_every_object(monkeypatch):
-    """The runtime check on small objects too (by default objects of up to 8 named members keep
+    """The runtime check on small objects too (by default objects of up to 4 named members keep
     the grammar's own any-order rules, which cost nothing per mask)."""
     monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE", -1)
 
