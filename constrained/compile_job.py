@@ -17,6 +17,7 @@ from radixlm.constrained.ebnf import ebnf_to_lark
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema import json_object_grammar, schema_to_grammar
 from radixlm.constrained.json_schema.unique_paths import UniquePaths
+from radixlm.constrained.pattern.chars import warm_up as _warm_pattern_classes
 from radixlm.constrained.vocab import TokenizerVocab
 
 KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
@@ -77,3 +78,8 @@ def compile_parts(vocab: TokenizerVocab, req: CompileRequest) -> CompiledParts:
     that the core builds its lexers lazily, and kept for the pool's calling convention)."""
     del vocab
     return constraint_grammar(req)
+
+
+def warm_up() -> None:
+    """The front end's one-time tables, built when a compile worker starts (``compile_worker``)."""
+    _warm_pattern_classes()

@@ -42,6 +42,9 @@ def main(argv: list[str] | None = None) -> None:
     conn = Connection(fd)
     vocab, compile_fn = conn.recv()
     fn = resolve_compile_fn(compile_fn)
+    warm = getattr(sys.modules.get(getattr(fn, "__module__", ""), None), "warm_up", None)
+    if callable(warm):  # the compile's one-time set-up, before the first job rather than in it
+        warm()
     limit_address_space(max_mb)
     conn.send(("ready", os.getpid()))
     while True:

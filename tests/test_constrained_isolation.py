@@ -201,6 +201,30 @@ def test_python_memory_error_in_the_worker_is_a_constraint_error(vocab):
         pool.shutdown()
 
 
+def test_workers_run_the_compile_modules_warm_up_before_their_first_job(vocab):
+    """A worker calls its compile function's module-level ``warm_up`` once, before any job (the
+    default's builds the pattern classes' Unicode tables there, not in a schema's compile)."""
+    done = []
+    pool = CompilePool(vocab, num_workers=1, compile_fn="radixlm.constrained.testing.compile_hooks:report_warm")
+    try:
+        for _ in range(2):
+            pool.submit(CompileJob(CompileRequest("regex", ""), done.append))
+        wait_for(lambda: len(done) == 2)
+        assert [d.parts.lark for d in done] == ['start: /warm/\n'] * 2
+    finally:
+        pool.shutdown()
+
+
+def test_the_default_warm_up_builds_the_unicode_class_tables():
+    from radixlm.constrained import compile_job
+    from radixlm.constrained.pattern import chars
+
+    chars._python_class.cache_clear()
+    compile_job.warm_up()
+    assert chars._python_class.cache_info().currsize == 3
+    assert (0x660, 0x669) in chars._python_class("\\d")  # Arabic-Indic digits: Python's \d is Unicode-wide
+
+
 def test_python_cpu_loop_is_killed_too(vocab):
     done = []
     pool = CompilePool(vocab, num_workers=1, timeout_s=0.3, compile_fn="radixlm.constrained.testing.compile_hooks:spin")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import re
 
+import numpy as np
+
 try:  # Python >= 3.11
     from re import _constants as sre_c
     from re import _parser as sre_parse
@@ -148,8 +150,16 @@ _POSITIVE = {sre_c.CATEGORY_NOT_DIGIT: sre_c.CATEGORY_DIGIT, sre_c.CATEGORY_NOT_
 @functools.cache
 def _python_class(category: str) -> list[tuple[int, int]]:
     """The code points Python's ``re`` puts in ``category`` (Unicode-wide, unlike ECMA's)."""
-    every = "".join(map(chr, range(_MAX_CP + 1)))
+    # Every code point in order, surrogates included: ~10 ms this way, ~110 ms with chr() per point.
+    every = np.arange(_MAX_CP + 1, dtype="<u4").tobytes().decode("utf-32-le", "surrogatepass")
     return [(m.start(), m.end() - 1) for m in re.finditer(category + "+", every)]
+
+
+def warm_up() -> None:
+    """Build the Unicode-wide class tables now (tens of ms, once per process) rather than inside
+    the first compile whose pattern needs one (compile workers call it before their first job)."""
+    for category in ("\\d", "\\w", "\\s"):
+        _python_class(category)
 
 
 def char_ranges(op, av, pointer: str, wide: bool = False) -> list[tuple[int, int]] | None:

@@ -8,6 +8,7 @@ None when it cannot tell. Used on our own format regexes and on anchored ``patte
 
 from __future__ import annotations
 
+import functools
 import re
 
 from radixlm.constrained.pattern.chars import sre_c, sre_parse
@@ -15,9 +16,16 @@ from radixlm.constrained.pattern.chars import sre_c, sre_parse
 _Ranges = list[tuple[int, int]]
 
 
-def first_chars(pattern: str, anchored: bool = True) -> tuple[_Ranges, bool] | None:
+@functools.lru_cache(maxsize=4096)  # the same patterns come back in every oneOf proof of a schema
+def first_chars(pattern: str, anchored: bool = True) -> tuple[tuple[tuple[int, int], ...], bool] | None:
     """(ranges of possible first characters, whether the match can be empty) of ``pattern`` as a
-    full match (``anchored=True``) or for a pattern whose own ``^`` anchors it; None if unknown."""
+    full match (``anchored=True``) or for a pattern whose own ``^`` anchors it; None if unknown.
+    Cached, so the ranges come as a tuple."""
+    found = _first_chars(pattern, anchored)
+    return None if found is None else (tuple(found[0]), found[1])
+
+
+def _first_chars(pattern: str, anchored: bool) -> tuple[_Ranges, bool] | None:
     try:
         tokens = list(sre_parse.parse(pattern))
     except re.error:

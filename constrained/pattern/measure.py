@@ -5,8 +5,8 @@ token tree, over decoded characters.
 Capping a ``*`` into ``{0,n}`` is harmless in ``[a-z]{0,n}\\.`` but explodes in
 ``[a-z]{0,n}a[a-z]{0,n}`` (the automaton remembers every count at which an ``a`` was seen: up to
 2^n states, out of memory in outlines-core). The bounds narrowing (``pattern.bounds``) measures
-its candidates here and keeps one whose automaton stays small. The count is a proxy for the size
-of outlines-core's byte-level DFA (which also spells out UTF-8 and JSON escapes).
+its candidates here and keeps one whose automaton stays small. The count is a proxy for the states
+the core's lazy lexer can reach in the lexeme (each one a mask to compute when it is reached).
 """
 
 from __future__ import annotations
@@ -117,13 +117,23 @@ class _Glushkov:
         self.pointer = pointer
         self.sets: list[tuple] = [()]
         self.follow: list[int] = [0]
+        # (op, id(av)) -> its ranges: a counted repeat expands one node many times; the tokens
+        # outlive the builder, so their ids are stable while it runs
+        self._ranges: dict[tuple, tuple | None] = {}
 
-    def _pos(self, ranges: list[tuple[int, int]]) -> int:
+    def _pos(self, ranges: tuple) -> int:
         if len(self.sets) >= MAX_POSITIONS:
             raise _TooBig
-        self.sets.append(tuple(ranges))
+        self.sets.append(ranges)
         self.follow.append(0)
         return len(self.sets) - 1
+
+    def _char(self, op, av) -> tuple | None:
+        key = (op, id(av))
+        if key not in self._ranges:
+            ranges = char_ranges(op, av, self.pointer)
+            self._ranges[key] = None if ranges is None else tuple(ranges)
+        return self._ranges[key]
 
     def _link(self, last: int, first: int) -> None:
         while last:
@@ -143,7 +153,7 @@ class _Glushkov:
         return out
 
     def _node(self, op, av) -> tuple[bool, int, int]:
-        ranges = char_ranges(op, av, self.pointer)
+        ranges = self._char(op, av)
         if ranges is not None:
             bit = 1 << self._pos(ranges)
             return (False, bit, bit)

@@ -185,6 +185,7 @@ def _window_side(lo: int, hi: int | None, m: int, k: int, checked: list[float], 
     scale = 10**k
     start = -(-lo // m) * m
     stop = start + m * MAX_CHECKED if hi is None else min(hi + 1, start + m * MAX_CHECKED)
+    stop = min(stop, start + MAX_KEYS[0] // share * max(m, scale))  # past the widest window: unused
     if checked:  # capped: N < 2**52, so int64 and the float conversions are exact
         values = np.arange(start, stop, m, dtype=np.int64)
         for d in checked:  # exactly jsonschema's test: q = instance / d; int(q) == q
@@ -203,10 +204,20 @@ def _window_side(lo: int, hi: int | None, m: int, k: int, checked: list[float], 
 
 def _grouped(values: np.ndarray, scale: int) -> dict[str, frozenset[int]]:
     """``_entries`` of sorted values, vectorised: integer part -> fractions."""
+    if not len(values):
+        return {}
     ints, fracs = values // scale, values % scale
-    cuts = np.flatnonzero(np.diff(ints)) + 1
-    return {str(int(i[0])): frozenset(f.tolist())
-            for i, f in zip(np.split(ints, cuts), np.split(fracs, cuts)) if len(i)}
+    starts = np.flatnonzero(np.r_[True, ints[1:] != ints[:-1]])
+    bounds = starts.tolist() + [len(fracs)]
+    sets: dict[bytes, frozenset[int]] = {}  # a few dozen distinct sets among thousands of parts
+    out = {}
+    for i, a, b in zip(ints[starts].tolist(), bounds, bounds[1:]):
+        raw = fracs[a:b].tobytes()
+        found = sets.get(raw)
+        if found is None:
+            found = sets[raw] = frozenset(fracs[a:b].tolist())
+        out[str(i)] = found
+    return out
 
 
 def _entries(values, k: int, width: int | None) -> dict[str, frozenset[int]]:

@@ -42,3 +42,22 @@ def slow_marked(vocab: Any, request: CompileRequest) -> CompiledParts:
     if spec.startswith(ALLOC_PREFIX):
         return allocate(vocab, CompileRequest("regex", spec[len(ALLOC_PREFIX):]))
     return compile_parts(vocab, request)
+
+
+_warmed: list[int] = []  # os.getpid() of each warm_up call in this process
+
+
+def warm_up() -> None:
+    """The worker's one-time set-up hook (``compile_worker``): recorded, and the real one run."""
+    import os
+
+    from radixlm.constrained.compile_job import warm_up as real_warm_up
+
+    real_warm_up()
+    _warmed.append(os.getpid())
+
+
+def report_warm(vocab: Any, request: CompileRequest) -> CompiledParts:
+    """The regex ``"warm"`` if this process ran ``warm_up`` once before its first job, else
+    ``"cold"``."""
+    return compile_parts(vocab, CompileRequest("regex", "warm" if len(_warmed) == 1 else "cold"))
