@@ -6,10 +6,8 @@ repeat (every token inside one string or number value, every value of a path). A
 the tokens it clears grouped by mask word (``cut``), so a repeated state costs a few vector
 operations.
 
-The memo key of a tracker state (``member_mask``): an open key that can only become a fresh
-extra key is memoized once, whatever its bytes so far.
-
-While a key is read the tracker keeps its bytes, so every open key of a random or unusual name is
+Memo keys (``memo_key``): an open key that can only become a fresh extra key is memoized once,
+whatever its bytes so far. While a key is read the tracker keeps its bytes, so every open key of a random or unusual name is
 a state of its own and its first mask feeds every candidate (the cost of the runtime member check
 in a walk). Yet what ``UniqueTracker.feed`` refuses there depends on those bytes only through the
 names the key could still become. When no name the check or the path table knows (named members,
