@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     conn = Connection(fd)
     vocab, compile_fn = conn.recv()
     fn = resolve_compile_fn(compile_fn)
-    warm = getattr(sys.modules.get(getattr(fn, "__module__", ""), None), "warm_up", None)
-    if callable(warm):  # the compile's one-time set-up, before the first job rather than in it
+    warm = getattr(importlib.import_module(compile_fn.partition(":")[0]), "warm_up", None)
+    if callable(warm):  # the compile module's one-time set-up, before the first job rather than in it
         warm()
     limit_address_space(max_mb)
     conn.send(("ready", os.getpid()))
