@@ -44,20 +44,19 @@ def slow_marked(vocab: Any, request: CompileRequest) -> CompiledParts:
     return compile_parts(vocab, request)
 
 
-_warmed: list[int] = []  # os.getpid() of each warm_up call in this process
+_warm_calls = 0  # warm_up calls in this process
 
 
 def warm_up() -> None:
-    """The worker's one-time set-up hook (``compile_worker``): recorded, and the real one run."""
-    import os
-
+    """The worker's one-time set-up hook (``compile_worker``): counted, and the real one run."""
+    global _warm_calls
     from radixlm.constrained.compile_job import warm_up as real_warm_up
 
     real_warm_up()
-    _warmed.append(os.getpid())
+    _warm_calls += 1
 
 
 def report_warm(vocab: Any, request: CompileRequest) -> CompiledParts:
     """The regex ``"warm"`` if this process ran ``warm_up`` once before its first job, else
     ``"cold"``."""
-    return compile_parts(vocab, CompileRequest("regex", "warm" if len(_warmed) == 1 else "cold"))
+    return compile_parts(vocab, CompileRequest("regex", "warm" if _warm_calls == 1 else "cold"))
