@@ -40,7 +40,7 @@ from unittest import mock
 import torch
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab
 from radixlm.constrained.adapters import CORES
-from radixlm.constrained.testing.walks import accepts_text, allowed_tokens, compact_json
+from radixlm.constrained.testing.walks import accepts_text, allowed_ids, compact_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # frontend_knobs, here and in the workers
 import frontend_knobs  # noqa: E402
@@ -93,10 +93,10 @@ def walk(grammar, rng: random.Random, max_tokens: int, mask_us: list[float]) -> 
         start = time.perf_counter_ns()
         matcher.fill_mask(row)
         mask_us.append((time.perf_counter_ns() - start) / 1000)
-        allowed = allowed_tokens(matcher, row)
-        if not allowed:
+        allowed = allowed_ids(row)  # the row fill_mask wrote, not a second mask
+        if not len(allowed):
             return ids, False
-        choice = rng.choice(allowed)
+        choice = int(allowed[rng.randrange(len(allowed))])  # what rng.choice(list(allowed)) picks
         steps += 1
         if not matcher.accept_token(choice):
             raise AssertionError(f"token {choice} was in the mask but the matcher rejected it")

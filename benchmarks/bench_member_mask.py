@@ -35,7 +35,7 @@ from radixlm.constrained.compile_job import CompileRequest  # noqa: E402
 from radixlm.constrained.errors import ConstraintError  # noqa: E402
 from radixlm.constrained.grammar import CompiledGrammar  # noqa: E402
 from radixlm.constrained.json_schema import objects  # noqa: E402
-from radixlm.constrained.testing.walks import accepts_text, compact_json  # noqa: E402
+from radixlm.constrained.testing.walks import accepts_text, allowed_ids, compact_json  # noqa: E402
 
 
 class PairedCheck:
@@ -64,12 +64,6 @@ class PairedCheck:
             raise AssertionError(f"the memo's mask differs from a fresh one in state {state!r}")
 
 
-def set_bits(row: torch.Tensor) -> list[int]:
-    """The token ids a bitmask row allows."""
-    bits = np.unpackbits(row.numpy().view(np.uint8), bitorder="little")
-    return np.flatnonzero(bits).tolist()
-
-
 def timed_fill(matcher, row: torch.Tensor, check: PairedCheck, mask_us: list[float]) -> None:
     """``fill_mask``, timed without the fresh check's share."""
     check.pending = 0.0
@@ -90,10 +84,10 @@ def masks_of(grammar, tokenizer, doc: dict, walks: int, check: PairedCheck,
             if m.is_terminated():
                 break
             timed_fill(m, row, check, mask_us)
-            allowed = set_bits(row)  # the mask just timed: a second fill would hit the memo
-            if not allowed:
+            allowed = allowed_ids(row)  # the mask just timed: a second fill would hit the memo
+            if not len(allowed):
                 break
-            assert m.accept_token(rng.choice(allowed))
+            assert m.accept_token(int(allowed[rng.randrange(len(allowed))]))  # = rng.choice(list)
     counts = [0, 0, 0, 0]
     for test in doc.get("tests", []):
         text = compact_json(test["data"])

@@ -7,6 +7,7 @@ import json
 import random
 from typing import Any
 
+import numpy as np
 import torch
 from radixlm.constrained.grammar import CompiledGrammar, GrammarMatcher
 
@@ -28,9 +29,15 @@ def accepts_text(grammar: CompiledGrammar, tokenizer: Any, text: str) -> bool:
 def allowed_tokens(matcher: GrammarMatcher, mask: torch.Tensor) -> list[int]:
     """Allowed ids from the bitmask (test helper, not the engine path)."""
     matcher.fill_mask(mask)
-    words = mask.numpy().view("uint32")
-    bits = ((words[:, None] >> torch.arange(32).numpy()[None, :].astype("uint32")) & 1).reshape(-1)
-    return [int(i) for i in bits.nonzero()[0]]
+    return allowed_ids(mask).tolist()
+
+
+def allowed_ids(mask: torch.Tensor) -> np.ndarray:
+    """The ids whose bits are set in a filled bitmask row, ascending (int64). An array rather than
+    a list: 150k Python ints per step would churn the allocator, and the next timed mask would
+    pay for it (~50 µs of page faults and cold caches in ``bench_grammar``)."""
+    bits = np.unpackbits(mask.numpy().astype("<u4", copy=False).view(np.uint8), bitorder="little")  # bit i of word w: id 32w + i
+    return np.flatnonzero(bits)
 
 
 def random_walk(grammar: CompiledGrammar, rng: random.Random, max_tokens: int = 200,
