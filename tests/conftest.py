@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
+
+# `python -m pytest` puts the working directory first on sys.path. Run from the clone, that makes
+# the repository's root folders importable under their bare names (they are installed as
+# `radixlm.<folder>`), and our `kernels/` then shadows Hugging Face's `kernels` package, which
+# transformers 5.25 requires and imports (`from kernels import CUDAProperties`).
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
 
 # One intra-op thread: test tensors are tiny, and test processes (engines, server subprocesses)
 # share two cores in CI, where oversubscribed OpenMP threads run 20x slower.
