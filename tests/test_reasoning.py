@@ -74,7 +74,7 @@ DETECT = {"Qwen-Qwen3-0.6B": "qwen3", "Qwen-QwQ-32B": "qwen3", "deepseek-ai-Deep
 
 @pytest.mark.parametrize(("template", "fmt"), sorted(DETECT.items()))
 def test_detection_from_real_templates(template, fmt):
-    from tests.llamacpp_assets import fetch_or_reason
+    from llamacpp_assets import fetch_or_reason
 
     assets = fetch_or_reason()
     if isinstance(assets, str):
@@ -317,7 +317,7 @@ def test_gpt_oss_calls_parse_and_stream_alike(text, content, calls):
 def test_gpt_oss_tool_format_is_detected_from_its_template():
     from radixlm.runtime.server.tool_formats.registry import detect_name as detect_tools
 
-    from tests.llamacpp_assets import fetch_or_reason
+    from llamacpp_assets import fetch_or_reason
 
     assets = fetch_or_reason()
     if isinstance(assets, str):
