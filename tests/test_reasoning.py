@@ -315,9 +315,8 @@ def test_gpt_oss_calls_parse_and_stream_alike(text, content, calls):
 
 
 def test_gpt_oss_tool_format_is_detected_from_its_template():
-    from radixlm.runtime.server.tool_formats.registry import detect_name as detect_tools
-
     from llamacpp_assets import fetch_or_reason
+    from radixlm.runtime.server.tool_formats.registry import detect_name as detect_tools
 
     assets = fetch_or_reason()
     if isinstance(assets, str):
