@@ -16,11 +16,22 @@ its refused tokens in a few vector operations.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from radixlm.constrained.member_check import admit, extra_ok, open_keys
-from radixlm.constrained.member_memo import KEPT, LIVE, REFUSED, UNKNOWN, MemoEntry, memo_for, memo_key
+from radixlm.constrained.member_memo import (
+    KEPT,
+    LIVE,
+    REFUSED,
+    UNKNOWN,
+    MemoEntry,
+    memo_for,
+    memo_key,
+    sorted_member,
+    unique_ids,
+)
 from radixlm.constrained.member_tokens import MemberTokens, member_tokens_for, place
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL
@@ -35,29 +46,81 @@ def forbid_members(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
     if entry is None:
         entry = _entry(tracker, vocab, state, shared)
         memo.put(key, entry)
-    status, (word, bit) = entry.status, entry.place
-    todo = np.flatnonzero(words[word] & bit)
-    todo = todo[status[todo] % 2 == 0]  # allowed here and UNKNOWN or LIVE
-    cut = entry.cut  # read after ``status`` (``MemoEntry.settle``)
-    kept, refused, verdicts = [], [], {}
-    if len(todo):
-        table, ids = vocab.token_bytes, entry.ids
-        for i in todo.tolist():  # the only feeding: a candidate the core first allows here, or a live one
-            t = int(ids[i])
-            verdict = REFUSED if tracker.feed(state, table[t] or b"") is None else KEPT
-            (refused if verdict == REFUSED else kept).append(t)
-            if status[i] == UNKNOWN:
-                verdicts[i] = verdict
-        if verdicts:
-            entry.settle(verdicts)
+    (at, ids, word, bit, live), (cut_word, cut_bit) = entry.view
+    kept, refused = [], []
+    if len(at):
+        todo = (words[word] & bit).nonzero()[0]  # pending candidates the core allows here
+        if len(todo):
+            verdicts, refuses = {}, _refuser(tracker, vocab, state, shared)
+            for j in todo.tolist():  # the only feeding: a candidate the core first allows here, or a live one
+                t = int(ids[j])
+                refuse = refuses(t, live[j])
+                (refused if refuse else kept).append(t)
+                if not live[j]:
+                    verdicts[int(at[j])] = REFUSED if refuse else KEPT
+            if verdicts:
+                entry.settle(verdicts)
     if entry.only:  # only KEPT candidates the core allows survive
-        keep = words[cut[0]] & cut[1]
+        keep = words[cut_word] & cut_bit
         words[:] = 0
-        words[cut[0]] = keep
+        words[cut_word] = keep
         _set(words, kept)
     else:
-        words[cut[0]] &= ~cut[1]
+        if len(cut_word):
+            words[cut_word] &= cut_bit
         _clear(words, refused)
+
+
+def _refuser(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> Callable[[int, bool], bool]:
+    """``refuses(token, live)``: whether ``tracker.feed`` refuses the token in ``state``.
+
+    Inside an open string value, or an open key that can only become a fresh extra key (``shared``),
+    the bytes before a token's closing quote are plain characters that change nothing the check
+    reads (a fresh key's name is as good as any other: ``member_memo``), so a token is fed as its
+    closing quote and what follows, once per distinct tail (a step's candidates share a few dozen:
+    ``",`` ``"}`` ``"]`` ...). A ``live`` token, whose verdict depends on the key's whole name, is
+    fed whole."""
+    table, mode = vocab.token_bytes, state[1]
+    if state[4] or not (mode == G_STR or mode == G_INKEY and shared):
+        return lambda t, live: tracker.feed(state, table[t] or b"") is None
+    quote_at, tails = member_tokens_for(vocab).quote_at, {}
+    closed = tracker.feed(state, b'"')
+
+    def refuses(t: int, live: bool) -> bool:
+        q = quote_at.get(t)
+        if q is None or live:
+            return tracker.feed(state, table[t] or b"") is None
+        tail = table[t][q + 1:]
+        verdict = tails.get(tail)
+        if verdict is None:
+            verdict = tails[tail] = closed is None or tracker.feed(closed, tail) is None
+        return verdict
+
+    return refuses
+
+
+PREPARE_FEEDS = 256  # candidates fed at compile time per prepared state (~2 us each)
+
+
+def prepare_members(tracker: UniqueTracker, vocab: Any, forced: bytes) -> None:
+    """File the memo entries of the states every output starts in (the initial one and those
+    after each byte of the grammar's ``forced`` start), so the first masks of the first request
+    find them: built at compile time, off the token path."""
+    memo, state = memo_for(tracker), tracker.initial
+    for i in range(len(forced) + 1):
+        if i:
+            state = tracker.feed(state, forced[i - 1:i])
+            if state is None:
+                return
+        key, shared = memo_key(tracker, state)
+        if memo.get(key) is None:
+            entry = _entry(tracker, vocab, state, shared)
+            (at, ids, _, _, live), _ = entry.view
+            if len(at) <= PREPARE_FEEDS:  # settle what the first mask would feed, when it is little
+                table = vocab.token_bytes
+                entry.settle({int(i): REFUSED if tracker.feed(state, table[int(t)] or b"") is None else KEPT
+                              for i, t, lv in zip(at, ids, live, strict=True) if not lv})
+            memo.put(key, entry)
 
 
 def _clear(words: np.ndarray, ids: list[int]) -> None:
@@ -86,12 +149,13 @@ def _entry(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> Me
     elif mode == G_STR:
         ids = files.after_quote
     elif mode == G_INKEY and spec is not None:
-        if not extra_ok(spec, top[2]):
-            return _key_only(vocab, files, state, spec)
-        always = np.unique(np.asarray(_completing_refused(files, spec, top[2], state[3]), dtype=np.int64))
+        if spec.extras and not extra_ok(spec, top[2]):  # the core spells extra keys, none may come
+            return _key_only(files, state, spec)
+        refused = _dead_named if not spec.extras else _completing_refused
+        always = unique_ids(refused(files, spec, top[2], state[3]))
         ids = files.key_chars  # a named key's escape may lead where only refused keys go
         if shared:
-            live = np.isin(ids, files.live)
+            live = sorted_member(ids, files.live)
             return MemoEntry(ids, files.placed(ids), np.where(live, LIVE, UNKNOWN).astype(np.int8), always, False)
     elif mode == G_INKEY:
         ids = files.after_quote
@@ -119,7 +183,24 @@ def _completing_refused(files: MemberTokens, spec: Any, seen: frozenset, prefix:
     return out
 
 
-def _key_only(vocab: Any, files: MemberTokens, state: tuple, spec: Any) -> MemoEntry:
+def _dead_named(files: MemberTokens, spec: Any, seen: frozenset, prefix: bytes) -> list[int]:
+    """Where the object takes no extra key, so the core spells only its named keys: the tokens
+    after the open key ``prefix`` that lead only to keys it refuses now (a prefix of one that is
+    a prefix of no key it may take, or one completed)."""
+    allowed = open_keys(spec, seen)
+    cut = len(prefix)
+    dead = [k[cut:] for k in spec.keys if k not in allowed and k.startswith(prefix) and len(k) > cut]
+    if not dead:
+        return []
+    alive = {t for k in allowed if k.startswith(prefix) and len(k) > cut for t in files.prefixes_of(k[cut:])}
+    out: list[int] = []
+    for rest in dead:
+        out += [t for t in files.prefixes_of(rest) if t not in alive]
+        out += files.starting_with(rest)
+    return out
+
+
+def _key_only(files: MemberTokens, state: tuple, spec: Any) -> MemoEntry:
     """An open key where no extra key may come: only tokens that keep it a prefix of a named key
     that may come (``KEPT`` from the start), or complete one (fed when first allowed), survive."""
     prefix = state[3]
@@ -128,7 +209,7 @@ def _key_only(vocab: Any, files: MemberTokens, state: tuple, spec: Any) -> MemoE
         if key.startswith(prefix) and len(key) > len(prefix):
             rest = key[len(prefix):]
             keep += files.prefixes_of(rest)
-            complete += [t for t in files.starting_with(rest) if len(vocab.token_bytes[t]) > len(rest)]
-    ids = np.unique(np.asarray(keep + complete, dtype=np.int64))
-    status = np.where(np.isin(ids, np.asarray(keep, dtype=np.int64)), KEPT, UNKNOWN).astype(np.int8)
+            complete += files.starting_with(rest, longer=True)
+    ids = unique_ids(keep + complete)
+    status = np.where(sorted_member(ids, unique_ids(keep)), KEPT, UNKNOWN).astype(np.int8)
     return MemoEntry(ids, place(ids), status, np.zeros(0, dtype=np.int64), True)

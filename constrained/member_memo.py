@@ -16,9 +16,12 @@ a union, and the keys the path table files) starts with the key's text, every co
 fresh extra key: admitted or not alike, its value at the extras' path alike. Such states share one
 memo entry, keyed with the bytes left out.
 
-One exception keeps the sharing exact: a token with three or more quotes can close the key and
-write another whole key of the same object, which is refused only if it repeats the first one.
-Those candidates are ``LIVE`` in a shared entry: fed on the concrete state every time.
+One exception keeps the sharing exact: a token can close the key and write another whole key of
+the same object, which is refused only if it repeats the first one. Such a later key needs a ``,``
+and two quotes after it, so the tokens with those (``member_tokens``' ``live``: a few dozen of a
+real vocabulary) are ``LIVE`` in a shared entry, fed on the concrete state every time. Any other
+token's verdict cannot depend on the key's bytes: the key it closes is fresh whatever they are,
+and a key it opens or a nested object's keys are read apart from it.
 """
 
 from __future__ import annotations
@@ -42,46 +45,91 @@ _names_lock = threading.Lock()
 
 
 class MemoEntry:
-    """One state's candidates (``ids``: int64, unique; ``place``: their mask words and bits),
-    what feeding each gave (``status``: int8), the tokens cleared whatever the core allows
+    """One state's candidates (``ids``: int64, sorted and unique; ``place``: their mask words and
+    bits), what feeding each gave (``status``: int8), the tokens cleared whatever the core allows
     (``always``) and whether only ``KEPT`` candidates survive (``only``: an open key with no extra
-    key). ``cut``: the mask words and bits to clear (or, if ``only``, to keep), by word."""
+    key).
 
-    __slots__ = ("ids", "place", "status", "always", "only", "cut", "lock")
+    ``view`` is what a step reads, one snapshot replaced whole when verdicts come in, so readers
+    take no lock: ``pending`` (the ``UNKNOWN`` and ``LIVE`` candidates, fed when the core allows
+    them: their indices, ids, mask words and bits, and whether each is ``LIVE``) and ``cut`` (the
+    mask words and the bits to keep in them: without the refused tokens, or, if ``only``, just
+    the ``KEPT`` ones)."""
+
+    __slots__ = ("ids", "place", "status", "always", "only", "view", "lock")
 
     def __init__(self, ids: np.ndarray, place: tuple, status: np.ndarray, always: np.ndarray,
                  only: bool) -> None:
         self.ids, self.place, self.always, self.only = ids, place, always, only
         self.lock = threading.Lock()
-        self.cut = self._cut(status)
         self.status = status
+        self.view = self._view(status, fresh=True)
 
     def settle(self, verdicts: dict[int, int]) -> None:
-        """Record what feeding candidates (by index) gave. Lock-free readers read ``status``
-        before ``cut``, so ``cut`` is replaced first: a status a reader sees resolved is already
-        in the ``cut`` it reads next (an unresolved one it feeds itself)."""
+        """Record what feeding candidates (by index) gave; a step that read the view before
+        feeds them itself."""
         with self.lock:
             status = self.status.copy()
             for i, verdict in verdicts.items():
                 if status[i] == UNKNOWN:
                     status[i] = verdict
-            self.cut = self._cut(status)
             self.status = status
+            self.view = self._view(status)
 
-    def _cut(self, status: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        picked = self.ids[status == (KEPT if self.only else REFUSED)]
-        return by_word(picked if self.only else np.concatenate((picked, self.always)))
+    def _view(self, status: np.ndarray, fresh: bool = False) -> tuple:
+        """The view of ``status`` (``fresh``: nothing fed yet, so every non-``KEPT`` candidate is
+        pending; a new entry's view then costs a few array operations)."""
+        word, bit = self.place
+        if fresh and not self.only:
+            pending = (np.arange(len(self.ids)), self.ids, word, bit, status == LIVE)
+            cut = by_word(self.always) if len(self.always) else _NO_CUT
+            return pending, cut[:1] + (~cut[1],)
+        at = np.flatnonzero((status & 1) == 0)
+        pending = (at, self.ids[at], word[at], bit[at], status[at] == LIVE)
+        picked = self.ids[status == (KEPT if self.only else REFUSED)]  # sorted: ``ids`` are
+        if self.only:
+            return pending, by_word(picked, ordered=True)
+        cut_word, cut_bit = (by_word(np.concatenate((picked, self.always))) if len(self.always)
+                             else by_word(picked, ordered=True))
+        return pending, (cut_word, ~cut_bit)
 
 
-def by_word(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(words, bits)``: the distinct mask words of ``ids`` and, per word, its tokens' bits."""
-    ids = np.unique(ids.astype(np.int64))
+_NO_CUT = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32))
+
+
+def by_word(ids: np.ndarray, ordered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(words, bits)``: the distinct mask words of ``ids`` and, per word, its tokens' bits
+    (``ordered``: ``ids`` are already sorted int64 without repeats)."""
+    ids = ids if ordered else unique_ids(ids)
     word = ids >> 5
     bit = np.uint32(1) << (ids & 31).astype(np.uint32)
     if not len(ids):
         return word, bit
-    starts = np.flatnonzero(np.r_[True, word[1:] != word[:-1]])
+    starts = np.flatnonzero(_first_of_runs(word))
     return word[starts], np.bitwise_or.reduceat(bit, starts)
+
+
+def unique_ids(ids) -> np.ndarray:
+    """``ids`` (a list or an array) as a sorted int64 array without repeats; ``np.unique``
+    costs several times more on the few hundred ids of a step."""
+    ids = np.sort(np.asarray(ids, dtype=np.int64))
+    return ids[_first_of_runs(ids)]
+
+
+def _first_of_runs(a: np.ndarray) -> np.ndarray:
+    """Whether each element of the sorted ``a`` differs from the one before it."""
+    first = np.empty(len(a), dtype=bool)
+    first[:1] = True
+    np.not_equal(a[1:], a[:-1], out=first[1:])
+    return first
+
+
+def sorted_member(ids: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Whether each of ``ids`` is in ``among`` (both sorted int64 arrays): ``np.isin`` for few."""
+    if not len(among):
+        return np.zeros(len(ids), dtype=bool)
+    at = np.minimum(np.searchsorted(among, ids), len(among) - 1)
+    return among[at] == ids
 
 
 class Memo:

@@ -22,7 +22,9 @@ class MemberTokens:
     refuse from outside strings), ``after_quote`` (a quote before a structural byte: may refuse
     once the open string closes), ``after_bracket`` (the same after a ``]``: inside a unique
     array), ``after_brace`` (a ``{`` before a ``}`` or quote: may open a checked object and refuse
-    in it), ``quoted`` (any quote), ``live`` (three quotes or more), and the tokens sorted by their bytes (prefix lookups)."""
+    in it), ``quoted`` (any quote), ``live`` (a ``,`` with two quotes after it: may write a whole key
+    after another, ``member_memo``), ``quote_at`` (token -> its first quote, where no backslash
+    comes before it), and the tokens sorted by their bytes (prefix lookups)."""
 
     def __init__(self, token_bytes: tuple) -> None:
         tokens = [b or b"" for b in token_bytes]
@@ -45,8 +47,11 @@ class MemberTokens:
         self.outside, self.after_quote = arr(outside), arr(after_quote)
         self.after_bracket, self.quoted, self.after_brace = arr(after_bracket), arr(quoted), arr(after_brace)
         self.any_outside = np.union1d(self.outside, self.quoted)
-        # three or more quotes: may close a key and write another whole one (``member_memo``)
-        self.live = arr([t for t, b in enumerate(tokens) if b.count(b'"') >= 3])
+        # a later whole key of an object needs a ``,`` and two quotes after it (``member_memo``)
+        self.live = arr([t for t, b in enumerate(tokens) if b"," in b and b.count(b'"', b.find(b",")) >= 2])
+        # where a token's first quote comes before any backslash: inside an open string, its bytes
+        # before it are plain (``member_mask`` feeds only what follows, once per distinct tail)
+        self.quote_at = {t: b.find(b'"') for t, b in enumerate(tokens) if b'"' in b and b"\\" not in b[:b.find(b'"')]}
         self.key_chars = np.union1d(self.after_quote, arr([t for t, b in enumerate(tokens) if b"\\" in b]))
         self._tokens = tokens
         self._places = {id(a): place(a) for a in (self.outside, self.after_quote, self.after_bracket,
@@ -54,7 +59,7 @@ class MemberTokens:
 
     def warm(self) -> None:
         """Build the lazily built parts now (the sorted tokens: a fraction of a second at 152k)."""
-        _ = self._sorted
+        _ = self._sorted, self._by_bytes, self._longest
 
     def placed(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``place(ids)``, shared for this vocabulary's own candidate arrays."""
@@ -67,24 +72,34 @@ class MemberTokens:
         order = sorted((b, t) for t, b in enumerate(self._tokens) if b)
         return [b for b, _ in order], [t for _, t in order]
 
-    def starting_with(self, prefix: bytes) -> list[int]:
-        """The tokens whose bytes start with ``prefix``."""
-        keys, ids = self._sorted
-        i, out = bisect.bisect_left(keys, prefix), []
-        while i < len(keys) and keys[i].startswith(prefix):
-            out.append(ids[i])
-            i += 1
+    @functools.cached_property
+    def _by_bytes(self) -> dict[bytes, list[int]]:
+        """The ids of each token's bytes (a few tokens share theirs)."""
+        out: dict[bytes, list[int]] = {}
+        for t, b in enumerate(self._tokens):
+            if b:
+                out.setdefault(b, []).append(t)
         return out
+
+    def starting_with(self, prefix: bytes, longer: bool = False) -> list[int]:
+        """The tokens whose bytes start with ``prefix`` (``longer``: and go on past it)."""
+        keys, ids = self._sorted
+        lo = (bisect.bisect_right if longer else bisect.bisect_left)(keys, prefix)
+        end = prefix.rstrip(b"\xff")  # the least bytes above every one starting with ``prefix``
+        hi = bisect.bisect_left(keys, end[:-1] + bytes((end[-1] + 1,)), lo) if end else len(keys)
+        return ids[lo:hi]
 
     def prefixes_of(self, data: bytes) -> list[int]:
         """The tokens whose bytes are a non-empty prefix of ``data``."""
-        keys, ids, out = *self._sorted, []
-        for n in range(1, len(data) + 1):
-            i = bisect.bisect_left(keys, data[:n])
-            while i < len(keys) and keys[i] == data[:n]:
-                out.append(ids[i])
-                i += 1
+        by_bytes, out = self._by_bytes, []
+        for n in range(1, min(len(data), self._longest) + 1):
+            out += by_bytes.get(data[:n], ())
         return out
+
+    @functools.cached_property
+    def _longest(self) -> int:
+        """The longest token's length in bytes."""
+        return max(map(len, self._tokens), default=0)
 
 
 def place(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

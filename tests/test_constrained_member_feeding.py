@@ -1,0 +1,133 @@
+"""How the runtime member check feeds and files its candidates (``constrained/member_tokens.py``,
+``member_mask.py``): the per-vocabulary lookups, the tokens a shared entry must feed whole
+(``live``), feeding by closing quote and tail inside a string, the entries of objects that take no
+extra key, and the states filed at compile time. Each is checked against ``UniqueTracker.feed``
+or ``accept_token`` on every token of a vocabulary made to exercise it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from radixlm.constrained import compile_grammar, member_memo
+from radixlm.constrained.member_mask import PREPARE_FEEDS, _refuser
+from radixlm.constrained.member_memo import memo_for, memo_key
+from radixlm.constrained.member_tokens import MemberTokens
+from radixlm.constrained.unique_scan import G_STR
+from radixlm.constrained.vocab import TokenizerVocab
+
+INT, STR = {"type": "integer"}, {"type": "string"}
+KEYS = ["name", "nick", "nickname", "nice", "zeta"]
+CLOSED = {"type": "object", "properties": {k: INT for k in KEYS} | {"s": STR}, "additionalProperties": False}
+OPEN = {"type": "object", "properties": {"name": INT, "s": STR}, "additionalProperties": INT}
+# single bytes, plain runs before a closing quote with shared tails, escapes before a quote, key
+# pieces, and tokens that close a key and write a whole second one (``live``) or only its start
+PIECES = [b'x",', b'yy",', b'ab"}', b'q"}', b'",', b'"}', b'\\"",', b'\\\\",', b'a\\"x",', b'"', b'",\n',
+          b'ni', b'nick', b'ck', b'ckname', b'ckname"', b'ck"', b'ck":', b'me":', b'ce"', b'c', b'ame"',
+          b'":1,"zq"', b'":1,"name"', b'":1,"z', b'":"a",', b'"zq', b'zq":1,"zq"', b'e":1}', b'":1}']
+
+
+@pytest.fixture(scope="module")
+def vocab() -> TokenizerVocab:
+    alphabet = b'{}[],:"\\ 0123456789abcdefghijklmnopqrstuvwxyz\n'
+    tokens = [bytes([c]) for c in alphabet] + PIECES
+    return TokenizerVocab.from_token_bytes(tokens + [None], [len(tokens)])
+
+
+@pytest.fixture(autouse=True)
+def check_every_object(monkeypatch):
+    """Small objects are checked at runtime too (by default they keep any-order rules)."""
+    monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE", -1)
+
+
+def test_lookups_by_bytes():
+    files = MemberTokens((b"ab", b"abc", b"abd", b"b", b"a", b"ab", b"\xff", b"\xff\xff", b"\xffa", None))
+    assert sorted(files.starting_with(b"ab")) == [0, 1, 2, 5]
+    assert sorted(files.starting_with(b"ab", longer=True)) == [1, 2]  # the two spelled "ab" left out
+    assert sorted(files.starting_with(b"\xff")) == [6, 7, 8]  # no byte above 0xff: to the end
+    assert files.starting_with(b"\xff\xff", longer=True) == []
+    assert sorted(files.prefixes_of(b"abcz")) == [0, 1, 4, 5]
+    assert files.prefixes_of(b"") == []
+
+
+def test_live_tokens_are_those_that_can_write_a_later_key():
+    files = MemberTokens((b'":1,"zq"', b'","","', b'":"a",', b'"""', b'":""', b'":1,"z', b',""', b'x'))
+    assert files.live.tolist() == [0, 1, 6]  # a "," with two quotes after it
+    assert files.quote_at == {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0, 6: 1}
+
+
+def _walk_states(grammar, texts: list[str]):
+    """Every tracker state along ``texts`` (each fed a byte at a time)."""
+    tracker = grammar.unique_tracker
+    for text in texts:
+        state = tracker.initial
+        for b in text.encode():
+            state = tracker.feed(state, bytes([b]))
+            assert state is not None, text
+            yield state
+
+
+@pytest.mark.parametrize("schema,texts", [
+    (OPEN, ['{"s":"ab\\"c","zq":1,"name":2,"zr":3}', '{"zqq":1,"zq":2}']),
+    (CLOSED, ['{"nick":1,"s":"xy\\"zw","nickname":2,"nice":3}']),
+])
+def test_feeding_by_tail_equals_feeding_whole(vocab, schema, texts):
+    """Inside a string value or a fresh extra key, ``_refuser`` feeds a token from its closing
+    quote and caches by tail; its verdict equals feeding the whole token, for every token."""
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    tracker, table = grammar.unique_tracker, vocab.token_bytes
+    live = set(MemberTokens(table).live.tolist())
+    split = 0
+    for state in _walk_states(grammar, texts):
+        _, shared = memo_key(tracker, state)
+        refuses = _refuser(tracker, vocab, state, shared)
+        for t, data in enumerate(table):
+            assert refuses(t, t in live) == (tracker.feed(state, data or b"") is None), (state, data)
+        split += state[4] == 0 and (state[1] == G_STR or shared)
+    assert split >= 5  # the split path did run
+
+
+def _mask_agrees(grammar, text: str) -> None:
+    """At every prefix of ``text`` (one byte per token): each token's mask bit equals whether
+    ``accept_token`` takes it."""
+    m = grammar.matcher()
+    row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
+    for b in text.encode() + b"\x00":
+        m.fill_mask(row)
+        words = row.numpy().view(np.uint32)
+        for t in range(grammar.vocab.vocab_size):
+            bit = bool((words[t >> 5] >> (t & 31)) & 1)
+            assert bit == m.copy().accept_token(t), (text, m.accepted_bytes(), grammar.vocab.token_bytes[t])
+        if b:
+            assert m.accept_token(grammar.vocab.byte_tokens[b])
+
+
+@pytest.mark.parametrize("text", ['{"nick":1,"nickname":2,"nice":3,"name":4}', '{"nice":1,"ni', '{"zeta":1,"s":"q"}'])
+def test_closed_objects_clear_keys_already_written(vocab, text):
+    """An object that takes no extra key (``_dead_named``): after "nick", the tokens that lead
+    only to it again are cleared; those that can still become "nickname" or "nice" are kept."""
+    member_memo.memos.clear()
+    _mask_agrees(compile_grammar(vocab, "json_schema", CLOSED), text)
+
+
+def test_extra_keys_past_max_properties(vocab):
+    """Extra keys the grammar spells but ``maxProperties`` has used up: only named keys go on."""
+    schema = {**OPEN, "maxProperties": 2, "properties": {"name": INT, "nick": INT}}
+    _mask_agrees(compile_grammar(vocab, "json_schema", schema), '{"zq":1,"nick":2}')
+
+
+def test_first_states_are_filed_at_compile_time(vocab):
+    """``prepare_members``: the initial state's entry exists, already settled, before any mask;
+    masks from it equal masks computed with an empty memo."""
+    member_memo.memos.clear()
+    grammar = compile_grammar(vocab, "json_schema", CLOSED)
+    tracker = grammar.unique_tracker
+    entry = memo_for(tracker).get(memo_key(tracker, tracker.initial)[0])
+    assert entry is not None and len(entry.ids) <= PREPARE_FEEDS
+    assert len(entry.view[0][0]) == 0  # nothing left to feed
+    row = torch.zeros(vocab.mask_words, dtype=torch.int32)
+    grammar.matcher().fill_mask(row)
+    prepared = row.clone()
+    member_memo.memos.clear()
+    grammar.matcher().fill_mask(row)
+    assert torch.equal(prepared, row)
