@@ -2,15 +2,19 @@
 ``UniqueTracker.feed`` would refuse because of a checked object, without feeding the vocabulary.
 
 Per vocabulary the candidates that can be refused are filed once (``member_tokens``); a step
-gathers the candidates the core allows and feeds each one. An open key of a checked object is the
-exception: where no extra key may come, the key must stay a prefix of a named key that may come,
-so every other token is cleared (``_key_only``); elsewhere, the tokens that would complete a key
-already written are cleared by their raw bytes. The result equals ``feed`` on every token the core
-allows.
+gathers the candidates the core allows and feeds each one (inside a string, from its closing
+quote, once per distinct tail: ``_refuser``). An open key of a checked object is the exception:
+- an object that takes no extra key: the core spells only its named keys, so the tokens that lead
+  only to keys it refuses now are cleared by their raw bytes (``_dead_named``);
+- extra keys the grammar spells but none may come now (``maxProperties``): the key must stay a
+  prefix of a named key that may come, so every other token is cleared (``_key_only``);
+- elsewhere, the tokens that would complete a key already written are cleared by their raw bytes.
+The result equals ``feed`` on every token the core allows.
 
 Each tracker keeps a bounded memo per state (``member_memo``): the candidates, and what feeding
 each one gave, learned the first time the core allows it. A repeated state feeds nothing and clears
-its refused tokens in a few vector operations.
+its refused tokens in a few vector operations. The states every output starts in are filed when
+the grammar is compiled (``prepare_members``).
 """
 
 from __future__ import annotations

@@ -167,6 +167,31 @@ def test_lenient_mode_relaxes_impossible_bounds():
     assert re.fullmatch(result.grammar.to_regex(), '"aaaaa"')
 
 
+def test_a_pattern_at_many_paths_is_narrowed_once_and_errors_name_each_path(monkeypatch):
+    """``scalars._BODIES``: the same pattern and bounds at two paths are narrowed once and
+    emit the same regex; an error is raised, never filed, so it names the path it comes from,
+    and a bound narrowing cannot meet is relaxed at each path in lenient mode."""
+    from radixlm.constrained.json_schema import scalars
+
+    calls = []
+    body = scalars._pattern_body
+    monkeypatch.setattr(scalars, "_pattern_body", lambda *a: calls.append(a[:4]) or body(*a))
+    scalars._BODIES.clear()
+    email = _s(format="email", maxLength=40)
+    two = {"type": "object", "properties": {"a": email, "b": dict(email)}, "required": ["a", "b"]}  # two nodes
+    rx = re.compile(schema_regex(two))
+    assert calls == [("format", "email", 0, 40)]
+    assert rx.fullmatch('{"a":"x@y.io","b":"z@w.io"}') and not rx.fullmatch('{"a":"x@y.io","b":"nope"}')
+    for where in ("a", "b"):  # an invalid pattern: its own pointer each time
+        bad = {"properties": {"a": _s(pattern="a^b"), "b": _s(pattern="a^b")}, "required": [where]}
+        with pytest.raises(ConstraintError) as info:
+            schema_to_grammar({**bad, "properties": {where: _s(pattern="a^b")}})
+        assert info.value.location == f"#/properties/{where}/pattern"
+    short = _s(pattern="^a{5}$", maxLength=3)
+    result = schema_to_grammar({"properties": {"a": short, "b": dict(short)}}, strict=False)
+    assert result.relaxed == ["#/properties/a/maxLength", "#/properties/b/maxLength"]
+
+
 def test_unbounded_patterns_keep_their_regex():
     assert schema_regex(_s(pattern="^(a|b)$")) == '("((([ab])))")'
     assert schema_regex(_s(pattern="^[a-z]{2,4}$", maxLength=4)) == '("((([a-z]){2,4}))")'

@@ -84,6 +84,29 @@ def string(ctx: Context, flat: dict, pointer: str) -> str | ir.Node | None:
         # them is exact, escapes included.
         return f'"{STRING_CHAR}{{{lo},{"" if hi is None else hi}}}"'
     kind, value = constraints[0]
+    key = (kind, value, lo, hi)
+    found = _BODIES.get(key)
+    if found is None:  # errors are raised (never filed) with this node's pointer
+        found = _pattern_body(kind, value, lo, hi, pointer)
+        if len(_BODIES) >= MAX_BODIES:
+            _BODIES.clear()
+        _BODIES[key] = found
+    body, keyword = found
+    if keyword:
+        ctx.unsupported(pointer, keyword, f"cannot be met by narrowing the {kind}'s repetitions")
+    return f'"({body})"'
+
+
+# A pattern or format with its length bounds -> (its body, the keyword narrowing could not meet).
+# Schemas repeat them (a ``date-time`` or an id pattern at every path), and narrowing one to a
+# ``maxLength`` measures many automata: tens of milliseconds each. The pointer only names errors.
+_BODIES: dict[tuple, tuple[str, str]] = {}
+MAX_BODIES = 4096
+
+
+def _pattern_body(kind: str, value: str, lo: int, hi: int | None, pointer: str) -> tuple[str, str]:
+    """The regex body of a pattern or format narrowed to lengths [lo, hi], and the keyword that
+    could not be met (empty when none: the body is then the narrowed one)."""
     if kind == "format":  # formats are full-match regexes in a syntax sre_parse reads too
         body, alts = FORMAT_REGEXES[value], [(True, True, list(sre_parse.parse(FORMAT_REGEXES[value])))]
     else:
@@ -93,10 +116,9 @@ def string(ctx: Context, flat: dict, pointer: str) -> str | ir.Node | None:
         # Narrow the pattern's repetitions until every match has an allowed length.
         tokens, keyword = narrow_to_length(alts, lo, hi, pointer)
         if tokens is None:
-            ctx.unsupported(pointer, keyword, f"cannot be met by narrowing the {kind}'s repetitions")
-        else:
-            body = emit_tokens(tokens, pointer)
-    return f'"({body})"'
+            return body, keyword
+        body = emit_tokens(tokens, pointer)
+    return body, ""
 
 
 def anchored_literal(flat: dict) -> str | None:

@@ -73,15 +73,19 @@ def _largest_cap(tree: list, hi: int, pointer: str) -> list | None:
         return None
     budget = _budget(_cap(tree, dict.fromkeys(paths, 0)), pointer)
 
+    def short(caps: dict) -> bool:
+        return max_len(_cap(tree, caps)) <= hi
+
     def fits(caps: dict) -> bool:
         capped = _cap(tree, caps)
         return max_len(capped) <= hi and dfa_states(capped, budget, pointer) <= budget
 
     def largest(low: int, high: int, caps_for) -> int:
-        while low < high:  # binary search: fits is monotone in each cap
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if fits(caps_for(mid)) else (low, mid - 1)
-        return low
+        # Both tests are monotone in each cap. The length alone is cheap and binds most often:
+        # the largest cap it allows is the answer when the automaton is small there too, and
+        # the automaton is measured at every step of the search only below that.
+        top = _largest_where(low, high, lambda c: short(caps_for(c)))
+        return top if fits(caps_for(top)) else _largest_where(low, top - 1, lambda c: fits(caps_for(c)))
 
     # The emitter caps counts at MAX_PATTERN_REPEAT anyway: no cap needs to go beyond it.
     tops = {path: min(top, MAX_PATTERN_REPEAT) for path, top in paths.items()}
@@ -98,6 +102,15 @@ def _largest_cap(tree: list, hi: int, pointer: str) -> list | None:
             if caps[path] < want or want == tops[path]:
                 growing.remove(path)
     return _cap(tree, caps)
+
+
+def _largest_where(low: int, high: int, test) -> int:
+    """The largest ``c`` in [low, high] that passes the monotone ``test`` (``low`` when none
+    above it does)."""
+    while low < high:  # binary search
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if test(mid) else (low, mid - 1)
+    return low
 
 
 def _repeat_paths(tokens: list, path: tuple = ()) -> dict[tuple, int]:
