@@ -81,10 +81,11 @@ class _Writer:
         got = self._ids.get(id(node))
         if got is not None:
             return got
-        if isinstance(node, (Seq, Alt)):
-            kids = tuple(self._canon(x) for x in node.items)
-            key, size = (type(node), kids), sum(self._size[k] + 3 for k in kids) + 2
-        elif isinstance(node, Rep):
+        cls = type(node)  # the node classes have no subclasses: exact types, the hot path
+        if cls is Seq or cls is Alt:
+            kids = tuple(map(self._canon, node.items))
+            key, size = (cls, kids), sum(map(self._size.__getitem__, kids)) + 3 * len(kids) + 2
+        elif cls is Rep:
             kids = (self._canon(node.item),)
             key, size = (Rep, kids, node.lo, node.hi), self._size[kids[0]] + 6
         else:
@@ -116,7 +117,7 @@ class _Writer:
         cid = self._canon(node)
         text = self._text.get(cid)
         if text is None:
-            if isinstance(node, (Seq, Alt, Rep)) and self._uses[cid] >= 2 and self._size[cid] >= _MIN_SHARED:
+            if type(node) in _COMPOSITE and self._uses[cid] >= 2 and self._size[cid] >= _MIN_SHARED:
                 text = self._shared[cid] = f"{self._prefix}{len(self._order)}"
                 self._order.append(cid)
             else:
@@ -125,18 +126,19 @@ class _Writer:
         return text
 
     def _expr(self, node: Node) -> str:
-        if isinstance(node, Lit):
+        cls = type(node)
+        if cls is Lit:
             return json.dumps(node.text)
-        if isinstance(node, Lex):
+        if cls is Lex:
             return "/" + _slash_escaped(node.regex) + "/"
-        if isinstance(node, LexOp):
+        if cls is LexOp:
             return self.terms.setdefault(node, f"LEX{len(self.terms)}")
-        if isinstance(node, Ref):
+        if cls is Ref:
             return node.name
-        if isinstance(node, Seq):
-            return " ".join(self._group(x) for x in node.items) if node.items else '""'
-        if isinstance(node, Alt):
-            return " | ".join(self._write(x) for x in node.items)
+        if cls is Seq:
+            return " ".join(map(self._group, node.items)) if node.items else '""'
+        if cls is Alt:
+            return " | ".join(map(self._write, node.items))
         inner = self._group(node.item)
         if (node.lo, node.hi) == (0, 1):
             return f"{inner}?"
@@ -150,9 +152,12 @@ class _Writer:
         """``node`` as an operand: alternations, sequences and repetitions in parentheses (a
         shared one is its rule's name)."""
         text = self._write(node)
-        composite = isinstance(node, (Alt, Seq, Rep)) and self._canon(node) not in self._shared
-        return f"({text})" if composite else text
+        if type(node) in _COMPOSITE and self._ids[id(node)] not in self._shared:
+            return f"({text})"
+        return text
 
+
+_COMPOSITE = frozenset((Seq, Alt, Rep))
 
 
 @functools.lru_cache(maxsize=65536)  # a grammar repeats its few lexemes many times
