@@ -278,17 +278,30 @@ def main() -> None:
         raise SystemExit(f"no <Subset>/<name>.json files under {args.data}")
     tokenizer, vocab = load_tokenizer(args.tokenizer)
     print(f"{len(files)} schemas, {args.tokenizer} vocabulary ({vocab.vocab_size} tokens)", flush=True)
-    rows = []
+    rows, runs = [], {}
     for core in args.systems.split(","):
         try:
-            records = run_system(core, files, tokenizer, vocab, args)
+            runs[core] = run_system(core, files, tokenizer, vocab, args)
         except ValueError as e:  # an unknown or uninstalled backend
             print(f"{core}: {e}")
             continue
-        rows.append(summary(core, records))
+        rows.append(summary(core, runs[core]))
     print_table(rows)
+    common = common_rows(runs)
+    if common:
+        print(f"\nThe same, on the {common[0]['schemas']} schemas every system compiles (like for like):")
+        print_table(common)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+        Path(args.json).write_text(json.dumps({"all": rows, "common": common}, indent=2))
+
+
+def common_rows(runs: dict[str, list[dict]]) -> list[dict]:
+    """Each system's figures over only the schemas that every system compiled (none for one
+    system): a system that rejects the hard schemas otherwise reports easier masks and compiles."""
+    if len(runs) < 2:
+        return []
+    names = set.intersection(*({r["name"] for r in recs if r["status"] == "compiled"} for recs in runs.values()))
+    return [summary(core, [r for r in recs if r["name"] in names]) for core, recs in runs.items()]
 
 
 if __name__ == "__main__":

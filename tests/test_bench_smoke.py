@@ -57,7 +57,9 @@ def test_grammar_benchmark_reads_any_directory_of_the_layout(tmp_path: Path, tin
            "--systems", "radixlm", "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = json.loads(out.read_text())
+    figures = json.loads(out.read_text())
+    (row,) = figures["all"]
+    assert figures["common"] == []  # one system: nothing to compare like for like
     assert (row["schemas"], row["compiled"], row["rejected_pointer"], row["timeouts"]) == (2, 1, 1, 0), row
     assert row["valid_accepted"] == [1, 1] and row["invalid_accepted"] == [0, 1], row
     assert row["walks_valid"][:2] == [1, 1], row
@@ -77,7 +79,9 @@ def test_grammar_benchmark_sets_the_front_end_knobs_in_its_workers(tmp_path: Pat
            "--walks", "1", "--systems", "radixlm,radixlm-knobs", "--runtime-check-above", "-1", "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    default, knobs = json.loads(out.read_text())
+    figures = json.loads(out.read_text())
+    default, knobs = figures["all"]
+    assert [(r["system"], r["schemas"]) for r in figures["common"]] == [("radixlm", 1), ("radixlm-knobs", 1)]
     assert (default["system"], knobs["system"]) == ("radixlm", "radixlm-knobs")
     assert (default["runtime_checked"], knobs["runtime_checked"]) == (0, 1), (default, knobs)
     for row in (default, knobs):  # the same language either way
@@ -124,3 +128,19 @@ def test_member_mask_benchmark_pairs_fresh_and_memo_checks(tmp_path: Path, tiny_
     calls = {line.split()[1]: int(line.split()[2]) for line in out.splitlines() if line.startswith("check,")}
     assert calls["fresh"] == calls["memo"] > 0, out  # the object is checked at runtime, each mask twice
     assert "fresh / memo total:" in out, out
+
+
+def test_grammar_benchmark_compares_like_for_like(monkeypatch) -> None:
+    """``common_rows``: each system's figures over only the schemas every system compiled."""
+    monkeypatch.syspath_prepend(str(RUN.parent))
+    import bench_grammar
+
+    def rec(name: str, status: str, mask: list[float]) -> dict:
+        return {"name": name, "status": status, "compile_ms": float(len(mask)), "mask_us": mask}
+
+    runs = {"ours": [rec("a", "compiled", [1.0]), rec("hard", "compiled", [500.0, 900.0])],
+            "peer": [rec("a", "compiled", [2.0]), rec("hard", "rejected", [])]}
+    ours, peer = bench_grammar.common_rows(runs)
+    assert (ours["system"], ours["schemas"], ours["mask_us"]) == ("ours", 1, [1.0, 1.0, 1])
+    assert (peer["system"], peer["schemas"], peer["mask_us"]) == ("peer", 1, [2.0, 2.0, 1])
+    assert bench_grammar.common_rows({"ours": runs["ours"]}) == []
