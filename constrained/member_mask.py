@@ -85,7 +85,7 @@ def _refuser(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> 
     ``",`` ``"}`` ``"]`` ...). A ``live`` token, whose verdict depends on the key's whole name, is
     fed whole."""
     table, mode = vocab.token_bytes, state[1]
-    if state[4] or not (mode == G_STR or mode == G_INKEY and shared):
+    if state[4] or not (mode == G_STR or (mode == G_INKEY and shared)):
         return lambda t, live: tracker.feed(state, table[t] or b"") is None
     quote_at, tails = member_tokens_for(vocab).quote_at, {}
     closed = tracker.feed(state, b'"')
@@ -121,9 +121,9 @@ def prepare_members(tracker: UniqueTracker, vocab: Any, forced: bytes) -> None:
             entry = _entry(tracker, vocab, state, shared)
             (at, ids, _, _, live), _ = entry.view
             if len(at) <= PREPARE_FEEDS:  # settle what the first mask would feed, when it is little
-                table = vocab.token_bytes
-                entry.settle({int(i): REFUSED if tracker.feed(state, table[int(t)] or b"") is None else KEPT
-                              for i, t, lv in zip(at, ids, live, strict=True) if not lv})
+                refuses = _refuser(tracker, vocab, state, shared)
+                entry.settle({int(j): REFUSED if refuses(int(t), False) else KEPT
+                              for j, t, lv in zip(at, ids, live, strict=True) if not lv})
             memo.put(key, entry)
 
 

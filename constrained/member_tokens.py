@@ -73,12 +73,14 @@ class MemberTokens:
         return [b for b, _ in order], [t for _, t in order]
 
     @functools.cached_property
-    def _by_bytes(self) -> dict[bytes, list[int]]:
-        """The ids of each token's bytes (a few tokens share theirs)."""
-        out: dict[bytes, list[int]] = {}
+    def _by_bytes(self) -> dict[bytes, int | tuple[int, ...]]:
+        """The id of each token's bytes, or the ids where a few tokens share them (an int each
+        otherwise: a list per token would cost some 10 MB at 152k)."""
+        out: dict[bytes, int | tuple[int, ...]] = {}
         for t, b in enumerate(self._tokens):
             if b:
-                out.setdefault(b, []).append(t)
+                had = out.get(b)
+                out[b] = t if had is None else (had if isinstance(had, tuple) else (had,)) + (t,)
         return out
 
     def starting_with(self, prefix: bytes, longer: bool = False) -> list[int]:
@@ -93,7 +95,9 @@ class MemberTokens:
         """The tokens whose bytes are a non-empty prefix of ``data``."""
         by_bytes, out = self._by_bytes, []
         for n in range(1, min(len(data), self._longest) + 1):
-            out += by_bytes.get(data[:n], ())
+            found = by_bytes.get(data[:n])
+            if found is not None:
+                out += found if isinstance(found, tuple) else (found,)
         return out
 
     @functools.cached_property

@@ -81,9 +81,9 @@ def _largest_cap(tree: list, hi: int, pointer: str) -> list | None:
         return max_len(capped) <= hi and dfa_states(capped, budget, pointer) <= budget
 
     def largest(low: int, high: int, caps_for) -> int:
-        # Both tests are monotone in each cap. The length alone is cheap and binds most often:
-        # the largest cap it allows is the answer when the automaton is small there too, and
-        # the automaton is measured at every step of the search only below that.
+        # Both tests are monotone in each cap, and the length alone is cheap: when the automaton
+        # is small at the largest cap the length allows, that cap is the answer; only otherwise
+        # is the automaton measured at every step of the search (below it).
         top = _largest_where(low, high, lambda c: short(caps_for(c)))
         return top if fits(caps_for(top)) else _largest_where(low, top - 1, lambda c: fits(caps_for(c)))
 
