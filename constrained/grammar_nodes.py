@@ -29,12 +29,14 @@ class LexOp:
     """One lexeme built from regexes: ``op`` is ``and`` (``&``: the texts every part matches),
     ``or`` (``|``), ``not`` (``~``, one part: every text the part does not match) or ``seq``
     (concatenation); ``parts`` are regexes (str) or ``LexOp``s. Written out as a Lark terminal of
-    its own (llguidance allows ``&``/``~`` only in terminals); no single regex can express it, so
-    ``Grammar.to_regex`` raises. ``pointer`` (the schema node it came from) is for that error."""
+    its own (llguidance allows ``&``/``~`` only in terminals). ``as_regex``, when set, is one regex
+    that matches the same texts: ``Grammar.to_regex`` writes it, and raises without it.
+    ``pointer`` (the schema node it came from) is for that error."""
 
     op: str
     parts: tuple
     pointer: str = field(default="#", compare=False)
+    as_regex: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

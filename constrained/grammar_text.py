@@ -28,12 +28,14 @@ def lark_text(start: Node, rules: dict[str, Node]) -> str:
 
 def regex_text(node: Node) -> str:
     """One regex for a node without rule references. Raises ``ConstraintError`` naming the schema
-    node when it holds a ``LexOp`` (``&``/``~``: no single regex expresses it)."""
+    node when it holds a ``LexOp`` (``&``/``~``) that has no equivalent ``as_regex`` of its own."""
     return _regex(node)
 
 
 def _regex(node: Node) -> str:
     if isinstance(node, LexOp):
+        if node.as_regex is not None:
+            return f"({node.as_regex})"
         raise ConstraintError("this schema combines patterns (an intersection or a `not`), which one regex "
                               "cannot express; compile it as a grammar instead", node.pointer)
     if isinstance(node, Lit):

@@ -218,7 +218,7 @@ def _extras(ctx: Context, flat: dict, taken: set, pointer: str, refs: tuple,
                 continue
             key = key_rx[0]
         elif is_universal(pat) or pat in _NONEMPTY_UNIVERSAL:
-            key = complement_key(taken, nonempty=pat in _NONEMPTY_UNIVERSAL)
+            key = complement_key(taken, nonempty=pat in _NONEMPTY_UNIVERSAL, pointer=where)
         elif not any(re.search(pat, n) for n in taken):
             key = ir.Lex(f'"{pattern_to_regex(pat, where, PLAIN_CHAR)}"')
         else:
@@ -227,9 +227,10 @@ def _extras(ctx: Context, flat: dict, taken: set, pointer: str, refs: tuple,
     ap = flat.get("additionalProperties")
     if ap is not None and ap is not False:
         node: Any = {"allOf": [ap] + every} if every else ap
-        rx = ctx.value(node, f"{pointer}/additionalProperties", refs)
+        where = f"{pointer}/additionalProperties"
+        rx = ctx.value(node, where, refs)
         if rx is not None:
-            key = key_rx[0] if key_rx is not None else complement_key(taken, nonempty=False)
+            key = key_rx[0] if key_rx is not None else complement_key(taken, nonempty=False, pointer=where)
             alts.append(ir.seq(key, ctx.sep(":"), rx))
     return ir.alt(alts)
 
