@@ -140,12 +140,16 @@ class Memo:
         self.lock = threading.Lock()
 
     def get(self, state: tuple) -> MemoEntry | None:
-        """The entry of ``state`` (marked recently used), or None."""
-        with self.lock:
-            entry = self.entries.get(state)
-            if entry is not None:
+        """The entry of ``state`` (marked recently used), or None. No lock: each of the two
+        ``OrderedDict`` calls is atomic, and a ``put`` that drops the entry between them only
+        loses its mark."""
+        entry = self.entries.get(state)
+        if entry is not None:
+            try:
                 self.entries.move_to_end(state)
-            return entry
+            except KeyError:
+                pass
+        return entry
 
     def put(self, state: tuple, entry: MemoEntry) -> None:
         """File ``entry`` for ``state``, dropping the least recently used past the bound."""
@@ -157,6 +161,9 @@ class Memo:
 
 def memo_for(tracker: UniqueTracker) -> Memo:
     """The (created on first use) memo of ``tracker``."""
+    memo = memos.get(tracker)  # the common case, without the lock
+    if memo is not None:
+        return memo
     with _memos_lock:
         memo = memos.get(tracker)
         if memo is None:

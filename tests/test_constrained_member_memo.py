@@ -99,3 +99,67 @@ def test_a_shared_entry_still_refuses_a_repeated_key_within_one_token(tiny_vocab
         assert _allowed(grammar, '{"' + key, token) is (key != "zq")
     memo = member_memo.memo_for(grammar.unique_tracker)
     assert sum(k[3] == FRESH_KEY for k in memo.entries) == 1
+
+
+
+DOCS = ['{"name":1,"nick":2,"zq":3,"zr":4}', '{"zq":1,"name":2,"nick":3}', '{"nick":1,"zz":2,"name":3}']
+
+
+def test_threads_sharing_one_memo_get_the_masks_of_a_fresh_one(tiny_vocab, monkeypatch):
+    """Matchers of one grammar share its tracker's memo, read without a lock. Four threads walk
+    the same outputs (whole tokens and byte by byte, through keys the check refuses to repeat)
+    with a memo of 3 states (evictions between a ``get`` and its mark) and a tiny switch
+    interval; every mask equals the one a single thread computes from a fresh memo."""
+    import sys
+    import threading
+
+    from radixlm.constrained import grammar as grammar_module
+
+    vocab = tiny_vocab
+    for data in (b'ame"', b'name":', b'ick"', SECOND_KEY):  # tokens that would repeat a key
+        vocab, _ = _with_token(vocab, data)
+    grammar = compile_grammar(vocab, "json_schema", EXTRAS)
+    tokenize = grammar.vocab.llg.tokenize_str
+    paths = [tokenize(d) for d in DOCS] + [[t for c in d for t in tokenize(c)] for d in DOCS]
+
+    def masks(path: list[int]) -> list[torch.Tensor]:
+        m, rows = grammar.matcher(), []
+        for token in path:
+            member_memo.memos.clear()
+            rows.append(torch.zeros(vocab.mask_words, dtype=torch.int32))
+            m.fill_mask(rows[-1])
+            assert m.accept_token(token)
+        return rows
+
+    want = [masks(p) for p in paths]
+    with monkeypatch.context() as patch:  # the core's masks alone: the check must refuse something
+        patch.setattr(grammar_module, "forbid_members", lambda *args: None)
+        core = [masks(p) for p in paths]
+    assert any(not torch.equal(a, b) for w, c in zip(want, core, strict=True) for a, b in zip(w, c, strict=True))
+    monkeypatch.setattr(member_memo, "MEMO_STATES", 3)
+    member_memo.memos.clear()
+    errors: list[str] = []
+
+    def run(k: int) -> None:
+        row = torch.zeros(vocab.mask_words, dtype=torch.int32)
+        for rep in range(8):
+            n = (k + rep) % len(paths)
+            m = grammar.matcher()
+            for i, token in enumerate(paths[n]):
+                m.fill_mask(row)
+                if not torch.equal(row, want[n][i]):
+                    errors.append(f"thread {k} path {n} step {i}")
+                    return
+                m.accept_token(token)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors
