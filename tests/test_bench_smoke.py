@@ -130,6 +130,15 @@ def test_member_mask_benchmark_pairs_fresh_and_memo_checks(tmp_path: Path, tiny_
     assert "fresh / memo total:" in out, out
 
 
+def test_extra_keys_benchmark_times_both_key_forms(tiny_llama: str) -> None:
+    cmd = [sys.executable, str(RUN.parent / "bench_extra_keys.py"), "--tokenizer", "tiny", "--reps", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    assert [(r[0], r[1]) for r in rows] == [(n, f) for n in ("1", "3", "8", "20") for f in ("algebra", "trie")]
+    assert all(float(x) > 0 for r in rows for x in r[2:]), proc.stdout
+
+
 def test_grammar_benchmark_compares_like_for_like(monkeypatch) -> None:
     """``common_rows``: each system's figures over only the schemas every system compiled."""
     monkeypatch.syspath_prepend(str(RUN.parent))
