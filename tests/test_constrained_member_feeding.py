@@ -56,6 +56,18 @@ def test_live_tokens_are_those_that_can_write_a_later_key():
     assert files.quote_at == {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0, 6: 1}
 
 
+@pytest.mark.parametrize("schema,text", [
+    (OPEN, '{"s":"ab\\"c","zq":1,"name":2,"zr":3,"s2":4}'),
+    ({**OPEN, "properties": {'a"b': INT, "n\\m": INT, "name": INT}}, '{"a\\"b":1,"zq":2,"n\\\\m":3,"name":4}'),
+])
+def test_masks_agree_through_escaped_values_and_names(vocab, schema, text):
+    """Masks equal ``accept_token`` at every prefix, through string values with escapes and
+    through named keys spelled with escapes (a backslash token may lead only to a key written
+    already)."""
+    member_memo.memos.clear()
+    _mask_agrees(compile_grammar(vocab, "json_schema", schema), text)
+
+
 def _walk_states(grammar, texts: list[str]):
     """Every tracker state along ``texts`` (each fed a byte at a time)."""
     tracker = grammar.unique_tracker
