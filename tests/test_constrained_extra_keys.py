@@ -69,3 +69,13 @@ def test_the_matcher_excludes_exactly_the_named_keys(tiny_vocab, schema):
         assert not grammar.matches(json.dumps({name: "x"}, separators=(",", ":")))
     for extra in ["", "a", named[0][:-1], named[0] + "x", "name_99"]:
         assert grammar.matches(json.dumps({extra: "x"}, separators=(",", ":"))), extra
+
+
+def test_strings_excluded_by_not_enum_are_the_same_algebra():
+    """``not {enum}`` over plain strings excludes its words the same way (one lexeme, the regex
+    form kept while small)."""
+    out = schema_to_grammar({"type": "string", "not": {"enum": ["internal", "private"]}})
+    assert " & " in out.lark and "~" in out.lark
+    rx = out.grammar.to_regex()
+    for s, ok in [("internal", False), ("private", False), ("", True), ("intern", True), ("internals", True)]:
+        assert bool(re.fullmatch(rx, json.dumps(s))) == ok, s

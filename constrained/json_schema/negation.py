@@ -36,7 +36,7 @@ from radixlm.constrained.json_schema.complement import complement, kind_of
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.disjoint import disjoint
 from radixlm.constrained.json_schema.inference import types_of
-from radixlm.constrained.json_schema.key_complement import complement_string
+from radixlm.constrained.json_schema.key_complement import complement_key
 from radixlm.constrained.json_schema.names import resolve_some_key
 from radixlm.constrained.json_schema.normalize import ALL_TYPES, merge
 from radixlm.constrained.json_schema.scalars import integer_bounds
@@ -150,8 +150,8 @@ def string_node(ctx: Context, flat: dict, pointer: str) -> str | ir.Node | None:
     if not words and not flat.get("_str_exprs"):
         return ""
     others = any(k in flat for k in ("_patterns", "_formats", "_str_exprs", "minLength", "maxLength"))
-    if not others:  # a plain complement: one regex, no lexeme algebra needed
-        return complement_string(set(words), nonempty=False)
+    if not others:  # a plain complement: the algebra, as extra keys are (``complement_key``)
+        return complement_key(set(words), nonempty=False, pointer=pointer)
     return string_sets.string_lexeme(ctx, string_sets.conjunction(flat, pointer), pointer,
                                       string_sets.keyword_of(flat))
 
