@@ -1,14 +1,19 @@
 """The runtime member check's memo (``constrained/member_memo.py``): which states share an entry
 (open keys that can only become a fresh extra key), and masks from a shared entry that equal
-feeding every token, including a token that writes a second whole key."""
+feeding every token, including a token that writes a second whole key, and matchers on several
+threads sharing one memo."""
 
 from __future__ import annotations
+
+import sys
+import threading
 
 import numpy as np
 import pytest
 import test_constrained_unique_items as shared
 import torch
 from radixlm.constrained import compile_grammar, member_memo
+from radixlm.constrained import grammar as grammar_module
 from radixlm.constrained.member_memo import FRESH_KEY, memo_key
 from radixlm.constrained.vocab import TokenizerVocab
 
@@ -101,7 +106,6 @@ def test_a_shared_entry_still_refuses_a_repeated_key_within_one_token(tiny_vocab
     assert sum(k[3] == FRESH_KEY for k in memo.entries) == 1
 
 
-
 DOCS = ['{"name":1,"nick":2,"zq":3,"zr":4}', '{"zq":1,"name":2,"nick":3}', '{"nick":1,"zz":2,"name":3}']
 
 
@@ -110,11 +114,6 @@ def test_threads_sharing_one_memo_get_the_masks_of_a_fresh_one(tiny_vocab, monke
     the same outputs (whole tokens and byte by byte, through keys the check refuses to repeat)
     with a memo of 3 states (evictions between a ``get`` and its mark) and a tiny switch
     interval; every mask equals the one a single thread computes from a fresh memo."""
-    import sys
-    import threading
-
-    from radixlm.constrained import grammar as grammar_module
-
     vocab = tiny_vocab
     for data in (b'ame"', b'name":', b'ick"', SECOND_KEY):  # tokens that would repeat a key
         vocab, _ = _with_token(vocab, data)
