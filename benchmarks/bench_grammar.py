@@ -7,10 +7,12 @@ Every system runs through the same path as the server: ``GrammarBackend(vocab, c
 grammar), rejected with or without a JSON pointer, timeouts; every shipped instance's compact
 serialisation walked token by token (valid ones must be accepted, invalid ones rejected); random
 walks (uniform among allowed tokens, fixed seeds: an untrained model at temperature 1), each output
-checked with ``jsonschema``, ``fill_mask`` timed at every step; and the walk's tokens that lay inside
-the forced continuation (the forward passes jump-forward saves), also over the accepted valid
-instances' own tokens (the same ids for every system, documents a model would write). A walk
-still open after ``--max-tokens`` is closed by ``_finish`` (the matcher's completion).
+checked with ``jsonschema``, ``fill_mask`` timed at every step; and the share of the walk's sampled
+tokens that lay inside the forced continuation (the forward passes jump-forward saves), also over
+the accepted valid instances' own tokens (the same ids for every system, documents a model would
+write). A walk still open after ``--max-tokens`` is closed by ``_finish`` (the matcher's
+completion, spliced as budget-aware completion does): its tokens are neither passes nor saved
+ones. EOS takes a pass only where the grammar does not terminate by itself.
 
     python benchmarks/bench_grammar.py --tokenizer qwen2 [--limit 10] [--systems radixlm,xgrammar,llguidance]
 
@@ -84,8 +86,10 @@ def compile_one(backend: GrammarBackend, schema, timeout: float) -> tuple[str, o
     return "compiled", grammar, (time.perf_counter() - start) * 1000
 
 
-def walk(grammar, rng: random.Random, max_tokens: int, mask_us: list[float]) -> tuple[list[int], bool]:
-    """A random walk: ``(ids without EOS, finished)``; the time of each mask goes into ``mask_us``."""
+def walk(grammar, rng: random.Random, max_tokens: int, mask_us: list[float]) -> tuple[list[int], bool, int]:
+    """A random walk: ``(ids without EOS, finished, passes)``; ``passes`` counts the sampled tokens
+    (EOS included when it was sampled; a grammar that terminates ends the request without a pass
+    for EOS), not the completion ``_finish`` splices. The time of each mask goes into ``mask_us``."""
     matcher, ids, steps = grammar.matcher(), [], 0
     row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
     eos = set(grammar.vocab.eos_token_ids)
@@ -95,14 +99,14 @@ def walk(grammar, rng: random.Random, max_tokens: int, mask_us: list[float]) -> 
         mask_us.append((time.perf_counter_ns() - start) / 1000)
         allowed = allowed_ids(row)  # the row fill_mask wrote, not a second mask
         if not len(allowed):
-            return ids, False
+            return ids, False, steps
         choice = int(allowed[rng.randrange(len(allowed))])  # what rng.choice(list(allowed)) picks
         steps += 1
         if not matcher.accept_token(choice):
             raise AssertionError(f"token {choice} was in the mask but the matcher rejected it")
         if choice not in eos:
             ids.append(choice)
-    return ids, matcher.is_terminated() or _finish(matcher, grammar.vocab, ids)
+    return ids, matcher.is_terminated() or _finish(matcher, grammar.vocab, ids), steps
 
 
 def forced_tokens(grammar, tokenizer, ids: list[int]) -> int:
@@ -115,6 +119,15 @@ def forced_tokens(grammar, tokenizer, ids: list[int]) -> int:
         if not matcher.accept_token(t):
             raise AssertionError(f"the walk's token {t} is rejected on replay")
     return saved
+
+
+def _eos_pass(grammar, ids: list[int]) -> int:
+    """1 when a model writing ``ids`` needs a pass to sample EOS after them, 0 when the grammar
+    terminates there (the engine then finishes the request without one)."""
+    matcher = grammar.matcher()
+    for t in ids:
+        matcher.accept_token(t)
+    return int(not matcher.is_terminated())
 
 
 def _finish(matcher, vocab: TokenizerVocab, ids: list[int]) -> bool:
@@ -141,15 +154,15 @@ def measure(grammar, tokenizer, doc: dict, args) -> dict:
         out["valid_ok" if test["valid"] else "invalid_acc"] += ok
         if ok and test["valid"]:  # the same ids for every system: jump-forward on real documents
             ids = tokenizer.encode(compact_json(test["data"]))
-            out["inst_steps"] += len(ids) + 1
+            out["inst_steps"] += len(ids) + _eos_pass(grammar, ids)
             out["inst_forced"] += forced_tokens(grammar, tokenizer, ids)
     for seed in range(args.walks):
-        ids, done = walk(grammar, random.Random(seed), args.max_tokens, out["mask_us"])
+        ids, done, passes = walk(grammar, random.Random(seed), args.max_tokens, out["mask_us"])
         out["walks_n"] += 1
         out["unfinished"] += not done
         out["walks_ok"] += done and not grammar.validate_output(tokenizer.decode(ids))
-        out["steps"] += len(ids) + done  # one pass per token, EOS included
-        out["forced"] += forced_tokens(grammar, tokenizer, ids)
+        out["steps"] += passes
+        out["forced"] += forced_tokens(grammar, tokenizer, ids[:passes])  # the sampled ones
     return out
 
 

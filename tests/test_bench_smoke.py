@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 RUN = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 
@@ -153,3 +155,29 @@ def test_grammar_benchmark_compares_like_for_like(monkeypatch) -> None:
     assert (ours["system"], ours["schemas"], ours["mask_us"]) == ("ours", 1, [1.0, 1.0, 1])
     assert (peer["system"], peer["schemas"], peer["mask_us"]) == ("peer", 1, [2.0, 2.0, 1])
     assert bench_grammar.common_rows({"ours": runs["ours"]}) == []
+
+
+def test_grammar_benchmark_counts_only_sampled_passes(monkeypatch) -> None:
+    """Jump-forward's share counts the tokens a walk sampled: not the completion ``_finish``
+    splices into a walk cut at ``--max-tokens`` (the engine splices it too: no passes), and no EOS
+    pass after a grammar that terminates by itself (the engine stops the request there)."""
+    monkeypatch.syspath_prepend(str(RUN.parent))
+    import bench_grammar
+    from radixlm.constrained import TokenizerVocab, compile_grammar
+
+    eos = 256
+    vocab = TokenizerVocab.from_token_bytes([bytes([b]) for b in range(256)] + [None], [eos], vocab_size=260)
+    tokenizer = SimpleNamespace(id_to_bytes=lambda t: vocab.token_bytes[t] or b"")
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"],
+              "additionalProperties": False}
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    ids, done, passes = bench_grammar.walk(grammar, random.Random(0), 12, [])
+    assert done and passes == 12 and len(ids) > 12  # cut inside the string, closed by the completion
+    assert b"".join(vocab.token_bytes[t] for t in ids[:9]) == b'{"name":"'  # forced, byte by byte
+    sampled = bench_grammar.forced_tokens(grammar, tokenizer, ids[:passes])
+    assert sampled == 9  # then 3 sampled characters of the value: none forced
+    assert bench_grammar.forced_tokens(grammar, tokenizer, ids) > sampled  # the close is forced text
+    doc = [vocab.byte_tokens[b] for b in b'{"name":"x"}']
+    assert bench_grammar._eos_pass(grammar, doc) == 0  # ``}`` ends the object: terminated
+    number = compile_grammar(vocab, "json_schema", {"type": "integer"})
+    assert bench_grammar._eos_pass(number, [vocab.byte_tokens[b] for b in b"12"]) == 1  # 123 could follow
