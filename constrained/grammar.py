@@ -24,8 +24,13 @@ from radixlm.constrained.unique_mask import forbid
 from radixlm.constrained.vocab import TokenizerVocab
 
 # llguidance's per-step budgets (a mask never takes more than milliseconds; past them the matcher
-# stops and the request ends alone); more fuel for the first lexer build of a large schema.
-_LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, verbose_errors=False)
+# stops and the request ends alone); more fuel for the first lexer build of a large schema. The
+# lexer's states are built lazily and shared by every matcher of a grammar, and a step that runs
+# out of fuel files the state it was building as dead for all of them: with llguidance's default
+# step fuel (200,000, well under a millisecond), a matcher that accepts a long text without masks
+# after another one's mask refuses valid text from there on (tests/test_grammar_shared_lexer.py).
+_LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, step_lexer_fuel=4_000_000,
+                                    verbose_errors=False)
 # Masks hold every token that keeps the text valid: llguidance's default ("forcing") would allow
 # only the canonical tokenisation of forced text; jump-forward re-tokenises forced text instead.
 _HEADER = '%llguidance {"no_forcing": true}\n'
