@@ -40,8 +40,6 @@ MEMO_STATES = 2048  # per tracker: states remembered (each holds a byte per cand
 UNKNOWN, KEPT, LIVE, REFUSED = 0, 1, 2, 3  # even: fed whenever the core allows it
 memos: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _memos_lock = threading.Lock()
-_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_names_lock = threading.Lock()
 
 
 class MemoEntry:

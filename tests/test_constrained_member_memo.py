@@ -47,6 +47,8 @@ def _state_after(grammar, text: str):
     ('{"nam', False),
     ('{"zz', False),  # the dependentRequired trigger "zz_trigger"
     ('{"zq":1,"zq', False),  # a key already written
+    ('{"zqa":1,"zq', False),  # a key already written that it could still become
+    ('{"zr":1,"zq', True),  # a key already written that it cannot become
     ('{"', False),  # nothing read yet (nothing to leave out)
 ])
 def test_which_open_keys_share_an_entry(tiny_vocab, text, shared_key):
@@ -63,6 +65,17 @@ def test_no_extra_key_means_no_sharing(tiny_vocab):
     grammar = compile_grammar(tiny_vocab, "json_schema", CLOSED)
     tracker, state = _state_after(grammar, '{"n')
     assert memo_key(tracker, state) == (state, False)
+
+
+def test_the_keys_of_one_frame_never_reach_another(tiny_vocab):
+    """A frame's names are its object's plus the keys written in it: after a frame that wrote
+    ``zqa``, an open ``zq`` in a frame of the same object that did not is a fresh extra key."""
+    grammar = compile_grammar(tiny_vocab, "json_schema", {"type": "array", "items": EXTRAS})
+    tracker = grammar.unique_tracker
+    assert memo_key(tracker, _state_after(grammar, '[{"zqa":1,"zq')[1])[1] is False
+    assert memo_key(tracker, _state_after(grammar, '[{"zqa":1},{"b":1,"zq')[1])[1] is True
+    assert memo_key(tracker, _state_after(grammar, '[{"zqa":1},{"b":1,"zqa":2},{"nick":1,"zq')[1])[1] is True
+    assert memo_key(tracker, _state_after(grammar, '[{"b":1},{"zqa":1,"zq')[1])[1] is False
 
 
 def test_fresh_extra_keys_share_one_entry(tiny_vocab):
