@@ -242,12 +242,16 @@ class GrammarMatcher:
             bitmask_row.zero_()
             return
         self._core.unsafe_compute_mask_ptr(bitmask_row.data_ptr(), words * 4)
-        if self._tracker is not None:
+        tracker = self._tracker
+        if tracker is not None:
             state = self._states[-1]
-            if self._tracker.in_unique(state):
-                forbid(self._tracker, self.grammar.vocab, state, bitmask_row.numpy().view(np.uint32))
-            if self._tracker.paths.specs:  # objects whose members are checked at runtime
-                forbid_members(self._tracker, self.grammar.vocab, state, bitmask_row.numpy().view(np.uint32))
+            unique, members = tracker.in_unique(state), bool(tracker.paths.specs)
+            if unique or members:
+                view = bitmask_row.numpy().view(np.uint32)  # ~1 µs: taken once per mask
+                if unique:
+                    forbid(tracker, self.grammar.vocab, state, view)
+                if members:  # objects whose members are checked at runtime
+                    forbid_members(tracker, self.grammar.vocab, state, view)
 
     def validate_tokens(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` (no EOS) would be accepted in a row from here; the matcher
@@ -284,7 +288,7 @@ def _patterns(kind: str, spec: Any, limit: int = 64) -> list[str]:
 def check_mask_row(bitmask_row: torch.Tensor, words: int) -> int:
     """``words`` if ``bitmask_row`` is a contiguous CPU int32 tensor of that many elements, else
     ``ValueError`` (a native core writes into it by pointer)."""
-    if (bitmask_row.dtype != torch.int32 or bitmask_row.device.type != "cpu"
+    if (bitmask_row.dtype != torch.int32 or not bitmask_row.is_cpu  # ``is_cpu``: no device object
             or not bitmask_row.is_contiguous() or bitmask_row.numel() != words):
         raise ValueError(f"bitmask_row must be a contiguous CPU int32 tensor of {words} elements, got "
                          f"{bitmask_row.dtype} {tuple(bitmask_row.shape)} on {bitmask_row.device}")

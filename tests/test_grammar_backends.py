@@ -96,6 +96,27 @@ def test_mask_exact_on_every_token(core, vocab):
 
 
 @pytest.mark.parametrize("core", CORES)
+@pytest.mark.parametrize("row", [
+    lambda n: torch.zeros(n, dtype=torch.int64),  # not int32
+    lambda n: torch.zeros(n + 1, dtype=torch.int32),  # not one row of the vocabulary's words
+    lambda n: torch.zeros(2 * n, dtype=torch.int32)[::2],  # not contiguous
+    lambda n: torch.zeros(n, dtype=torch.int32, device="meta"),  # not in CPU memory
+], ids=["int64", "size", "strided", "meta"])
+def test_fill_mask_refuses_a_row_it_cannot_write_into(core, vocab, row):
+    """Every core writes the mask by pointer, so a row of another layout is a ``ValueError``
+    before anything is written (radixlm: also with its runtime checks, a unique array here)."""
+    spec = CASES[0][1] if core != "radixlm" else {  # the peers do not take ``uniqueItems``
+        "type": "object", "properties": {"t": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}},
+        "required": ["t"], "additionalProperties": False}
+    matcher = compile_with(core, vocab, "json_schema", spec).matcher()
+    with pytest.raises(ValueError, match=f"contiguous CPU int32 tensor of {vocab.mask_words} elements"):
+        matcher.fill_mask(row(vocab.mask_words))
+    good = torch.zeros(vocab.mask_words, dtype=torch.int32)
+    matcher.fill_mask(good)
+    assert allowed_tokens(matcher, good) == [ord("{"), 256]  # `{` and `{"`
+
+
+@pytest.mark.parametrize("core", CORES)
 def test_cursor_rules(core, vocab):
     grammar = compile_with(core, vocab, *CASES[0][:2])
     m = grammar.matcher()
