@@ -3,7 +3,7 @@ matcher does must never change what another accepts.
 
 The case is a real one from the bench data: ``Handwritten/string3`` intersects five patterns
 inside one string lexeme. Under llguidance's default step fuel, a matcher that accepted its valid
-instance without masks after another matcher's first mask ran out of fuel at the 73rd token, and
+instance without masks after another matcher's first mask ran out of fuel about 70 tokens in, and
 the state it was building stayed dead for every later matcher of the grammar."""
 
 from __future__ import annotations
