@@ -19,6 +19,7 @@ from radixlm.constrained.json_schema.unique_paths import UniquePaths
 from radixlm.constrained.member_forced import forced_with_checks, required_keys
 from radixlm.constrained.member_mask import forbid_members, prepare_members
 from radixlm.constrained.pattern.samples import samples
+from radixlm.constrained.string_length_mask import forbid_lengths
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_mask import forbid
 from radixlm.constrained.vocab import TokenizerVocab
@@ -203,10 +204,21 @@ class GrammarMatcher:
         """Text every valid continuation starts with (empty when none is forced)."""
         if self._eos_accepted or self._core.is_stopped():
             return ""
+        if self._tracker is not None and self._at_max_length():
+            probe = self.copy()  # a counted string at its maxLength: its closing quote
+            quote = self.grammar.vocab.byte_tokens[0x22]
+            if quote >= 0 and probe.accept_token(quote):
+                return '"' + probe.forced_continuation()
         data = self._core.compute_ff_bytes()
         if self._tracker is not None:  # never force a refused byte; force a checked object's keys
             data = forced_with_checks(self._tracker, self._core, self.grammar.vocab, self._states[-1], data)
         return _decode_prefix(data)
+
+    def _at_max_length(self) -> bool:
+        """Whether a counted string is open with no character left to write (and no escape)."""
+        state = self._states[-1]
+        bounds = self._tracker.bounds(state)
+        return bounds is not None and bounds[1] == state[5] and not state[4]
 
     def required_keys(self) -> list[bytes]:
         """Raw keys (quotes included) that the innermost object checked at runtime still needs
@@ -246,12 +258,15 @@ class GrammarMatcher:
         if tracker is not None:
             state = self._states[-1]
             unique, members = tracker.in_unique(state), bool(tracker.paths.specs)
-            if unique or members:
+            lengths = bool(tracker.paths.strings)
+            if unique or members or lengths:
                 view = bitmask_row.numpy().view(np.uint32)  # ~1 µs: taken once per mask
                 if unique:
                     forbid(tracker, self.grammar.vocab, state, view)
                 if members:  # objects whose members are checked at runtime
                     forbid_members(tracker, self.grammar.vocab, state, view)
+                if lengths:  # strings whose length is counted at runtime
+                    forbid_lengths(tracker, self.grammar.vocab, state, view)
 
     def validate_tokens(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` (no EOS) would be accepted in a row from here; the matcher

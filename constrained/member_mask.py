@@ -76,7 +76,8 @@ def forbid_members(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
 
 
 def _refuser(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> Callable[[int, bool], bool]:
-    """``refuses(token, live)``: whether ``tracker.feed`` refuses the token in ``state``.
+    """``refuses(token, live)``: whether ``tracker.feed`` refuses the token in ``state`` for a
+    checked object or a unique array (not for a counted string's length: ``string_length_mask``).
 
     Inside an open string value, or an open key that can only become a fresh extra key (``shared``),
     the bytes before a token's closing quote are plain characters that change nothing the check
@@ -86,18 +87,18 @@ def _refuser(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> 
     fed whole."""
     table, mode = vocab.token_bytes, state[1]
     if state[4] or not (mode == G_STR or (mode == G_INKEY and shared)):
-        return lambda t, live: tracker.feed(state, table[t] or b"") is None
+        return lambda t, live: tracker.feed(state, table[t] or b"", lengths=False) is None
     quote_at, tails = member_tokens_for(vocab).quote_at, {}
-    closed = tracker.feed(state, b'"')
+    closed = tracker.feed(state, b'"', lengths=False)
 
     def refuses(t: int, live: bool) -> bool:
         q = quote_at.get(t)
         if q is None or live:
-            return tracker.feed(state, table[t] or b"") is None
+            return tracker.feed(state, table[t] or b"", lengths=False) is None
         tail = table[t][q + 1:]
         verdict = tails.get(tail)
         if verdict is None:
-            verdict = tails[tail] = closed is None or tracker.feed(closed, tail) is None
+            verdict = tails[tail] = closed is None or tracker.feed(closed, tail, lengths=False) is None
         return verdict
 
     return refuses

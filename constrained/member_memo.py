@@ -34,7 +34,7 @@ from collections import OrderedDict
 import numpy as np
 from radixlm.constrained.member_check import extra_ok, key_name
 from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_INKEY
+from radixlm.constrained.unique_scan import G_INKEY, G_STR
 
 MEMO_STATES = 2048  # per tracker: states remembered (each holds a byte per candidate)
 UNKNOWN, KEPT, LIVE, REFUSED = 0, 1, 2, 3  # even: fed whenever the core allows it
@@ -177,9 +177,11 @@ _names_lock = threading.Lock()
 def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
     """``(key, shared)``: the state itself, or (``shared``) the state with an open key's bytes
     replaced by ``FRESH_KEY`` when the key can only become a fresh extra key."""
-    frames, mode, _, prefix, esc, _ = state
+    frames, mode, _, prefix, esc, count = state
     if mode != G_INKEY or esc or not prefix or b"\\" in prefix or not frames:
-        return state, False
+        # an open counted string's length is no part of what the check feeds (it feeds with
+        # ``lengths=False``): one entry for every count
+        return (state[:5] + (0,) if count and mode == G_STR else state), False
     top = frames[-1]
     if top[0] != "o" or top[1] < 0:
         return state, False

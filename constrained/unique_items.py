@@ -11,6 +11,13 @@ already written, or an integer ``0``). States are immutable tuples, so the match
 accepted token (``rollback`` pops them, ``copy`` shares them); ``unique_mask`` removes the same
 tokens from the mask.
 
+Strings at the positions ``UniquePaths.strings`` names have their length counted
+(``string_count``): the count rides in the state's last field while such a string is open, and
+``feed`` refuses a token that writes past ``maxLength`` or closes before ``minLength``.
+``feed(..., lengths=False)`` reads the same but refuses nothing for lengths: the runtime member
+check feeds that way, so what it learns of a state holds whatever the count (its memo leaves
+the count out).
+
 Outside strings the reader treats only ASCII whitespace as whitespace
 (``unique_paths.plain_whitespace`` admits only whitespace patterns within it); any other
 unexpected byte rejects the token (the grammar never allows one).
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 from radixlm.constrained.json_schema.unique_paths import UniquePaths
 from radixlm.constrained.member_check import admit, can_add, can_close, key_name, prefix_alive
+from radixlm.constrained.string_count import read_counted
 from radixlm.constrained.unique_scan import (
     ERROR,
     G_AFTER,
@@ -51,20 +59,30 @@ class UniqueTracker:
     A state is ``(frames, mode, vpos, buf, esc, clean)``: the open containers (``("a", items
     state)``, ``("o", state)``, ``("o", state, keys so far)`` for an object whose members are
     checked (``member_check``), ``("u", seen values, zero)`` for a unique array), the reader's
-    mode, the path state of the next value, and the open key's or item's raw bytes.
+    mode, the path state of the next value, and the open key's or item's raw bytes. ``clean``
+    is the characters so far of an open counted string (``bounds``), else 0 outside unique
+    arrays.
     """
 
     def __init__(self, paths: UniquePaths) -> None:
         self.paths = paths
         self.initial = ((), G_VAL, paths.start, b"", 0, 0)
 
+    def bounds(self, state: tuple) -> tuple[int, int | None] | None:
+        """``(minLength, maxLength)`` of the counted string open in ``state``, else None."""
+        strings = self.paths.strings
+        if state[1] != G_STR or not strings or state[2] < 0:
+            return None
+        return strings[state[2]]
+
     def in_unique(self, state: tuple) -> bool:
         """Whether the innermost container is a unique array (where masks need the check)."""
         return state[1] >= U_VAL
 
-    def feed(self, state: tuple, data: bytes) -> tuple | None:
+    def feed(self, state: tuple, data: bytes, lengths: bool = True) -> tuple | None:
         """The state after ``data`` (one token's bytes), or None when they complete a duplicate
-        item (or end on an item that can only become one) or are not JSON the reader follows."""
+        item (or end on an item that can only become one), are not JSON the reader follows, or
+        (``lengths``) break a counted string's bounds."""
         frames, mode, vpos, buf0, esc, clean = state
         buf, i, n = bytearray(buf0), 0, len(data)
         while i < n:
@@ -84,11 +102,10 @@ class UniqueTracker:
                     return None
                 frames = frames[:-1] + (("u", seen | {key}, zero),)
                 continue
-            out = self._general(frames, mode, vpos, buf, esc, data, i)
+            out = self._general(frames, mode, vpos, buf, esc, clean if mode == G_STR else 0, data, i, lengths)
             if out is None:
                 return None
-            frames, mode, vpos, esc, i = out
-            clean = 0
+            frames, mode, vpos, esc, clean, i = out
         if mode in (U_LIT, U_NUM) and dead_open(mode, bytes(buf), frames[-1][1], frames[-1][2]):
             return None
         if mode == G_INKEY and len(frames[-1]) == 3:  # an open key that can only be refused
@@ -97,12 +114,22 @@ class UniqueTracker:
                 return None
         return frames, mode, vpos, bytes(buf), esc, clean
 
-    def _general(self, frames: tuple, mode: int, vpos: int, buf: bytearray, esc: int,
-                 data: bytes, i: int) -> tuple | None:
+    def _general(self, frames: tuple, mode: int, vpos: int, buf: bytearray, esc: int, count: int,
+                 data: bytes, i: int, lengths: bool) -> tuple | None:
         """Read outside unique arrays until one opens or ``data`` ends: ``(frames, mode, vpos,
-        esc, i)``, or None on bytes the reader does not follow."""
+        esc, count, i)``, or None on bytes the reader does not follow (or that break a counted
+        string's bounds, with ``lengths``)."""
         n = len(data)
+        strings = self.paths.strings
         while i < n:
+            if mode == G_STR and strings and vpos >= 0 and strings[vpos] is not None:
+                lo, hi = strings[vpos]
+                esc, count, i, closed = read_counted(data, i, esc, count)
+                if lengths and ((hi is not None and count > hi) or (closed and count < lo)):
+                    return None
+                if closed:
+                    mode, count = (G_AFTER if frames else G_DONE), 0
+                continue
             if mode == G_STR or mode == G_INKEY:
                 out = self._string(frames, mode, vpos, buf, esc, data, i)
                 if out is None:
@@ -124,8 +151,8 @@ class UniqueTracker:
                 return None
             frames, mode, vpos = out
             if mode == U_VAL:
-                return frames, mode, vpos, 0, i
-        return frames, mode, vpos, esc, i
+                return frames, mode, vpos, 0, 0, i
+        return frames, mode, vpos, esc, count, i
 
     def _string(self, frames: tuple, mode: int, vpos: int, buf: bytearray, esc: int,
                 data: bytes, i: int) -> tuple:

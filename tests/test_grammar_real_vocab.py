@@ -46,6 +46,11 @@ CASES = {  # name -> kind, spec, valid text, invalid text
                       compact_json(_tree(3)).replace('"value":7', '"value":"7"', 1)),
     "bounded_string_5000": ("json_schema", {"type": "string", "minLength": 5000, "maxLength": 5000},
                             json.dumps(_ESCAPED, ensure_ascii=False), json.dumps(_ESCAPED + "x", ensure_ascii=False)),
+    "short_bounded_strings": ("json_schema", {"type": "object", "required": ["code", "tags"], "properties": {
+        "code": {"type": "string", "minLength": 2, "maxLength": 3},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}}}},  # counted at runtime
+        compact_json({"code": "né", "tags": ["short", "exactly8", "", "a\"b\nc"]}),
+        compact_json({"code": "né", "tags": ["short", "ninechars"]})),
     "array_500": ("json_schema", {"type": "array", "items": {"type": "integer"}, "minItems": 500, "maxItems": 500},
                   compact_json(list(range(500))), compact_json(list(range(501)))),
     "ebnf_arithmetic": ("ebnf", _ARITH, "(12+3)*45-6/(7+8)", "(12+3)*45-6/(7+"),

@@ -89,7 +89,8 @@ def schema_to_grammar(schema: dict | bool, whitespace_pattern: str | None = None
     grammar = ir.Grammar(start, rules).pruned()
     if grammar is None:
         raise _no_finite_instance(comp)
-    grammar, unique = resolve_unique(comp.ctx, grammar) if comp.ctx.unique_arrays or comp.ctx.member_objects else (grammar, None)
+    grammar, unique = resolve_unique(comp.ctx, grammar) if (comp.ctx.unique_arrays or comp.ctx.member_objects
+                                                            or comp.ctx.unique_runtime) else (grammar, None)
     return SchemaGrammar(grammar, comp.ctx.relaxed, bool(comp.rule_sites), unique)
 
 

@@ -35,8 +35,9 @@ from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.json_schema.counted_strings import counted_bounds, counted_lexemes, uncount
 from radixlm.constrained.json_schema.member_union import separating_blocks, union_of
-from radixlm.constrained.json_schema.unique_reader import OTHER, ROOT, GrammarReader, Surprise
+from radixlm.constrained.json_schema.unique_reader import OTHER, ROOT, STRING_SITE, GrammarReader, Surprise
 
 _RECURSION = 20_000  # the reader recurses along nested rules (Python 3.11 calls use no C stack)
 MAX_STATES = 4096  # automaton states; past it the runtime check is not used (restriction)
@@ -62,6 +63,10 @@ class UniquePaths:
     other: tuple[int, ...]
     members: tuple[int, ...] = ()  # per state: an object opening there is checked by specs[i] (-1: not)
     specs: tuple = ()  # member_objects.MemberSpec of the runtime-checked objects
+    # per state: a string opening there has its length counted by the matcher, (minLength,
+    # maxLength or None), else None; empty when nothing is counted (``counted_strings``)
+    strings: tuple = ()
+    counted: frozenset = frozenset()  # the counted lexemes the grammar no longer bounds
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,9 @@ def resolve_unique(ctx: Any, grammar: ir.Grammar) -> tuple[ir.Grammar, UniquePat
     """``grammar`` with the registered unique rules (and checked objects) that cannot be checked
     at runtime replaced by their restriction (construction), and the automaton of the others
     (None: none is left). The grammar is read once: a fallen rule is then read as an unchecked
-    container of the same members (its fallback's paths are among them: sound)."""
+    container of the same members (its fallback's paths are among them: sound). Counted plain
+    strings that the automaton locates lose their bounds in the grammar (the matcher counts
+    them: ``counted_strings``)."""
     registry: dict[str, Any] = {**ctx.unique_arrays, **ctx.member_objects}
     done: set[str] = set()  # fallen rules, restricted in the grammar
     rebuilt: set[str] = set()  # checked objects built again: their old rule's sites stand for them
@@ -103,28 +110,40 @@ def resolve_unique(ctx: Any, grammar: ir.Grammar) -> tuple[ir.Grammar, UniquePat
         # a restriction may hold registered rules the linear grammar did not reach (a unique
         # array's fallback items): then read again
         if not bad or all(n in done or n in live or n in rebuilt for n in registry if n in grammar.rules):
-            return grammar, paths
+            return (uncount(grammar, paths.counted), paths) if paths is not None else (grammar, None)
 
 
 def _resolve_once(ctx: Any, grammar: ir.Grammar, live: list[str], registry: dict) -> tuple[UniquePaths | None, set, dict]:
     """The automaton of the ``live`` rules that the runtime check can follow, the others, and the
     checked objects to build again with extra keys blocked (``_rebuild``)."""
-    if not live:
+    counted = counted_lexemes(grammar) if ctx.unique_runtime else frozenset()
+    if not live and not counted:
         return None, set(), {}
-    bad: set[str] = set()
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION))
     try:
-        reader, sites = _analyse(grammar, live, registry, ctx.ws)
-        while True:
-            paths, ambiguous, blocks = _automaton(reader, {s: n for s, n in sites.items() if n not in bad}, registry)
-            if not ambiguous:
-                return paths, bad, blocks
-            bad |= ambiguous
-    except (Surprise, RecursionError):  # RecursionError: rules nested past even that
+        try:
+            return _follow(ctx, grammar, live, registry, counted)
+        except (Surprise, RecursionError):  # RecursionError: rules nested past even that
+            if not counted or not live:
+                return None, set(live), {}
+            # the strings' sites made too many states: count none of them, check the rest
+            return _follow(ctx, grammar, live, registry, frozenset())
+    except (Surprise, RecursionError):
         return None, set(live), {}
     finally:
         sys.setrecursionlimit(limit)
+
+
+def _follow(ctx: Any, grammar: ir.Grammar, live: list[str], registry: dict, counted: frozenset) -> tuple:
+    """``_resolve_once`` with ``counted`` lexemes as sites (raises ``Surprise``)."""
+    bad: set[str] = set()
+    reader, sites = _analyse(grammar, live, registry, ctx.ws, counted)
+    while True:
+        paths, ambiguous, blocks = _automaton(reader, {s: n for s, n in sites.items() if n not in bad}, registry)
+        if not ambiguous:
+            return paths, bad, blocks
+        bad |= ambiguous
 
 
 def _restrict(ctx: Any, grammar: ir.Grammar, names: set[str]) -> ir.Grammar:
@@ -167,7 +186,8 @@ def _rebuild(ctx: Any, grammar: ir.Grammar, names: dict[str, frozenset]) -> ir.G
     return out
 
 
-def _analyse(grammar: ir.Grammar, live: list[str], registry: dict, ws: ir.Node) -> tuple[GrammarReader, dict]:
+def _analyse(grammar: ir.Grammar, live: list[str], registry: dict, ws: ir.Node,
+             counted: frozenset) -> tuple[GrammarReader, dict]:
     """The reader over ``grammar`` and the sites of the registered rules."""
     sites = {}
     for name in live:
@@ -176,7 +196,7 @@ def _analyse(grammar: ir.Grammar, live: list[str], registry: dict, ws: ir.Node) 
         if not (isinstance(body, ir.Seq) and body.items and body.items[0] == ir.Lit(bracket)):
             raise Surprise(name)
         sites[(id(body), 0)] = name
-    reader = GrammarReader(grammar, ws)
+    reader = GrammarReader(grammar, ws, counted)
     reader.run(grammar.start)
     return reader, sites
 
@@ -189,6 +209,7 @@ def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[Uniq
     order: list[frozenset] = []
     rows: list = []
     bad: set[str] = set()
+    uncounted: set[str] = set()  # counted lexemes the grammar keeps bounding
     blocks: dict[str, frozenset] = {}
     specs: dict[frozenset, int] = {}  # the checked object rules of a path -> their index in UniquePaths.specs
 
@@ -214,7 +235,8 @@ def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[Uniq
             bad |= {sites[s] for s in unique}
         member = _members_here(objects, sites, registry, bad, blocks, specs)
         # items must be scalars, or any JSON value (read whole: no check applies below them)
-        bad |= {sites[s] for s in unique if edges[s].get("*") and not registry[sites[s]].containers}
+        bad |= {sites[s] for s in unique if any(kind[t] != STRING_SITE for t in edges[s].get("*", ()))
+                and not registry[sites[s]].containers}
         items = state_of(set().union(*(edges[s].get("*", ()) for s in arrays)))
         other = state_of(set().union(*(edges[s].get(OTHER, ()) for s in objects)))
         keys = {}
@@ -224,12 +246,44 @@ def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[Uniq
             if target != other:
                 keys[key] = target
         zero = any(registry[sites[s]].zero for s in unique)
-        rows.append((bool(unique), zero, items, keys, other, member))
+        rows.append((bool(unique), zero, items, keys, other, member, _string_here(group, uncounted)))
         i += 1
     if bad:
         return None, _fallen(order, kind, sites, bad), {}
     checks = tuple(union_of([_blocked(registry[n].spec, blocks.get(n)) for n in sorted(key)]) for key in specs)
+    uncounted |= reader.key_counted | _read_whole(reader, [s for s in sites if kind[s] == "a"])
+    rows = [r[:6] + ((r[6] if r[6] not in uncounted else None),) for r in rows]
     return _pruned(rows, checks), set(), blocks
+
+
+def _string_here(group: frozenset, uncounted: set) -> str | None:
+    """The counted lexeme that a string opening at this path is (None: none, or not only it: then
+    every counted lexeme here goes into ``uncounted``, and the grammar keeps bounding it)."""
+    strings = [s[1] for s in group if s[0] == STRING_SITE]
+    if len(strings) == 1 and strings[0] is not None:
+        return strings[0]
+    uncounted.update(r for r in strings if r is not None)
+    return None
+
+
+def _read_whole(reader: GrammarReader, arrays: list) -> set[str]:
+    """The counted lexemes at or below the items of runtime-checked unique arrays, whose bytes
+    the tracker reads without paths (``array_run``)."""
+    out: set[str] = set()
+    todo = [t for s in arrays for t in reader.edges[s].get("*", ())]
+    seen: set = set()
+    while todo:
+        site = todo.pop()
+        if site in seen:
+            continue
+        seen.add(site)
+        if site[0] == STRING_SITE:
+            if site[1] is not None:
+                out.add(site[1])
+            continue
+        for targets in reader.edges[site].values():
+            todo.extend(targets)
+    return out
 
 
 def _blocked(spec: Any, block: frozenset | None) -> Any:
@@ -274,11 +328,11 @@ def _fallen(order: list, kind: dict, sites: dict, bad: set) -> set:
 def _pruned(rows: list, specs: tuple) -> UniquePaths | None:
     """The automaton without the states below which no unique array or checked object can occur
     (they become -1)."""
-    live = [r[0] or r[5] >= 0 for r in rows]
+    live = [r[0] or r[5] >= 0 or r[6] is not None for r in rows]
     changed = True
     while changed:
         changed = False
-        for s, (_, _, items, keys, other, _) in enumerate(rows):
+        for s, (_, _, items, keys, other, _, _) in enumerate(rows):
             if not live[s] and any(t >= 0 and live[t] for t in (items, other, *keys.values())):
                 live[s] = changed = True
     if not live[0]:
@@ -290,4 +344,7 @@ def _pruned(rows: list, specs: tuple) -> UniquePaths | None:
         start=0, unique=tuple(r[0] for r in kept), zero=tuple(r[1] for r in kept),
         items=tuple(ren(r[2]) for r in kept),
         keys=tuple({k: ren(t) for k, t in r[3].items() if ren(t) != ren(r[4])} for r in kept),
-        other=tuple(ren(r[4]) for r in kept), members=tuple(r[5] for r in kept), specs=specs)
+        other=tuple(ren(r[4]) for r in kept), members=tuple(r[5] for r in kept), specs=specs,
+        strings=tuple(counted_bounds(r[6]) if r[6] is not None else None for r in kept)
+        if any(r[6] is not None for r in kept) else (),
+        counted=frozenset(r[6] for r in kept if r[6] is not None))

@@ -8,6 +8,11 @@ the grammar, ``(id(seq), index)``) can stand where: ``edges[site][label]`` are t
 can be its items (label ``"*"``) or its member's value under a literal key (the key's raw
 bytes) or a lexeme's key (``OTHER``). Rules are summarised per entry frame; recursion is solved
 to a fixpoint per strongly connected group of summaries.
+
+When the grammar has counted plain strings (``counted_strings``), the string-valued scalars are
+sites too, of kind ``s``: ``(STRING_SITE, regex)`` for a counted lexeme, ``(STRING_SITE, None)``
+for any other lexeme or literal that can be a string; ``key_counted`` collects the counted
+lexemes that stand as keys.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.json_schema.counted_strings import may_be_string
 
 OTHER = None  # label of a member whose key a lexeme generates (not a literal key)
 ROOT = "root"
+STRING_SITE = "s"  # the first half of a string scalar's site
 
 
 class Surprise(Exception):
@@ -31,8 +38,10 @@ class GrammarReader:
     ``("V", key)`` the member's value expected); ``k`` counts frames a rule closed below its
     entry frame (a rule summary's result)."""
 
-    def __init__(self, grammar: ir.Grammar, ws: ir.Node) -> None:
+    def __init__(self, grammar: ir.Grammar, ws: ir.Node, counted: frozenset = frozenset()) -> None:
         self.rules, self.ws = grammar.rules, ws
+        self.counted = counted  # empty: scalars are not sites (nothing is counted at runtime)
+        self.key_counted: set[str] = set()
         self.kind: dict = {ROOT: "a"}
         self.edges: dict = defaultdict(lambda: defaultdict(set))  # site -> label -> sites
         self.named: dict = defaultdict(set)  # object site -> its literal keys
@@ -68,7 +77,7 @@ class GrammarReader:
             return frozenset(self._lit(s, node.text, None) for s in states)
         if node == self.ws:
             return states
-        return frozenset(self._lex(s) for s in states)
+        return frozenset(self._lex(s, node) for s in states)
 
     def _rep(self, node: ir.Rep, states: frozenset) -> frozenset:
         reach: set = set()
@@ -151,15 +160,22 @@ class GrammarReader:
         if kind == "o" and local == "K":
             self.named[where].add(text.encode())
             return k, frames[:-1] + ((where, kind, ("C", text.encode())),)
+        if self.counted and text.startswith('"'):
+            self._edge(top, (STRING_SITE, None), "s")
         return k, frames[:-1] + (_done(top),)
 
-    def _lex(self, state: tuple) -> tuple:
+    def _lex(self, state: tuple, node: ir.Node) -> tuple:
         k, frames = state
         if not frames:
             raise Surprise("a lexeme after the container closed")
         where, kind, local = frames[-1]
+        regex = node.regex if isinstance(node, ir.Lex) else None
         if kind == "o" and local == "K":
+            if regex in self.counted:
+                self.key_counted.add(regex)
             return k, frames[:-1] + ((where, kind, ("C", OTHER)),)
+        if self.counted and may_be_string(node):
+            self._edge(frames[-1], (STRING_SITE, regex if regex in self.counted else None), "s")
         return k, frames[:-1] + (_done(frames[-1]),)
 
     def _edge(self, top: tuple, site: tuple, kind: str) -> None:

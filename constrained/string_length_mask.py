@@ -1,0 +1,259 @@
+"""The mask half of counted strings (``json_schema.counted_strings``): clear the tokens that
+``UniqueTracker.feed`` refuses for a counted string's length, without feeding the vocabulary.
+
+The grammar gives a counted string the unbounded lexeme, so the core's mask allows any length;
+this narrows it to what ``accept_token`` takes, exactly:
+
+- Inside a counted string (``tracker.bounds``), a token's characters before its closing quote
+  (or all of them) come from a per-vocabulary table for each escape state (``string_count``):
+  a token is refused when they pass ``maxLength``, or when it closes the string before
+  ``minLength``. The cleared words for each (escape state, room left, characters still due) are
+  cached, so a mask costs one vectorised AND.
+- Elsewhere, a token with one quote opens a string after its prefix (``,"ab``, ``:"abc``): each
+  distinct prefix is fed once per state (memo), and where it opens a counted string, the
+  prefix's tokens with more characters after the quote than ``maxLength`` are cleared.
+- Tokens with two quotes or more (``","``, ``""``, ``":"``: a few hundred in a 152k
+  vocabulary) may close one string and open another: the ones the core allows are fed whole.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+from radixlm.constrained.string_count import chars_until_close, read_counted
+from radixlm.constrained.unique_items import UniqueTracker
+from radixlm.constrained.unique_scan import G_AFTER, G_COLON, G_DONE, G_INKEY, G_KEY, G_STR, G_VAL, U_STR
+
+_CACHE = 1024  # cached clears per vocabulary
+_MEMO = 8192  # memoised states and verdicts per tracker
+_WS = b" \t\n\r"
+# the first bytes a one-quote token's prefix can have in a structural mode (b"": the quote itself)
+_FIRST = {G_VAL: _WS + b"[{-0123456789tfn", G_AFTER: _WS + b",]}", G_KEY: _WS + b"}", G_COLON: _WS + b":",
+          G_DONE: _WS}
+_IN_STRING = (G_STR, G_INKEY, U_STR)  # a one-quote token's quote closes the string: it opens none
+
+
+class LengthTables:
+    """Per-vocabulary tables (built once, shared by every grammar of the vocabulary)."""
+
+    def __init__(self, vocab: Any) -> None:
+        table = vocab.token_bytes
+        self.words = vocab.mask_words
+        self._table = table
+        self._lock = threading.Lock()
+        self._chars: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
+        self._clears: OrderedDict = OrderedDict()
+        groups: dict[bytes, list[tuple[int, int]]] = {}
+        multi: list[int] = []
+        for t, data in enumerate(table):
+            if not data or 0x22 not in data:
+                continue
+            q = data.index(0x22)
+            if data.count(0x22) > 1:
+                multi.append(t)
+            else:
+                groups.setdefault(data[:q], []).append((chars_until_close(data[q + 1:], 0)[0], t))
+        # a two-quote token's bytes after the quote that closes a string it starts inside (None:
+        # it does not close one)
+        self.tails = {t: _tail(table[t]) for t in multi}
+        self.multi = np.array(multi, dtype=np.int64)
+        self._multi_word, self._multi_bit = self.multi >> 5, (1 << (self.multi & 31)).astype(np.uint32)
+        # prefix -> (after-quote characters, descending; their ids)
+        self.groups = {p: (np.array([c for c, _ in sorted(m, reverse=True)], dtype=np.int64),
+                           np.array([t for _, t in sorted(m, reverse=True)], dtype=np.int64))
+                       for p, m in groups.items()}
+
+    def chars(self, esc: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """``(characters, closes, most)`` of every token read as string content from ``esc``."""
+        found = self._chars.get(esc)
+        if found is None:
+            with self._lock:
+                found = self._chars.get(esc)
+                if found is None:
+                    counts = np.zeros(len(self._table), dtype=np.int32)
+                    closes = np.zeros(len(self._table), dtype=bool)
+                    for t, data in enumerate(self._table):
+                        if data:
+                            counts[t], closes[t] = chars_until_close(data, esc)
+                    found = self._chars[esc] = (counts, closes, int(counts.max(initial=0)))
+        return found
+
+    def keep_inside(self, esc: int, room: int | None, due: int) -> np.ndarray | None:
+        """The words to AND into a mask inside a counted string with ``room`` characters left
+        (None: no maximum) and ``due`` still needed before the closing quote; None: all pass."""
+        counts, closes, most = self.chars(esc)
+        room = None if room is None or room >= most else room
+        due = min(due, most + 1)
+        if room is None and due <= 0:
+            return None
+        return self._cached(("in", esc, room, due), lambda: ~_pack(
+            (counts > room if room is not None else False) | (closes & (counts < due)), self.words))
+
+    def clear_opening(self, prefix: bytes, room: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(words, keep)`` that clear the tokens of ``prefix`` writing more than ``room``
+        characters into the string their quote opens (None: none does)."""
+        after, ids = self.groups[prefix]
+        k = int(np.searchsorted(-after, -room, side="left"))  # after[:k] > room
+        if not k:
+            return None
+
+        def build() -> tuple[np.ndarray, np.ndarray]:
+            words = ids[:k] >> 5
+            bits = np.zeros(self.words, dtype=np.uint32)
+            np.bitwise_or.at(bits, words, (1 << (ids[:k] & 31)).astype(np.uint32))
+            at = np.unique(words)
+            return at, ~bits[at]
+
+        return self._cached(("open", prefix, room), build)
+
+    def prefixes(self, mode: int) -> list[bytes]:
+        """The prefixes whose tokens can open a string in ``mode`` (all for modes without a
+        first-byte rule)."""
+        first = _FIRST.get(mode)
+        if first is None:
+            return list(self.groups)
+        return [p for p in self.groups if not p or p[0] in first]
+
+    def allowed_multi(self, words: np.ndarray) -> list[int]:
+        """The tokens with two quotes or more that ``words`` allows."""
+        return self.multi[(words[self._multi_word] & self._multi_bit) != 0].tolist()
+
+    def _cached(self, key: tuple, build: Any) -> Any:
+        found = self._clears.get(key)
+        if found is None:
+            found = build()
+            with self._lock:
+                self._clears[key] = found
+                while len(self._clears) > _CACHE:
+                    self._clears.popitem(last=False)
+        return found
+
+
+def _tail(data: bytes) -> bytes | None:
+    _, _, i, closed = read_counted(data, 0, 0, 0)
+    return data[i:] if closed else None
+
+
+def _pack(flags: np.ndarray, words: int) -> np.ndarray:
+    """A token bitmask (uint32 words, bit ``i % 32`` of word ``i // 32``) of boolean ``flags``."""
+    padded = np.zeros(words * 32, dtype=bool)
+    padded[:len(flags)] = flags
+    return np.packbits(padded, bitorder="little").view(np.uint32)
+
+
+_tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_memos: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def tables_for(vocab: Any) -> LengthTables:
+    """The (created on first use) length tables of ``vocab``."""
+    found = _tables.get(vocab)
+    if found is None:
+        with _lock:
+            found = _tables.get(vocab)
+            if found is None:
+                found = _tables[vocab] = LengthTables(vocab)
+    return found
+
+
+def forbid_lengths(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) -> None:
+    """Clear from ``words`` (the core's mask, uint32) every token ``tracker.feed`` refuses in
+    ``state`` for a counted string's length."""
+    tables = tables_for(vocab)
+    bounds = tracker.bounds(state)
+    memo = _memo_for(tracker)
+    if bounds is not None:
+        lo, hi = bounds
+        count, esc = state[5], state[4]
+        keep = tables.keep_inside(esc, None if hi is None else hi - count, lo - count)
+        if keep is not None:
+            words &= keep
+        refuses = _tail_refuser(tracker, vocab, memo, state)
+    else:
+        for at, keep in _openings(tracker, tables, memo, state):
+            words[at] &= keep
+        refuses = _whole_refuser(tracker, vocab, memo, state)
+    for t in tables.allowed_multi(words):
+        if refuses(t):
+            words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
+
+
+def _tail_refuser(tracker: UniqueTracker, vocab: Any, memo: OrderedDict, state: tuple) -> Any:
+    """Inside a counted string: whether a two-quote token that the table let through is refused
+    for what follows its closing quote (verdicts filed per closed state, whatever the count: the
+    table checked the characters before the quote)."""
+    table = vocab.token_bytes
+    if state[4]:  # rare: inside an escape, feed whole
+        return lambda t: tracker.feed(state, table[t]) is None
+    closed = tracker.feed(state, b'"', lengths=False)
+    verdicts = _verdicts(memo, ("closed", closed))
+    tails = tables_for(vocab).tails
+
+    def refuses(t: int) -> bool:
+        verdict = verdicts.get(t)
+        if verdict is None:
+            tail = tails[t]
+            verdict = verdicts[t] = tail is not None and (closed is None or tracker.feed(closed, tail) is None)
+        return verdict
+
+    return refuses
+
+
+def _whole_refuser(tracker: UniqueTracker, vocab: Any, memo: OrderedDict, state: tuple) -> Any:
+    """Outside a counted string: whether a two-quote token is refused (verdicts per state)."""
+    table, verdicts = vocab.token_bytes, _verdicts(memo, ("whole", state))
+
+    def refuses(t: int) -> bool:
+        verdict = verdicts.get(t)
+        if verdict is None:
+            verdict = verdicts[t] = tracker.feed(state, table[t]) is None
+        return verdict
+
+    return refuses
+
+
+def _verdicts(memo: OrderedDict, key: tuple) -> dict:
+    found = memo.get(key)
+    if found is None:
+        found = {}
+        _remember(memo, key, found)
+    return found
+
+
+def _memo_for(tracker: UniqueTracker) -> OrderedDict:
+    memo = _memos.get(tracker)
+    if memo is None:
+        with _lock:
+            memo = _memos.setdefault(tracker, OrderedDict())
+    return memo
+
+
+def _remember(memo: OrderedDict, key: Any, value: Any) -> None:
+    with _lock:
+        memo[key] = value
+        while len(memo) > _MEMO:
+            memo.popitem(last=False)
+
+
+def _openings(tracker: UniqueTracker, tables: LengthTables, memo: OrderedDict, state: tuple) -> list:
+    """The clears of the one-quote tokens whose quote opens a counted string from ``state``
+    (memoised per tracker and state)."""
+    if state[1] in _IN_STRING:
+        return []
+    found = memo.get(state)
+    if found is None:
+        found = []
+        for prefix in tables.prefixes(state[1]):
+            opened = tracker.feed(state, prefix + b'"', lengths=False)
+            bounds = tracker.bounds(opened) if opened is not None else None
+            if bounds is not None and bounds[1] is not None:
+                clear = tables.clear_opening(prefix, bounds[1])
+                if clear is not None:
+                    found.append(clear)
+        _remember(memo, state, found)
+    return found
