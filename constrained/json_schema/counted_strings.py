@@ -15,12 +15,14 @@ way.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.json_schema.lexemes import STRING
 from radixlm.constrained.pattern.ecma import STRING_CHAR
 from radixlm.constrained.pattern.first_chars import first_chars
 
+STRING_SITE = "s"  # the first half of a string scalar's site in the path automaton's reader
 _COUNTED = re.compile(re.escape(f'"{STRING_CHAR}{{') + r"(\d+),(\d*)\}\"")
 
 
@@ -86,3 +88,33 @@ def uncount(grammar: ir.Grammar, regexes: frozenset[str]) -> ir.Grammar:
         return out
 
     return ir.Grammar(swap(grammar.start), {n: swap(r) for n, r in grammar.rules.items()})
+
+
+def string_here(group: frozenset, uncounted: set) -> str | None:
+    """The counted lexeme that a string opening at this path is (None: none, or not only it: then
+    every counted lexeme here goes into ``uncounted``, and the grammar keeps bounding it)."""
+    strings = [s[1] for s in group if s[0] == STRING_SITE]
+    if len(strings) == 1 and strings[0] is not None:
+        return strings[0]
+    uncounted.update(r for r in strings if r is not None)
+    return None
+
+
+def read_whole(reader: Any, arrays: list) -> set[str]:
+    """The counted lexemes at or below the items of runtime-checked unique arrays, whose bytes
+    the tracker reads without paths (``array_run``)."""
+    out: set[str] = set()
+    todo = [t for s in arrays for t in reader.edges[s].get("*", ())]
+    seen: set = set()
+    while todo:
+        site = todo.pop()
+        if site in seen:
+            continue
+        seen.add(site)
+        if site[0] == STRING_SITE:
+            if site[1] is not None:
+                out.add(site[1])
+            continue
+        for targets in reader.edges[site].values():
+            todo.extend(targets)
+    return out

@@ -35,9 +35,16 @@ from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.json_schema.counted_strings import counted_bounds, counted_lexemes, uncount
+from radixlm.constrained.json_schema.counted_strings import (
+    STRING_SITE,
+    counted_bounds,
+    counted_lexemes,
+    read_whole,
+    string_here,
+    uncount,
+)
 from radixlm.constrained.json_schema.member_union import separating_blocks, union_of
-from radixlm.constrained.json_schema.unique_reader import OTHER, ROOT, STRING_SITE, GrammarReader, Surprise
+from radixlm.constrained.json_schema.unique_reader import OTHER, ROOT, GrammarReader, Surprise
 
 _RECURSION = 20_000  # the reader recurses along nested rules (Python 3.11 calls use no C stack)
 MAX_STATES = 4096  # automaton states; past it the runtime check is not used (restriction)
@@ -246,44 +253,14 @@ def _automaton(reader: GrammarReader, sites: dict, registry: dict) -> tuple[Uniq
             if target != other:
                 keys[key] = target
         zero = any(registry[sites[s]].zero for s in unique)
-        rows.append((bool(unique), zero, items, keys, other, member, _string_here(group, uncounted)))
+        rows.append((bool(unique), zero, items, keys, other, member, string_here(group, uncounted)))
         i += 1
     if bad:
         return None, _fallen(order, kind, sites, bad), {}
     checks = tuple(union_of([_blocked(registry[n].spec, blocks.get(n)) for n in sorted(key)]) for key in specs)
-    uncounted |= reader.key_counted | _read_whole(reader, [s for s in sites if kind[s] == "a"])
+    uncounted |= reader.key_counted | read_whole(reader, [s for s in sites if kind[s] == "a"])
     rows = [r[:6] + ((r[6] if r[6] not in uncounted else None),) for r in rows]
     return _pruned(rows, checks), set(), blocks
-
-
-def _string_here(group: frozenset, uncounted: set) -> str | None:
-    """The counted lexeme that a string opening at this path is (None: none, or not only it: then
-    every counted lexeme here goes into ``uncounted``, and the grammar keeps bounding it)."""
-    strings = [s[1] for s in group if s[0] == STRING_SITE]
-    if len(strings) == 1 and strings[0] is not None:
-        return strings[0]
-    uncounted.update(r for r in strings if r is not None)
-    return None
-
-
-def _read_whole(reader: GrammarReader, arrays: list) -> set[str]:
-    """The counted lexemes at or below the items of runtime-checked unique arrays, whose bytes
-    the tracker reads without paths (``array_run``)."""
-    out: set[str] = set()
-    todo = [t for s in arrays for t in reader.edges[s].get("*", ())]
-    seen: set = set()
-    while todo:
-        site = todo.pop()
-        if site in seen:
-            continue
-        seen.add(site)
-        if site[0] == STRING_SITE:
-            if site[1] is not None:
-                out.add(site[1])
-            continue
-        for targets in reader.edges[site].values():
-            todo.extend(targets)
-    return out
 
 
 def _blocked(spec: Any, block: frozenset | None) -> Any:

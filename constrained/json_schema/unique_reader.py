@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections import defaultdict
 
 from radixlm.constrained import grammar_ir as ir
-from radixlm.constrained.json_schema.counted_strings import may_be_string
+from radixlm.constrained.json_schema.counted_strings import STRING_SITE, may_be_string
 
 OTHER = None  # label of a member whose key a lexeme generates (not a literal key)
 ROOT = "root"
-STRING_SITE = "s"  # the first half of a string scalar's site
 
 
 class Surprise(Exception):
