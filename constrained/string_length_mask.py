@@ -28,6 +28,8 @@ from radixlm.constrained.string_count import chars_until_close, read_counted
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_COLON, G_DONE, G_INKEY, G_KEY, G_STR, G_VAL, U_STR
 
+ESCAPES = (0, -1, 1, 2, 3, 4)  # string_count's escape states
+_TAILS = bytes(range(0x80, 0xC0))
 _CACHE = 1024  # cached clears per vocabulary
 _MEMO = 8192  # memoised states and verdicts per tracker
 _WS = b" \t\n\r"
@@ -68,19 +70,13 @@ class LengthTables:
                        for p, m in groups.items()}
 
     def chars(self, esc: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """``(characters, closes, most)`` of every token read as string content from ``esc``."""
-        found = self._chars.get(esc)
-        if found is None:
+        """``(characters, closes, most)`` of every token read as string content from ``esc``
+        (every escape state's table is built on the first call, in one pass)."""
+        if not self._chars:
             with self._lock:
-                found = self._chars.get(esc)
-                if found is None:
-                    counts = np.zeros(len(self._table), dtype=np.int32)
-                    closes = np.zeros(len(self._table), dtype=bool)
-                    for t, data in enumerate(self._table):
-                        if data:
-                            counts[t], closes[t] = chars_until_close(data, esc)
-                    found = self._chars[esc] = (counts, closes, int(counts.max(initial=0)))
-        return found
+                if not self._chars:
+                    self._chars = _build_chars(self._table)
+        return self._chars[esc]
 
     def keep_inside(self, esc: int, room: int | None, due: int) -> np.ndarray | None:
         """The words to AND into a mask inside a counted string with ``room`` characters left
@@ -131,6 +127,28 @@ class LengthTables:
                 while len(self._clears) > _CACHE:
                     self._clears.popitem(last=False)
         return found
+
+
+def _build_chars(table: Any) -> dict[int, tuple[np.ndarray, np.ndarray, int]]:
+    """``LengthTables.chars`` for every escape state. A token without a quote or a backslash
+    reads the same from every state once the escape's tail (its first 1, or 5 after ``\\u``, or
+    1-4 bytes) is skipped: its characters are its lead bytes past that tail."""
+    n = len(table)
+    counts = {e: np.zeros(n, dtype=np.int32) for e in ESCAPES}
+    closes = {e: np.zeros(n, dtype=bool) for e in ESCAPES}
+    for t, data in enumerate(table):
+        if not data:
+            continue
+        if 0x22 in data or 0x5C in data:
+            for e in ESCAPES:
+                counts[e][t], closes[e][t] = chars_until_close(data, e)
+            continue
+        leads = [b & 0xC0 != 0x80 for b in data[:5]]
+        total = len(data.translate(None, _TAILS))
+        for e in ESCAPES:
+            skip = e if e > 0 else 0 if e == 0 else (5 if data[0] == 0x75 else 1)
+            counts[e][t] = total - sum(leads[:skip])
+    return {e: (counts[e], closes[e], int(counts[e].max(initial=0))) for e in ESCAPES}
 
 
 def _tail(data: bytes) -> bytes | None:

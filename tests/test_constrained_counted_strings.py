@@ -17,7 +17,8 @@ import torch
 from radixlm.constrained import compile_grammar
 from radixlm.constrained.json_schema.compiler import schema_to_grammar
 from radixlm.constrained.member_memo import memo_key
-from radixlm.constrained.string_count import read_counted
+from radixlm.constrained.string_count import chars_until_close, read_counted
+from radixlm.constrained.string_length_mask import ESCAPES, LengthTables
 from radixlm.constrained.testing.walks import allowed_ids
 from radixlm.constrained.vocab import TokenizerVocab
 
@@ -157,3 +158,13 @@ def test_the_member_memo_has_one_entry_for_every_count(vocab, monkeypatch):
         if i >= 5:  # inside the string: counts 0..3
             keys.add(memo_key(grammar.unique_tracker, m._states[-1])[0])
     assert len(keys) == 1
+
+
+def test_the_tables_read_every_token_as_the_tracker_does(vocab):
+    tables = LengthTables(vocab)
+    for esc in ESCAPES:
+        counts, closes, most = tables.chars(esc)
+        for t, data in enumerate(vocab.token_bytes):
+            if data:
+                assert (counts[t], closes[t]) == chars_until_close(data, esc), (esc, data)
+        assert most == max(counts)
