@@ -63,3 +63,18 @@ def test_regex_and_ebnf_close_too(engine):
     for p, out in zip(params, outs):
         assert out["meta_info"]["finish_reason"]["type"] == "stop", (p, out["text"])
         assert not out["meta_info"].get("constraint_violations")
+
+
+BOUNDED = {"type": "object", "properties": {  # plain bounded strings: counted by the matcher
+    "code": {"type": "string", "minLength": 3, "maxLength": 4},
+    "tags": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 6}, "minItems": 1}},
+    "required": ["code", "tags"]}
+
+
+@pytest.mark.parametrize("budget", [24, 48])
+def test_counted_strings_hold_their_bounds_and_close_within_budget(engine, budget):
+    params = [{"temperature": 1.0, "max_new_tokens": budget, "seed": s, "json_schema": BOUNDED} for s in range(6)]
+    for out in engine.generate(["Answer:"] * len(params), params):
+        assert out["meta_info"]["finish_reason"]["type"] == "stop", out["text"]
+        assert out["meta_info"]["completion_tokens"] <= budget
+        jsonschema.validate(json.loads(out["text"]), BOUNDED)
