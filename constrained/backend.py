@@ -94,7 +94,7 @@ class GrammarBackend:
             vocab, num_workers, compile_timeout_s, 0, self._adapter)
         if self._adapter is None:  # the member check's per-vocabulary files (~0.5 s at 152k), built
             member_tokens_for(vocab).warm()  # now rather than in the first checked mask's step
-            tables_for(vocab).chars(0)  # counted strings' tables (~0.3 s at 152k), likewise
+            tables_for(vocab).warm()  # counted strings' tables and masks (~0.3 s at 152k), likewise
 
     def _make_pool(self, num_workers: int) -> CompilePool | ThreadCompilePool:
         """Worker processes; threads in this process only where no process can be used."""

@@ -18,12 +18,14 @@ this narrows it to what ``accept_token`` takes, exactly:
 
 from __future__ import annotations
 
+import bisect
 import threading
 import weakref
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
+from radixlm.constrained.member_memo import FRESH_KEY
 from radixlm.constrained.string_count import chars_until_close, read_counted
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_COLON, G_DONE, G_INKEY, G_KEY, G_STR, G_VAL, U_STR
@@ -36,7 +38,8 @@ _WS = b" \t\n\r"
 # the first bytes a one-quote token's prefix can have in a structural mode (b"": the quote itself)
 _FIRST = {G_VAL: _WS + b"[{-0123456789tfn", G_AFTER: _WS + b",]}", G_KEY: _WS + b"}", G_COLON: _WS + b":",
           G_DONE: _WS}
-_IN_STRING = (G_STR, G_INKEY, U_STR)  # a one-quote token's quote closes the string: it opens none
+_IN_STRING = (G_STR, G_INKEY, U_STR)
+_NONE: frozenset = frozenset()  # a one-quote token's quote closes the string: it opens none
 
 
 class LengthTables:
@@ -83,11 +86,18 @@ class LengthTables:
         (None: no maximum) and ``due`` still needed before the closing quote; None: all pass."""
         counts, closes, most = self.chars(esc)
         room = None if room is None or room >= most else room
-        due = min(due, most + 1)
-        if room is None and due <= 0:
+        due = max(0, min(due, most + 1))
+        if room is None and not due:
             return None
         return self._cached(("in", esc, room, due), lambda: ~_pack(
             (counts > room if room is not None else False) | (closes & (counts < due)), self.words))
+
+    def warm(self) -> None:
+        """Build the tables, and the masks of every room left outside escapes with nothing due
+        (a first request's masks inside a ``maxLength`` string then build none)."""
+        most = self.chars(0)[2]
+        for room in range(most):
+            self.keep_inside(0, room, 0)
 
     def clear_opening(self, prefix: bytes, room: int) -> tuple[np.ndarray, np.ndarray] | None:
         """``(words, keep)`` that clear the tokens of ``prefix`` writing more than ``room``
@@ -185,6 +195,7 @@ def forbid_lengths(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
     tables = tables_for(vocab)
     bounds = tracker.bounds(state)
     memo = _memo_for(tracker)
+    state = _projected(tracker, memo, state)
     if bounds is not None:
         lo, hi = bounds
         count, esc = state[5], state[4]
@@ -195,16 +206,44 @@ def forbid_lengths(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
     else:
         for at, keep in _openings(tracker, tables, memo, state):
             words[at] &= keep
-        refuses = _whole_refuser(tracker, vocab, memo, state)
+        # inside any other value string the first quote closes it whatever came before: one set
+        # of verdicts per closed state serves every position of the string
+        in_value = state[1] == G_STR
+        refuses = (_tail_refuser if in_value else _whole_refuser)(tracker, vocab, memo, state)
     for t in tables.allowed_multi(words):
         if refuses(t):
             words[t >> 5] &= np.uint32(~(1 << (t & 31)) & 0xFFFFFFFF)
 
 
+def _projected(tracker: UniqueTracker, memo: OrderedDict, state: tuple) -> tuple:
+    """``state`` as far as lengths go: objects unchecked and unique arrays without their items
+    (what the member and unique checks refuse, they clear themselves), and an open key that no
+    named key starts with spelled ``FRESH_KEY`` (its member's value is the object's other one,
+    whatever its name). States that differ only there share their memo entries."""
+    frames, mode, vpos, buf, esc, count = state
+    if any(len(f) == 3 for f in frames):
+        frames = tuple(f if len(f) == 2 else f[:2] if f[0] == "o" else ("u", _NONE, f[2]) for f in frames)
+    if mode == G_INKEY and buf:
+        pos = frames[-1][1]
+        if pos < 0 or not _named_prefix(tracker, memo, pos, buf):
+            buf = FRESH_KEY
+    return frames, mode, vpos, buf, esc, count
+
+
+def _named_prefix(tracker: UniqueTracker, memo: OrderedDict, pos: int, prefix: bytes) -> bool:
+    """Whether a raw key the path table names at object state ``pos`` starts with ``prefix``."""
+    names = memo.get(("names", pos))
+    if names is None:
+        names = sorted(tracker.paths.keys[pos])
+        _remember(memo, ("names", pos), names)
+    i = bisect.bisect_left(names, prefix)
+    return i < len(names) and names[i].startswith(prefix)
+
+
 def _tail_refuser(tracker: UniqueTracker, vocab: Any, memo: OrderedDict, state: tuple) -> Any:
-    """Inside a counted string: whether a two-quote token that the table let through is refused
-    for what follows its closing quote (verdicts filed per closed state, whatever the count: the
-    table checked the characters before the quote)."""
+    """Inside a value string: whether a two-quote token is refused for what follows its closing
+    quote (verdicts filed per closed state, whatever came before; in a counted string the table
+    checked the characters before the quote)."""
     table = vocab.token_bytes
     if state[4]:  # rare: inside an escape, feed whole
         return lambda t: tracker.feed(state, table[t]) is None
