@@ -39,7 +39,8 @@ _WS = b" \t\n\r"
 _FIRST = {G_VAL: _WS + b"[{-0123456789tfn", G_AFTER: _WS + b",]}", G_KEY: _WS + b"}", G_COLON: _WS + b":",
           G_DONE: _WS}
 _IN_STRING = (G_STR, G_INKEY, U_STR)
-_NONE: frozenset = frozenset()  # a one-quote token's quote closes the string: it opens none
+_NONE: frozenset = frozenset()
+_UNSEEN = object()  # a one-quote token's quote closes the string: it opens none
 
 
 class LengthTables:
@@ -247,7 +248,10 @@ def _tail_refuser(tracker: UniqueTracker, vocab: Any, memo: OrderedDict, state: 
     table = vocab.token_bytes
     if state[4]:  # rare: inside an escape, feed whole
         return lambda t: tracker.feed(state, table[t]) is None
-    closed = tracker.feed(state, b'"', lengths=False)
+    closed = memo.get(("quote", state), _UNSEEN)
+    if closed is _UNSEEN:
+        closed = tracker.feed(state, b'"', lengths=False)
+        _remember(memo, ("quote", state), closed)
     verdicts = _verdicts(memo, ("closed", closed))
     tails = tables_for(vocab).tails
 
