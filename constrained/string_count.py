@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 _PLAIN = re.compile(rb'[^"\\]+')
-_TAILS = bytes(range(0x80, 0xC0))  # UTF-8 continuation bytes: their character counted already
+TAILS = bytes(range(0x80, 0xC0))  # UTF-8 continuation bytes: their character counted already
 
 
 def read_counted(data: bytes, i: int, esc: int, count: int) -> tuple[int, int, int, bool]:
@@ -32,7 +32,7 @@ def read_counted(data: bytes, i: int, esc: int, count: int) -> tuple[int, int, i
         m = _PLAIN.match(data, i)
         if m is not None:
             run = m.group()
-            count += len(run.translate(None, _TAILS))
+            count += len(run.translate(None, TAILS))
             i = m.end()
             continue
         if data[i] == 0x22:

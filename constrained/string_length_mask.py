@@ -13,7 +13,9 @@ this narrows it to what ``accept_token`` takes, exactly:
   distinct prefix is fed once per state (memo), and where it opens a counted string, the
   prefix's tokens with more characters after the quote than ``maxLength`` are cleared.
 - Tokens with two quotes or more (``","``, ``""``, ``":"``: a few hundred in a 152k
-  vocabulary) may close one string and open another: the ones the core allows are fed whole.
+  vocabulary) may close one string and open another: the ones the core allows are fed, and
+  their verdicts filed per state (inside a value string, per the state its closing quote leads
+  to). Memo keys are states as far as lengths go (``_projected``).
 """
 
 from __future__ import annotations
@@ -26,21 +28,20 @@ from typing import Any
 
 import numpy as np
 from radixlm.constrained.member_memo import FRESH_KEY
-from radixlm.constrained.string_count import chars_until_close, read_counted
+from radixlm.constrained.string_count import TAILS, chars_until_close, read_counted
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_COLON, G_DONE, G_INKEY, G_KEY, G_STR, G_VAL, U_STR
 
 ESCAPES = (0, -1, 1, 2, 3, 4)  # string_count's escape states
-_TAILS = bytes(range(0x80, 0xC0))
 _CACHE = 1024  # cached clears per vocabulary
 _MEMO = 8192  # memoised states and verdicts per tracker
 _WS = b" \t\n\r"
 # the first bytes a one-quote token's prefix can have in a structural mode (b"": the quote itself)
 _FIRST = {G_VAL: _WS + b"[{-0123456789tfn", G_AFTER: _WS + b",]}", G_KEY: _WS + b"}", G_COLON: _WS + b":",
           G_DONE: _WS}
-_IN_STRING = (G_STR, G_INKEY, U_STR)
+_IN_STRING = (G_STR, G_INKEY, U_STR)  # a one-quote token's quote closes the string: it opens none
 _NONE: frozenset = frozenset()
-_UNSEEN = object()  # a one-quote token's quote closes the string: it opens none
+_UNSEEN = object()  # no closed state filed yet (None is a filed answer: the quote is refused)
 
 
 class LengthTables:
@@ -69,8 +70,7 @@ class LengthTables:
         self.multi = np.array(multi, dtype=np.int64)
         self._multi_word, self._multi_bit = self.multi >> 5, (1 << (self.multi & 31)).astype(np.uint32)
         # prefix -> (after-quote characters, descending; their ids)
-        self.groups = {p: (np.array([c for c, _ in sorted(m, reverse=True)], dtype=np.int64),
-                           np.array([t for _, t in sorted(m, reverse=True)], dtype=np.int64))
+        self.groups = {p: tuple(np.array(col, dtype=np.int64) for col in zip(*sorted(m, reverse=True)))
                        for p, m in groups.items()}
 
     def chars(self, esc: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -155,7 +155,7 @@ def _build_chars(table: Any) -> dict[int, tuple[np.ndarray, np.ndarray, int]]:
                 counts[e][t], closes[e][t] = chars_until_close(data, e)
             continue
         leads = [b & 0xC0 != 0x80 for b in data[:5]]
-        total = len(data.translate(None, _TAILS))
+        total = len(data.translate(None, TAILS))
         for e in ESCAPES:
             skip = e if e > 0 else 0 if e == 0 else (5 if data[0] == 0x75 else 1)
             counts[e][t] = total - sum(leads[:skip])
