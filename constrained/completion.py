@@ -101,7 +101,7 @@ def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: 
         if track.number:
             order = _NUMBER_END + order
         if literals is not None and track.key is not None:
-            order = track.continuations(literals, _first_keys(probe, track)) + order
+            order = _spelled_on(probe, track, _first_keys(probe, track) + literals) + order
         for b in order:
             tries -= 1
             if tries < 0:
@@ -126,6 +126,19 @@ def _align(hints: bytes, forced: bytes, spelled: int) -> int:
         if i >= 0:
             return i + k
     return spelled
+
+
+def _spelled_on(probe: Any, track: _Keys, literals: list[bytes]) -> list[int]:
+    """The next byte of the first of ``literals`` (``_Keys.begun``'s order) that the open key
+    begins and whose whole rest the grammar accepts from here, or none. A key that may not come
+    now (schema order: a later named key where only the next one or an extra key may) would
+    otherwise be spelled up to its closing quote, refused there, and go on as an extra key."""
+    n, byte_ids = len(track.key), probe.grammar.vocab.byte_tokens
+    for lit in track.begun(literals):
+        rest = [byte_ids[b] for b in lit[n:]]
+        if all(t >= 0 for t in rest) and probe.validate_tokens(rest) == len(rest):
+            return [lit[n]]
+    return []
 
 
 def _first_keys(probe: Any, track: _Keys) -> list[bytes]:
@@ -241,9 +254,9 @@ class _Keys:
                 return None
         return tuple(out)
 
-    def continuations(self, literals: list[bytes], first: list[bytes] | tuple = ()) -> list[int]:
-        """Next bytes of the literals the open key begins (at a key position only): the keys in
-        ``first`` before the rest; literals this object has had go last."""
+    def begun(self, literals: list[bytes]) -> list[bytes]:
+        """The ``literals`` the open key begins and goes on past (at a key position only), in
+        order, with those this object has had last."""
         if self.key is None:
             return []
         begun = bytes(self.key)
@@ -251,7 +264,7 @@ class _Keys:
         had = top[1] if top is not None and top[0] == "o" else set()
         n = len(begun)
         fresh, stale = [], []
-        for lit in (*first, *literals):
+        for lit in dict.fromkeys(literals):
             if len(lit) > n and lit.startswith(begun):
-                (stale if lit in had else fresh).append(lit[n])
-        return list(dict.fromkeys(fresh + stale))
+                (stale if lit in had else fresh).append(lit)
+        return fresh + stale

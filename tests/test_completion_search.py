@@ -55,6 +55,23 @@ def test_an_object_with_extras_gets_its_required_keys_first(vocab, prefix):
     assert len(data) < 120, data
 
 
+# schema order: only the next named key (or an extra one) may come, while "required" lists a
+# later key first; the search must not spell that one, which can only end as an extra key
+ORDERED = {"type": "object", "x-radixlm": {"property_order": "schema"},
+           "properties": {"end_date": {"type": "string"}, "platform": {"type": "string"},
+                          "topic": {"type": "string"}},
+           "required": ["topic", "platform", "end_date"]}
+
+
+@pytest.mark.parametrize("prefix", ['{"', '{"zzz', '{"zzz":"a","', '{"end_date":"x","t'])
+def test_schema_order_spells_only_a_key_that_may_come_now(vocab, prefix):
+    grammar = compile_grammar(vocab, "json_schema", ORDERED)
+    data = _complete_after(grammar, prefix)
+    doc = json.loads(prefix + data.decode())
+    jsonschema.validate(doc, ORDERED)
+    assert [k for k in doc if k in ORDERED["properties"]] == ["end_date", "platform", "topic"], doc
+
+
 def test_keys_through_refs_and_array_items(vocab):
     grammar = compile_grammar(vocab, "json_schema", LARGE)
     data = _complete_after(grammar, '{"items":[{"id":1},{"')
