@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 
@@ -60,9 +61,15 @@ def admit(spec: Any, seen: frozenset, name: str) -> frozenset | None:
 def key_name(raw: bytes) -> str | None:
     """The decoded key of raw key bytes (quotes included), None if they do not decode."""
     try:
+        if _PLAIN_KEY.fullmatch(raw):  # no escape (most keys): the bytes are the name, and
+            # decoding them costs a third of ``json.loads``
+            return raw[1:-1].decode("utf-8")
         return json.loads(raw.decode("utf-8"))
-    except ValueError:
+    except ValueError:  # UnicodeDecodeError included
         return None
+
+
+_PLAIN_KEY = re.compile(rb'"[^"\\\x00-\x1f]*"')
 
 
 @functools.lru_cache(maxsize=65536)
