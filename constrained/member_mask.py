@@ -2,8 +2,9 @@
 ``UniqueTracker.feed`` would refuse because of a checked object, without feeding the vocabulary.
 
 Per vocabulary the candidates that can be refused are filed once (``member_tokens``); a step
-gathers the candidates the core allows and feeds each one (inside a string, from its closing
-quote, once per distinct tail: ``_refuser``). An open key of a checked object is the exception:
+gathers the candidates the core allows and decides them as a batch (``member_refusals``: inside a
+string, by what follows its closing quote, one feed per distinct tail). An open key of a checked
+object is the exception:
 - an object that takes no extra key: the core spells only its named keys, so the tokens that lead
   only to keys it refuses now are cleared by their raw bytes (``_dead_named``);
 - extra keys the grammar spells but none may come now (``maxProperties``): the key must stay a
@@ -20,7 +21,6 @@ the grammar is compiled (``prepare_members``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -36,6 +36,7 @@ from radixlm.constrained.member_memo import (
     sorted_member,
     unique_ids,
 )
+from radixlm.constrained.member_refusals import refusals
 from radixlm.constrained.member_tokens import MemberTokens, member_tokens_for, place
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL
@@ -50,20 +51,15 @@ def forbid_members(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
     if entry is None:
         entry = _entry(tracker, vocab, state, shared)
         memo.put(key, entry)
-    (at, ids, word, bit, live), (cut_word, cut_bit) = entry.view
-    kept, refused = [], []
-    if len(at):
-        todo = (words[word] & bit).nonzero()[0]  # pending candidates the core allows here
-        if len(todo):
-            verdicts, refuses = {}, _refuser(tracker, vocab, state, shared)
-            for j in todo.tolist():  # the only feeding: a candidate the core first allows here, or a live one
-                t = int(ids[j])
-                refuse = refuses(t, live[j])
-                (refused if refuse else kept).append(t)
-                if not live[j]:
-                    verdicts[int(at[j])] = REFUSED if refuse else KEPT
-            if verdicts:
-                entry.settle(verdicts)
+    ids, word, pending, live, (cut_word, cut_bit) = entry.view
+    kept = refused = _NONE
+    todo = (words[word] & pending).nonzero()[0]  # pending candidates the core allows here
+    if len(todo):  # the only feeding: candidates the core first allows here, or live ones
+        lv = live[todo] if live is not None else None
+        bad = refusals(tracker, vocab, state, ids[todo])
+        refused, kept = ids[todo[bad]], ids[todo[~bad]]
+        settled = todo if lv is None else todo[~lv]
+        entry.settle(settled, np.where(bad if lv is None else bad[~lv], REFUSED, KEPT).astype(np.int8))
     if entry.only:  # only KEPT candidates the core allows survive
         keep = words[cut_word] & cut_bit
         words[:] = 0
@@ -73,35 +69,6 @@ def forbid_members(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
         if len(cut_word):
             words[cut_word] &= cut_bit
         _clear(words, refused)
-
-
-def _refuser(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> Callable[[int, bool], bool]:
-    """``refuses(token, live)``: whether ``tracker.feed`` refuses the token in ``state`` for a
-    checked object or a unique array (not for a counted string's length: ``string_length_mask``).
-
-    Inside an open string value, or an open key that can only become a fresh extra key (``shared``),
-    the bytes before a token's closing quote are plain characters that change nothing the check
-    reads (a fresh key's name is as good as any other: ``member_memo``), so a token is fed as its
-    closing quote and what follows, once per distinct tail (a step's candidates share a few dozen:
-    ``",`` ``"}`` ``"]`` ...). A ``live`` token, whose verdict depends on the key's whole name, is
-    fed whole."""
-    table, mode = vocab.token_bytes, state[1]
-    if state[4] or not (mode == G_STR or (mode == G_INKEY and shared)):
-        return lambda t, live: tracker.feed(state, table[t] or b"", lengths=False) is None
-    quote_at, tails = member_tokens_for(vocab).quote_at, {}
-    closed = tracker.feed(state, b'"', lengths=False)
-
-    def refuses(t: int, live: bool) -> bool:
-        q = quote_at.get(t)
-        if q is None or live:
-            return tracker.feed(state, table[t] or b"", lengths=False) is None
-        tail = table[t][q + 1:]
-        verdict = tails.get(tail)
-        if verdict is None:
-            verdict = tails[tail] = closed is None or tracker.feed(closed, tail, lengths=False) is None
-        return verdict
-
-    return refuses
 
 
 PREPARE_FEEDS = 256  # candidates fed at compile time per prepared state (~2 us each)
@@ -120,21 +87,24 @@ def prepare_members(tracker: UniqueTracker, vocab: Any, forced: bytes) -> None:
         key, shared = memo_key(tracker, state)
         if memo.get(key) is None:
             entry = _entry(tracker, vocab, state, shared)
-            (at, ids, _, _, live), _ = entry.view
+            ids, _, pending, live, _ = entry.view
+            at = np.flatnonzero(pending if live is None else pending * ~live)
             if len(at) <= PREPARE_FEEDS:  # settle what the first mask would feed, when it is little
-                refuses = _refuser(tracker, vocab, state, shared)
-                entry.settle({int(j): REFUSED if refuses(int(t), False) else KEPT
-                              for j, t, lv in zip(at, ids, live, strict=True) if not lv})
+                bad = refusals(tracker, vocab, state, ids[at])
+                entry.settle(at, np.where(bad, REFUSED, KEPT).astype(np.int8))
             memo.put(key, entry)
 
 
-def _clear(words: np.ndarray, ids: list[int]) -> None:
-    for t in ids:  # a few: this step's feeding
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _clear(words: np.ndarray, ids: np.ndarray) -> None:
+    for t in ids.tolist():  # a few: this step's refusals
         words[t >> 5] &= ~np.uint32(1 << (t & 31))
 
 
-def _set(words: np.ndarray, ids: list[int]) -> None:
-    for t in ids:
+def _set(words: np.ndarray, ids: np.ndarray) -> None:
+    for t in ids.tolist():
         words[t >> 5] |= np.uint32(1 << (t & 31))
 
 

@@ -49,10 +49,12 @@ class MemoEntry:
     key).
 
     ``view`` is what a step reads, one snapshot replaced whole when verdicts come in, so readers
-    take no lock: ``pending`` (the ``UNKNOWN`` and ``LIVE`` candidates, fed when the core allows
-    them: their indices, ids, mask words and bits, and whether each is ``LIVE``) and ``cut`` (the
-    mask words and the bits to keep in them: without the refused tokens, or, if ``only``, just
-    the ``KEPT`` ones)."""
+    take no lock: ``ids``, the candidates' mask words, their ``pending`` bits (a candidate's bit
+    while it is ``UNKNOWN`` or ``LIVE``: fed when the core allows it; 0 once settled), which are
+    ``LIVE`` (None when none is), and ``cut`` (the mask words and the bits to keep in them: without
+    the refused tokens, or, if ``only``, just the ``KEPT`` ones). The pending bits are aligned
+    with ``ids`` rather than gathered, so settling a few verdicts copies one array and clears
+    their bits instead of re-indexing every candidate (a new state's first mask settles some)."""
 
     __slots__ = ("ids", "place", "status", "always", "only", "view", "lock")
 
@@ -61,35 +63,45 @@ class MemoEntry:
         self.ids, self.place, self.always, self.only = ids, place, always, only
         self.lock = threading.Lock()
         self.status = status
-        self.view = self._view(status, fresh=True)
+        word, bit = place
+        if not status.any():  # all UNKNOWN: ``bit`` itself is pending (settling copies it first)
+            self.view = (ids, word, bit, None, self._cut(status))
+            return
+        live = status == LIVE
+        pending = np.where((status & 1) == 0, bit, np.uint32(0))
+        self.view = (ids, word, pending, live if live.any() else None, self._cut(status))
 
-    def settle(self, verdicts: dict[int, int]) -> None:
-        """Record what feeding candidates (by index) gave; a step that read the view before
-        feeds them itself."""
+    def settle(self, at: np.ndarray, verdicts: np.ndarray) -> None:
+        """Record what feeding candidates gave (``at``: their indices; ``verdicts``: ``KEPT`` or
+        ``REFUSED`` each); a step that read the view before feeds them itself."""
         with self.lock:
+            fresh = self.status[at] == UNKNOWN
+            if not fresh.any():
+                return
+            at, verdicts = at[fresh], verdicts[fresh]
             status = self.status.copy()
-            for i, verdict in verdicts.items():
-                if status[i] == UNKNOWN:
-                    status[i] = verdict
+            status[at] = verdicts
+            ids, word, pending, live, cut = self.view
+            pending = pending.copy()
+            pending[at] = 0
             self.status = status
-            self.view = self._view(status)
+            if (verdicts == (KEPT if self.only else REFUSED)).any():  # else (mostly) the cut stands
+                cut = self._cut(status)
+            self.view = (ids, word, pending, live, cut)
 
-    def _view(self, status: np.ndarray, fresh: bool = False) -> tuple:
-        """The view of ``status`` (``fresh``: nothing fed yet, so every non-``KEPT`` candidate is
-        pending; a new entry's view then costs a few array operations)."""
-        word, bit = self.place
-        if fresh and not self.only:
-            pending = (np.arange(len(self.ids)), self.ids, word, bit, status == LIVE)
-            cut = by_word(self.always) if len(self.always) else _NO_CUT
-            return pending, cut[:1] + (~cut[1],)
-        at = np.flatnonzero((status & 1) == 0)
-        pending = (at, self.ids[at], word[at], bit[at], status[at] == LIVE)
+    def _cut(self, status: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(words, bits to keep)``: every bit but the refused tokens' and ``always``'s, or (if
+        ``only``) just the ``KEPT`` tokens' bits."""
+        if not self.only and not len(self.always) and not status.any():
+            return _NO_CUT
         picked = self.ids[status == (KEPT if self.only else REFUSED)]  # sorted: ``ids`` are
         if self.only:
-            return pending, by_word(picked, ordered=True)
+            return by_word(picked, ordered=True)
+        if not len(picked) and not len(self.always):
+            return _NO_CUT
         cut_word, cut_bit = (by_word(np.concatenate((picked, self.always))) if len(self.always)
                              else by_word(picked, ordered=True))
-        return pending, (cut_word, ~cut_bit)
+        return cut_word, ~cut_bit
 
 
 _NO_CUT = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32))
@@ -187,7 +199,7 @@ def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
         return state, False
     if len(top) == 3 and not extra_ok(tracker.paths.specs[tracker.paths.members[top[1]]], top[2]):
         return state, False  # only named keys may come: the key's bytes decide (``_key_only``)
-    names = _known_names(tracker, top)
+    names = known_names(tracker, top)
     text = prefix[1:]
     i = bisect.bisect_left(names, text)
     if i < len(names) and names[i].startswith(text):
@@ -195,7 +207,7 @@ def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
     return state[:3] + (FRESH_KEY,) + state[4:], True
 
 
-def _known_names(tracker: UniqueTracker, top: tuple) -> list[bytes]:
+def known_names(tracker: UniqueTracker, top: tuple) -> list[bytes]:
     """Every name (UTF-8, sorted) whose identity the check or the path table tells apart from a
     fresh extra key in object frame ``top``; cached per tracker and frame."""
     with _names_lock:

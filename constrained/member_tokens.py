@@ -49,6 +49,7 @@ class MemberTokens:
         self.any_outside = np.union1d(self.outside, self.quoted)
         # a later whole key of an object needs a ``,`` and two quotes after it (``member_memo``)
         self.live = arr([t for t, b in enumerate(tokens) if b"," in b and b.count(b'"', b.find(b",")) >= 2])
+        self.live_set = frozenset(self.live.tolist())
         # where a token's first quote comes before any backslash: inside an open string, its bytes
         # before it are plain (``member_mask`` feeds only what follows, once per distinct tail)
         self.quote_at = {t: b.find(b'"') for t, b in enumerate(tokens) if b'"' in b and b"\\" not in b[:b.find(b'"')]}

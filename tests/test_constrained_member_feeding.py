@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 import torch
 from radixlm.constrained import compile_grammar, member_memo
-from radixlm.constrained.member_mask import PREPARE_FEEDS, _refuser
+from radixlm.constrained.member_mask import PREPARE_FEEDS
 from radixlm.constrained.member_memo import memo_for, memo_key
+from radixlm.constrained.member_refusals import refusals
 from radixlm.constrained.member_tokens import MemberTokens
-from radixlm.constrained.unique_scan import G_STR
+from radixlm.constrained.quote_split import UNSPLIT, QuoteSplit, first_unescaped_quote
+from radixlm.constrained.unique_scan import G_INKEY, G_STR
 from radixlm.constrained.vocab import TokenizerVocab
 
 INT, STR = {"type": "integer"}, {"type": "string"}
@@ -84,19 +86,43 @@ def _walk_states(grammar, texts: list[str]):
     (CLOSED, ['{"nick":1,"s":"xy\\"zw","nickname":2,"nice":3}']),
 ])
 def test_feeding_by_tail_equals_feeding_whole(vocab, schema, texts):
-    """Inside a string value or a fresh extra key, ``_refuser`` feeds a token from its closing
-    quote and caches by tail; its verdict equals feeding the whole token, for every token."""
+    """Inside a string value or a key that completes as a fresh extra one, ``refusals`` feeds a
+    token from its closing quote, once per distinct tail; its verdicts equal feeding each token
+    whole, for every token, in a batch of the whole vocabulary and one token at a time."""
     grammar = compile_grammar(vocab, "json_schema", schema)
     tracker, table = grammar.unique_tracker, vocab.token_bytes
-    live = set(MemberTokens(table).live.tolist())
+    every = np.arange(len(table), dtype=np.int64)
     split = 0
     for state in _walk_states(grammar, texts):
-        _, shared = memo_key(tracker, state)
-        refuses = _refuser(tracker, vocab, state, shared)
-        for t, data in enumerate(table):
-            assert refuses(t, t in live) == (tracker.feed(state, data or b"") is None), (state, data)
-        split += state[4] == 0 and (state[1] == G_STR or shared)
+        fed = np.array([tracker.feed(state, data or b"", lengths=False) is None for data in table])
+        batch = refusals(tracker, vocab, state, every)
+        assert (batch == fed).all(), (state, [table[t] for t in np.flatnonzero(batch != fed)])
+        for t in range(len(table)):
+            one = refusals(tracker, vocab, state, every[t:t + 1])
+            assert one[0] == fed[t], (state, table[t])
+        split += state[4] in (0, -1) and state[1] in (G_STR, G_INKEY)
     assert split >= 5  # the split path did run
+
+
+@pytest.mark.parametrize("data,escaped,at", [
+    (b'ab",', False, 2), (b'\\",', False, -1), (b'\\"x",', False, 3), (b'\\\\",', False, 2),
+    (b'",', True, -1), (b'"",', True, 1), (b'abc', False, -1), (b'\\', False, -1), (b'"', False, 0),
+])
+def test_the_first_unescaped_quote(data, escaped, at):
+    assert first_unescaped_quote(data, escaped) == at
+
+
+def test_the_quote_split_files_tails_and_leaves_unicode_escapes_whole():
+    tokens = (b'ab",', b'c",', b'\\u0022",', b'u00"', b'x\\"y"}', b'plain', b'"')
+    split = QuoteSplit(tokens)
+    tails = [split.tails[i] if i >= 0 else None for i in split.tail_id[0].tolist()]
+    assert split.close_at[0].tolist() == [2, 1, UNSPLIT, 3, 4, -1, 0]
+    assert tails[:2] == [b",", b","] and tails[4] == b"}" and tails[6] == b""
+    assert split.plain_head[0].tolist() == [True, True, False, True, False, False, True]
+    # after a backslash the first byte is escaped, and an escaped "u" starts a \u escape; a
+    # token with "\u" before its quote is read whole either way
+    assert split.close_at[1].tolist() == [2, 1, UNSPLIT, UNSPLIT, 4, -1, -1]
+    assert not split.plain_head[1].any()
 
 
 def _mask_agrees(grammar, text: str) -> None:
@@ -136,7 +162,8 @@ def test_first_states_are_filed_at_compile_time(vocab):
     tracker = grammar.unique_tracker
     entry = memo_for(tracker).get(memo_key(tracker, tracker.initial)[0])
     assert entry is not None and len(entry.ids) <= PREPARE_FEEDS
-    assert len(entry.view[0][0]) == 0  # nothing left to feed
+    _, _, pending, live, _ = entry.view
+    assert not pending.any() and live is None  # nothing left to feed
     row = torch.zeros(vocab.mask_words, dtype=torch.int32)
     grammar.matcher().fill_mask(row)
     prepared = row.clone()

@@ -121,3 +121,34 @@ def test_real_vocab_other_cores(real, core, name):
     good_ids = tokenizer.encode(good)
     assert _accepts(grammar, good_ids) and not _accepts(grammar, tokenizer.encode(bad))
     _check_masks(grammar, good_ids, random.Random(name), prefixes=2, cap=100)
+
+
+# objects whose members the runtime check follows: string values, named keys sharing prefixes,
+# extra keys; states inside values (plain and after a backslash), keys and extra keys
+_MEMBERS = {"type": "object", "required": ["name"], "properties": {
+    "name": {"type": "string"}, "nick": {"type": "string"}, "nickname": {"type": "integer"},
+    "tags": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}}
+_MEMBER_TEXTS = ['{"', '{"ni', '{"nick', '{"name":"ab', '{"name":"a\\', '{"name":"x","', '{"zz',
+                 '{"zz":1,"tags":{"']
+
+
+def test_member_refusals_equal_feeding_each_token_whole(real, monkeypatch):
+    """The runtime member check decides a step's candidates by their tails (``member_refusals``):
+    on a real vocabulary its verdicts equal ``UniqueTracker.feed`` of each whole token, for every
+    token, in string values, named and extra keys, and a nested checked object."""
+    import numpy as np
+    from radixlm.constrained.member_refusals import refusals
+
+    monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE", -1)
+    _, vocab = real
+    grammar = compile_grammar(vocab, "json_schema", _MEMBERS)
+    tracker, table = grammar.unique_tracker, vocab.token_bytes
+    assert tracker is not None and tracker.paths.specs
+    every = np.arange(len(table), dtype=np.int64)
+    for text in _MEMBER_TEXTS:
+        state = tracker.feed(tracker.initial, text.encode())
+        assert state is not None, text
+        fed = np.array([tracker.feed(state, data or b"", lengths=False) is None for data in table])
+        batch = refusals(tracker, vocab, state, every)
+        wrong = [table[t] for t in np.flatnonzero(batch != fed)[:5]]
+        assert not wrong, (text, wrong)
