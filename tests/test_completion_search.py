@@ -45,12 +45,17 @@ def _complete_after(grammar, text: str) -> bytes:
     return data
 
 
+def _completed(vocab, schema: dict, prefix: str) -> tuple[dict, bytes]:
+    """The document ``prefix`` plus its completion (validated against ``schema``), and the completion."""
+    data = _complete_after(compile_grammar(vocab, "json_schema", schema), prefix)
+    doc = json.loads(prefix + data.decode())
+    jsonschema.validate(doc, schema)
+    return doc, data
+
+
 @pytest.mark.parametrize("prefix", ['{"', '{"settings":{"', '{"settings":{"option_number_3":"x","zz', '{"s":1,"'])
 def test_an_object_with_extras_gets_its_required_keys_first(vocab, prefix):
-    grammar = compile_grammar(vocab, "json_schema", LARGE)
-    data = _complete_after(grammar, prefix)
-    doc = json.loads(prefix + data.decode())
-    jsonschema.validate(doc, LARGE)
+    _, data = _completed(vocab, LARGE, prefix)
     # without the schema's keys first, the search spells the 40 filler keys before "needed"
     assert len(data) < 120, data
 
@@ -65,10 +70,7 @@ ORDERED = {"type": "object", "x-radixlm": {"property_order": "schema"},
 
 @pytest.mark.parametrize("prefix", ['{"', '{"zzz', '{"zzz":"a","', '{"end_date":"x","t'])
 def test_schema_order_spells_only_a_key_that_may_come_now(vocab, prefix):
-    grammar = compile_grammar(vocab, "json_schema", ORDERED)
-    data = _complete_after(grammar, prefix)
-    doc = json.loads(prefix + data.decode())
-    jsonschema.validate(doc, ORDERED)
+    doc, _ = _completed(vocab, ORDERED, prefix)
     assert [k for k in doc if k in ORDERED["properties"]] == ["end_date", "platform", "topic"], doc
 
 
