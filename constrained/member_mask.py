@@ -20,6 +20,7 @@ the grammar is compiled (``prepare_members``).
 
 from __future__ import annotations
 
+import bisect
 import json
 from typing import Any
 
@@ -167,10 +168,17 @@ def _dead_named(files: MemberTokens, spec: Any, seen: frozenset, prefix: bytes) 
     dead = [k[cut:] for k in spec.keys if k not in allowed and k.startswith(prefix) and len(k) > cut]
     if not dead:
         return []
-    alive = {t for k in allowed if k.startswith(prefix) and len(k) > cut for t in files.prefixes_of(k[cut:])}
+    # the rests of the keys it may take, sorted: a token leads to one of them if one starts with
+    # it (looked up per dead token rather than listing every prefix of every live key: objects
+    # with many long names spent milliseconds on that list)
+    alive = sorted(k[cut:] for k in allowed if k.startswith(prefix) and len(k) > cut)
+    table = files.token_bytes
     out: list[int] = []
     for rest in dead:
-        out += [t for t in files.prefixes_of(rest) if t not in alive]
+        for t in files.prefixes_of(rest):
+            i = bisect.bisect_left(alive, table[t])
+            if i == len(alive) or not alive[i].startswith(table[t]):
+                out.append(t)
         out += files.starting_with(rest)
     return out
 

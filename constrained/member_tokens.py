@@ -23,8 +23,7 @@ class MemberTokens:
     once the open string closes), ``after_bracket`` (the same after a ``]``: inside a unique
     array), ``after_brace`` (a ``{`` before a ``}`` or quote: may open a checked object and refuse
     in it), ``quoted`` (any quote), ``live`` (a ``,`` with two quotes after it: may write a whole key
-    after another, ``member_memo``), ``quote_at`` (token -> its first quote, where no backslash
-    comes before it), and the tokens sorted by their bytes (prefix lookups)."""
+    after another, ``member_memo``), and the tokens sorted by their bytes (prefix lookups)."""
 
     def __init__(self, token_bytes: tuple) -> None:
         tokens = [b or b"" for b in token_bytes]
@@ -48,13 +47,10 @@ class MemberTokens:
         self.after_bracket, self.quoted, self.after_brace = arr(after_bracket), arr(quoted), arr(after_brace)
         self.any_outside = np.union1d(self.outside, self.quoted)
         # a later whole key of an object needs a ``,`` and two quotes after it (``member_memo``)
-        self.live = arr([t for t, b in enumerate(tokens) if b"," in b and b.count(b'"', b.find(b",")) >= 2])
+        self.live = arr([t for t, b in enumerate(tokens) if may_write_a_key(b)])
         self.live_set = frozenset(self.live.tolist())
-        # where a token's first quote comes before any backslash: inside an open string, its bytes
-        # before it are plain (``member_mask`` feeds only what follows, once per distinct tail)
-        self.quote_at = {t: b.find(b'"') for t, b in enumerate(tokens) if b'"' in b and b"\\" not in b[:b.find(b'"')]}
         self.key_chars = np.union1d(self.after_quote, arr([t for t, b in enumerate(tokens) if b"\\" in b]))
-        self._tokens = tokens
+        self.token_bytes = tokens  # each id's bytes (b"" for none)
         self._places = {id(a): place(a) for a in (self.outside, self.after_quote, self.after_bracket,
                                                    self.after_brace, self.any_outside, self.key_chars)}
 
@@ -70,7 +66,7 @@ class MemberTokens:
     @functools.cached_property
     def _sorted(self) -> tuple[list[bytes], list[int]]:
         """The tokens' bytes sorted, and their ids (built at the first key lookup)."""
-        order = sorted((b, t) for t, b in enumerate(self._tokens) if b)
+        order = sorted((b, t) for t, b in enumerate(self.token_bytes) if b)
         return [b for b, _ in order], [t for _, t in order]
 
     @functools.cached_property
@@ -78,7 +74,7 @@ class MemberTokens:
         """The id of each token's bytes, or the ids where a few tokens share them (an int each
         otherwise: a list per token would cost some 10 MB at 152k)."""
         out: dict[bytes, int | tuple[int, ...]] = {}
-        for t, b in enumerate(self._tokens):
+        for t, b in enumerate(self.token_bytes):
             if b:
                 had = out.get(b)
                 out[b] = t if had is None else (had if isinstance(had, tuple) else (had,)) + (t,)
@@ -104,7 +100,13 @@ class MemberTokens:
     @functools.cached_property
     def _longest(self) -> int:
         """The longest token's length in bytes."""
-        return max(map(len, self._tokens), default=0)
+        return max(map(len, self.token_bytes), default=0)
+
+
+def may_write_a_key(data: bytes) -> bool:
+    """Whether ``data`` could write a whole later key of an object: a ``,`` with two quotes after it."""
+    comma = data.find(b",")
+    return comma >= 0 and data.count(b'"', comma) >= 2
 
 
 def place(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

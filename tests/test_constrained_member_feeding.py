@@ -14,8 +14,8 @@ from radixlm.constrained.member_mask import PREPARE_FEEDS
 from radixlm.constrained.member_memo import memo_for, memo_key
 from radixlm.constrained.member_refusals import refusals
 from radixlm.constrained.member_tokens import MemberTokens
-from radixlm.constrained.quote_split import UNSPLIT, QuoteSplit, first_unescaped_quote
-from radixlm.constrained.unique_scan import G_INKEY, G_STR
+from radixlm.constrained.quote_split import UNSPLIT, QuoteSplit, close_of
+from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
 from radixlm.constrained.vocab import TokenizerVocab
 
 INT, STR = {"type": "integer"}, {"type": "string"}
@@ -55,7 +55,6 @@ def test_lookups_by_bytes():
 def test_live_tokens_are_those_that_can_write_a_later_key():
     files = MemberTokens((b'":1,"zq"', b'","","', b'":"a",', b'"""', b'":""', b'":1,"z', b',""', b'x'))
     assert files.live.tolist() == [0, 1, 6]  # a "," with two quotes after it
-    assert files.quote_at == {0: 0, 1: 0, 2: 0, 3: 0, 4: 0, 5: 0, 6: 1}
 
 
 @pytest.mark.parametrize("schema,text", [
@@ -86,13 +85,14 @@ def _walk_states(grammar, texts: list[str]):
     (CLOSED, ['{"nick":1,"s":"xy\\"zw","nickname":2,"nice":3}']),
 ])
 def test_feeding_by_tail_equals_feeding_whole(vocab, schema, texts):
-    """Inside a string value or a key that completes as a fresh extra one, ``refusals`` feeds a
-    token from its closing quote, once per distinct tail; its verdicts equal feeding each token
-    whole, for every token, in a batch of the whole vocabulary and one token at a time."""
+    """Inside a string value or a key that completes as a fresh extra one, and past the quote
+    that opens one, ``refusals`` feeds a token from its closing quote, once per distinct tail;
+    its verdicts equal feeding each token whole, for every token, in a batch of the whole
+    vocabulary and one token at a time."""
     grammar = compile_grammar(vocab, "json_schema", schema)
     tracker, table = grammar.unique_tracker, vocab.token_bytes
     every = np.arange(len(table), dtype=np.int64)
-    split = 0
+    split = opened = 0
     for state in _walk_states(grammar, texts):
         fed = np.array([tracker.feed(state, data or b"", lengths=False) is None for data in table])
         batch = refusals(tracker, vocab, state, every)
@@ -101,7 +101,8 @@ def test_feeding_by_tail_equals_feeding_whole(vocab, schema, texts):
             one = refusals(tracker, vocab, state, every[t:t + 1])
             assert one[0] == fed[t], (state, table[t])
         split += state[4] in (0, -1) and state[1] in (G_STR, G_INKEY)
-    assert split >= 5  # the split path did run
+        opened += state[1] in (G_VAL, G_KEY, G_AFTER)
+    assert split >= 5 and opened >= 5  # both paths ran: inside strings, and past an opening quote
 
 
 @pytest.mark.parametrize("data,escaped,at", [
@@ -109,20 +110,17 @@ def test_feeding_by_tail_equals_feeding_whole(vocab, schema, texts):
     (b'",', True, -1), (b'"",', True, 1), (b'abc', False, -1), (b'\\', False, -1), (b'"', False, 0),
 ])
 def test_the_first_unescaped_quote(data, escaped, at):
-    assert first_unescaped_quote(data, escaped) == at
+    assert close_of(data, escaped) == at
 
 
-def test_the_quote_split_files_tails_and_leaves_unicode_escapes_whole():
-    tokens = (b'ab",', b'c",', b'\\u0022",', b'u00"', b'x\\"y"}', b'plain', b'"')
+def test_the_quote_split_leaves_unicode_escapes_whole():
+    tokens = (b'ab",', b'c",', b'\\u0022",', b'u00"', b'x\\"y"}', b'plain', b'"', b'\\u00e9')
     split = QuoteSplit(tokens)
-    tails = [split.tails[i] if i >= 0 else None for i in split.tail_id[0].tolist()]
-    assert split.close_at[0].tolist() == [2, 1, UNSPLIT, 3, 4, -1, 0]
-    assert tails[:2] == [b",", b","] and tails[4] == b"}" and tails[6] == b""
-    assert split.plain_head[0].tolist() == [True, True, False, True, False, False, True]
-    # after a backslash the first byte is escaped, and an escaped "u" starts a \u escape; a
-    # token with "\u" before its quote is read whole either way
-    assert split.close_at[1].tolist() == [2, 1, UNSPLIT, UNSPLIT, 4, -1, -1]
-    assert not split.plain_head[1].any()
+    assert split.close_at[0].tolist() == [2, 1, UNSPLIT, 3, 4, -1, 0, -1]
+    # after a backslash the first byte is escaped (an escaped backslash is plain), and an
+    # escaped "u" starts a \\u escape
+    assert split.close_at[1].tolist() == [2, 1, 6, UNSPLIT, 4, -1, -1, -1]
+    assert [close_of(data, False) for data in tokens] == split.close_at[0].tolist()
 
 
 def _mask_agrees(grammar, text: str) -> None:

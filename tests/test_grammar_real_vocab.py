@@ -124,12 +124,13 @@ def test_real_vocab_other_cores(real, core, name):
 
 
 # objects whose members the runtime check follows: string values, named keys sharing prefixes,
-# extra keys; states inside values (plain and after a backslash), keys and extra keys
+# extra keys; states inside values (plain and after a backslash), keys and extra keys, and where
+# a key, a value or the next member opens
 _MEMBERS = {"type": "object", "required": ["name"], "properties": {
     "name": {"type": "string"}, "nick": {"type": "string"}, "nickname": {"type": "integer"},
     "tags": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}}
-_MEMBER_TEXTS = ['{"', '{"ni', '{"nick', '{"name":"ab', '{"name":"a\\', '{"name":"x","', '{"zz',
-                 '{"zz":1,"tags":{"']
+_MEMBER_TEXTS = ['{', '{"', '{"ni', '{"nick', '{"name":', '{"name":"ab', '{"name":"a\\', '{"name":"x"',
+                 '{"name":"x","', '{"zz', '{"zz":1,"tags":{"']
 
 
 def test_member_refusals_equal_feeding_each_token_whole(real, monkeypatch):
