@@ -217,6 +217,23 @@ def _run_backend(backend: GrammarBackend, strict: bool, system: str, files: list
     return records
 
 
+def in_process_grammars(vocab: TokenizerVocab, data: str, every: int):
+    """``(path, doc, CompiledGrammar)`` of every ``every``-th schema under ``data``, compiled in
+    this process with the front end's settings as they stand (the schemas it rejects skipped)."""
+    from radixlm.constrained.backend import constraint_grammar
+    from radixlm.constrained.compile_job import CompileRequest
+    from radixlm.constrained.grammar import CompiledGrammar
+
+    for path in sorted(Path(data).glob("*/*.json"))[::every]:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            parts = constraint_grammar(CompileRequest("json_schema", doc["schema"], None, True))
+        except ConstraintError:
+            continue
+        yield path, doc, CompiledGrammar(vocab, parts.lark, "json_schema", doc["schema"], parts.relaxed,
+                                         parts.notes, parts.unique)
+
+
 def _pct(xs: list[float], q: float) -> float:
     if not xs:
         return float("nan")

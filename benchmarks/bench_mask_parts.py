@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import random
 import sys
 import time
@@ -26,10 +25,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
 from radixlm.constrained import grammar as grammar_module  # noqa: E402
-from radixlm.constrained.backend import constraint_grammar  # noqa: E402
-from radixlm.constrained.compile_job import CompileRequest  # noqa: E402
-from radixlm.constrained.errors import ConstraintError  # noqa: E402
-from radixlm.constrained.grammar import CompiledGrammar  # noqa: E402
 from radixlm.constrained.member_tokens import member_tokens_for  # noqa: E402
 from radixlm.constrained.quote_split import quote_split_for  # noqa: E402
 from radixlm.constrained.string_length_mask import tables_for  # noqa: E402
@@ -95,14 +90,7 @@ def main() -> None:
     for name in ("forbid", "forbid_members", "forbid_lengths"):
         setattr(grammar_module, name, timed(name, getattr(grammar_module, name)))
     masks = []
-    for path in sorted(Path(args.data).glob("*/*.json"))[::args.every]:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        try:
-            parts = constraint_grammar(CompileRequest("json_schema", doc["schema"], None, True))
-        except ConstraintError:
-            continue
-        grammar = CompiledGrammar(vocab, parts.lark, "json_schema", doc["schema"], parts.relaxed, parts.notes,
-                                  parts.unique)
+    for path, _, grammar in bench_grammar.in_process_grammars(vocab, args.data, args.every):
         masks += [(us, split, path.stem, tail) for us, split, tail in walk_masks(grammar, 0, args.max_tokens)]
     report(masks, args.slowest)
 

@@ -17,7 +17,6 @@ invalid instances accepted.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -30,10 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
 from radixlm.constrained import grammar as grammar_module  # noqa: E402
 from radixlm.constrained import member_mask, member_memo  # noqa: E402
-from radixlm.constrained.backend import constraint_grammar  # noqa: E402
-from radixlm.constrained.compile_job import CompileRequest  # noqa: E402
-from radixlm.constrained.errors import ConstraintError  # noqa: E402
-from radixlm.constrained.grammar import CompiledGrammar  # noqa: E402
 from radixlm.constrained.json_schema import objects  # noqa: E402
 from radixlm.constrained.testing.walks import accepts_text, allowed_ids, compact_json  # noqa: E402
 
@@ -120,14 +115,7 @@ def main() -> None:
     check = PairedCheck()
     grammar_module.forbid_members = check
     mask_us, counts, compiled = [], [0, 0, 0, 0], 0
-    for path in sorted(Path(args.data).glob("*/*.json"))[::args.every]:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        try:
-            parts = constraint_grammar(CompileRequest("json_schema", doc["schema"], None, True))
-        except ConstraintError:
-            continue
-        grammar = CompiledGrammar(vocab, parts.lark, "json_schema", doc["schema"], parts.relaxed, parts.notes,
-                                  parts.unique)
+    for _, doc, grammar in bench_grammar.in_process_grammars(vocab, args.data, args.every):
         compiled += 1
         counts = [a + b for a, b in zip(counts, masks_of(grammar, tokenizer, doc, args.walks, check, mask_us), strict=True)]
     pct = bench_grammar._pct
