@@ -92,8 +92,6 @@ class MemoEntry:
     def _cut(self, status: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(words, bits to keep)``: every bit but the refused tokens' and ``always``'s, or (if
         ``only``) just the ``KEPT`` tokens' bits."""
-        if not self.only and not len(self.always) and not status.any():
-            return _NO_CUT
         picked = self.ids[status == (KEPT if self.only else REFUSED)]  # sorted: ``ids`` are
         if self.only:
             return by_word(picked, ordered=True)

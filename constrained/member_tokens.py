@@ -48,7 +48,6 @@ class MemberTokens:
         self.any_outside = np.union1d(self.outside, self.quoted)
         # a later whole key of an object needs a ``,`` and two quotes after it (``member_memo``)
         self.live = arr([t for t, b in enumerate(tokens) if may_write_a_key(b)])
-        self.live_set = frozenset(self.live.tolist())
         self.key_chars = np.union1d(self.after_quote, arr([t for t, b in enumerate(tokens) if b"\\" in b]))
         self.token_bytes = tokens  # each id's bytes (b"" for none)
         self._places = {id(a): place(a) for a in (self.outside, self.after_quote, self.after_bracket,

@@ -128,15 +128,14 @@ def _resolve_once(ctx: Any, grammar: ir.Grammar, live: list[str], registry: dict
         return None, set(), {}
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _RECURSION))
+    # if the strings' sites make too many states, count none of them and check the rest
+    tries = (counted, frozenset()) if counted and live else (counted,)
     try:
-        try:
-            return _follow(ctx, grammar, live, registry, counted)
-        except (Surprise, RecursionError):  # RecursionError: rules nested past even that
-            if not counted or not live:
-                return None, set(live), {}
-            # the strings' sites made too many states: count none of them, check the rest
-            return _follow(ctx, grammar, live, registry, frozenset())
-    except (Surprise, RecursionError):
+        for strings in tries:
+            try:
+                return _follow(ctx, grammar, live, registry, strings)
+            except (Surprise, RecursionError):  # RecursionError: rules nested past even that
+                continue
         return None, set(live), {}
     finally:
         sys.setrecursionlimit(limit)
