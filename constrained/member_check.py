@@ -14,6 +14,7 @@ member when that branch's check allows it.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -104,7 +105,15 @@ def prefix_alive(spec: Any, seen: frozenset, prefix: bytes) -> bool:
     that may come now: an extra one (plain characters go on into a fresh key), or a named one."""
     if extra_ok(spec, seen) and b"\\" not in prefix:
         return True
-    return any(k.startswith(prefix) for k in open_keys(spec, seen))
+    keys = _sorted_open_keys(spec, seen)
+    i = bisect.bisect_left(keys, prefix)  # the least key not below the prefix starts with it, if any
+    return i < len(keys) and keys[i].startswith(prefix)
+
+
+@functools.lru_cache(maxsize=65536)
+def _sorted_open_keys(spec: Any, seen: frozenset) -> tuple[bytes, ...]:
+    """``open_keys``, sorted (prefix lookups)."""
+    return tuple(sorted(open_keys(spec, seen)))
 
 
 def forced_key(spec: Any, seen: frozenset, prefix: bytes) -> bytes:

@@ -12,19 +12,25 @@ object is the exception:
 - elsewhere, the tokens that would complete a key already written are cleared by their raw bytes.
 The result equals ``feed`` on every token the core allows.
 
+A state's candidates are narrowed to the tokens that hold what its open objects may refuse
+(``member_asks``): a ``}`` only where one may not close yet, and so on.
+
 Each tracker keeps a bounded memo per state (``member_memo``): the candidates, and what feeding
 each one gave, learned the first time the core allows it. A repeated state feeds nothing and clears
-its refused tokens in a few vector operations. The states every output starts in are filed when
-the grammar is compiled (``prepare_members``).
+its refused tokens in a few vector operations. About nine states in ten are met only once (a key's
+bytes, a member's value), so a state's first mask decides just its own candidates and files a
+light record (``FirstVisit``); the entry's arrays are built if the state comes again. The states
+every output starts in are filed when the grammar is compiled (``prepare_members``).
 """
 
 from __future__ import annotations
 
 import bisect
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+from radixlm.constrained.member_asks import asks
 from radixlm.constrained.member_check import admit, extra_ok, open_keys
 from radixlm.constrained.member_memo import (
     KEPT,
@@ -37,8 +43,12 @@ from radixlm.constrained.member_memo import (
     sorted_member,
     unique_ids,
 )
-from radixlm.constrained.member_refusals import refusals
-from radixlm.constrained.member_tokens import MemberTokens, member_tokens_for, place
+from radixlm.constrained.member_refusals import refusal_list, refusals
+from radixlm.constrained.member_tokens import (
+    MemberTokens,
+    member_tokens_for,
+    place,
+)
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL
 
@@ -50,7 +60,14 @@ def forbid_members(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
     key, shared = memo_key(tracker, state)
     entry = memo.get(key)
     if entry is None:
-        entry = _entry(tracker, vocab, state, shared)
+        parts = _parts(tracker, vocab, state, shared)
+        if not parts.only:  # most states are met once: decide just this step's
+            memo.put(key, _first_visit(tracker, vocab, state, parts, words))
+            return
+        entry = _built(parts)
+        memo.put(key, entry)
+    elif type(entry) is FirstVisit:  # met again: file it whole, with what the first visit learned
+        entry = _grown(entry)
         memo.put(key, entry)
     ids, word, pending, live, (cut_word, cut_bit) = entry.view
     kept = refused = _NONE
@@ -87,7 +104,7 @@ def prepare_members(tracker: UniqueTracker, vocab: Any, forced: bytes) -> None:
                 return
         key, shared = memo_key(tracker, state)
         if memo.get(key) is None:
-            entry = _entry(tracker, vocab, state, shared)
+            entry = _built(_parts(tracker, vocab, state, shared))
             ids, _, pending, live, _ = entry.view
             at = np.flatnonzero(pending if live is None else pending * ~live)
             if len(at) <= PREPARE_FEEDS:  # settle what the first mask would feed, when it is little
@@ -109,18 +126,79 @@ def _set(words: np.ndarray, ids: np.ndarray) -> None:
         words[t >> 5] |= np.uint32(1 << (t & 31))
 
 
-def _entry(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> MemoEntry:
-    """A fresh entry for ``state``: its candidates by reader mode, none fed yet (``shared``: an
-    open fresh extra key's, whose ``live`` candidates are fed every time)."""
+class Parts(NamedTuple):
+    """What a state's memo entry is built from: its candidates (``ids``, sorted int64) and their
+    ``place``, their ``status`` (None: all ``UNKNOWN``, or ``LIVE`` where ``live`` holds them),
+    the tokens cleared whatever the core allows (``always``, a list) and whether only ``KEPT``
+    candidates survive (``only``)."""
+
+    ids: np.ndarray
+    place: tuple
+    status: np.ndarray | None
+    always: list
+    only: bool
+    live: frozenset | None = None  # a shared entry's: ``member_tokens``' live tokens, fed every time
+
+
+class FirstVisit(NamedTuple):
+    """A state met once: its ``parts`` and the verdicts of the candidates its one mask decided
+    (token -> refused), kept to build its entry if it is met again (``_grown``)."""
+
+    parts: Parts
+    decided: dict
+
+
+def _first_visit(tracker: UniqueTracker, vocab: Any, state: tuple, parts: Parts, words: np.ndarray) -> FirstVisit:
+    """Clear from ``words`` the candidates ``state`` refuses among those the core allows, without
+    building an entry: about nine states in ten are met only once (a key's bytes, a member's
+    value), and an entry's arrays cost more than the step's few verdicts."""
+    word, bit = parts.place
+    at = np.flatnonzero(words[word] & bit)
+    tokens = parts.ids[at].tolist()
+    verdicts = refusal_list(tracker, vocab, state, tokens)
+    for t in [t for t, bad in zip(tokens, verdicts, strict=True) if bad] + parts.always:
+        words[t >> 5] &= ~np.uint32(1 << (t & 31))
+    live = parts.live or ()
+    return FirstVisit(parts, {t: v for t, v in zip(tokens, verdicts, strict=True) if t not in live})
+
+
+def _grown(first: FirstVisit) -> MemoEntry:
+    """The entry of a state met a second time, its first visit's verdicts settled."""
+    ids, place_, status, always, only, live = first.parts
+    status = _status(ids, live) if status is None else status.copy()
+    if first.decided:
+        at = np.searchsorted(ids, np.fromiter(first.decided, dtype=np.int64, count=len(first.decided)))
+        status[at] = np.where(np.fromiter(first.decided.values(), dtype=bool, count=len(at)), REFUSED, KEPT)
+    return _built(Parts(ids, place_, status, always, only))
+
+
+def _built(parts: Parts) -> MemoEntry:
+    """The memo entry of ``parts``."""
+    ids, place_, status, always, only, live = parts
+    status = _status(ids, live) if status is None else status
+    return MemoEntry(ids, place_, status, unique_ids(always) if always else _NONE, only)
+
+
+def _status(ids: np.ndarray, live: frozenset | None) -> np.ndarray:
+    """Fresh statuses of ``ids``: ``UNKNOWN``, or ``LIVE`` for those in ``live``."""
+    if not live:
+        return np.zeros(len(ids), dtype=np.int8)
+    return np.fromiter((LIVE if t in live else UNKNOWN for t in ids.tolist()), dtype=np.int8, count=len(ids))
+
+
+def _parts(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> Parts:
+    """A fresh entry's parts for ``state``: its candidates by reader mode, narrowed to what the
+    open objects may refuse (``asks``), none fed yet (``shared``: an open fresh extra key's,
+    whose ``live`` candidates are fed every time)."""
     files = member_tokens_for(vocab)
     frames, mode = state[0], state[1]
     top = frames[-1] if frames else ()
     checked = len(top) == 3 and top[0] == "o"  # ("u", seen, zero) is a unique array
     spec = tracker.paths.specs[tracker.paths.members[top[1]]] if checked else None
-    always = np.zeros(0, dtype=np.int64)
+    always: list = []
     if not tracker.in_checked(state):  # a token may still open a checked object and go on in it
-        ids = files.after_brace
-    elif mode >= U_VAL:
+        return Parts(files.after_brace, files.placed(files.after_brace), None, always, False)
+    if mode >= U_VAL:
         ids = files.after_bracket
     elif mode == G_STR:
         ids = files.after_quote
@@ -128,18 +206,17 @@ def _entry(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> Me
         if spec.extras and not extra_ok(spec, top[2]):  # the core spells extra keys, none may come
             return _key_only(files, state, spec)
         refused = _dead_named if not spec.extras else _completing_refused
-        always = unique_ids(refused(files, spec, top[2], state[3]))
+        always = refused(files, spec, top[2], state[3])
         ids = files.key_chars  # a named key's escape may lead where only refused keys go
-        if shared:
-            live = sorted_member(ids, files.live)
-            return MemoEntry(ids, files.placed(ids), np.where(live, LIVE, UNKNOWN).astype(np.int8), always, False)
     elif mode == G_INKEY:
         ids = files.after_quote
     elif mode in (G_KEY, G_AFTER) and spec is not None and not extra_ok(spec, top[2]):
         ids = files.any_outside  # a key it opens may be dead at once
     else:
         ids = files.outside
-    return MemoEntry(ids, files.placed(ids), np.zeros(len(ids), dtype=np.int8), always, False)
+    flags = asks(tracker, state)
+    ids, placed = files.narrowed(ids, flags, mode == G_KEY) if flags is not None else (ids, files.placed(ids))
+    return Parts(ids, placed, None, always, False, files.live_set if shared else None)
 
 
 def _completing_refused(files: MemberTokens, spec: Any, seen: frozenset, prefix: bytes) -> list[int]:
@@ -183,7 +260,7 @@ def _dead_named(files: MemberTokens, spec: Any, seen: frozenset, prefix: bytes) 
     return out
 
 
-def _key_only(files: MemberTokens, state: tuple, spec: Any) -> MemoEntry:
+def _key_only(files: MemberTokens, state: tuple, spec: Any) -> Parts:
     """An open key where no extra key may come: only tokens that keep it a prefix of a named key
     that may come (``KEPT`` from the start), or complete one (fed when first allowed), survive."""
     prefix = state[3]
@@ -195,4 +272,4 @@ def _key_only(files: MemberTokens, state: tuple, spec: Any) -> MemoEntry:
             complete += files.starting_with(rest, longer=True)
     ids = unique_ids(keep + complete)
     status = np.where(sorted_member(ids, unique_ids(keep)), KEPT, UNKNOWN).astype(np.int8)
-    return MemoEntry(ids, place(ids), status, np.zeros(0, dtype=np.int64), True)
+    return Parts(ids, place(ids), status, [], True)

@@ -208,22 +208,35 @@ def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
 def known_names(tracker: UniqueTracker, top: tuple) -> list[bytes]:
     """Every name (UTF-8, sorted) whose identity the check or the path table tells apart from a
     fresh extra key in object frame ``top``; cached per tracker and frame."""
-    with _names_lock:
-        cache = _names.get(tracker)
-        if cache is None:
-            cache = _names[tracker] = {}
-    names = cache.get(top)
-    if names is None:
-        found = {key_name(raw) for raw in tracker.paths.keys[top[1]]}
+    return _known(tracker, top)[0]
+
+
+def known_name_set(tracker: UniqueTracker, top: tuple) -> frozenset[bytes]:
+    """``known_names`` as a set."""
+    return _known(tracker, top)[1]
+
+
+def _known(tracker: UniqueTracker, top: tuple) -> tuple[list[bytes], frozenset[bytes]]:
+    """``known_names`` of frame ``top``, sorted and as a set (cached)."""
+    cache = _names.get(tracker)
+    if cache is None:
+        with _names_lock:
+            cache = _names.get(tracker)
+            if cache is None:
+                cache = _names[tracker] = {}
+    found = cache.get(top)
+    if found is None:
+        names = {key_name(raw) for raw in tracker.paths.keys[top[1]]}
         if len(top) == 3:
             spec = tracker.paths.specs[tracker.paths.members[top[1]]]
-            found |= set(top[2])
+            names |= set(top[2])
             for one in spec.alts or (spec,):  # a union's own fields are its branches'
-                found |= set(one.keys.values()) | set(one.blocked) | set(one.required)
+                names |= set(one.keys.values()) | set(one.blocked) | set(one.required)
                 for trigger, needs in one.needs.items():
-                    found |= {trigger, *needs}
-        names = sorted(n.encode("utf-8", "surrogatepass") for n in found if n is not None)
+                    names |= {trigger, *needs}
+        ordered = sorted(n.encode("utf-8", "surrogatepass") for n in names if n is not None)
+        found = (ordered, frozenset(ordered))
         if len(cache) > 4096:  # bounded: frames differ by the keys written so far
             cache.clear()
-        cache[top] = names
-    return names
+        cache[top] = found
+    return found

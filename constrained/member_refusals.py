@@ -1,64 +1,72 @@
 """Which of a step's candidate tokens ``UniqueTracker.feed`` refuses (with ``lengths=False``), for
 the runtime member check's masks (``member_mask``).
 
-Inside an open string value, or an open key whose completion is a fresh extra key, the bytes
-before a token's closing quote change nothing the check reads, so the token's verdict is its
-tail's: what follows the quote, fed once from the state the quote leads to. A step's candidates
-share a few dozen tails, so a new state costs a feed per distinct tail, not a feed per token
-(``quote_split`` files where each token closes a string). A token that opens a string from
-outside one (``"`` where a value or a key may start, ``,"`` after a member) is read the same way
-past its opening bytes. Fed whole instead:
+Inside an open string value or key, the bytes before a token's closing quote lead to one state
+(a value's, or a key's completed as a fresh extra one) or to one per name the check tells apart
+(``member_memo.known_names``), so the token's verdict is its tail's: what follows the quote, fed
+once from the state the quote leads to. A step's candidates share a few dozen tails, so a new state
+costs a feed per distinct tail, not a feed per token (``quote_split`` files where each token closes
+a string, and its head and tail). A token that opens a string from outside one (``"`` where a value
+or a key may start, ``,"`` after a member) is read the same way past its opening bytes. A tail is
+fed through ``member_verdicts``, which shares verdicts between states that differ only in their
+objects' keys so far. Fed whole instead:
 - a key that may write a whole second key of the object after it (``member_tokens``'
   ``may_write_a_key``): refused only if it repeats the first, whose name decides;
-- a key completed as a name the check or the path table tells apart from a fresh extra key
-  (``member_memo.known_names``), or spelled with an escape;
-- anything else outside strings, inside a ``\\u`` escape, or in a key that does not close.
+- a key spelled with an escape;
+- anything else outside strings, or inside a ``\\u`` escape.
 Inside a string value a token that does not close it is never refused (lengths are the string
-masks' concern).
+masks' concern); inside a key, one that does not close it is refused only if the key can no longer
+become one its object may take (``member_check.prefix_alive``, read on the key's bytes after it).
 """
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.member_memo import known_names
-from radixlm.constrained.member_tokens import may_write_a_key
-from radixlm.constrained.quote_split import close_of, quote_split_for
+from radixlm.constrained.member_check import admit, key_name, prefix_alive
+from radixlm.constrained.member_memo import known_name_set
+from radixlm.constrained.member_verdicts import FromState
+from radixlm.constrained.quote_split import quote_split_for
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
 
 # outside strings: the bytes that open one, per reader mode (``,"`` after a member or an item)
 _OPENERS = {G_VAL: b'"', G_KEY: b'"', G_AFTER: b',"'}
+_NO_QUOTE = (-1, None, None, False, False)  # a token without a quote, read from inside a string
 
 
 def refusals(tracker: UniqueTracker, vocab: Any, state: tuple, ids: np.ndarray) -> np.ndarray:
     """Whether ``tracker.feed(state, token, lengths=False)`` refuses each of ``ids`` (int64):
-    bool, aligned with ``ids``. A step decides a few dozen at most, so this reads them as Python
-    lists: a batch's numpy calls would cost more than its tokens."""
-    table, tokens = vocab.token_bytes, ids.tolist()
+    bool, aligned with ``ids``."""
+    return np.array(refusal_list(tracker, vocab, state, ids.tolist()), dtype=bool)
+
+
+def refusal_list(tracker: UniqueTracker, vocab: Any, state: tuple, tokens: list[int]) -> list[bool]:
+    """``refusals`` of the token ids ``tokens``, as a list. A step decides a few dozen at most,
+    so this reads them as Python lists: a batch's numpy calls would cost more than its tokens."""
+    table, split = vocab.token_bytes, quote_split_for(vocab)
     inside = _Inside.of(tracker, state)
     if inside is not None:
-        close_at = quote_split_for(vocab).close_at[1 if state[4] else 0][ids].tolist()
-        verdicts = [inside.decide(table[t], at) for t, at in zip(tokens, close_at, strict=True)]
+        reading = split.reading[1 if state[4] else 0]
+        verdicts = [inside.decide(t, table, reading.get(t, _NO_QUOTE), 0) for t in tokens]
     else:
-        verdicts = _past_opener(tracker, vocab, state, tokens)
-    return np.array([tracker.feed(state, table[t] or b"", lengths=False) is None if v is None else v
-                     for t, v in zip(tokens, verdicts, strict=True)], dtype=bool)
+        verdicts = _past_opener(tracker, table, split, state, tokens)
+    whole = FromState(tracker, state)
+    return [whole.refused(table[t] or b"") if v is None else v for t, v in zip(tokens, verdicts, strict=True)]
 
 
-def _past_opener(tracker: UniqueTracker, vocab: Any, state: tuple, tokens: list[int]) -> list[bool | None]:
+def _past_opener(tracker: UniqueTracker, table: Any, split: Any, state: tuple, tokens: list[int]) -> list:
     """Verdicts of the tokens that open a string from ``state`` (outside one), decided past their
     opening bytes; None for the rest (fed whole)."""
     opener = _OPENERS.get(state[1]) if not state[4] else None
     out: list[bool | None] = [None] * len(tokens)
     if opener is None:
         return out
-    table, n, inside, inner = vocab.token_bytes, len(opener), None, _UNSET
+    reading, inside, inner = split.reading[opener], None, _UNSET
     for j, t in enumerate(tokens):
-        data = table[t] or b""
-        if len(data) <= n or not data.startswith(opener):
+        read = reading.get(t)
+        if read is None:
             continue
         if inner is _UNSET:
             inner = tracker.feed(state, opener, lengths=False)
@@ -66,12 +74,12 @@ def _past_opener(tracker: UniqueTracker, vocab: Any, state: tuple, tokens: list[
         if inner is None:
             out[j] = True  # the opening bytes are refused already
         elif inside is not None:
-            rest = data[n:]
-            out[j] = inside.decide(rest, close_of(rest, False))
+            out[j] = inside.decide(t, table, read, len(opener))
     return out
 
 
 _UNSET = object()
+_FRESH = object()  # a value string, or a key completed as a fresh extra one
 
 
 class _Inside:
@@ -83,9 +91,14 @@ class _Inside:
         self.tracker, self.state, self.key = tracker, state, state[1] == G_INKEY
         top = state[0][-1] if state[0] else ()
         known = self.key and top and top[0] == "o" and top[1] >= 0
-        self.names, self.text = (known_names(tracker, top) if known else []), state[3][1:]
-        self.tails: dict[bytes, bool] = {}
-        self.closed: Any = _UNSET
+        self.names = known_name_set(tracker, top) if known else frozenset()
+        self.text = state[3][1:]
+        # a checked object's spec and keys: what an open key's bytes are checked against
+        self.spec = (tracker.paths.specs[tracker.paths.members[top[1]]]
+                     if known and len(top) == 3 and state[2] >= 0 else None)
+        self.tails: dict[tuple, bool] = {}  # (name or _FRESH, tail) -> verdict
+        self.closed: dict = {}  # name or _FRESH -> verdicts from past the closing quote
+        self.named: dict[bytes, bool] = {}  # a completed key's name -> whether it is refused
 
     @classmethod
     def of(cls, tracker: UniqueTracker, state: tuple) -> _Inside | None:
@@ -97,28 +110,45 @@ class _Inside:
             return cls(tracker, state)
         return None
 
-    def decide(self, data: bytes, at: int) -> bool | None:
-        """The verdict on ``data`` (read from this state) whose closing quote is at ``at``
-        (``quote_split.close_of``), or None where it must be fed whole."""
+    def decide(self, t: int, table: Any, read: tuple, skip: int) -> bool | None:
+        """The verdict on token ``t`` read from this state past its first ``skip`` bytes (``read``:
+        its ``quote_split`` reading from there), or None where it must be fed whole."""
+        at, head, tail, plain, quiet = read
+        if at == -1:  # the string stays open: a value's cannot be refused, a key's while it may go on
+            return False if not self.key else self._open_key_refused((table[t] or b"")[skip:])
         if at < 0:
-            return False if at == -1 and not self.key else None  # a value string stays open
-        if self.key and not self._fresh(data, at):
             return None
-        tail = data[at + 1:]
-        verdict = self.tails.get(tail)
+        which = _FRESH
+        if self.key:  # the name decides where the quote leads: one state per known name
+            if not plain:
+                return None
+            name = self.text + head
+            if quiet and self.spec is not None:  # the key decides: no feed
+                return self._key_refused(name)
+            if name in self.names:
+                which = name
+        verdict = self.tails.get((which, tail))
         if verdict is None:
-            if self.closed is _UNSET:  # every such quote leads here, up to a fresh key's name
-                self.closed = self.tracker.feed(self.state, data[:at + 1], lengths=False)
-            verdict = self.closed is None or self.tracker.feed(self.closed, tail, lengths=False) is None
-            self.tails[tail] = verdict
+            closed = self.closed.get(which, _UNSET)
+            if closed is _UNSET:  # a value's every quote, and a fresh key's, lead to one state
+                state = self.tracker.feed(self.state, (table[t] or b"")[skip:skip + at + 1], lengths=False)
+                closed = self.closed[which] = None if state is None else FromState(self.tracker, state)
+            verdict = self.tails[(which, tail)] = closed is None or closed.refused(tail)
         return verdict
 
-    def _fresh(self, data: bytes, at: int) -> bool:
-        """Whether ``data`` completes the open key as a fresh extra key's name (plain bytes, a
-        name nothing tells apart) and cannot write a second whole key after it."""
-        head = data[:at]
-        if b"\\" in head or may_write_a_key(data):
-            return False
-        name = self.text + head
-        i = bisect.bisect_left(self.names, name)
-        return i == len(self.names) or self.names[i] != name
+    def _key_refused(self, name: bytes) -> bool:
+        """Whether the checked object refuses the key completed as ``name`` (raw bytes, no
+        escape), as ``feed`` decides at its closing quote."""
+        verdict = self.named.get(name)
+        if verdict is None:
+            decoded = key_name(b'"' + name + b'"')
+            verdict = self.named[name] = decoded is None or admit(self.spec, self.state[0][-1][2], decoded) is None
+        return verdict
+
+    def _open_key_refused(self, data: bytes) -> bool | None:
+        """Whether ``data``, leaving the key open, leaves it a prefix of no key its object may take
+        (as ``feed`` checks at a token's end), or None where the key's bytes are not kept."""
+        if self.spec is None:
+            top = self.state[0][-1] if self.state[0] else ()
+            return None if len(top) == 3 else False  # an unchecked object refuses no key
+        return not prefix_alive(self.spec, self.state[0][-1][2], self.state[3] + data)

@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 
 _STRUCTURAL = re.compile(rb'[",{}\]\\]')
+# what a check may ask of the open objects (``member_mask.asks``), as bits
+# whether ``}`` may come; another member; a key's name; a key spelled with an escape
+ASK_CLOSE, ASK_ADD, ASK_KEY, ASK_ESCAPE = 1, 2, 4, 8
 _files: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -48,14 +51,58 @@ class MemberTokens:
         self.any_outside = np.union1d(self.outside, self.quoted)
         # a later whole key of an object needs a ``,`` and two quotes after it (``member_memo``)
         self.live = arr([t for t, b in enumerate(tokens) if may_write_a_key(b)])
-        self.key_chars = np.union1d(self.after_quote, arr([t for t, b in enumerate(tokens) if b"\\" in b]))
+        self.backslashed = arr([t for t, b in enumerate(tokens) if b"\\" in b])
+        self.key_chars = np.union1d(self.after_quote, self.backslashed)
+        # what a token must hold to be refused for each thing a check may ask (``narrowed``)
+        self.closes = arr([t for t, b in enumerate(tokens) if b"}" in b])
+        self.commas = arr([t for t, b in enumerate(tokens) if b"," in b])
+        self.two_quotes = arr([t for t, b in enumerate(tokens) if b.count(b'"') >= 2])
+        # a key opened with bytes after its quote (after a ``,``; anywhere, from ``G_KEY``): a key
+        # opened bare is refused only where no member may come (``ASK_ADD``)
+        self.named_after_comma = arr([t for t, b in enumerate(tokens) if quote_then_more(b, b.find(b","))])
+        self.named_after_quote = arr([t for t, b in enumerate(tokens) if quote_then_more(b, 0)])
         self.token_bytes = tokens  # each id's bytes (b"" for none)
+        self._narrowed: dict[tuple, tuple] = {}
         self._places = {id(a): place(a) for a in (self.outside, self.after_quote, self.after_bracket,
                                                    self.after_brace, self.any_outside, self.key_chars)}
 
     def warm(self) -> None:
-        """Build the lazily built parts now (the sorted tokens: a fraction of a second at 152k)."""
-        _ = self._sorted, self._by_bytes, self._longest
+        """Build the lazily built parts now (the sorted tokens: a fraction of a second at 152k;
+        every narrowed file)."""
+        _ = self._sorted, self._by_bytes, self._longest, self.live_set
+        for ids in (self.outside, self.after_quote, self.any_outside, self.key_chars):
+            for asks in range((ASK_CLOSE | ASK_ADD | ASK_KEY | ASK_ESCAPE) + 1):
+                for key_start in (False, True):
+                    self.narrowed(ids, asks, key_start)
+
+    def narrowed(self, ids: np.ndarray, asks: int, key_start: bool) -> tuple[np.ndarray, tuple]:
+        """``(ids, placed)``: the candidates of ``ids`` (one of this vocabulary's files) that can be
+        refused where a check may ask only ``asks`` (``ASK_*`` bits) of the open objects, from
+        ``G_KEY`` if ``key_start``. Any token may open an object (``after_brace``) or write a
+        later key whole (``live``; from ``G_KEY``, any two quotes); beyond those a token needs a
+        ``}`` to be refused a close, a ``,`` (or, from ``G_KEY``, a quote) a member, a quote
+        and more bytes after a ``,`` (from ``G_KEY``, anywhere) a key's name, and a backslash
+        an escaped one.
+        Cached per file."""
+        found = self._narrowed.get((id(ids), asks, key_start))
+        if found is None:
+            parts = [self.after_brace, self.live] + ([self.two_quotes] if key_start else [])
+            if asks & ASK_CLOSE:
+                parts.append(self.closes)
+            if asks & ASK_ADD:
+                parts += [self.commas] + ([self.quoted] if key_start else [])
+            if asks & ASK_KEY:
+                parts.append(self.named_after_quote if key_start else self.named_after_comma)
+            if asks & ASK_ESCAPE:
+                parts.append(self.backslashed)
+            kept = np.intersect1d(ids, functools.reduce(np.union1d, parts))
+            found = self._narrowed[(id(ids), asks, key_start)] = (kept, place(kept))
+        return found
+
+    @functools.cached_property
+    def live_set(self) -> frozenset[int]:
+        """``live`` as a set."""
+        return frozenset(self.live.tolist())
 
     def placed(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``place(ids)``, shared for this vocabulary's own candidate arrays."""
@@ -100,6 +147,13 @@ class MemberTokens:
     def _longest(self) -> int:
         """The longest token's length in bytes."""
         return max(map(len, self.token_bytes), default=0)
+
+
+def quote_then_more(data: bytes, start: int) -> bool:
+    """Whether ``data`` has a quote after offset ``start`` (-1: none) followed by more bytes: a
+    key opened there goes on with a name."""
+    quote = data.find(b'"', start) if start >= 0 else -1
+    return 0 <= quote < len(data) - 1
 
 
 def may_write_a_key(data: bytes) -> bool:

@@ -1,33 +1,72 @@
 """Where each token of a vocabulary closes an open JSON string: its first unescaped quote, read
-from either escape state.
+from either escape state, or past the bytes that open a string (``"``, ``,"``).
 
 The runtime member check (``member_refusals``) decides a token inside a string by what follows
 its closing quote (its *tail*): tokens share a few dozen tails (``",`` ``"}`` ``":"`` ...), so a
 state's verdicts come from one feed per distinct tail. Built once per vocabulary (only tokens
-holding a quote are read); ``close_of`` reads any other bytes the same way.
+holding a quote are read, a few thousand at 152k); ``close_of`` reads any other bytes the same way.
+A step then looks each candidate up instead of slicing and scanning its bytes: with caches left
+cold by the core's mask, a few Python operations per token were most of a new state's cost.
 """
 
 from __future__ import annotations
 
+import re
 import weakref
 from typing import Any
 
 import numpy as np
+from radixlm.constrained.member_tokens import may_write_a_key
 
 _splits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 UNSPLIT = -2  # a quote comes after a ``\u`` escape: read the bytes whole
+OPENERS = (b'"', b',"')  # the bytes that open a string from outside one (a value or key; a key)
+# a key's tail that only opens a value string: the plain bytes in that string change nothing
+_OPEN_VALUE = re.compile(rb'[ \t\n\r]*:[ \t\n\r]*"[^"\\]*')
+# a key's tail that nothing can refuse: its colon, then at most a value string or number begun
+_QUIET = re.compile(rb'[ \t\n\r]*(:[ \t\n\r]*("|-?[0-9]*))?')
 
 
 class QuoteSplit:
     """``close_at[e]``: per token id, ``close_of(its bytes, escaped=bool(e))`` (int32), for the
-    plain escape state (0) and the one after a backslash (1)."""
+    plain escape state (0) and the one after a backslash (1).
+
+    ``reading[r]``: token id -> ``(at, head, tail, plain, quiet)`` read from inside a string (``r`` 0 or
+    1, as ``close_at``; tokens without a quote are left out: they close nothing) or past an
+    opener (``r`` one of ``OPENERS``: every token that starts with it and goes on; ``at`` and
+    ``head`` count from after the opener). ``head``/``tail``: the bytes before and after the
+    closing quote (None where ``at`` < 0), a tail that only opens a value string cut after its
+    quote; ``plain``: the head has no backslash and the token cannot write a later key whole
+    (``may_write_a_key``), so a key it completes is named by the head alone; ``quiet``: after a
+    key, nothing in the tail can be refused (a colon, then at most the start of a value string or
+    number), so the key alone decides."""
 
     def __init__(self, token_bytes: tuple) -> None:
         n = len(token_bytes)
         self.close_at = [np.full(n, -1, dtype=np.int32) for _ in range(2)]
+        self.reading: dict[Any, dict[int, tuple]] = {r: {} for r in (0, 1, *OPENERS)}
+        interned: dict[bytes, bytes] = {}
         for t, data in enumerate(token_bytes):
-            if data and b'"' in data:
-                self.close_at[0][t], self.close_at[1][t] = close_of(data, False), close_of(data, True)
+            if not data or b'"' not in data:
+                continue
+            for e in (0, 1):
+                at = self.close_at[e][t] = close_of(data, bool(e))
+                self.reading[e][t] = _read(data, at, interned)
+            for opener in OPENERS:
+                if len(data) > len(opener) and data.startswith(opener):
+                    rest = data[len(opener):]
+                    self.reading[opener][t] = _read(rest, close_of(rest, False), interned)
+
+
+def _read(data: bytes, at: int, interned: dict) -> tuple:
+    """``(at, head, tail, plain, quiet)`` of ``data`` whose closing quote is at ``at``."""
+    if at < 0:
+        return at, None, None, False, False
+    head, tail = data[:at], data[at + 1:]
+    if _OPEN_VALUE.fullmatch(tail):
+        tail = tail[:tail.index(b'"') + 1]
+    head, tail = interned.setdefault(head, head), interned.setdefault(tail, tail)
+    return at, head, tail, b"\\" not in head and not may_write_a_key(data), _QUIET.fullmatch(tail) is not None
 
 
 def close_of(data: bytes, escaped: bool) -> int:

@@ -14,6 +14,7 @@ from radixlm.constrained.member_mask import PREPARE_FEEDS
 from radixlm.constrained.member_memo import memo_for, memo_key
 from radixlm.constrained.member_refusals import refusals
 from radixlm.constrained.member_tokens import MemberTokens
+from radixlm.constrained.member_verdicts import refused
 from radixlm.constrained.quote_split import UNSPLIT, QuoteSplit, close_of
 from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
 from radixlm.constrained.vocab import TokenizerVocab
@@ -83,6 +84,10 @@ def _walk_states(grammar, texts: list[str]):
 @pytest.mark.parametrize("schema,texts", [
     (OPEN, ['{"s":"ab\\"c","zq":1,"name":2,"zr":3}', '{"zqq":1,"zq":2}']),
     (CLOSED, ['{"nick":1,"s":"xy\\"zw","nickname":2,"nice":3}']),
+    # extra keys the grammar spells but, once one is written, only "name" may come: a token that
+    # leaves a key open is refused when the key can no longer become "name"
+    ({**OPEN, "properties": {"name": INT, "nick": INT, 'a"b': INT}, "required": ["name"], "maxProperties": 2},
+     ['{"zq":1,"name":2}', '{"a\\"b":1,"name":2}', '{"nick":1,"name":2}']),
 ])
 def test_feeding_by_tail_equals_feeding_whole(vocab, schema, texts):
     """Inside a string value or a key that completes as a fresh extra one, and past the quote
@@ -125,15 +130,18 @@ def test_the_quote_split_leaves_unicode_escapes_whole():
 
 def _mask_agrees(grammar, text: str) -> None:
     """At every prefix of ``text`` (one byte per token): each token's mask bit equals whether
-    ``accept_token`` takes it."""
+    ``accept_token`` takes it, on the state's first visit (no memo entry), its second (the entry
+    built from the first's verdicts) and a third (the entry alone)."""
     m = grammar.matcher()
     row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
     for b in text.encode() + b"\x00":
-        m.fill_mask(row)
-        words = row.numpy().view(np.uint32)
-        for t in range(grammar.vocab.vocab_size):
-            bit = bool((words[t >> 5] >> (t & 31)) & 1)
-            assert bit == m.copy().accept_token(t), (text, m.accepted_bytes(), grammar.vocab.token_bytes[t])
+        accepted = [m.copy().accept_token(t) for t in range(grammar.vocab.vocab_size)]
+        for _ in range(3):
+            m.fill_mask(row)
+            words = row.numpy().view(np.uint32)
+            for t in range(grammar.vocab.vocab_size):
+                bit = bool((words[t >> 5] >> (t & 31)) & 1)
+                assert bit == accepted[t], (text, m.accepted_bytes(), grammar.vocab.token_bytes[t])
         if b:
             assert m.accept_token(grammar.vocab.byte_tokens[b])
 
@@ -168,3 +176,69 @@ def test_first_states_are_filed_at_compile_time(vocab):
     member_memo.memos.clear()
     grammar.matcher().fill_mask(row)
     assert torch.equal(prepared, row)
+
+
+# tokens that close, add and open members in one go: a step's candidates are narrowed to what the
+# open objects may refuse (``member_mask.asks``), so each of these must still be read where a
+# ``}``, a ``,`` or a key's name may be refused
+MEMBER_PIECES = [b'"}', b'}}', b'"},', b'},{"', b'":{}', b'{}', b' {}', b'1}', b'1,', b',"', b'":"","',
+                 b'":""}', b'a":1}', b'a":1,', b'":1}}', b'"]}', b'1]}', b'":[{}]', b'":{"a":1}}',
+                 b'c":1}', b'":1,"b', b',"\\', b'\\u0061', b'zq":1,', b'"b', b',"b', b',"a":', b'1,"b":', b'","a":', b'"a":']
+OBJ_A = {"type": "object", "properties": {"a": INT, "b": INT}, "required": ["a"]}
+
+
+@pytest.fixture(scope="module")
+def member_vocab() -> TokenizerVocab:
+    alphabet = b'{}[],:"\\ 0123456789abcdefghijklmnopqrstuvwxyz\n'
+    tokens = [bytes([c]) for c in alphabet] + PIECES + MEMBER_PIECES
+    return TokenizerVocab.from_token_bytes(tokens + [None], [len(tokens)])
+
+
+@pytest.mark.parametrize("schema,text", [
+    # required members missing: "}" refused until they are written, in an object and nested ones
+    ({"type": "object", "properties": {"a": INT, "b": INT, "s": STR, "o": OBJ_A}, "required": ["a", "b"]},
+     '{"s":"","o":{"b":1,"a":1},"b":2,"a":1}'),
+    # a member that requires another (dependentRequired): completing "a" makes "}" wait for "c"
+    ({"type": "object", "properties": {"a": INT, "b": INT, "c": INT}, "dependentRequired": {"a": ["c"]}},
+     '{"b":1,"a":1,"c":1}'),
+    # maxProperties with extra keys: "," refused once it is reached
+    ({**OPEN, "maxProperties": 2}, '{"zq":1,"s":""}'),
+    # no extra key: "," refused once every named key is written
+    ({"type": "object", "properties": {"a": INT, "b": INT}, "additionalProperties": False}, '{"b":1,"a":1}'),
+    # minProperties
+    ({**OPEN, "minProperties": 2}, '{"zq":1,"s":"a"}'),
+    # a union of objects, and objects with required members inside arrays
+    ({"anyOf": [OBJ_A, {"type": "object", "properties": {"c": INT}, "required": ["c"]}]}, '{"c":1,"b":1}'),
+    ({"type": "array", "items": OBJ_A}, '[{"a":1},{"b":1,"a":2}]'),
+    # extra keys are plain: no backslash can go on an open key unless a named key has one
+    (OPEN, '{"zq":1,"s":"\\\\"}'),
+    # a named key spelled with an escape
+    ({"type": "object", "properties": {"a\\b": INT, "a": INT}, "required": ["a"]}, '{"a\\\\b":1,"a":2}'),
+])
+def test_narrowed_candidates_keep_every_refusal(member_vocab, schema, text):
+    """Masks equal ``accept_token`` at every prefix where what the open objects may refuse
+    changes (a ``}``, a ``,``, a key) and tokens do several of those at once."""
+    member_memo.memos.clear()
+    _mask_agrees(compile_grammar(member_vocab, "json_schema", schema), text)
+
+
+@pytest.mark.parametrize("schema,texts", [
+    ({"type": "object", "properties": {"a": INT, "b": INT, "s": STR, "o": OBJ_A}, "required": ["a", "b"]},
+     ['{"s":"x","o":{"b":1,"a":1},"b":2,"a":1}', '{"a":1,"s":"y","b":2}']),
+    ({"type": "object", "properties": {"a": INT, "b": INT, "c": INT}, "additionalProperties": False},
+     ['{"b":1,"a":1,"c":2}', '{"c":1,"b":2}']),
+    ({**OPEN, "maxProperties": 2, "required": ["s"]}, ['{"zq":1,"s":"a"}', '{"s":"b","name":1}']),
+])
+def test_verdicts_shared_across_states_equal_feeding(member_vocab, schema, texts):
+    """``member_verdicts.refused`` files verdicts per tracker under each state with its objects'
+    keys replaced by what the bytes can ask of them; over every state of several texts (written
+    in different orders, so states with different keys share entries), every token's verdict
+    equals feeding it."""
+    grammar = compile_grammar(member_vocab, "json_schema", schema)
+    tracker, shared = grammar.unique_tracker, 0
+    for state in _walk_states(grammar, texts):
+        for data in member_vocab.token_bytes:
+            data = data or b""
+            assert refused(tracker, state, data) == (tracker.feed(state, data, lengths=False) is None), (state, data)
+        shared += any(len(f) == 3 and f[0] == "o" and f[2] for f in state[0])
+    assert shared >= 10  # states with keys written, which the cache shares

@@ -1,0 +1,58 @@
+"""What a token read from a state may be refused for by the runtime member check's open objects
+(``member_check``), so a step's candidates can be narrowed to the tokens that hold such bytes
+(``member_tokens.MemberTokens.narrowed``): most states refuse nothing but a few tokens, and a new
+state's first mask then decides a handful instead of hundreds.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from radixlm.constrained.member_check import can_add, can_close, extra_ok, open_keys
+from radixlm.constrained.member_tokens import ASK_ADD, ASK_CLOSE, ASK_ESCAPE, ASK_KEY
+from radixlm.constrained.unique_items import UniqueTracker
+from radixlm.constrained.unique_scan import G_INKEY, U_VAL
+
+
+def asks(tracker: UniqueTracker, state: tuple) -> int | None:
+    """What a token read from ``state`` may be refused for by the open checked objects, as
+    ``member_tokens.ASK_*`` bits: a ``}`` where one of them may not close yet, a member where one
+    may take no more, a key's name where one takes no extra key now, a key's escape where one
+    names a key with an escape (beyond completing a key, which ``narrowed`` always reads). In an
+    open key, the key it completes may change what its object allows next: with no
+    ``maxProperties``, ``dependentRequired`` or union, only whether another member may come, and
+    only when it may be the last named one of an object without extra keys. None: read every
+    candidate (a unique array is open, whose items the check reads too)."""
+    frames, mode = state[0], state[1]
+    if mode >= U_VAL:
+        return None
+    flags, paths = 0, tracker.paths
+    for frame in frames:
+        if frame[0] == "u":
+            return None
+        if len(frame) != 3:
+            continue
+        spec, seen = paths.specs[paths.members[frame[1]]], frame[2]
+        if not can_close(spec, seen):
+            flags |= ASK_CLOSE
+        if not can_add(spec, seen):
+            flags |= ASK_ADD
+        if not extra_ok(spec, seen):
+            flags |= ASK_KEY
+        if escaped_names(spec):  # extra keys are plain: only a named key may hold a backslash
+            flags |= ASK_ESCAPE
+    top = frames[-1] if frames else ()
+    if mode == G_INKEY and len(top) == 3:  # what the key it completes changes
+        spec = paths.specs[paths.members[top[1]]]
+        if spec.alts is not None or spec.max_p is not None or spec.needs:
+            flags |= ASK_CLOSE | ASK_ADD | ASK_KEY
+        elif not spec.extras and len(open_keys(spec, top[2])) < 2:  # it may be the last one
+            flags |= ASK_ADD
+    return flags
+
+
+@functools.lru_cache(maxsize=4096)
+def escaped_names(spec: Any) -> bool:
+    """Whether a named key of ``spec`` (or of a branch of its union) is spelled with an escape."""
+    return any(b"\\" in raw for one in (spec.alts or (spec,)) for raw in one.keys)
