@@ -166,10 +166,13 @@ def _grown(first: FirstVisit) -> MemoEntry:
     """The entry of a state met a second time, its first visit's verdicts settled."""
     ids, place_, status, always, only, live = first.parts
     status = _status(ids, live) if status is None else status.copy()
-    if first.decided:
-        at = np.searchsorted(ids, np.fromiter(first.decided, dtype=np.int64, count=len(first.decided)))
-        status[at] = np.where(np.fromiter(first.decided.values(), dtype=bool, count=len(at)), REFUSED, KEPT)
-    return _built(Parts(ids, place_, status, always, only))
+    if only:
+        return _built(Parts(ids, place_, status, always, only))
+    decided = first.decided
+    at = np.searchsorted(ids, np.fromiter(decided, dtype=np.int64, count=len(decided)))
+    status[at] = np.where(np.fromiter(decided.values(), dtype=bool, count=len(at)), REFUSED, KEPT)
+    refused = [t for t, bad in decided.items() if bad]
+    return MemoEntry.grown(ids, place_, status, always, at, refused, (status == LIVE) if live else None)
 
 
 def _built(parts: Parts) -> MemoEntry:
@@ -223,8 +226,11 @@ def _completing_refused(files: MemberTokens, spec: Any, seen: frozenset, prefix:
     """The tokens that complete, after the open key ``prefix``, a key the object refuses: a key
     already written (named or extra: plain characters, so its raw bytes are its name quoted) or
     a named key past what ``maxProperties`` leaves."""
-    allowed = set(open_keys(spec, seen))
-    refused = [k for k in spec.keys if k not in allowed]
+    if spec.alts is None and spec.max_p is None:  # only the keys written are refused (``admit``)
+        refused = spec.raw_of(seen)
+    else:
+        allowed = set(open_keys(spec, seen))
+        refused = [k for k in spec.keys if k not in allowed]
     refused += [b'"%s"' % n.encode() for n in seen if n not in spec.names]
     for alt in spec.alts or ():  # a union: a name one branch blocks may be another's extra
         refused += [json.dumps(n, ensure_ascii=False).encode() for n in alt.blocked

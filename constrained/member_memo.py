@@ -71,6 +71,23 @@ class MemoEntry:
         pending = np.where((status & 1) == 0, bit, np.uint32(0))
         self.view = (ids, word, pending, live if live.any() else None, self._cut(status))
 
+    @classmethod
+    def grown(cls, ids: np.ndarray, place: tuple, status: np.ndarray, always: list, at: np.ndarray,
+              refused: list, live: np.ndarray | None) -> MemoEntry:
+        """The entry of a state met a second time: ``status`` already holds its first visit's
+        verdicts for the candidates at ``at`` (``refused``: the refused among them, token ids),
+        ``live`` marks the ``LIVE`` ones (None: none). Built from those lists rather than by
+        scanning every status: a few operations instead of a dozen, on caches left cold."""
+        self = cls.__new__(cls)
+        self.ids, self.place, self.status, self.only = ids, place, status, False
+        self.always = unique_ids(always) if always else np.zeros(0, dtype=np.int64)
+        self.lock = threading.Lock()
+        word, bit = place
+        pending = bit.copy()
+        pending[at] = 0
+        self.view = (ids, word, pending, live, _cut_of(refused + always))
+        return self
+
     def settle(self, at: np.ndarray, verdicts: np.ndarray) -> None:
         """Record what feeding candidates gave (``at``: their indices; ``verdicts``: ``KEPT`` or
         ``REFUSED`` each); a step that read the view before feeds them itself."""
@@ -103,6 +120,18 @@ class MemoEntry:
 
 
 _NO_CUT = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32))
+
+
+def _cut_of(tokens: list) -> tuple[np.ndarray, np.ndarray]:
+    """``(words, bits to keep)`` clearing the token ids ``tokens`` (a few), grouped by word."""
+    if not tokens:
+        return _NO_CUT
+    words: dict[int, int] = {}
+    for t in tokens:
+        words[t >> 5] = words.get(t >> 5, 0) | (1 << (t & 31))
+    order = sorted(words)
+    return (np.array(order, dtype=np.int64),
+            np.array([~words[w] & 0xFFFFFFFF for w in order], dtype=np.uint32))
 
 
 def by_word(ids: np.ndarray, ordered: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -197,17 +226,39 @@ def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
         return state, False
     if len(top) == 3 and not extra_ok(tracker.paths.specs[tracker.paths.members[top[1]]], top[2]):
         return state, False  # only named keys may come: the key's bytes decide (``_key_only``)
-    names = known_names(tracker, top)
-    text = prefix[1:]
-    i = bisect.bisect_left(names, text)
-    if i < len(names) and names[i].startswith(text):
+    if known_prefix(tracker, top, prefix[1:]):
         return state, False
     return state[:3] + (FRESH_KEY,) + state[4:], True
 
 
+def known_prefix(tracker: UniqueTracker, top: tuple, text: bytes) -> bool:
+    """Whether a name the check or the path table tells apart from a fresh extra key in object
+    frame ``top`` (``known_names``, or a key written in it) starts with ``text``."""
+    names = known_names(tracker, top)
+    i = bisect.bisect_left(names, text)
+    if i < len(names) and names[i].startswith(text):
+        return True
+    return len(top) == 3 and any(n.startswith(text) for n in written_names(top))
+
+
+def written_names(top: tuple) -> frozenset[bytes]:
+    """The keys written so far in the checked object frame ``top`` (UTF-8; cached per frame, as
+    every mask in an open key asks)."""
+    found = _written.get(top)
+    if found is None:
+        if len(_written) > 4096:  # bounded: frames differ by the keys written so far
+            _written.clear()
+        found = _written[top] = frozenset(n.encode("utf-8", "surrogatepass") for n in top[2])
+    return found
+
+
+_written: dict[tuple, frozenset[bytes]] = {}
+
+
 def known_names(tracker: UniqueTracker, top: tuple) -> list[bytes]:
     """Every name (UTF-8, sorted) whose identity the check or the path table tells apart from a
-    fresh extra key in object frame ``top``; cached per tracker and frame."""
+    fresh extra key in object frames like ``top`` (the object's and its path's; the keys written
+    so far are ``written_names``); cached per tracker and object path."""
     return _known(tracker, top)[0]
 
 
@@ -217,26 +268,24 @@ def known_name_set(tracker: UniqueTracker, top: tuple) -> frozenset[bytes]:
 
 
 def _known(tracker: UniqueTracker, top: tuple) -> tuple[list[bytes], frozenset[bytes]]:
-    """``known_names`` of frame ``top``, sorted and as a set (cached)."""
+    """``known_names`` of frames like ``top``, sorted and as a set (cached per path: the keys
+    written so far change with every member, and their names are few)."""
     cache = _names.get(tracker)
     if cache is None:
         with _names_lock:
             cache = _names.get(tracker)
             if cache is None:
                 cache = _names[tracker] = {}
-    found = cache.get(top)
+    checked = len(top) == 3
+    found = cache.get((top[1], checked))
     if found is None:
         names = {key_name(raw) for raw in tracker.paths.keys[top[1]]}
-        if len(top) == 3:
+        if checked:
             spec = tracker.paths.specs[tracker.paths.members[top[1]]]
-            names |= set(top[2])
             for one in spec.alts or (spec,):  # a union's own fields are its branches'
                 names |= set(one.keys.values()) | set(one.blocked) | set(one.required)
                 for trigger, needs in one.needs.items():
                     names |= {trigger, *needs}
         ordered = sorted(n.encode("utf-8", "surrogatepass") for n in names if n is not None)
-        found = (ordered, frozenset(ordered))
-        if len(cache) > 4096:  # bounded: frames differ by the keys written so far
-            cache.clear()
-        cache[top] = found
+        found = cache[(top[1], checked)] = (ordered, frozenset(ordered))
     return found

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from radixlm.constrained.member_check import admit, key_name, prefix_alive
-from radixlm.constrained.member_memo import known_name_set
+from radixlm.constrained.member_memo import known_name_set, written_names
 from radixlm.constrained.member_verdicts import FromState
 from radixlm.constrained.quote_split import quote_split_for
 from radixlm.constrained.unique_items import UniqueTracker
@@ -92,6 +92,7 @@ class _Inside:
         top = state[0][-1] if state[0] else ()
         known = self.key and top and top[0] == "o" and top[1] >= 0
         self.names = known_name_set(tracker, top) if known else frozenset()
+        self.written = written_names(top) if known and len(top) == 3 else frozenset()
         self.text = state[3][1:]
         # a checked object's spec and keys: what an open key's bytes are checked against
         self.spec = (tracker.paths.specs[tracker.paths.members[top[1]]]
@@ -125,7 +126,7 @@ class _Inside:
             name = self.text + head
             if quiet and self.spec is not None:  # the key decides: no feed
                 return self._key_refused(name)
-            if name in self.names:
+            if name in self.names or name in self.written:
                 which = name
         verdict = self.tails.get((which, tail))
         if verdict is None:

@@ -51,6 +51,18 @@ class MemberSpec:
         """The named members' names."""
         return frozenset(self.keys.values())
 
+    def raw_of(self, names: frozenset[str]) -> list[bytes]:
+        """The raw keys that spell the named members among ``names``."""
+        return [raw for name in names for raw in self._raws.get(name, ())]
+
+    @functools.cached_property
+    def _raws(self) -> dict[str, tuple[bytes, ...]]:
+        """Each named member's raw keys, by name."""
+        out: dict[str, tuple[bytes, ...]] = {}
+        for raw, name in self.keys.items():
+            out[name] = out.get(name, ()) + (raw,)
+        return out
+
 
 @dataclass(frozen=True)
 class MemberObject:
