@@ -7,6 +7,7 @@ state's first mask then decides a handful instead of hundreds.
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 from radixlm.constrained.member_check import can_add, can_close, extra_ok, open_keys
@@ -27,6 +28,28 @@ def asks(tracker: UniqueTracker, state: tuple) -> int | None:
     frames, mode = state[0], state[1]
     if mode >= U_VAL:
         return None
+    cache = _by_frames.get(tracker)
+    if cache is None:
+        cache = _by_frames[tracker] = {}
+    flags = cache.get(frames, _UNSET)
+    if flags is _UNSET:  # the states of one member's key, colon, value and comma share frames
+        if len(cache) > 4096:
+            cache.clear()
+        flags = cache[frames] = _frames_ask(tracker, frames)
+    if flags is None:
+        return None
+    paths, top = tracker.paths, frames[-1] if frames else ()
+    if mode == G_INKEY and len(top) == 3:  # what the key it completes changes
+        spec = paths.specs[paths.members[top[1]]]
+        if spec.alts is not None or spec.max_p is not None or spec.needs:
+            flags |= ASK_CLOSE | ASK_ADD | ASK_KEY
+        elif not spec.extras and len(open_keys(spec, top[2])) < 2:  # it may be the last one
+            flags |= ASK_ADD
+    return flags
+
+
+def _frames_ask(tracker: UniqueTracker, frames: tuple) -> int | None:
+    """``asks`` of the open objects ``frames`` alone (None: a unique array is open)."""
     flags, paths = 0, tracker.paths
     for frame in frames:
         if frame[0] == "u":
@@ -42,14 +65,11 @@ def asks(tracker: UniqueTracker, state: tuple) -> int | None:
             flags |= ASK_KEY
         if escaped_names(spec):  # extra keys are plain: only a named key may hold a backslash
             flags |= ASK_ESCAPE
-    top = frames[-1] if frames else ()
-    if mode == G_INKEY and len(top) == 3:  # what the key it completes changes
-        spec = paths.specs[paths.members[top[1]]]
-        if spec.alts is not None or spec.max_p is not None or spec.needs:
-            flags |= ASK_CLOSE | ASK_ADD | ASK_KEY
-        elif not spec.extras and len(open_keys(spec, top[2])) < 2:  # it may be the last one
-            flags |= ASK_ADD
     return flags
+
+
+_UNSET = object()
+_by_frames: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tracker -> frames -> flags
 
 
 @functools.lru_cache(maxsize=4096)

@@ -52,6 +52,8 @@ def refusal_list(tracker: UniqueTracker, vocab: Any, state: tuple, tokens: list[
         verdicts = [inside.decide(t, table, reading.get(t, _NO_QUOTE), 0) for t in tokens]
     else:
         verdicts = _past_opener(tracker, table, split, state, tokens)
+    if None not in verdicts:
+        return verdicts
     whole = FromState(tracker, state)
     return [whole.refused(table[t] or b"") if v is None else v for t, v in zip(tokens, verdicts, strict=True)]
 
