@@ -6,8 +6,10 @@ first mask feeds a few dozen tails (``",`` ``"}`` ``":{"`` ...) through the trac
 10 µs each with caches left cold by the core's mask. Yet the bytes that follow a closed value or
 key read an object's keys only through what they allow next, unless they complete a key of that
 object themselves. So a tail's verdict is filed per tracker under the state with each checked
-object's keys replaced by their *signature* (``_signature``), and objects written in any order
-share it.
+object's keys replaced by what the bytes can learn of them (``_asks``, ``_signature``): nothing,
+without a ``,`` or ``}``; whether it may close and take another member; or also which keys may
+come, where the bytes open a key and go on with its name. Objects written in any order, and the
+members of one object before and after each other, then share verdicts.
 
 Exact when the bytes can read an object's keys no other way (``_shareable``):
 - a key of an object already open is completed only after a ``,`` (two quotes after it:
