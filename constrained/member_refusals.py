@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from radixlm.constrained.member_check import admit, key_name, prefix_alive
 from radixlm.constrained.member_memo import known_name_set, written_names
-from radixlm.constrained.member_verdicts import FromState
+from radixlm.constrained.member_verdicts import FromState, after_key, lookup
 from radixlm.constrained.quote_split import quote_split_for
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
@@ -45,6 +45,8 @@ def refusals(tracker: UniqueTracker, vocab: Any, state: tuple, ids: np.ndarray) 
 def refusal_list(tracker: UniqueTracker, vocab: Any, state: tuple, tokens: list[int]) -> list[bool]:
     """``refusals`` of the token ids ``tokens``, as a list. A step decides a few dozen at most,
     so this reads them as Python lists: a batch's numpy calls would cost more than its tokens."""
+    if not tokens:
+        return []
     table, split = vocab.token_bytes, quote_split_for(vocab)
     inside = _Inside.of(tracker, state)
     if inside is not None:
@@ -99,6 +101,9 @@ class _Inside:
         # a checked object's spec and keys: what an open key's bytes are checked against
         self.spec = (tracker.paths.specs[tracker.paths.members[top[1]]]
                      if known and len(top) == 3 and state[2] >= 0 else None)
+        # the object's path state, where a key closed in it is read without a feed: a checked
+        # object's with its spec, or an unchecked one's (which refuses no key)
+        self.pos = top[1] if known and (self.spec is not None or len(top) == 2) else None
         self.tails: dict[tuple, bool] = {}  # (name or _FRESH, tail) -> verdict
         self.closed: dict = {}  # name or _FRESH -> verdicts from past the closing quote
         self.named: dict[bytes, bool] = {}  # a completed key's name -> whether it is refused
@@ -131,6 +136,10 @@ class _Inside:
             if name in self.names or name in self.written:
                 which = name
         verdict = self.tails.get((which, tail))
+        if verdict is None and self.key and self.pos is not None:
+            verdict = self._after_key(name, tail)
+            if verdict is not None:
+                self.tails[(which, tail)] = verdict
         if verdict is None:
             closed = self.closed.get(which, _UNSET)
             if closed is _UNSET:  # a value's every quote, and a fresh key's, lead to one state
@@ -138,6 +147,15 @@ class _Inside:
                 closed = self.closed[which] = None if state is None else FromState(self.tracker, state)
             verdict = self.tails[(which, tail)] = closed is None or closed.refused(tail)
         return verdict
+
+    def _after_key(self, name: bytes, tail: bytes) -> bool | None:
+        """The verdict on closing the key as ``name`` and reading ``tail``, where found without
+        a feed: the key refused, or the tail's verdict filed from another state whose objects
+        differ only in what the tail cannot read (``member_verdicts.after_key``); else None."""
+        if self.spec is not None and self._key_refused(name):
+            return True
+        key = after_key(self.tracker, self.state[0], self.tracker.key_vpos(self.pos, b'"' + name + b'"'), tail)
+        return None if key is None else lookup(self.tracker, key)
 
     def _key_refused(self, name: bytes) -> bool:
         """Whether the checked object refuses the key completed as ``name`` (raw bytes, no

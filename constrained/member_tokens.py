@@ -63,6 +63,8 @@ class MemberTokens:
         self.named_after_quote = arr([t for t, b in enumerate(tokens) if quote_then_more(b, 0)])
         self.token_bytes = tokens  # each id's bytes (b"" for none)
         self._narrowed: dict[tuple, tuple] = {}
+        self._starting: dict[tuple, tuple[int, ...]] = {}
+        self._prefixes: dict[bytes, tuple[int, ...]] = {}
         self._places = {id(a): place(a) for a in (self.outside, self.after_quote, self.after_bracket,
                                                    self.after_brace, self.any_outside, self.key_chars)}
 
@@ -126,22 +128,38 @@ class MemberTokens:
                 out[b] = t if had is None else (had if isinstance(had, tuple) else (had,)) + (t,)
         return out
 
-    def starting_with(self, prefix: bytes, longer: bool = False) -> list[int]:
-        """The tokens whose bytes start with ``prefix`` (``longer``: and go on past it)."""
+    def starting_with(self, prefix: bytes, longer: bool = False) -> tuple[int, ...]:
+        """The tokens whose bytes start with ``prefix`` (``longer``: and go on past it). Cached:
+        an open key asks again for every key its object has written, at each new member."""
+        found = self._starting.get((prefix, longer))
+        if found is None:
+            if len(self._starting) > 65536:
+                self._starting.clear()
+            found = self._starting[(prefix, longer)] = tuple(self._starting_with(prefix, longer))
+        return found
+
+    def _starting_with(self, prefix: bytes, longer: bool) -> list[int]:
+        """``starting_with``, looked up in the sorted tokens."""
         keys, ids = self._sorted
         lo = (bisect.bisect_right if longer else bisect.bisect_left)(keys, prefix)
         end = prefix.rstrip(b"\xff")  # the least bytes above every one starting with ``prefix``
         hi = bisect.bisect_left(keys, end[:-1] + bytes((end[-1] + 1,)), lo) if end else len(keys)
         return ids[lo:hi]
 
-    def prefixes_of(self, data: bytes) -> list[int]:
-        """The tokens whose bytes are a non-empty prefix of ``data``."""
-        by_bytes, out = self._by_bytes, []
-        for n in range(1, min(len(data), self._longest) + 1):
-            found = by_bytes.get(data[:n])
-            if found is not None:
-                out += found if isinstance(found, tuple) else (found,)
-        return out
+    def prefixes_of(self, data: bytes) -> tuple[int, ...]:
+        """The tokens whose bytes are a non-empty prefix of ``data`` (cached, as
+        ``starting_with``)."""
+        found = self._prefixes.get(data)
+        if found is None:
+            by_bytes, out = self._by_bytes, []
+            for n in range(1, min(len(data), self._longest) + 1):
+                hit = by_bytes.get(data[:n])
+                if hit is not None:
+                    out += hit if isinstance(hit, tuple) else (hit,)
+            if len(self._prefixes) > 65536:
+                self._prefixes.clear()
+            found = self._prefixes[data] = tuple(out)
+        return found
 
     @functools.cached_property
     def _longest(self) -> int:

@@ -31,7 +31,7 @@ import weakref
 from radixlm.constrained.member_check import can_add, can_close, extra_ok, open_keys
 from radixlm.constrained.member_tokens import may_write_a_key, quote_then_more
 from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY
+from radixlm.constrained.unique_scan import G_AFTER, G_COLON, G_INKEY, G_KEY
 
 CACHE_ENTRIES = 1 << 16  # per tracker: verdicts kept (cleared whole past the bound)
 _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -71,6 +71,22 @@ class FromState:
                 verdicts.clear()
             verdicts[(key, data)] = verdict
         return verdict
+
+
+def after_key(tracker: UniqueTracker, frames: tuple, vpos: int, tail: bytes) -> tuple | None:
+    """Where ``tail`` asks nothing of the open objects (``_asks``: no ``,`` or ``}``), the key its
+    verdict is filed under when read right after a key that leaves ``frames`` open and ``vpos``
+    as its value's path state (``G_COLON``), for ``lookup``: found without feeding the key.
+    None where the tail asks more."""
+    state = (frames, G_COLON, vpos, b"", 0, 0)  # as ``UniqueTracker.feed`` leaves a key closed
+    if _asks(G_COLON, tail) or not _shareable(state, tail):
+        return None
+    return _abstract(tracker, state, 0, _cache_of(tracker)[1]), tail
+
+
+def lookup(tracker: UniqueTracker, key: tuple) -> bool | None:
+    """The verdict filed under ``key`` (``after_key``), or None."""
+    return _cache_of(tracker)[0].get(key)
 
 
 def _asks(mode: int, data: bytes) -> int:

@@ -183,9 +183,14 @@ class UniqueTracker:
             if seen is None:
                 return None
             frames = frames[:-1] + (("o", pos, seen),)
-        vpos = p.keys[pos].get(raw, p.other[pos]) if pos >= 0 else -1
+        vpos = self.key_vpos(pos, raw)
         del buf[:]  # read no more: states after the key then repeat across keys (mask memos)
         return frames, G_COLON, vpos, 0, i + 1
+
+    def key_vpos(self, pos: int, raw: bytes) -> int:
+        """The path state of the value after key ``raw`` (quotes included) of the object at
+        path state ``pos``."""
+        return self.paths.keys[pos].get(raw, self.paths.other[pos]) if pos >= 0 else -1
 
     def _members_allow(self, top: tuple, mode: int, b: int) -> bool:
         """Whether checked object ``top`` allows byte ``b`` (``}``, ``,``, a key's quote) now."""

@@ -48,9 +48,9 @@ def test_lookups_by_bytes():
     assert sorted(files.starting_with(b"ab")) == [0, 1, 2, 5]
     assert sorted(files.starting_with(b"ab", longer=True)) == [1, 2]  # the two spelled "ab" left out
     assert sorted(files.starting_with(b"\xff")) == [6, 7, 8]  # no byte above 0xff: to the end
-    assert files.starting_with(b"\xff\xff", longer=True) == []
+    assert files.starting_with(b"\xff\xff", longer=True) == ()
     assert sorted(files.prefixes_of(b"abcz")) == [0, 1, 4, 5]
-    assert files.prefixes_of(b"") == []
+    assert files.prefixes_of(b"") == ()
 
 
 def test_live_tokens_are_those_that_can_write_a_later_key():
@@ -183,7 +183,7 @@ def test_first_states_are_filed_at_compile_time(vocab):
 # ``}``, a ``,`` or a key's name may be refused
 MEMBER_PIECES = [b'"}', b'}}', b'"},', b'},{"', b'":{}', b'{}', b' {}', b'1}', b'1,', b',"', b'":"","',
                  b'":""}', b'a":1}', b'a":1,', b'":1}}', b'"]}', b'1]}', b'":[{}]', b'":{"a":1}}',
-                 b'c":1}', b'":1,"b', b',"\\', b'\\u0061', b'zq":1,', b'"b', b',"b', b',"a":', b'1,"b":', b'","a":', b'"a":']
+                 b'c":1}', b'":1,"b', b',"\\', b'\\u0061', b'zq":1,', b'"b', b',"b', b',"a":', b'1,"b":', b'","a":', b'"a":', b'":{"', b'":[{"', b'o":{"', b'o":{}', b'":{"a"', b'o":{"x', b'":{"x']
 OBJ_A = {"type": "object", "properties": {"a": INT, "b": INT}, "required": ["a"]}
 
 
@@ -242,3 +242,24 @@ def test_verdicts_shared_across_states_equal_feeding(member_vocab, schema, texts
             assert refused(tracker, state, data) == (tracker.feed(state, data, lengths=False) is None), (state, data)
         shared += any(len(f) == 3 and f[0] == "o" and f[2] for f in state[0])
     assert shared >= 10  # states with keys written, which the cache shares
+
+
+@pytest.mark.parametrize("schema,texts", [
+    ({"type": "array", "items": {"type": "object", "properties": {"o": OBJ_A, "b": INT, "l": {"type": "array", "items": OBJ_A}},
+                                 "required": ["o"]}},
+     ['[{"o":{"a":1},"b":1},{"b":1,"o":{"b":2,"a":1}},{"l":[{"a":1}],"o":{"a":2}}]']),
+    ({**OPEN, "properties": {"o": {**OBJ_A, "additionalProperties": False}, "name": INT},
+      "additionalProperties": True}, ['{"zq":{"x":1},"o":{"a":1},"zr":{},"name":1}']),
+])
+def test_keys_closed_without_a_feed_equal_feeding(member_vocab, schema, texts):
+    """A key closed with a tail that asks nothing of the open objects (``":{"``, ``":[{"``) is
+    decided by the object's ``admit`` and the tail's verdict filed from an earlier state with the
+    same value path (``member_verdicts.after_key``): over every state of the texts, with the
+    tracker's verdicts kept from state to state, ``refusals`` equals feeding every token."""
+    grammar = compile_grammar(member_vocab, "json_schema", schema)
+    tracker, table = grammar.unique_tracker, member_vocab.token_bytes
+    every = np.arange(len(table), dtype=np.int64)
+    for state in _walk_states(grammar, texts):
+        fed = np.array([tracker.feed(state, data or b"", lengths=False) is None for data in table])
+        batch = refusals(tracker, vocab=member_vocab, state=state, ids=every)
+        assert (batch == fed).all(), (state, [table[t] for t in np.flatnonzero(batch != fed)])
