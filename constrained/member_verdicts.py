@@ -33,7 +33,7 @@ from radixlm.constrained.member_tokens import may_write_a_key, quote_then_more
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_scan import G_AFTER, G_COLON, G_INKEY, G_KEY
 
-CACHE_ENTRIES = 1 << 16  # per tracker: verdicts kept (cleared whole past the bound)
+CACHE_ENTRIES = 1 << 13  # per tracker: verdicts kept (cleared whole past the bound; some 2 MB)
 _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
