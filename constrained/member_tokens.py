@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 _STRUCTURAL = re.compile(rb'[",{}\]\\]')
-# what a check may ask of the open objects (``member_mask.asks``), as bits
+# what a check may ask of the open objects (``member_asks.asks``), as bits
 # whether ``}`` may come; another member; a key's name; a key spelled with an escape
 ASK_CLOSE, ASK_ADD, ASK_KEY, ASK_ESCAPE = 1, 2, 4, 8
 _files: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
