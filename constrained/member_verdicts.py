@@ -38,11 +38,6 @@ _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def refused(tracker: UniqueTracker, state: tuple, data: bytes) -> bool:
-    """``tracker.feed(state, data, lengths=False) is None``, looked up where states share it."""
-    return FromState(tracker, state).refused(data)
-
-
 class FromState:
     """Verdicts of bytes fed from one state: the state's shared keys are built once, for the
     few dozen bytes a step decides from it."""

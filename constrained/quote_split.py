@@ -15,7 +15,6 @@ import re
 import weakref
 from typing import Any
 
-import numpy as np
 from radixlm.constrained.member_tokens import may_write_a_key
 
 _splits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -28,11 +27,10 @@ _QUIET = re.compile(rb'[ \t\n\r]*(:[ \t\n\r]*("|-?[0-9]*))?')
 
 
 class QuoteSplit:
-    """``close_at[e]``: per token id, ``close_of(its bytes, escaped=bool(e))`` (int32), for the
-    plain escape state (0) and the one after a backslash (1).
-
-    ``reading[r]``: token id -> ``(at, head, tail, plain, quiet)`` read from inside a string (``r`` 0 or
-    1, as ``close_at``; tokens without a quote are left out: they close nothing) or past an
+    """``reading[r]``: token id -> ``(at, head, tail, plain, quiet)`` read from inside a string
+    (``r`` 0 for the plain escape state, 1 for the one after a backslash; ``at`` is
+    ``close_of(its bytes, escaped=bool(r))``; tokens without a quote are left out: they close
+    nothing) or past an
     opener (``r`` one of ``OPENERS``: every token that starts with it and goes on; ``at`` and
     ``head`` count from after the opener). ``head``/``tail``: the bytes before and after the
     closing quote (None where ``at`` < 0), a tail that only opens a value string cut after its
@@ -42,16 +40,13 @@ class QuoteSplit:
     number), so the key alone decides."""
 
     def __init__(self, token_bytes: tuple) -> None:
-        n = len(token_bytes)
-        self.close_at = [np.full(n, -1, dtype=np.int32) for _ in range(2)]
         self.reading: dict[Any, dict[int, tuple]] = {r: {} for r in (0, 1, *OPENERS)}
         interned: dict[bytes, bytes] = {}
         for t, data in enumerate(token_bytes):
             if not data or b'"' not in data:
                 continue
             for e in (0, 1):
-                at = self.close_at[e][t] = close_of(data, bool(e))
-                self.reading[e][t] = _read(data, at, interned)
+                self.reading[e][t] = _read(data, close_of(data, bool(e)), interned)
             for opener in OPENERS:
                 if len(data) > len(opener) and data.startswith(opener):
                     rest = data[len(opener):]

@@ -14,7 +14,7 @@ from radixlm.constrained.member_mask import PREPARE_FEEDS
 from radixlm.constrained.member_memo import memo_for, memo_key
 from radixlm.constrained.member_refusals import refusals
 from radixlm.constrained.member_tokens import MemberTokens
-from radixlm.constrained.member_verdicts import refused
+from radixlm.constrained.member_verdicts import FromState
 from radixlm.constrained.quote_split import UNSPLIT, QuoteSplit, close_of
 from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
 from radixlm.constrained.vocab import TokenizerVocab
@@ -121,11 +121,12 @@ def test_the_first_unescaped_quote(data, escaped, at):
 def test_the_quote_split_leaves_unicode_escapes_whole():
     tokens = (b'ab",', b'c",', b'\\u0022",', b'u00"', b'x\\"y"}', b'plain', b'"', b'\\u00e9')
     split = QuoteSplit(tokens)
-    assert split.close_at[0].tolist() == [2, 1, UNSPLIT, 3, 4, -1, 0, -1]
+    at = [[split.reading[e].get(t, (-1,))[0] for t in range(len(tokens))] for e in (0, 1)]
+    assert at[0] == [2, 1, UNSPLIT, 3, 4, -1, 0, -1]
     # after a backslash the first byte is escaped (an escaped backslash is plain), and an
     # escaped "u" starts a \\u escape
-    assert split.close_at[1].tolist() == [2, 1, 6, UNSPLIT, 4, -1, -1, -1]
-    assert [close_of(data, False) for data in tokens] == split.close_at[0].tolist()
+    assert at[1] == [2, 1, 6, UNSPLIT, 4, -1, -1, -1]
+    assert [close_of(data, False) for data in tokens] == at[0]
 
 
 def _mask_agrees(grammar, text: str) -> None:
@@ -230,7 +231,7 @@ def test_narrowed_candidates_keep_every_refusal(member_vocab, schema, text):
     ({**OPEN, "maxProperties": 2, "required": ["s"]}, ['{"zq":1,"s":"a"}', '{"s":"b","name":1}']),
 ])
 def test_verdicts_shared_across_states_equal_feeding(member_vocab, schema, texts):
-    """``member_verdicts.refused`` files verdicts per tracker under each state with its objects'
+    """``member_verdicts.FromState.refused`` files verdicts per tracker under each state with its objects'
     keys replaced by what the bytes can ask of them; over every state of several texts (written
     in different orders, so states with different keys share entries), every token's verdict
     equals feeding it."""
@@ -239,7 +240,7 @@ def test_verdicts_shared_across_states_equal_feeding(member_vocab, schema, texts
     for state in _walk_states(grammar, texts):
         for data in member_vocab.token_bytes:
             data = data or b""
-            assert refused(tracker, state, data) == (tracker.feed(state, data, lengths=False) is None), (state, data)
+            assert FromState(tracker, state).refused(data) == (tracker.feed(state, data, lengths=False) is None), (state, data)
         shared += any(len(f) == 3 and f[0] == "o" and f[2] for f in state[0])
     assert shared >= 10  # states with keys written, which the cache shares
 
