@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import weakref
 from typing import Any
 
@@ -71,6 +72,17 @@ def greedy_completion(matcher: Any, max_bytes: int = 20_000) -> bytes | None:
     return None
 
 
+def opening_bytes(matcher: Any, max_bytes: int, seconds: float) -> bytes:
+    """The bytes the first completion order (``keys``) writes from ``matcher`` within
+    ``max_bytes`` and ``seconds``, whether or not they end the document: a valid continuation
+    along the shortest documents, for compile-time warm-up (``warm_start``), at the cost of one
+    search rather than every order's."""
+    literals = string_literals(matcher.grammar)
+    out = _complete(matcher, _Keys(), max_bytes, "closers", b"", literals or None,
+                    partial=True, deadline=time.perf_counter() + seconds)
+    return out or b""
+
+
 def _budgets(max_bytes: int) -> list[int]:
     """Growing byte budgets up to ``max_bytes``: every order gets a short try first, so an order
     that loops (``,"":0,"":0``) costs little before the one that ends is tried."""
@@ -79,16 +91,21 @@ def _budgets(max_bytes: int) -> list[int]:
 
 
 def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: bytes,
-              literals: list[bytes] | None = None) -> bytes | None:
+              literals: list[bytes] | None = None, partial: bool = False,
+              deadline: float | None = None) -> bytes | None:
     """One greedy search in ``strategy``'s order (``keys``: the ``closers`` order after the
-    continuations of ``literals`` at a key position, read by a ``_Keys`` tracker)."""
+    continuations of ``literals`` at a key position, read by a ``_Keys`` tracker). ``partial``:
+    the bytes written so far where the search ends without an end (else None); ``deadline``: a
+    ``time.perf_counter()`` past which it ends."""
     probe, out, spelled, tries = matcher.copy(), bytearray(), 0, _TRIES * max_bytes
     byte_ids = matcher.grammar.vocab.byte_tokens
     track = start.copy()
     while len(out) < max_bytes and not probe.is_accepting():
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         forced = _take_forced(probe, byte_ids)
         if forced is None:
-            return None
+            return bytes(out) if partial else None
         if forced:
             out += forced
             track.feed(forced)
@@ -105,7 +122,7 @@ def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: 
         for b in order:
             tries -= 1
             if tries < 0:
-                return None
+                return bytes(out) if partial else None
             if byte_ids[b] >= 0 and probe.accept_token(byte_ids[b]):
                 out.append(b)
                 # inside a string the hint byte was tried before any other (but the closing
@@ -114,8 +131,8 @@ def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: 
                 track.feed(bytes([b]))
                 break
         else:
-            return None
-    return bytes(out) if probe.is_accepting() else None
+            return bytes(out) if partial else None
+    return bytes(out) if probe.is_accepting() or partial else None
 
 
 def _align(hints: bytes, forced: bytes, spelled: int) -> int:

@@ -1,6 +1,7 @@
 """``CompiledGrammar`` (immutable, shared, cached) and ``GrammarMatcher`` (a cheap per-request
 cursor over it), on llguidance's matcher: a lazy lexer per lexeme and an Earley parser over them,
-so masks are computed as they are needed and nothing walks the vocabulary at compile time."""
+so masks are computed as they are needed. A compile only warms the masks along the grammar's
+shortest document (``warm_start``, bounded), never one per automaton state."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from radixlm.constrained.string_length_mask import forbid_lengths
 from radixlm.constrained.unique_items import UniqueTracker
 from radixlm.constrained.unique_mask import forbid
 from radixlm.constrained.vocab import TokenizerVocab
+from radixlm.constrained.warm_start import warm_start
 
 # llguidance's per-step budgets (a mask never takes more than milliseconds; past them the matcher
 # stops and the request ends alone); more fuel for the first lexer build of a large schema. The
@@ -46,12 +48,13 @@ class CompiledGrammar:
     relaxed with ``strict=False`` (as JSON pointers); ``notes`` the restrictions applied.
     ``unique`` locates the ``uniqueItems`` arrays whose duplicates the matchers forbid at runtime
     (``unique_items``) and the objects whose members they check (``member_check``); None for
-    grammars without either (no overhead).
+    grammars without either (no overhead). ``warm``: compute the masks along the grammar's shortest
+    document now (``warm_start``), so the first request meets them built.
     """
 
     def __init__(self, vocab: TokenizerVocab, lark: str, kind: str, spec: Any,
                  relaxed: list[str] | None = None, notes: list[str] | None = None,
-                 unique: UniquePaths | None = None) -> None:
+                 unique: UniquePaths | None = None, warm: bool = True) -> None:
         self.vocab = vocab
         self.lark = lark
         self.kind = kind
@@ -67,6 +70,8 @@ class CompiledGrammar:
             raise ConstraintError(f"{kind}: cannot compile grammar: {self._template.get_error()[:300]}")
         if self.unique_tracker is not None and unique.specs:  # the runtime member check's first states
             prepare_members(self.unique_tracker, vocab, self._template.deep_copy().compute_ff_bytes()[:16])
+        if warm:  # the first request's masks along the shortest document, built here instead
+            warm_start(self)
 
     @functools.cached_property
     def completion_hints(self) -> bytes:

@@ -109,6 +109,18 @@ def prepare_members(tracker: UniqueTracker, vocab: Any, forced: bytes) -> None:
             memo.put(key, entry)
 
 
+def grow_first_visits(tracker: UniqueTracker) -> int:
+    """File whole entries for the states met once so far (``FirstVisit``): after the compile-time
+    warm-up (``warm_start``), whose states every output passes through, so a request's first
+    mask there is a plain memo hit. Returns how many were grown."""
+    memo = memo_for(tracker)
+    with memo.lock:
+        firsts = [(key, entry) for key, entry in memo.entries.items() if type(entry) is FirstVisit]
+    for key, entry in firsts:
+        memo.put(key, _grown(entry))
+    return len(firsts)
+
+
 _NONE = np.zeros(0, dtype=np.int64)
 
 
@@ -162,9 +174,10 @@ def _grown(first: FirstVisit) -> MemoEntry:
     """The entry of a state met a second time, its first visit's verdicts settled."""
     ids, place_, _, always, _, live = first.parts  # a first visit's parts: no status, not ``only``
     status = _status(ids, live)
-    decided = first.decided
-    at = np.searchsorted(ids, np.fromiter(decided, dtype=np.int64, count=len(decided)))
-    status[at] = np.where(np.fromiter(decided.values(), dtype=bool, count=len(at)), REFUSED, KEPT)
+    decided = first.decided  # a few tokens: set one by one, not through three more arrays
+    at = ids.searchsorted(list(decided)) if decided else _NONE
+    for i, bad in zip(at.tolist(), decided.values(), strict=True):
+        status[i] = REFUSED if bad else KEPT
     refused = [t for t, bad in decided.items() if bad]
     return MemoEntry.grown(ids, place_, status, always, at, refused, (status == LIVE) if live else None)
 

@@ -80,7 +80,7 @@ class MemoEntry:
         scanning every status: a few operations instead of a dozen, on caches left cold."""
         self = cls.__new__(cls)
         self.ids, self.place, self.status, self.only = ids, place, status, False
-        self.always = unique_ids(always) if always else np.zeros(0, dtype=np.int64)
+        self.always = unique_ids(always) if always else _EMPTY
         self.lock = threading.Lock()
         word, bit = place
         pending = bit.copy()
@@ -120,6 +120,7 @@ class MemoEntry:
 
 
 _NO_CUT = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32))
+_EMPTY = _NO_CUT[0]  # never written to
 
 
 def _cut_of(tokens: list) -> tuple[np.ndarray, np.ndarray]:

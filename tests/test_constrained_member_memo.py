@@ -14,7 +14,9 @@ import test_constrained_unique_items as shared
 import torch
 from radixlm.constrained import compile_grammar, member_memo
 from radixlm.constrained import grammar as grammar_module
-from radixlm.constrained.member_memo import FRESH_KEY, memo_key
+from radixlm.constrained.member_mask import FirstVisit, Parts, _grown
+from radixlm.constrained.member_memo import FRESH_KEY, REFUSED, memo_key
+from radixlm.constrained.member_tokens import place
 from radixlm.constrained.vocab import TokenizerVocab
 
 INT = {"type": "integer"}
@@ -175,3 +177,22 @@ def test_threads_sharing_one_memo_get_the_masks_of_a_fresh_one(tiny_vocab, monke
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors
+
+
+def test_a_grown_entry_keeps_its_first_verdicts_when_more_come():
+    """A state met a second time files its first visit's verdicts (``member_mask._grown``); a
+    later visit that settles a new refusal rebuilds the entry's cut from those statuses, so the
+    first visit's refusals must still be there, and its decided tokens no longer pending."""
+    ids = np.array([3, 40, 70, 100], dtype=np.int64)
+    entry = _grown(FirstVisit(Parts(ids, place(ids), None, [], False), {40: True, 70: False}))
+
+    def cleared() -> set[int]:
+        words = np.full(4, 0xFFFFFFFF, dtype=np.uint32)
+        cut_word, cut_bit = entry.view[4]
+        words[cut_word] &= cut_bit
+        return {t for t in range(128) if not (int(words[t >> 5]) >> (t & 31)) & 1}
+
+    assert cleared() == {40}
+    assert [bool(p) for p in entry.view[2]] == [True, False, False, True]  # 3 and 100 still to feed
+    entry.settle(np.array([3]), np.array([REFUSED], dtype=np.int8))  # 100 refused on a later visit
+    assert cleared() == {40, 100}
