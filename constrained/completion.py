@@ -72,14 +72,15 @@ def greedy_completion(matcher: Any, max_bytes: int = 20_000) -> bytes | None:
     return None
 
 
-def opening_bytes(matcher: Any, max_bytes: int, seconds: float) -> bytes:
+def opening_bytes(matcher: Any, max_bytes: int, seconds: float, fill: int | None = None) -> bytes:
     """The bytes the first completion order (``keys``) writes from ``matcher`` within
     ``max_bytes`` and ``seconds``, whether or not they end the document: a valid continuation
     along the shortest documents, for compile-time warm-up (``warm_start``), at the cost of one
-    search rather than every order's."""
+    search rather than every order's. ``fill``: a byte tried first in each string value as it
+    opens (a value of one character, where the grammar allows it, rather than an empty one)."""
     literals = string_literals(matcher.grammar)
     out = _complete(matcher, _Keys(), max_bytes, "closers", b"", literals or None,
-                    partial=True, deadline=time.perf_counter() + seconds)
+                    partial=True, deadline=time.perf_counter() + seconds, fill=fill)
     return out or b""
 
 
@@ -92,11 +93,12 @@ def _budgets(max_bytes: int) -> list[int]:
 
 def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: bytes,
               literals: list[bytes] | None = None, partial: bool = False,
-              deadline: float | None = None) -> bytes | None:
+              deadline: float | None = None, fill: int | None = None) -> bytes | None:
     """One greedy search in ``strategy``'s order (``keys``: the ``closers`` order after the
     continuations of ``literals`` at a key position, read by a ``_Keys`` tracker). ``partial``:
     the bytes written so far where the search ends without an end (else None); ``deadline``: a
-    ``time.perf_counter()`` past which it ends."""
+    ``time.perf_counter()`` past which it ends; ``fill``: a byte tried first where a string value
+    has just opened."""
     probe, out, spelled, tries = matcher.copy(), bytearray(), 0, _TRIES * max_bytes
     byte_ids = matcher.grammar.vocab.byte_tokens
     track = start.copy()
@@ -119,6 +121,8 @@ def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: 
             order = _NUMBER_END + order
         if literals is not None and track.key is not None:
             order = _spelled_on(probe, track, _first_keys(probe, track) + literals) + order
+        if fill is not None and track.value_opened:
+            order = [fill] + order
         for b in order:
             tries -= 1
             if tries < 0:
@@ -207,6 +211,7 @@ class _Keys:
         self.in_string = self.escaped = False
         self.expect_key = False
         self.number = False  # a number value has begun and may still go on
+        self.value_opened = False  # a string value's opening quote was the last byte
 
     def copy(self) -> _Keys:
         """An independent tracker at the same place."""
@@ -215,17 +220,20 @@ class _Keys:
         other.key = bytearray(self.key) if self.key is not None else None
         other.in_string, other.escaped = self.in_string, self.escaped
         other.expect_key, other.number = self.expect_key, self.number
+        other.value_opened = self.value_opened
         return other
 
     def feed(self, data: bytes) -> None:
         for b in data:
             if self.in_string:
+                self.value_opened = False
                 self._string_byte(b)
                 continue
             self.number = (b in b"-0123456789") or (self.number and b in b".eE+")
             if b == 0x22:
                 self.in_string = True
                 self.key = bytearray(b'"') if self.expect_key else None
+                self.value_opened = not self.expect_key
                 self.expect_key = False
             elif b in b"{[":
                 self.stack.append(["o", set(), None] if b == 0x7B else ["a", 0])

@@ -18,7 +18,7 @@ from radixlm.constrained.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema.unique_paths import UniquePaths
 from radixlm.constrained.member_forced import forced_with_checks, required_keys
-from radixlm.constrained.member_mask import forbid_members, prepare_members
+from radixlm.constrained.member_mask import forbid_members
 from radixlm.constrained.pattern.samples import samples
 from radixlm.constrained.string_length_mask import forbid_lengths
 from radixlm.constrained.unique_items import UniqueTracker
@@ -68,8 +68,6 @@ class CompiledGrammar:
                                               log_level=0, limits=_LIMITS)
         if self._template.is_error():
             raise ConstraintError(f"{kind}: cannot compile grammar: {self._template.get_error()[:300]}")
-        if self.unique_tracker is not None and unique.specs:  # the runtime member check's first states
-            prepare_members(self.unique_tracker, vocab, self._template.deep_copy().compute_ff_bytes()[:16])
         if warm:  # the first request's masks along the shortest document, built here instead
             warm_start(self)
 

@@ -20,7 +20,8 @@ each one gave, learned the first time the core allows it. A repeated state feeds
 its refused tokens in a few vector operations. Most states are met only once (a key's bytes, a
 member's value), so a state's first mask decides just its own candidates and files a
 light record (``FirstVisit``); the entry's arrays are built if the state comes again. The states
-every output starts in are filed when the grammar is compiled (``prepare_members``).
+along a grammar's shortest document are filed whole when it is compiled (``warm_start``,
+``grow_first_visits``).
 """
 
 from __future__ import annotations
@@ -83,30 +84,6 @@ def forbid_members(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
         if len(cut_word):
             words[cut_word] &= cut_bit
         _clear(words, refused)
-
-
-PREPARE_FEEDS = 256  # candidates fed at compile time per prepared state (~2 us each)
-
-
-def prepare_members(tracker: UniqueTracker, vocab: Any, forced: bytes) -> None:
-    """File the memo entries of the states every output starts in (the initial one and those
-    after each byte of the grammar's ``forced`` start), so the first masks of the first request
-    find them: built at compile time, off the token path."""
-    memo, state = memo_for(tracker), tracker.initial
-    for i in range(len(forced) + 1):
-        if i:
-            state = tracker.feed(state, forced[i - 1:i])
-            if state is None:
-                return
-        key, shared = memo_key(tracker, state)
-        if memo.get(key) is None:
-            entry = _built(_parts(tracker, vocab, state, shared))
-            ids, _, pending, live, _ = entry.view
-            at = np.flatnonzero(pending if live is None else pending * ~live)
-            if len(at) <= PREPARE_FEEDS:  # settle what the first mask would feed, when it is little
-                bad = refusals(tracker, vocab, state, ids[at])
-                entry.settle(at, np.where(bad, REFUSED, KEPT).astype(np.int8))
-            memo.put(key, entry)
 
 
 def grow_first_visits(tracker: UniqueTracker) -> int:

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from radixlm.constrained import compile_grammar, member_memo
-from radixlm.constrained.member_mask import PREPARE_FEEDS
 from radixlm.constrained.member_memo import memo_for, memo_key
 from radixlm.constrained.member_refusals import refusals
 from radixlm.constrained.member_tokens import MemberTokens
@@ -162,16 +161,19 @@ def test_extra_keys_past_max_properties(vocab):
 
 
 def test_first_states_are_filed_at_compile_time(vocab):
-    """``prepare_members``: the initial state's entry exists, already settled, before any mask;
-    masks from it equal masks computed with an empty memo."""
+    """The compile's warm-up (``warm_start``): the initial state's entry exists whole before any
+    request's mask, every candidate the core allows there settled; masks from it equal masks
+    computed with an empty memo."""
     member_memo.memos.clear()
     grammar = compile_grammar(vocab, "json_schema", CLOSED)
     tracker = grammar.unique_tracker
     entry = memo_for(tracker).get(memo_key(tracker, tracker.initial)[0])
-    assert entry is not None and len(entry.ids) <= PREPARE_FEEDS
-    _, _, pending, live, _ = entry.view
-    assert not pending.any() and live is None  # nothing left to feed
+    assert isinstance(entry, member_memo.MemoEntry)
+    _, word, pending, live, _ = entry.view
     row = torch.zeros(vocab.mask_words, dtype=torch.int32)
+    core = grammar.matcher()._core
+    core.unsafe_compute_mask_ptr(row.data_ptr(), vocab.mask_words * 4)
+    assert not (row.numpy().view(np.uint32)[word] & pending).any() and live is None  # nothing to feed
     grammar.matcher().fill_mask(row)
     prepared = row.clone()
     member_memo.memos.clear()

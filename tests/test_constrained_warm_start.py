@@ -99,8 +99,8 @@ def test_bounded_by_masks_and_time(vocab, monkeypatch):
     monkeypatch.setattr(warm_start, "WARM_MASKS", 3)
     assert warm_start.warm_start(grammar) == 3
     monkeypatch.setattr(warm_start, "WARM_MASKS", 64)
-    monkeypatch.setattr(warm_start, "WARM_SECONDS", 0.0)  # the search ends at once: nothing to mask
-    assert warm_start.warm_start(grammar) == 0
+    monkeypatch.setattr(warm_start, "WARM_SECONDS", 0.0)  # the search ends at once: the start alone
+    assert warm_start.warm_start(grammar) == 1
 
 
 def test_opening_bytes_ends_where_the_document_does(vocab):
@@ -114,3 +114,16 @@ def test_opening_bytes_ends_where_the_document_does(vocab):
     prefix = opening_bytes(long.matcher(), 256, 1.0)
     assert len(prefix) == 256 and set(prefix) <= set(b"ab")
     assert warm_start.warm_start(long) > 0  # a prefix is enough to warm
+
+
+def test_string_values_get_one_character_where_they_may(vocab):
+    """``fill``: each string value is given the fill byte first, so the warm-up masks inside a
+    string too; where the value refuses it (a pattern, an enum) the search goes on as without it."""
+    schema = {"type": "object", "required": ["s", "n", "e"],
+              "properties": {"s": STR, "n": {"type": "string", "pattern": "^[0-9]+$"}, "e": {"enum": ["xy", "z"]}}}
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    plain = json.loads(opening_bytes(grammar.matcher(), 256, 1.0))
+    filled = json.loads(opening_bytes(grammar.matcher(), 256, 1.0, fill=ord("a")))
+    jsonschema.validate(filled, schema)
+    assert plain["s"] == "" and filled["s"] == "a"
+    assert filled["n"] == plain["n"] and filled["e"] == plain["e"]
