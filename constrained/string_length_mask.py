@@ -39,6 +39,7 @@ _WS = b" \t\n\r"
 # the first bytes a one-quote token's prefix can have in a structural mode (b"": the quote itself)
 _FIRST = {G_VAL: _WS + b"[{-0123456789tfn", G_AFTER: _WS + b",]}", G_KEY: _WS + b"}", G_COLON: _WS + b":",
           G_DONE: _WS}
+_JSON_BYTES = _WS + b"[]{},:-+.0123456789eEtruefalsn"  # what JSON may hold outside strings
 _IN_STRING = (G_STR, G_INKEY, U_STR)  # a one-quote token's quote closes the string: it opens none
 _NONE: frozenset = frozenset()
 _UNSEEN = object()  # no closed state filed yet (None is a filed answer: the quote is refused)
@@ -54,6 +55,7 @@ class LengthTables:
         self._lock = threading.Lock()
         self._chars: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
         self._clears: OrderedDict = OrderedDict()
+        self._prefixes: dict[int, list[bytes]] = {}
         groups: dict[bytes, list[tuple[int, int]]] = {}
         multi: list[int] = []
         for t, data in enumerate(table):
@@ -119,11 +121,15 @@ class LengthTables:
 
     def prefixes(self, mode: int) -> list[bytes]:
         """The prefixes whose tokens can open a string in ``mode`` (all for modes without a
-        first-byte rule)."""
-        first = _FIRST.get(mode)
-        if first is None:
-            return list(self.groups)
-        return [p for p in self.groups if not p or p[0] in first]
+        first-byte rule): outside strings, only whitespace, structure and scalars' bytes
+        (``_JSON_BYTES``) may come before a quote, so a prefix with any other byte opens none
+        (cached per mode: a first mask would otherwise feed dozens of ``' $('``)."""
+        found = self._prefixes.get(mode)
+        if found is None:
+            first = _FIRST.get(mode)
+            found = self._prefixes[mode] = [p for p in self.groups if first is None or not p
+                                            or (p[0] in first and not p.translate(None, _JSON_BYTES))]
+        return found
 
     def allowed_multi(self, words: np.ndarray) -> list[int]:
         """The tokens with two quotes or more that ``words`` allows."""

@@ -18,8 +18,9 @@ from radixlm.constrained import compile_grammar
 from radixlm.constrained.json_schema.compiler import schema_to_grammar
 from radixlm.constrained.member_memo import memo_key
 from radixlm.constrained.string_count import chars_until_close, read_counted
-from radixlm.constrained.string_length_mask import ESCAPES, LengthTables
+from radixlm.constrained.string_length_mask import _FIRST, ESCAPES, LengthTables
 from radixlm.constrained.testing.walks import allowed_ids
+from radixlm.constrained.unique_scan import G_VAL
 from radixlm.constrained.vocab import TokenizerVocab
 
 PIECES = [b'"ab', b'"abcdef', b':"', b':"abc', b'","', b'""', b'":""', b'":"', b'abc"', b'abcdefgh',
@@ -168,3 +169,32 @@ def test_the_tables_read_every_token_as_the_tracker_does(vocab):
             if data:
                 assert (counts[t], closes[t]) == chars_until_close(data, esc), (esc, data)
         assert most == max(counts)
+
+
+def test_prefixes_with_bytes_json_never_holds_outside_strings_are_not_fed():
+    """``LengthTables.prefixes``: outside strings only whitespace, structure and scalars' bytes may
+    come before a quote, so the prefixes it leaves out open no string from any state of a walk
+    (``feed`` refuses them), and the ones with a number before the comma stay."""
+    tokens = [bytes([c]) for c in ALPHABET] + PIECES + [b'@"ab', b' $("abc', b'x"ab', b' [{"a']
+    vocab = TokenizerVocab.from_token_bytes(tokens + [None], [len(tokens)])
+    tables = LengthTables(vocab)
+    assert b"1," in tables.prefixes(G_VAL)  # a number, then a comma, then the quote
+    grammar = compile_grammar(vocab, "json_schema", OBJECT)
+    tracker, checked = grammar.unique_tracker, 0
+    for seed in range(4):
+        rng, matcher = random.Random(seed), grammar.matcher()
+        for _ in range(40):
+            state = matcher._states[-1]
+            if state[1] in _FIRST:
+                left_out = set(tables.groups) - set(tables.prefixes(state[1]))
+                assert {b"@", b" $("} <= left_out
+                for prefix in left_out:
+                    assert tracker.feed(state, prefix + b'"', lengths=False) is None, (state, prefix)
+                checked += 1
+            row = torch.zeros(vocab.mask_words, dtype=torch.int32)
+            matcher.fill_mask(row)
+            allowed = allowed_ids(row)
+            if matcher.is_terminated() or not len(allowed):
+                break
+            assert matcher.accept_token(int(allowed[rng.randrange(len(allowed))]))
+    assert checked > 10
