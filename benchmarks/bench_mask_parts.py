@@ -29,6 +29,7 @@ from radixlm.constrained.member_tokens import member_tokens_for  # noqa: E402
 from radixlm.constrained.quote_split import quote_split_for  # noqa: E402
 from radixlm.constrained.string_length_mask import tables_for  # noqa: E402
 from radixlm.constrained.testing.walks import allowed_ids  # noqa: E402
+from radixlm.constrained.unique_tables import warm_tables  # noqa: E402
 
 PARTS: dict[str, float] = collections.defaultdict(float)  # µs of the mask being taken, by part
 
@@ -86,7 +87,7 @@ def main() -> None:
     p.add_argument("--slowest", type=int, default=0, help="also list the N slowest masks")
     args = p.parse_args()
     _, vocab = bench_grammar.load_tokenizer(args.tokenizer)
-    member_tokens_for(vocab).warm(), quote_split_for(vocab), tables_for(vocab).warm()
+    member_tokens_for(vocab).warm(), quote_split_for(vocab), tables_for(vocab).warm(), warm_tables(vocab)
     for name in ("forbid", "forbid_members", "forbid_lengths"):
         setattr(grammar_module, name, timed(name, getattr(grammar_module, name)))
     masks = []

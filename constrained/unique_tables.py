@@ -229,6 +229,16 @@ def table_for(vocab: Any, start: tuple) -> Table:
     return table
 
 
+WARM_STARTS = ((U_STR, b"", 0), (U_STR, b"\\", -1), (U_VAL, b"", 0), (U_AFTER, b"", 0), (U_NUM, b"", 0))
+
+
+def warm_tables(vocab: Any) -> None:
+    """Build ``vocab``'s tables of the start modes every unique array meets (about 0.15 s at
+    152k, 55 ms of it the first), at start-up rather than in a first request's mask."""
+    for start in WARM_STARTS:
+        table_for(vocab, start)
+
+
 def allowed_at(words: np.ndarray, ids: np.ndarray) -> list[int]:
     """The positions in ``ids`` of the tokens set in ``words``."""
     if len(ids) <= 24:  # numpy's per-call cost exceeds a short loop's
