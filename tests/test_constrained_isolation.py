@@ -218,9 +218,8 @@ def test_workers_run_the_compile_modules_warm_up_before_their_first_job(vocab):
 def test_the_backend_builds_the_member_checks_vocabulary_files_up_front(tokenizer):
     """The member check's per-vocabulary files (sorted tokens included: ~0.5 s at 152k) are
     built with the backend, not in the first checked mask's engine step."""
-    from radixlm.constrained.member_tokens import member_tokens_for
-
     from radixlm.constrained import unique_tables
+    from radixlm.constrained.member_tokens import member_tokens_for
 
     fresh = TokenizerVocab.from_tokenizer(tokenizer)  # a vocabulary no earlier test has touched
     b = GrammarBackend(fresh, num_workers=1)
