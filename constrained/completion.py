@@ -30,12 +30,10 @@ None when no order ends within ``max_bytes``.
 from __future__ import annotations
 
 import json
-import re
 import time
-import weakref
 from typing import Any
 
-from radixlm.constrained.completion_keys import schema_keys
+from radixlm.constrained.completion_keys import literals_starting_with, schema_keys, string_literals
 
 _CLOSING = [ord(c) for c in '"}]),:0' + "1{[ntf-.e" + "abcdefghijklmnopqrstuvwxyz"]
 _CLOSING += [b for b in range(0x20, 0x7F) if b not in _CLOSING] + [0x0A] + list(range(0x80, 0xC0))  # UTF-8 tails
@@ -45,7 +43,6 @@ _BUDGETS = (256, 2048)  # bytes of the first, shorter tries of every order
 _TRIES = 32  # candidate bytes tried per byte of max_bytes, at most
 _NUMBER_END = [ord(c) for c in "}],"]
 STRATEGIES = ("keys", "closers", "hints", "rotate")
-_LITERALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # grammar -> its string literals
 
 
 def greedy_completion(matcher: Any, max_bytes: int = 20_000) -> bytes | None:
@@ -120,7 +117,8 @@ def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: 
         if track.number:
             order = _NUMBER_END + order
         if literals is not None and track.key is not None:
-            order = _spelled_on(probe, track, _first_keys(probe, track) + literals) + order
+            begun = _first_keys(probe, track) + literals_starting_with(probe.grammar, bytes(track.key))
+            order = _spelled_on(probe, track, begun) + order
         if fill is not None and track.value_opened:
             order = [fill] + order
         for b in order:
@@ -189,15 +187,6 @@ def _order(strategy: str, length: int, hint: int | None) -> list[int]:
     shift = (length // _STALL) * _STRIDE % len(rest)
     spell = [hint] if strategy == "hints" and hint is not None else []
     return _CLOSING[:1] + spell + _CLOSING[1:_CLOSERS] + rest[shift:] + rest[:shift]
-
-
-def string_literals(grammar: Any) -> list[bytes]:
-    """The JSON strings (quotes included) a grammar's Lark text spells as literals: keys, consts."""
-    if grammar not in _LITERALS:
-        lark = getattr(grammar, "lark", "")
-        found = re.findall(r'"\\"((?:[^"\\]|\\\\)*?)\\""', lark)
-        _LITERALS[grammar] = [b'"' + k.encode() + b'"' for k in dict.fromkeys(found)]
-    return _LITERALS[grammar]
 
 
 class _Keys:

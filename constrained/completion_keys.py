@@ -5,16 +5,21 @@ This only orders candidates: the matcher checks every byte, so a wrong guess (a 
 ``anyOf`` that does not apply, a ``$ref`` cycle cut short) costs bytes, never validity. Without
 it a completion in an object that takes extra members tries the grammar's literals in the order
 they appear, and spells a large schema's every key as an extra member before the one it needs.
+The grammar's literals themselves (``string_literals``: every key and const it spells) are looked
+up by the open key's prefix (``literals_starting_with``).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import re
 import weakref
 from typing import Any
 
 _DEPTH = 8  # nested $ref / allOf / anyOf / oneOf levels followed per path step
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # grammar -> {path: keys}
+_LITERALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # grammar -> its string literals
 
 
 def schema_keys(grammar: Any, path: tuple) -> list[bytes]:
@@ -85,3 +90,31 @@ def _pointer(root: dict, ref: str) -> Any:
         else:
             return None
     return node
+
+
+def string_literals(grammar: Any) -> list[bytes]:
+    """The JSON strings (quotes included) a grammar's Lark text spells as literals: keys, consts."""
+    return _literals(grammar)[0]
+
+
+def literals_starting_with(grammar: Any, prefix: bytes) -> list[bytes]:
+    """``string_literals`` that start with ``prefix``, in their order: looked up in a sorted copy
+    rather than read whole at every byte of a key, which cost a large schema's search most of its
+    time (hundreds of keys)."""
+    _, keys, rank = _literals(grammar)
+    i = bisect.bisect_left(keys, prefix)
+    found = []
+    while i < len(keys) and keys[i].startswith(prefix):
+        found.append(keys[i])
+        i += 1
+    return sorted(found, key=rank.__getitem__)
+
+
+def _literals(grammar: Any) -> tuple[list[bytes], list[bytes], dict[bytes, int]]:
+    """``grammar``'s literals in order, sorted, and the position of each (cached per grammar)."""
+    found = _LITERALS.get(grammar)
+    if found is None:
+        spelled = re.findall(r'"\\"((?:[^"\\]|\\\\)*?)\\""', getattr(grammar, "lark", ""))
+        literals = [b'"' + k.encode() + b'"' for k in dict.fromkeys(spelled)]
+        found = _LITERALS[grammar] = (literals, sorted(literals), {k: i for i, k in enumerate(literals)})
+    return found

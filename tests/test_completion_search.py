@@ -138,3 +138,18 @@ def test_a_pattern_with_a_literal_start_is_spelled_from_its_sample(vocab):
         assert len(data) < 40, data
     # right after the forced "iglu:" the sample goes on from its own "iglu:", not from its start
     assert _complete_after(grammar, '{"schema":"').startswith(b"iglu:a/"), grammar.completion_hints
+
+
+def test_literals_are_looked_up_by_prefix_in_their_order(vocab):
+    """``literals_starting_with``: the grammar's literals that start with an open key, in the
+    order the grammar spells them (the search tries them in turn), whatever their sort order."""
+    from radixlm.constrained.completion_keys import literals_starting_with, string_literals
+
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in ["zeta", "alpha", "zed", "al", "beta"]}}
+    grammar = compile_grammar(vocab, "json_schema", schema)
+    literals = string_literals(grammar)
+    assert literals_starting_with(grammar, b'"z') == [k for k in literals if k.startswith(b'"z')]
+    assert [k for k in literals_starting_with(grammar, b'"') if k in (b'"zeta"', b'"alpha"')] == \
+        [k for k in literals if k in (b'"zeta"', b'"alpha"')]
+    assert literals_starting_with(grammar, b'"al') == [k for k in literals if k.startswith(b'"al')]
+    assert literals_starting_with(grammar, b'"q') == []
