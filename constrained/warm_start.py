@@ -62,10 +62,14 @@ def warm_start(grammar: Any) -> int:
 
 def _tokens(vocab: Any, text: bytes) -> list[int]:
     """``text`` as the model's tokenizer writes it, or longest-match where the vocabulary has no
-    encoder (or the text is no UTF-8)."""
+    encoder (or the text is no UTF-8); none where a byte has no token (the warm-up then masks the
+    start alone: it only fills caches, and must never fail a compile)."""
     if vocab.encode is not None:
         try:
             return list(vocab.encode(text.decode("utf-8")))
         except UnicodeDecodeError:
             pass
-    return vocab.greedy_encode(text)
+    try:
+        return vocab.greedy_encode(text)
+    except ValueError:
+        return []

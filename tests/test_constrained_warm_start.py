@@ -127,3 +127,15 @@ def test_string_values_get_one_character_where_they_may(vocab):
     jsonschema.validate(filled, schema)
     assert plain["s"] == "" and filled["s"] == "a"
     assert filled["n"] == plain["n"] and filled["e"] == plain["e"]
+
+
+def test_text_without_tokens_warms_the_start_alone():
+    """A vocabulary without a token for some byte of the opening (and no encoder): the warm-up
+    masks the start and the compile succeeds."""
+    tokens = [bytes([c]) for c in b'{}[],:"0123456789'] + [b"tru", b"e"]  # no "a", no "l"
+    vocab = TokenizerVocab.from_token_bytes(tokens + [None], [len(tokens)])
+    schema = {"type": "object", "properties": {"s": STR}, "required": ["s"]}
+    grammar = _compiled(vocab, schema, False)
+    assert warm_start._tokens(vocab, b'{"s":"a"}') == []
+    assert warm_start.warm_start(grammar) >= 1
+    assert _compiled(vocab, schema, True).matcher() is not None
