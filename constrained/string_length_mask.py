@@ -30,7 +30,17 @@ import numpy as np
 from radixlm.constrained.member_memo import FRESH_KEY
 from radixlm.constrained.string_count import TAILS, chars_until_close, read_counted
 from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_AFTER, G_COLON, G_DONE, G_INKEY, G_KEY, G_STR, G_VAL, U_STR
+from radixlm.constrained.unique_scan import (
+    G_AFTER,
+    G_COLON,
+    G_DONE,
+    G_INKEY,
+    G_KEY,
+    G_STR,
+    G_VAL,
+    OUTSIDE,
+    U_STR,
+)
 
 ESCAPES = (0, -1, 1, 2, 3, 4)  # string_count's escape states
 _CACHE = 1024  # cached clears per vocabulary
@@ -39,7 +49,6 @@ _WS = b" \t\n\r"
 # the first bytes a one-quote token's prefix can have in a structural mode (b"": the quote itself)
 _FIRST = {G_VAL: _WS + b"[{-0123456789tfn", G_AFTER: _WS + b",]}", G_KEY: _WS + b"}", G_COLON: _WS + b":",
           G_DONE: _WS}
-_JSON_BYTES = _WS + b"[]{},:-+.0123456789eEtruefalsn"  # what JSON may hold outside strings
 _IN_STRING = (G_STR, G_INKEY, U_STR)  # a one-quote token's quote closes the string: it opens none
 _NONE: frozenset = frozenset()
 _UNSEEN = object()  # no closed state filed yet (None is a filed answer: the quote is refused)
@@ -122,13 +131,13 @@ class LengthTables:
     def prefixes(self, mode: int) -> list[bytes]:
         """The prefixes whose tokens can open a string in ``mode`` (all for modes without a
         first-byte rule): outside strings, only whitespace, structure and scalars' bytes
-        (``_JSON_BYTES``) may come before a quote, so a prefix with any other byte opens none
+        (``unique_scan.OUTSIDE``) may come before a quote, so a prefix with any other byte opens none
         (cached per mode: a first mask would otherwise feed dozens of ``' $('``)."""
         found = self._prefixes.get(mode)
         if found is None:
             first = _FIRST.get(mode)
             found = self._prefixes[mode] = [p for p in self.groups if first is None or not p
-                                            or (p[0] in first and not p.translate(None, _JSON_BYTES))]
+                                            or (p[0] in first and not p.translate(None, OUTSIDE))]
         return found
 
     def allowed_multi(self, words: np.ndarray) -> list[int]:

@@ -21,6 +21,8 @@ U_VAL, U_AFTER, U_STR, U_NUM, U_LIT, U_CON = range(10, 16)
 LEAVE, ERROR = "leave", "error"  # events of the in-array reader besides a completed item
 NUM_CHARS = frozenset(b"0123456789+-.eE")
 WS = frozenset(b" \t\n\r\x0b\x0c")
+# every byte the reader follows outside strings: whitespace, structure, numbers, literals' letters
+OUTSIDE = bytes(sorted(WS | NUM_CHARS)) + b"[]{},:truefalsn"
 LITERALS = {ord("t"): b"true", ord("f"): b"false", ord("n"): b"null"}
 _STR_PLAIN = re.compile(rb'[^"\\\x80-\xff]+')  # string bytes that need no escape/UTF-8 tracking
 STR_SKIP = re.compile(rb'[^"\\]+')
