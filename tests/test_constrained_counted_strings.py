@@ -175,10 +175,11 @@ def test_prefixes_with_bytes_json_never_holds_outside_strings_are_not_fed():
     """``LengthTables.prefixes``: outside strings only whitespace, structure and scalars' bytes may
     come before a quote, so the prefixes it leaves out open no string from any state of a walk
     (``feed`` refuses them), and the ones with a number before the comma stay."""
-    tokens = [bytes([c]) for c in ALPHABET] + PIECES + [b'@"ab', b' $("abc', b'x"ab', b' [{"a']
+    tokens = [bytes([c]) for c in ALPHABET] + PIECES + [b'@"ab', b' $("abc', b'x"ab', b' [{"a', b'[\x0c"ab']
     vocab = TokenizerVocab.from_token_bytes(tokens + [None], [len(tokens)])
     tables = LengthTables(vocab)
     assert b"1," in tables.prefixes(G_VAL)  # a number, then a comma, then the quote
+    assert b"[\x0c" in tables.prefixes(G_VAL)  # the tracker reads a form feed as whitespace
     grammar = compile_grammar(vocab, "json_schema", OBJECT)
     tracker, checked = grammar.unique_tracker, 0
     for seed in range(4):
