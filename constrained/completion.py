@@ -60,8 +60,8 @@ def greedy_completion(matcher: Any, max_bytes: int = 20_000) -> bytes | None:
             if strategy == "hints" and not hints:
                 continue
             if strategy == "keys":
-                literals = string_literals(matcher.grammar)
-                out = _complete(matcher, start, budget, "closers", b"", literals) if literals else None
+                keys = bool(string_literals(matcher.grammar))
+                out = _complete(matcher, start, budget, "closers", b"", keys=True) if keys else None
             else:
                 out = _complete(matcher, start, budget, strategy, hints)
             if out is not None:
@@ -75,8 +75,8 @@ def opening_bytes(matcher: Any, max_bytes: int, seconds: float, fill: int | None
     along the shortest documents, for compile-time warm-up (``warm_start``), at the cost of one
     search rather than every order's. ``fill``: a byte tried first in each string value as it
     opens (a value of one character, where the grammar allows it, rather than an empty one)."""
-    literals = string_literals(matcher.grammar)
-    out = _complete(matcher, _Keys(), max_bytes, "closers", b"", literals or None,
+    keys = bool(string_literals(matcher.grammar))
+    out = _complete(matcher, _Keys(), max_bytes, "closers", b"", keys=keys,
                     partial=True, deadline=time.perf_counter() + seconds, fill=fill)
     return out or b""
 
@@ -89,10 +89,11 @@ def _budgets(max_bytes: int) -> list[int]:
 
 
 def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: bytes,
-              literals: list[bytes] | None = None, partial: bool = False,
+              keys: bool = False, partial: bool = False,
               deadline: float | None = None, fill: int | None = None) -> bytes | None:
     """One greedy search in ``strategy``'s order (``keys``: the ``closers`` order after the
-    continuations of ``literals`` at a key position, read by a ``_Keys`` tracker). ``partial``:
+    continuations of the grammar's literals at a key position, read by a ``_Keys`` tracker).
+    ``partial``:
     the bytes written so far where the search ends without an end (else None); ``deadline``: a
     ``time.perf_counter()`` past which it ends; ``fill``: a byte tried first where a string value
     has just opened."""
@@ -116,7 +117,7 @@ def _complete(matcher: Any, start: _Keys, max_bytes: int, strategy: str, hints: 
             order = [b for b in order if b != out[-1]] + [out[-1]]
         if track.number:
             order = _NUMBER_END + order
-        if literals is not None and track.key is not None:
+        if keys and track.key is not None:
             begun = _first_keys(probe, track) + literals_starting_with(probe.grammar, bytes(track.key))
             order = _spelled_on(probe, track, begun) + order
         if fill is not None and track.value_opened:
