@@ -22,7 +22,7 @@ default front end with one of its cost knobs changed, in one run, through the sa
 
 ``--tokenizer qwen2`` (151,936 tokens) and ``llama3`` (128,256) are llama.cpp's vocab GGUFs converted
 to ``tokenizer.json`` (fetch once: ``python tests/llamacpp_assets.py``); ``small`` is our 32k test
-checkpoint's. Targets (issue 15, Qwen2): compile p50 <= 10 ms, p90 <= 50 ms, max <= 1 s, no timeouts;
+checkpoint's. Targets (Qwen2): compile p50 <= 10 ms, p90 <= 50 ms, max <= 1 s, no timeouts;
 coverage >= 98%; valid accepted >= 99.5%, invalid accepted 0; mask p50 <= 10 us, p99 <= 100 us.
 """
 

@@ -1,6 +1,6 @@
 """Serving benchmark: the agent workload through HTTP vs the same through ``Engine`` in-process.
 
-Workload (issue 4's agent workload, scaled by flags): R requests = one S-token shared system
+Workload (the agent workload, scaled by flags): R requests = one S-token shared system
 prompt + a distinct U-token user turn each, G new tokens each (greedy, ``ignore_eos``), sent by N
 concurrent clients (each client sends its share of requests one after another). Every request
 streams, so time-to-first-token (TTFT) and inter-token latency (ITL) are measured at the client.

@@ -117,7 +117,7 @@ class ServerArgs:
     incremental_streaming_output: bool = _arg(False, "HTTP: /generate stream chunks carry only the new text "
                                               "(default: the whole text so far, as SGLang)", bool)
 
-    # GPU decode speed-ups (issue 20): used on CUDA only, and only once verified on a device
+    # GPU decode speed-ups: used on CUDA only, and only once verified on a device
     # (runtime/model/gpu_features.py); on CPU they have no effect
     disable_cuda_graph: bool = _arg(False, "CUDA: run decode steps eagerly instead of replaying captured "
                                     "CUDA graphs (one per batch-size bucket)", bool)
