@@ -25,8 +25,8 @@ import time
 import aiohttp
 from aiohttp import web
 from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+from radixlm.runtime.ports import free_port
 from radixlm.runtime.scaleout.dp_launcher import stop_replicas, wait_ready
-from radixlm.runtime.scaleout.ports import free_port
 from radixlm.runtime.scaleout.router import RouterConfig, create_router_app
 from radixlm.runtime.scaleout.router_policy import RoutingConfig
 

@@ -19,8 +19,8 @@ import threading
 import aiohttp
 import pytest
 from aiohttp import web
+from radixlm.runtime.ports import free_port
 from radixlm.runtime.scaleout.dp_launcher import wait_ready
-from radixlm.runtime.scaleout.ports import free_port
 from radixlm.runtime.scaleout.router import REPLICA_HEADER, RouterConfig, create_router_app
 from radixlm.runtime.scaleout.router_policy import RoutingConfig
 

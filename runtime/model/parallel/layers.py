@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
 from radixlm.runtime.model.model_config import ModelConfig
-from radixlm.runtime.scaleout.distributed import TPGroup
+from radixlm.runtime.model.parallel.distributed import TPGroup
 from torch import nn
 
 NATIVE_MAX_ROWS = 64  # up to this many rows the native GEMV beats MKL (measured: benchmarks/README.md, issue 18)

@@ -12,7 +12,7 @@ One scheduler decides for all ranks; the other ranks only follow::
 
 Both sides build the same ``ModelRunner``, and every change to the KV pool and req_to_token table
 comes from a ``BatchSpec`` that all ranks apply, so the pools and tables stay identical. The
-workers' entry point (``model_runner.run_tp_rank``) is handed to ``TPWorkers.start``, so this package
+workers' entry point (``model_runner.run_tp_rank``) is handed to ``TPWorkers.start``, so this module
 never imports the model.
 """
 
