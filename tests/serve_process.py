@@ -10,7 +10,7 @@ from pathlib import Path
 
 import openai
 from radixlm.runtime.ports import free_port
-from radixlm.runtime.scaleout.dp_launcher import stop_replicas, wait_ready
+from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 
 @contextmanager

@@ -17,17 +17,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT_FOLDERS = ("radixlm", "radix_cache", "constrained", "lang", "runtime", "kernels")
-RUNTIME_PARTS = ("server", "engine", "scheduler", "model", "scaleout", "checkpoints")
+RUNTIME_PARTS = ("router", "server", "engine", "scheduler", "model", "checkpoints")
 
 # unit -> the units it may import (docs/DESIGN.md draws the same picture)
 ALLOWED: dict[str, set[str]] = {
-    "radixlm.cli": {"radixlm", "runtime", "runtime.server", "runtime.engine", "runtime.scaleout"},
+    "radixlm.cli": {"radixlm", "runtime", "runtime.router", "runtime.server", "runtime.engine"},
     "radixlm": set(),  # the facade names its exports lazily, by string
     "lang": {"runtime", "runtime.engine", "runtime.server"},  # server: separate_reasoning's parsers
     "runtime.server": {"radixlm", "runtime", "constrained"},  # the engine comes in as an object
-    "runtime.scaleout": {"runtime", "runtime.server", "runtime.scheduler", "radix_cache", "torch"},
+    "runtime.router": {"runtime", "runtime.server", "radix_cache", "torch"},  # the top floor; torch: GPU count
     "runtime.engine": {"runtime", "runtime.scheduler", "runtime.model", "runtime.checkpoints", "constrained"},
-    "runtime.model": {"runtime", "runtime.scheduler", "runtime.scaleout", "kernels", "torch"},
+    "runtime.model": {"runtime", "runtime.scheduler", "kernels", "torch"},
     "runtime.scheduler": {"runtime", "radix_cache"},
     "runtime.checkpoints": set(),
     "runtime": set(),

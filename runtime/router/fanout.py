@@ -11,7 +11,7 @@ numbers its data-parallel ranks). Only replicas in rotation are asked; each answ
 - ``GET /get_load``: every replica's entries, renumbered by rank and naming the ``replica``.
 - ``GET /get_server_info`` (and ``/server_info``): the lowest-ranked replica's answer, with
   ``internal_states`` holding every replica's (one per rank, as SGLang's) and ``dp_size`` the replicas.
-- ``GET /metrics``: the replicas' metrics merged (:mod:`radixlm.runtime.scaleout.metrics_merge`).
+- ``GET /metrics``: the replicas' metrics merged (:mod:`radixlm.runtime.router.metrics_merge`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 from aiohttp import web
-from radixlm.runtime.scaleout.metrics_merge import merge_metrics
+from radixlm.runtime.router.metrics_merge import merge_metrics
 from radixlm.runtime.server.http_errors import APIError
 
 if TYPE_CHECKING:
-    from radixlm.runtime.scaleout.router import Router
+    from radixlm.runtime.router.router import Router
 
 
 @dataclass

@@ -2,11 +2,11 @@
 
 ``radixlm router --worker URL --worker URL`` (or ``radixlm serve --dp-size N``) runs this app. Each
 generation request is proxied, body and (SSE) stream untouched, to the replica that
-:class:`~radixlm.runtime.scaleout.router_policy.RoutingPolicy` picks from the request's text. A background
+:class:`~radixlm.runtime.router.policy.RoutingPolicy` picks from the request's text. A background
 task probes every replica's ``/health``; a replica that fails a probe or a connection leaves the
 rotation (its in-flight requests fail with a 502 error rather than hang) and rejoins once it answers
 again. Routes about every replica (cache flush, abort, load, server info, metrics) ask them all
-(:mod:`radixlm.runtime.scaleout.router_fanout`); informational ones and ``/tokenize`` /
+(:mod:`radixlm.runtime.router.fanout`); informational ones and ``/tokenize`` /
 ``/detokenize`` go to any healthy replica; ``/router/stats`` reports per-replica load and routing
 counts.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from radixlm.runtime.scaleout.router_fanout import FanOutRoutes
-from radixlm.runtime.scaleout.router_policy import (
+from radixlm.runtime.router.fanout import FanOutRoutes
+from radixlm.runtime.router.policy import (
     NoHealthyReplica,
     ReplicaState,
     RoutingConfig,

@@ -13,7 +13,7 @@ import itertools
 import threading
 from dataclasses import dataclass
 
-from radixlm.runtime.scaleout.approx_prefix_tree import ApproxPrefixTree
+from radixlm.runtime.router.approx_prefix_tree import ApproxPrefixTree
 
 POLICIES = ("cache_aware", "round_robin")
 

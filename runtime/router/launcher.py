@@ -119,8 +119,8 @@ def stop_replicas(procs: list[subprocess.Popen], timeout_s: float = 60.0) -> Non
 def serve_data_parallel(server_args: Any, dp_size: int, host: str, port: int,
                         extra_argv: list[str] | None = None, policy: str = "cache_aware") -> int:
     """Run ``dp_size`` replicas and the router until SIGINT/SIGTERM; returns the exit code."""
-    from radixlm.runtime.scaleout.router import RouterConfig, run_router
-    from radixlm.runtime.scaleout.router_policy import RoutingConfig
+    from radixlm.runtime.router.policy import RoutingConfig
+    from radixlm.runtime.router.router import RouterConfig, run_router
 
     procs, urls = start_replicas(server_args, dp_size, extra_argv)
     try:
