@@ -17,18 +17,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT_FOLDERS = ("radixlm", "radix_cache", "constrained", "lang", "runtime", "kernels")
-RUNTIME_PARTS = ("router", "server", "engine", "scheduler", "model", "checkpoints")
+RUNTIME_PARTS = ("router", "server", "engine", "scheduler", "model", "chat_formats", "checkpoints")
 
 # unit -> the units it may import (docs/DESIGN.md draws the same picture)
 ALLOWED: dict[str, set[str]] = {
     "radixlm.cli": {"radixlm", "runtime", "runtime.router", "runtime.server", "runtime.engine"},
     "radixlm": set(),  # the facade names its exports lazily, by string
-    "lang": {"runtime", "runtime.engine", "runtime.server"},  # server: separate_reasoning's parsers
-    "runtime.server": {"radixlm", "runtime", "constrained"},  # the engine comes in as an object
+    "lang": {"runtime", "runtime.engine", "runtime.chat_formats"},  # chat_formats: separate_reasoning's parsers
+    "runtime.server": {"radixlm", "runtime", "runtime.chat_formats", "constrained"},  # the engine comes in as an object
     "runtime.router": {"runtime", "runtime.server", "radix_cache", "torch"},  # the top floor; torch: GPU count
     "runtime.engine": {"runtime", "runtime.scheduler", "runtime.model", "runtime.checkpoints", "constrained"},
     "runtime.model": {"runtime", "runtime.scheduler", "kernels", "torch"},
     "runtime.scheduler": {"runtime", "radix_cache"},
+    "runtime.chat_formats": {"constrained"},  # HTTP-free: never the server or the engine
     "runtime.checkpoints": set(),
     "runtime": set(),
     "constrained": {"torch"},

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ["radixlm", "radixlm.radix_cache", "radixlm.constrained", "radixlm.constrained.testing",
             "radixlm.constrained.json_schema", "radixlm.constrained.pattern", "radixlm.lang",
             "radixlm.runtime", "radixlm.runtime.server", "radixlm.runtime.engine", "radixlm.runtime.scheduler",
-            "radixlm.runtime.model", "radixlm.runtime.router", "radixlm.runtime.checkpoints", "radixlm.kernels",
+            "radixlm.runtime.model", "radixlm.runtime.model.parallel", "radixlm.runtime.router",
+            "radixlm.runtime.chat_formats", "radixlm.runtime.checkpoints", "radixlm.kernels",
             "radixlm.kernels.testing"]
 
 

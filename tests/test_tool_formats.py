@@ -12,9 +12,9 @@ from pathlib import Path
 import jsonschema
 import openai
 import pytest
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.registry import FORMATS, detect_name, get_format, names
-from radixlm.runtime.server.tool_formats.scanner import accumulate
+from radixlm.runtime.chat_formats.tool_formats.registry import FORMATS, detect_name, get_format, names
+from radixlm.runtime.chat_formats.tool_formats.scanner import accumulate
+from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.server_args import TOOL_CALL_PARSERS, ServerArgs
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -277,7 +277,7 @@ def test_json_argument_calls_are_grammars_of_any_depth_and_order(tiny_llama, fam
 
 def _sample_body(family: str) -> str:
     """One call to ``find`` in ``family``'s body layout, with ``ARGS`` where the arguments go."""
-    from radixlm.runtime.server.tool_formats import grammar as g
+    from radixlm.runtime.chat_formats.tool_formats import grammar as g
 
     seen: list[str] = []
 

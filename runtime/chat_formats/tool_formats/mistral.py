@@ -10,16 +10,16 @@ import json
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import (
+from radixlm.runtime.chat_formats.tool_formats.base import (
     ParsedCall,
     ToolFormat,
     dump_args,
     json_head,
     mistral_call_id,
 )
-from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
-from radixlm.runtime.server.tool_formats.json_calls import call_list, decode_at
+from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tool_formats.json_calls import call_list, decode_at
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN = "[TOOL_CALLS]"
 _NAMED = re.compile(r"\s*([A-Za-z0-9_-]{1,64})(?:\[CALL_ID\]([A-Za-z0-9]{9}))?\[ARGS\]")

@@ -10,9 +10,8 @@ import ast
 import json
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.server.tool_formats.grammar import (
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
+from radixlm.runtime.chat_formats.tool_formats.grammar import (
     alternatives,
     flat_properties,
     json_scalar,
@@ -21,6 +20,7 @@ from radixlm.runtime.server.tool_formats.grammar import (
     required_only,
     scalar_kind,
 )
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 _STRING = r'"[^"\\\x0a]*"'
 

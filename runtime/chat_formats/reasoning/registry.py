@@ -7,11 +7,11 @@ output is all content, as before.
 
 from __future__ import annotations
 
-from radixlm.runtime.server.format_registry import FormatRegistry
-from radixlm.runtime.server.reasoning.base import ReasoningFormat
-from radixlm.runtime.server.reasoning.deepseek_r1 import DeepSeekR1Format
-from radixlm.runtime.server.reasoning.gpt_oss import GptOssFormat
-from radixlm.runtime.server.reasoning.qwen3 import Qwen3Format
+from radixlm.runtime.chat_formats.format_registry import FormatRegistry
+from radixlm.runtime.chat_formats.reasoning.base import ReasoningFormat
+from radixlm.runtime.chat_formats.reasoning.deepseek_r1 import DeepSeekR1Format
+from radixlm.runtime.chat_formats.reasoning.gpt_oss import GptOssFormat
+from radixlm.runtime.chat_formats.reasoning.qwen3 import Qwen3Format
 
 # (format, markers that must all be in the template), most specific first
 REGISTRY: FormatRegistry[ReasoningFormat] = FormatRegistry(

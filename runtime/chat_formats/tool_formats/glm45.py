@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.server.tool_formats.grammar import flat_properties, lit, per_tool, required_only
-from radixlm.runtime.server.tool_formats.qwen3_coder import value_regex, xml_params
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
+from radixlm.runtime.chat_formats.tool_formats.grammar import flat_properties, lit, per_tool, required_only
+from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import value_regex, xml_params
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _ARG = re.compile(r"<arg_key>(.*?)</arg_key>\s*<arg_value>(.*?)</arg_value>", re.S)

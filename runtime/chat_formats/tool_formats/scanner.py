@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from radixlm.runtime.server.marker_hold import held_prefix
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ParseResult, ToolFormat
+from radixlm.runtime.chat_formats.marker_hold import held_prefix
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ParseResult, ToolFormat
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 
 @dataclass

@@ -11,9 +11,9 @@ to JSON once their block is complete, by the family's parser.
 
 from __future__ import annotations
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ToolFormat
-from radixlm.runtime.server.tool_formats.scanner import StreamEvent
+from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
+from radixlm.runtime.chat_formats.tool_formats.scanner import StreamEvent
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 
 class CallStream:

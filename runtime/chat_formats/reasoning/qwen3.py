@@ -7,7 +7,7 @@ template write an empty ``<think>\\n\\n</think>\\n\\n`` into the prompt, and the
 
 from __future__ import annotations
 
-from radixlm.runtime.server.reasoning.think_tags import ThinkTagFormat
+from radixlm.runtime.chat_formats.reasoning.think_tags import ThinkTagFormat
 
 
 class Qwen3Format(ThinkTagFormat):

@@ -9,10 +9,10 @@ import json
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, json_head
-from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
-from radixlm.runtime.server.tool_formats.json_calls import call_list
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, json_head
+from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tool_formats.json_calls import call_list
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN = "<|tool_call|>"
 

@@ -8,9 +8,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, calls_in, dump_args, json_object
-from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tool_formats.base import (
+    ParsedCall,
+    ToolFormat,
+    calls_in,
+    dump_args,
+    json_object,
+)
+from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 SECTION_OPEN, SECTION_CLOSE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
 CALL_OPEN, ARGS_OPEN, CALL_CLOSE = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"

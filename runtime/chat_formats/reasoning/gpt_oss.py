@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from radixlm.runtime.server.marker_hold import held_prefix
-from radixlm.runtime.server.reasoning.base import (
+from radixlm.runtime.chat_formats.marker_hold import held_prefix
+from radixlm.runtime.chat_formats.reasoning.base import (
     CLOSED,
     NONE,
     ReasoningFormat,

@@ -6,7 +6,7 @@ usually has no start tag: the format is *forced* (everything before ``</think>``
 
 from __future__ import annotations
 
-from radixlm.runtime.server.reasoning.think_tags import ThinkTagFormat
+from radixlm.runtime.chat_formats.reasoning.think_tags import ThinkTagFormat
 
 
 class DeepSeekR1Format(ThinkTagFormat):

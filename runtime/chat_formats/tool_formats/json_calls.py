@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from radixlm.runtime.server.tool_formats.base import ParsedCall, named_call
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, named_call
 
 _DECODER = json.JSONDecoder()
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import (
+from radixlm.runtime.chat_formats.tool_formats.base import (
     NAME_RE,
     ParsedCall,
     ToolFormat,
@@ -18,7 +17,8 @@ from radixlm.runtime.server.tool_formats.base import (
     dump_args,
     json_object,
 )
-from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 SECTION_OPEN, SECTION_CLOSE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_OPEN, CALL_CLOSE, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"

@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import NAME_RE, ParsedCall, ToolFormat
-from radixlm.runtime.server.tool_formats.deepseekv3 import (
+from radixlm.runtime.chat_formats.tool_formats.base import NAME_RE, ParsedCall, ToolFormat
+from radixlm.runtime.chat_formats.tool_formats.deepseekv3 import (
     CALL_CLOSE,
     CALL_OPEN,
     SECTION_CLOSE,
@@ -18,7 +17,8 @@ from radixlm.runtime.server.tool_formats.deepseekv3 import (
     SEP,
     section_calls,
 )
-from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 _CALL = re.compile(re.escape(CALL_OPEN) + r"([^<\n]+?)" + re.escape(SEP) + r"(.*?)" + re.escape(CALL_CLOSE), re.S)
 

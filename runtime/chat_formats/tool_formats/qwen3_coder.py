@@ -11,15 +11,15 @@ import json
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.server.tool_formats.grammar import (
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
+from radixlm.runtime.chat_formats.tool_formats.grammar import (
     flat_properties,
     lit,
     per_tool,
     required_only,
     scalar_kind,
 )
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _FUNC = re.compile(r"^\s*<function=([^>\n]+)>\n?(.*?)\n?</function>\s*$", re.S)
@@ -81,7 +81,7 @@ class Qwen3CoderFormat(ToolFormat):
 
 def value_regex(prop: dict) -> str:
     """A property's raw value: enum members as written (strings bare), other scalars as JSON."""
-    from radixlm.runtime.server.tool_formats.grammar import alternatives, json_scalar
+    from radixlm.runtime.chat_formats.tool_formats.grammar import alternatives, json_scalar
 
     if scalar_kind(prop) == "enum":
         return alternatives([lit(v if isinstance(v, str) else json.dumps(v)) for v in

@@ -7,20 +7,20 @@ a template with none of them (our test checkpoints' Hermes template included) ge
 
 from __future__ import annotations
 
-from radixlm.runtime.server.format_registry import FormatRegistry
-from radixlm.runtime.server.tool_formats.base import ToolFormat
-from radixlm.runtime.server.tool_formats.deepseekv3 import DeepSeekV3Format
-from radixlm.runtime.server.tool_formats.deepseekv31 import DeepSeekV31Format
-from radixlm.runtime.server.tool_formats.deepseekv32 import DeepSeekV32Format
-from radixlm.runtime.server.tool_formats.glm45 import Glm45Format
-from radixlm.runtime.server.tool_formats.gpt_oss import GptOssFormat
-from radixlm.runtime.server.tool_formats.granite import GraniteFormat
-from radixlm.runtime.server.tool_formats.hermes import HermesFormat
-from radixlm.runtime.server.tool_formats.kimi_k2 import KimiK2Format
-from radixlm.runtime.server.tool_formats.llama3 import Llama3Format
-from radixlm.runtime.server.tool_formats.mistral import MistralFormat
-from radixlm.runtime.server.tool_formats.pythonic import PythonicFormat
-from radixlm.runtime.server.tool_formats.qwen3_coder import Qwen3CoderFormat
+from radixlm.runtime.chat_formats.format_registry import FormatRegistry
+from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
+from radixlm.runtime.chat_formats.tool_formats.deepseekv3 import DeepSeekV3Format
+from radixlm.runtime.chat_formats.tool_formats.deepseekv31 import DeepSeekV31Format
+from radixlm.runtime.chat_formats.tool_formats.deepseekv32 import DeepSeekV32Format
+from radixlm.runtime.chat_formats.tool_formats.glm45 import Glm45Format
+from radixlm.runtime.chat_formats.tool_formats.gpt_oss import GptOssFormat
+from radixlm.runtime.chat_formats.tool_formats.granite import GraniteFormat
+from radixlm.runtime.chat_formats.tool_formats.hermes import HermesFormat
+from radixlm.runtime.chat_formats.tool_formats.kimi_k2 import KimiK2Format
+from radixlm.runtime.chat_formats.tool_formats.llama3 import Llama3Format
+from radixlm.runtime.chat_formats.tool_formats.mistral import MistralFormat
+from radixlm.runtime.chat_formats.tool_formats.pythonic import PythonicFormat
+from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import Qwen3CoderFormat
 
 # (family, markers that must all be in the template), most specific first
 _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -11,10 +11,10 @@ import json
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, json_head, named_call
-from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
-from radixlm.runtime.server.tool_formats.json_calls import decode_at
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, json_head, named_call
+from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tool_formats.json_calls import decode_at
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 PYTHON_TAG = "<|python_tag|>"
 CALL_OPEN = '{"name": '

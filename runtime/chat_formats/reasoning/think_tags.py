@@ -8,8 +8,8 @@ after the end tag, and whitespace around the tags is not part of either (SGLang 
 
 from __future__ import annotations
 
-from radixlm.runtime.server.marker_hold import held_prefix
-from radixlm.runtime.server.reasoning.base import (
+from radixlm.runtime.chat_formats.marker_hold import held_prefix
+from radixlm.runtime.chat_formats.reasoning.base import (
     CLOSED,
     NONE,
     OPEN,

@@ -1,7 +1,7 @@
 """Hermes / Qwen2.5 / Qwen3: ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``.
 
 The body is one JSON object, generated under the JSON-schema constraint of the call
-(:func:`radixlm.runtime.server.tool_calls.call_schema`).
+(:func:`radixlm.runtime.chat_formats.tools.call_schema`).
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec, call_schema
-from radixlm.runtime.server.tool_formats.base import (
+from radixlm.runtime.chat_formats.tool_formats.base import (
     ParsedCall,
     ToolFormat,
     json_head,
     json_object,
     named_call,
 )
+from radixlm.runtime.chat_formats.tools import ToolSpec, call_schema
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 

@@ -11,10 +11,10 @@ import json
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, calls_in, dump_args
-from radixlm.runtime.server.tool_formats.grammar import flat_properties, lit, per_tool, required_only
-from radixlm.runtime.server.tool_formats.qwen3_coder import value_regex
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, calls_in, dump_args
+from radixlm.runtime.chat_formats.tool_formats.grammar import flat_properties, lit, per_tool, required_only
+from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import value_regex
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 DSML = "｜DSML｜"
 OPEN, CLOSE = f"<{DSML}function_calls>", f"</{DSML}function_calls>"

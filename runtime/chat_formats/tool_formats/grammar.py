@@ -18,8 +18,8 @@ from typing import Any
 
 from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.pattern.chars import escape_literal
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import FormatUnsupported
+from radixlm.runtime.chat_formats.tool_formats.base import FormatUnsupported
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 # Keywords that do not constrain a value (a property with others is not "flat").
 _ANNOTATIONS = {"description", "title", "default", "examples"}

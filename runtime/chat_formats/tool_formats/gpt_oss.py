@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.base import ParsedCall, ToolFormat, dump_args, json_object
-from radixlm.runtime.server.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args, json_object
+from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN = "<|channel|>commentary to=functions."  # what the model writes
 TEMPLATE_OPEN = " to=functions."  # the template's spelling: the recipient in the role header

@@ -4,7 +4,7 @@ A format describes its call *blocks*: text that starts at one of ``openers`` and
 (or at the end of the output when ``closer`` is None). :meth:`ToolFormat.parse_block` turns one
 block into calls, or None when it is malformed (the block is then kept as content). Both the
 non-streamed parse and the streaming parser scan with the same rules
-(:mod:`radixlm.runtime.server.tool_formats.scanner`), so their results are equal.
+(:mod:`radixlm.runtime.chat_formats.tool_formats.scanner`), so their results are equal.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.runtime.server.tool_calls import ToolSpec
+from radixlm.runtime.chat_formats.tools import ToolSpec
 
 
 class FormatUnsupported(ValueError):
@@ -151,7 +151,7 @@ class ToolFormat(ABC):
 
     def parse(self, text: str, tools: list[ToolSpec] | None = None) -> ParseResult:
         """The whole output parsed at once (the same scan as :meth:`stream`, fed in one piece)."""
-        from radixlm.runtime.server.tool_formats.scanner import StreamParser
+        from radixlm.runtime.chat_formats.tool_formats.scanner import StreamParser
 
         parser = StreamParser(self, tools or [])
         events = parser.feed(text) + parser.finish()
@@ -159,7 +159,7 @@ class ToolFormat(ABC):
 
     def stream(self, tools: list[ToolSpec] | None = None, first_index: int = 0):
         """A streaming parser: ``feed(delta) -> events``, ``finish() -> events``."""
-        from radixlm.runtime.server.tool_formats.scanner import StreamParser
+        from radixlm.runtime.chat_formats.tool_formats.scanner import StreamParser
 
         return StreamParser(self, tools or [], first_index)
 
