@@ -131,7 +131,7 @@ def _assert_within_tolerance(path: str, prompts: list[list[int]]) -> None:
 
 
 def _token_prompts(path: str) -> list[list[int]]:
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tok = Tokenizer(path)
     return [tok.encode(p) for p in PROMPTS]

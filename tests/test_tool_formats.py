@@ -188,7 +188,7 @@ def test_detection_from_real_templates(template, family):
 
 def test_our_checkpoint_template_is_hermes():
     from radixlm.runtime.checkpoints.synthetic import default_model_path
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     assert detect_name(Tokenizer(default_model_path()).chat_template) == "hermes"
     assert detect_name(None) == "hermes"
@@ -256,7 +256,7 @@ def test_json_argument_calls_are_grammars_of_any_depth_and_order(tiny_llama, fam
     cut (depth 8 here), members come in any order, undeclared arguments are refused, and the
     wrapper is spelled exactly."""
     from radixlm.constrained import TokenizerVocab, compile_grammar
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     schema = {"type": "object", "properties": {"q": {"type": "string"}, "opts": {"type": "object"}},
               "required": ["q"]}
@@ -304,7 +304,7 @@ def _unescape(regex: str) -> str:
 def test_tool_call_arguments_keep_the_lexeme_algebra(tiny_llama):
     """A parameter that needs the lexeme algebra (a `not` pattern) compiles inside a call body."""
     from radixlm.constrained import TokenizerVocab, compile_grammar
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tool = ToolSpec("f", None, {"type": "object", "properties": {"s": {"type": "string", "not": {"pattern": "a"}}},
                                 "required": ["s"]})

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import tokenizers
-from radixlm.runtime.engine.chat_template import (
+from radixlm.runtime.tokenizer.chat_template import (
     SPECIAL_TOKEN_NAMES,
     ChatTemplateError,
     render_chat_template,
@@ -23,7 +23,7 @@ from radixlm.runtime.engine.chat_template import (
 )
 
 if TYPE_CHECKING:
-    from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
+    from radixlm.runtime.tokenizer.detokenizer import IncrementalDetokenizer
 
 
 @lru_cache(maxsize=1)
@@ -139,7 +139,7 @@ class Tokenizer:
     def incremental_detokenizer(self, skip_special_tokens: bool = True,
                                 keep: Collection[int] = ()) -> IncrementalDetokenizer:
         """A fresh ``IncrementalDetokenizer`` over this tokenizer (text deltas for streaming)."""
-        from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
+        from radixlm.runtime.tokenizer.detokenizer import IncrementalDetokenizer
 
         return IncrementalDetokenizer(self, skip_special_tokens=skip_special_tokens, keep=keep)
 

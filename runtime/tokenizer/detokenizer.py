@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from radixlm.runtime.engine.tokenizer import Tokenizer
+from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 _REPLACEMENT = "\ufffd"
 # A UTF-8 character has at most 4 bytes, so a window that still ends in U+FFFD after this many
