@@ -232,7 +232,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from radixlm.runtime.checkpoints.synthetic import default_model_path
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(args.model_path or default_model_path())
     prompts = make_workload(tokenizer, args.requests, args.system_tokens, args.user_tokens)

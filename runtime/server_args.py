@@ -19,12 +19,12 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
-# runtime.server.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import server)
+# runtime.chat_formats.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import it)
 TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseekr1", "deepseekv3",
                      "deepseekv31", "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "gpt-oss", "gpt_oss", "granite", "hermes", "kimi", "kimi_k2",
                      "llama", "llama3", "llama31", "llama32", "llama33", "llama4", "mistral", "pythonic", "qwen",
                      "qwen25", "qwen3", "qwen3_coder")
-# runtime.server.reasoning.registry.names() (tests keep the two equal, as for TOOL_CALL_PARSERS)
+# runtime.chat_formats.reasoning.registry.names() (tests keep the two equal, as for TOOL_CALL_PARSERS)
 REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gpt-oss", "gpt_oss", "openai_gptoss", "qwen3", "qwq")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")  # == constrained.adapters.CORES (tested)

@@ -18,8 +18,8 @@ from radixlm.constrained.compile_pool import CompilePool
 from radixlm.constrained.compile_slots import CompileJob
 from radixlm.constrained.compile_threads import ThreadCompilePool
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
-from radixlm.runtime.engine.tokenizer import Tokenizer
 from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 # A compile that spins for a minute in its worker (the hook below); other constraints compile as usual.
 SLOW = SamplingParams(regex="slow:60")

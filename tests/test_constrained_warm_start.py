@@ -20,7 +20,7 @@ from radixlm.constrained.grammar import CompiledGrammar
 from radixlm.constrained.member_mask import FirstVisit
 from radixlm.constrained.member_memo import MemoEntry, memo_for, memo_key
 from radixlm.constrained.vocab import TokenizerVocab
-from radixlm.runtime.engine.tokenizer import Tokenizer
+from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 INT, STR = {"type": "integer"}, {"type": "string"}
 CHECKED = {"type": "object", "properties": {"name": STR, "age": INT, "tags": {"type": "array", "items": STR}},

@@ -90,8 +90,8 @@ def _accuracy(ctx: SuiteContext, ready: dict[str, Any], prompts: list[list[int]]
 
 
 def run(ctx: SuiteContext) -> dict[str, Any]:
-    from radixlm.runtime.engine.tokenizer import Tokenizer
     from radixlm.runtime.model.model_config import ModelConfig
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     from radixlm import Engine
 

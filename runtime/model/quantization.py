@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
-from radixlm.runtime.model.parallel_layers import NATIVE_MAX_ROWS, Linear, RowParallelLinear
-from radixlm.runtime.scaleout.distributed import TPGroup
+from radixlm.runtime.model.parallel.distributed import TPGroup
+from radixlm.runtime.model.parallel.layers import NATIVE_MAX_ROWS, Linear, RowParallelLinear
 from radixlm.runtime.server_args import QUANTIZATIONS
 from torch import nn
 

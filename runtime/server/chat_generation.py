@@ -25,14 +25,15 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.chat_formats.reasoning.base import ReasoningFormat, ReasoningParser, Split
+from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
+from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
+from radixlm.runtime.chat_formats.tool_formats.registry import FORMATS
+from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
-from radixlm.runtime.server.reasoning.base import ReasoningFormat, ReasoningParser, Split
 from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolChoice, ToolSpec
-from radixlm.runtime.server.tool_formats.base import ToolFormat
-from radixlm.runtime.server.tool_formats.call_stream import CallStream
-from radixlm.runtime.server.tool_formats.registry import FORMATS
+from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolChoice
 
 # Sampler fields that would break a call's JSON if kept in a call phase.
 _NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", *CONSTRAINT_FIELDS, "whitespace_pattern",

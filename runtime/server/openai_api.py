@@ -17,6 +17,9 @@ from typing import Any
 
 import jinja2
 from aiohttp import web
+from radixlm.runtime.chat_formats.reasoning.base import CLOSED
+from radixlm.runtime.chat_formats.tool_formats.base import FormatUnsupported
+from radixlm.runtime.chat_formats.tools import ToolCall
 from radixlm.runtime.server.chat_generation import ChatPlan, ChoiceEvent, ChoiceRunner
 from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
 from radixlm.runtime.server.openai_logprobs import (
@@ -35,11 +38,9 @@ from radixlm.runtime.server.openai_protocol import (
     parse_completion_request,
     usage_dict,
 )
-from radixlm.runtime.server.reasoning.base import CLOSED
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolCall, constraint_error, error_pointer
-from radixlm.runtime.server.tool_formats.base import FormatUnsupported
+from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, constraint_error, error_pointer
 from radixlm.runtime.server.tool_schema import check_tool_schemas
 
 
