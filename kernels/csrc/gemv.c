@@ -4,7 +4,7 @@
  * it stays in L2 while the other groups pass over it. Inside a block, register tiles of R weight
  * rows x BT x rows (R * BT <= 12 accumulators of 8 lanes) stream K. At 1 row this streams the
  * weights near the read bandwidth; up to 64 rows it beats MKL's own sgemm (with AVX-512, 16-lane
- * tiles below); past ~128 rows MKL wins (parallel_layers.NATIVE_MAX_ROWS). (A K-chunked variant that
+ * tiles below); past ~128 rows MKL wins (model/parallel/layers.py: NATIVE_MAX_ROWS). (A K-chunked variant that
  * reads each block from memory once for all groups, accumulators spilled between chunks, was slower.)
  * The block driver below takes its tiles from a weight kind (gemv.h): F32 here, INT8 in gemv_int8.c. */
 #include "gemv.h"
