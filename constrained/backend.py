@@ -13,17 +13,17 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from radixlm.constrained.adapters import adapter_compile_fn
-from radixlm.constrained.compile_job import CompileRequest, constraint_grammar
-from radixlm.constrained.compile_pool import CompilePool
-from radixlm.constrained.compile_slots import CompileJob
-from radixlm.constrained.compile_threads import ThreadCompilePool
-from radixlm.constrained.compile_worker import DEFAULT_COMPILE_FN
+from radixlm.constrained.compile.job import CompileRequest, constraint_grammar
+from radixlm.constrained.compile.pool import CompilePool
+from radixlm.constrained.compile.slots import CompileJob
+from radixlm.constrained.compile.threads import ThreadCompilePool
+from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
-from radixlm.constrained.member_tokens import member_tokens_for
-from radixlm.constrained.quote_split import quote_split_for
-from radixlm.constrained.string_length_mask import tables_for
-from radixlm.constrained.unique_tables import warm_tables
+from radixlm.constrained.masks.item_tables import warm_tables
+from radixlm.constrained.masks.refusable_tokens import member_tokens_for
+from radixlm.constrained.masks.string_lengths import tables_for
+from radixlm.constrained.masks.string_splits import quote_split_for
 from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)

@@ -14,17 +14,17 @@ import jsonschema
 import llguidance
 import numpy as np
 import torch
-from radixlm.constrained.completion import greedy_completion
+from radixlm.constrained.checks.forced import forced_with_checks, required_keys
+from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.decoding.completion import greedy_completion
+from radixlm.constrained.decoding.warm_start import warm_start
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.json_schema.unique_paths import UniquePaths
-from radixlm.constrained.member_forced import forced_with_checks, required_keys
-from radixlm.constrained.member_mask import forbid_members
+from radixlm.constrained.masks.duplicate_items import forbid
+from radixlm.constrained.masks.members import forbid_members
+from radixlm.constrained.masks.string_lengths import forbid_lengths
 from radixlm.constrained.pattern.samples import samples
-from radixlm.constrained.string_length_mask import forbid_lengths
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_mask import forbid
 from radixlm.constrained.vocab import TokenizerVocab
-from radixlm.constrained.warm_start import warm_start
 
 # llguidance's per-step budgets (a mask never takes more than milliseconds; past them the matcher
 # stops and the request ends alone); more fuel for the first lexer build of a large schema. The

@@ -15,7 +15,7 @@ from typing import Any
 
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
-from radixlm.constrained.compile_job import CompileRequest
+from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
 from radixlm.constrained.vocab import TokenizerVocab

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 import xgrammar as xgr
-from radixlm.constrained.compile_job import CompileRequest
+from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar, check_mask_row, greedy_completion
 from radixlm.constrained.vocab import TokenizerVocab

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.disjoint import disjoint
 from radixlm.constrained.json_schema.inference import types_of

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema import negation
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.inference import types_of

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.lexemes import STRING
 from radixlm.constrained.pattern.ecma import STRING_CHAR
 from radixlm.constrained.pattern.first_chars import first_chars

@@ -28,10 +28,10 @@ from __future__ import annotations
 import threading
 import weakref
 
-from radixlm.constrained.member_check import can_add, can_close, extra_ok, open_keys
-from radixlm.constrained.member_tokens import may_write_a_key, quote_then_more
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_AFTER, G_COLON, G_INKEY, G_KEY
+from radixlm.constrained.checks.members import can_add, can_close, extra_ok, open_keys
+from radixlm.constrained.checks.reader import G_AFTER, G_COLON, G_INKEY, G_KEY
+from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.masks.refusable_tokens import may_write_a_key, quote_then_more
 
 CACHE_ENTRIES = 1 << 13  # per tracker: verdicts kept (cleared whole past the bound; some 2 MB)
 _caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.member_check import admit, key_name, prefix_alive
-from radixlm.constrained.member_memo import known_name_set, written_names
-from radixlm.constrained.member_verdicts import FromState, after_key, lookup
-from radixlm.constrained.quote_split import quote_split_for
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
+from radixlm.constrained.checks.members import admit, key_name, prefix_alive
+from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
+from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.masks.member_memo import known_name_set, written_names
+from radixlm.constrained.masks.shared_verdicts import FromState, after_key, lookup
+from radixlm.constrained.masks.string_splits import quote_split_for
 
 # outside strings: the bytes that open one, per reader mode (``,"`` after a member or an item)
 _OPENERS = {G_VAL: b'"', G_KEY: b'"', G_AFTER: b',"'}

@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
-from radixlm.constrained.ebnf import ebnf_to_lark
+from radixlm.constrained.checks.paths import UniquePaths
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
+from radixlm.constrained.ir.ebnf import ebnf_to_lark
 from radixlm.constrained.json_schema import json_object_grammar, schema_to_grammar
-from radixlm.constrained.json_schema.unique_paths import UniquePaths
 from radixlm.constrained.pattern.chars import warm_up as _warm_pattern_classes
 from radixlm.constrained.vocab import TokenizerVocab
 

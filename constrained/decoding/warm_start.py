@@ -31,8 +31,8 @@ import time
 from typing import Any
 
 import torch
-from radixlm.constrained.completion import opening_bytes
-from radixlm.constrained.member_mask import grow_first_visits
+from radixlm.constrained.decoding.completion import opening_bytes
+from radixlm.constrained.masks.members import grow_first_visits
 
 WARM_BYTES = 256  # the shortest document searched for (a completion search's first budget)
 WARM_MASKS = 16  # masks computed at most: a walk's cold first visits are mostly its first eight masks

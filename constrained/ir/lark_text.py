@@ -6,7 +6,7 @@ import functools
 import json
 
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.grammar_nodes import Alt, Lex, LexOp, Lit, Node, Ref, Rep, Seq
+from radixlm.constrained.ir.nodes import Alt, Lex, LexOp, Lit, Node, Ref, Rep, Seq
 from radixlm.constrained.pattern.chars import escape_literal
 
 

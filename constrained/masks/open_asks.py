@@ -10,10 +10,10 @@ import functools
 import weakref
 from typing import Any
 
-from radixlm.constrained.member_check import can_add, can_close, extra_ok, open_keys
-from radixlm.constrained.member_tokens import ASK_ADD, ASK_CLOSE, ASK_ESCAPE, ASK_KEY
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_INKEY, U_VAL
+from radixlm.constrained.checks.members import can_add, can_close, extra_ok, open_keys
+from radixlm.constrained.checks.reader import G_INKEY, U_VAL
+from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.masks.refusable_tokens import ASK_ADD, ASK_CLOSE, ASK_ESCAPE, ASK_KEY
 
 
 def asks(tracker: UniqueTracker, state: tuple) -> int | None:

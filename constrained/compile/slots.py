@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.constrained.compile_job import CompiledParts, CompileRequest
+from radixlm.constrained.compile.job import CompiledParts, CompileRequest
 from radixlm.constrained.errors import ConstraintError
 
 

@@ -31,9 +31,11 @@ import json
 from typing import Any, NamedTuple
 
 import numpy as np
-from radixlm.constrained.member_asks import asks
-from radixlm.constrained.member_check import admit, extra_ok, open_keys
-from radixlm.constrained.member_memo import (
+from radixlm.constrained.checks.members import admit, extra_ok, open_keys
+from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL
+from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.masks.closing_tails import refusal_list, refusals
+from radixlm.constrained.masks.member_memo import (
     KEPT,
     LIVE,
     REFUSED,
@@ -44,10 +46,8 @@ from radixlm.constrained.member_memo import (
     sorted_member,
     unique_ids,
 )
-from radixlm.constrained.member_refusals import refusal_list, refusals
-from radixlm.constrained.member_tokens import MemberTokens, member_tokens_for, place
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL
+from radixlm.constrained.masks.open_asks import asks
+from radixlm.constrained.masks.refusable_tokens import MemberTokens, member_tokens_for, place
 
 
 def forbid_members(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) -> None:

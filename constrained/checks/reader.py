@@ -11,7 +11,7 @@ import json
 import math
 import re
 
-from radixlm.constrained.unique_containers import container_run, value_key
+from radixlm.constrained.checks.containers import container_run, value_key
 
 # The reader's modes: outside unique arrays (G_*) and inside one (U_*), where the items are scalars
 # or, for unconstrained items, containers read whole (U_CON: ``esc`` -1 after a backslash in one of

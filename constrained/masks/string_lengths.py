@@ -27,10 +27,7 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.member_memo import FRESH_KEY
-from radixlm.constrained.string_count import TAILS, chars_until_close, read_counted
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import (
+from radixlm.constrained.checks.reader import (
     G_AFTER,
     G_COLON,
     G_DONE,
@@ -41,6 +38,9 @@ from radixlm.constrained.unique_scan import (
     OUTSIDE,
     U_STR,
 )
+from radixlm.constrained.checks.string_lengths import TAILS, chars_until_close, read_counted
+from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.masks.member_memo import FRESH_KEY
 
 ESCAPES = (0, -1, 1, 2, 3, 4)  # string_count's escape states
 _CACHE = 1024  # cached clears per vocabulary

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import (
+from radixlm.constrained.checks.reader import (
     LITERALS,
     U_AFTER,
     U_CON,
@@ -32,7 +31,8 @@ from radixlm.constrained.unique_scan import (
     dead_open,
     item_key,
 )
-from radixlm.constrained.unique_tables import Table, allowed_at, start_of, table_for
+from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.masks.item_tables import Table, allowed_at, start_of, table_for
 
 _INF, _NEG_INF = ("n", math.inf), ("n", -math.inf)
 _last_seen: tuple = (None, [])  # (the seen set of the last string step, its strings sorted)

@@ -33,7 +33,7 @@ import json
 import time
 from typing import Any
 
-from radixlm.constrained.completion_keys import literals_starting_with, schema_keys, string_literals
+from radixlm.constrained.decoding.completion_keys import literals_starting_with, schema_keys, string_literals
 
 _CLOSING = [ord(c) for c in '"}]),:0' + "1{[ntf-.e" + "abcdefghijklmnopqrstuvwxyz"]
 _CLOSING += [b for b in range(0x20, 0x7F) if b not in _CLOSING] + [0x0A] + list(range(0x80, 0xC0))  # UTF-8 tails

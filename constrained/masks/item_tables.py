@@ -19,7 +19,7 @@ from collections import defaultdict
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.unique_scan import (
+from radixlm.constrained.checks.reader import (
     ERROR,
     LEAVE,
     LITERALS,

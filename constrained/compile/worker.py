@@ -1,4 +1,4 @@
-"""The compile worker process: ``python -m radixlm.constrained.compile_worker FD PARENT_PID MAX_MB``.
+"""The compile worker process: ``python -m radixlm.constrained.compile.worker FD PARENT_PID MAX_MB``.
 
 ``CompilePool`` starts it with one end of a socket pair as ``FD``. Protocol (pickles over a
 ``multiprocessing.connection.Connection``): the parent sends ``(vocab, compile_fn)`` once, the
@@ -30,7 +30,7 @@ from radixlm.constrained.errors import ConstraintError
 PR_SET_PDEATHSIG = 1
 
 logger = logging.getLogger("radixlm.grammar")
-DEFAULT_COMPILE_FN = "radixlm.constrained.compile_job:compile_parts"
+DEFAULT_COMPILE_FN = "radixlm.constrained.compile.job:compile_parts"
 
 
 def main(argv: list[str] | None = None) -> None:

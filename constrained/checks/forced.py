@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixlm.constrained.member_check import can_add, can_close, forced_key, missing
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY
+from radixlm.constrained.checks.members import can_add, can_close, forced_key, missing
+from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY
+from radixlm.constrained.checks.tracker import UniqueTracker
 
 _ROUNDS = 16  # key extensions per call (each one may let the core force more)
 _WS = b" \t\n\r"

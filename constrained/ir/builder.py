@@ -15,8 +15,8 @@ two adjacent lexemes can run into each other (the lexer is greedy).
 
 from __future__ import annotations
 
-from radixlm.constrained.grammar_nodes import EMPTY, Alt, Lex, LexOp, Lit, Node, Ref, Rep, Seq
-from radixlm.constrained.grammar_text import lark_text, regex_text
+from radixlm.constrained.ir.lark_text import lark_text, regex_text
+from radixlm.constrained.ir.nodes import EMPTY, Alt, Lex, LexOp, Lit, Node, Ref, Rep, Seq
 
 __all__ = ["EMPTY", "Alt", "Grammar", "Lex", "LexOp", "Lit", "Node", "Ref", "Rep", "Seq", "alt", "join", "lex", "opt",
            "rep", "seq"]

@@ -25,10 +25,9 @@ unexpected byte rejects the token (the grammar never allows one).
 
 from __future__ import annotations
 
-from radixlm.constrained.json_schema.unique_paths import UniquePaths
-from radixlm.constrained.member_check import admit, can_add, can_close, key_name, prefix_alive
-from radixlm.constrained.string_count import read_counted
-from radixlm.constrained.unique_scan import (
+from radixlm.constrained.checks.members import admit, can_add, can_close, key_name, prefix_alive
+from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.checks.reader import (
     ERROR,
     G_AFTER,
     G_COLON,
@@ -51,6 +50,7 @@ from radixlm.constrained.unique_scan import (
     dead_open,
     item_key,
 )
+from radixlm.constrained.checks.string_lengths import read_counted
 
 
 class UniqueTracker:

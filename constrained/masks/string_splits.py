@@ -15,7 +15,7 @@ import re
 import weakref
 from typing import Any
 
-from radixlm.constrained.member_tokens import may_write_a_key
+from radixlm.constrained.masks.refusable_tokens import may_write_a_key
 
 _splits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 UNSPLIT = -2  # a quote comes after a ``\u`` escape: read the bytes whole

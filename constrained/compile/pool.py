@@ -24,9 +24,9 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
-from radixlm.constrained.compile_job import CompileRequest
-from radixlm.constrained.compile_slots import CompileJob, CompileSlots
-from radixlm.constrained.compile_worker import DEFAULT_COMPILE_FN
+from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.compile.slots import CompileJob, CompileSlots
+from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.vocab import TokenizerVocab
 
@@ -39,7 +39,7 @@ class _Worker:
 
     def __init__(self, max_memory_mb: int) -> None:
         ours, theirs = socket.socketpair()
-        cmd = [sys.executable, "-m", "radixlm.constrained.compile_worker",
+        cmd = [sys.executable, "-m", "radixlm.constrained.compile.worker",
                str(theirs.fileno()), str(os.getpid()), str(max_memory_mb)]
         # The child imports radixlm the way this process did (a source tree, an editable install).
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}

@@ -14,8 +14,8 @@ import threading
 import time
 from typing import Any
 
-from radixlm.constrained.compile_slots import CompileJob, CompileSlots
-from radixlm.constrained.compile_worker import DEFAULT_COMPILE_FN, resolve_compile_fn, run_compile
+from radixlm.constrained.compile.slots import CompileJob, CompileSlots
+from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN, resolve_compile_fn, run_compile
 from radixlm.constrained.vocab import TokenizerVocab
 
 

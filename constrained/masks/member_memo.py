@@ -32,9 +32,9 @@ import weakref
 from collections import OrderedDict
 
 import numpy as np
-from radixlm.constrained.member_check import extra_ok, key_name
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_scan import G_INKEY, G_STR
+from radixlm.constrained.checks.members import extra_ok, key_name
+from radixlm.constrained.checks.reader import G_INKEY, G_STR
+from radixlm.constrained.checks.tracker import UniqueTracker
 
 MEMO_STATES = 2048  # per tracker: states remembered (each holds a byte per candidate)
 UNKNOWN, KEPT, LIVE, REFUSED = 0, 1, 2, 3  # even: fed whenever the core allows it
