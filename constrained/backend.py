@@ -13,11 +13,13 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from radixlm.constrained.adapters import adapter_compile_fn
+from radixlm.constrained.checks.paths import UniquePaths
 from radixlm.constrained.compile.job import CompileRequest, constraint_grammar
 from radixlm.constrained.compile.pool import CompilePool
 from radixlm.constrained.compile.slots import CompileJob
 from radixlm.constrained.compile.threads import ThreadCompilePool
 from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN
+from radixlm.constrained.decoding.warm_start import warm_start
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
 from radixlm.constrained.masks.item_tables import warm_tables
@@ -46,7 +48,19 @@ def compile_grammar(
     (``spec`` ignored).
     """
     parts = constraint_grammar(CompileRequest(kind, spec, whitespace_pattern, strict))
-    return CompiledGrammar(vocab, parts.lark, kind, spec, parts.relaxed, parts.notes, parts.unique)
+    return build_grammar(vocab, parts.lark, kind, spec, parts.relaxed, parts.notes, parts.unique)
+
+
+def build_grammar(vocab: TokenizerVocab, lark: str, kind: str, spec: Any, relaxed: list[str] | None = None,
+                  notes: list[str] | None = None, unique: UniquePaths | None = None,
+                  warm: bool = True) -> CompiledGrammar:
+    """The compile path's last step: the ``CompiledGrammar`` of ``lark`` and, with ``warm``, the masks
+    along its shortest document computed now (``decoding/warm_start.py``), so the first request
+    meets them built."""
+    grammar = CompiledGrammar(vocab, lark, kind, spec, relaxed, notes, unique)
+    if warm:
+        warm_start(grammar)
+    return grammar
 
 
 class _Compile:
@@ -153,7 +167,7 @@ class GrammarBackend:
         if job.outcome == "ok":
             req, parts = job.request, job.parts
             try:
-                grammar = parts if self._adapter is not None else CompiledGrammar(  # adapters: parts is one
+                grammar = parts if self._adapter is not None else build_grammar(  # adapters: parts is one
                     self.vocab, parts.lark, req.kind, req.spec, parts.relaxed, parts.notes, parts.unique)
                 grammar.compile_s = job.wall_s
             except ConstraintError as e:

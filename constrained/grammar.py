@@ -1,13 +1,11 @@
 """``CompiledGrammar`` (immutable, shared, cached) and ``GrammarMatcher`` (a cheap per-request
 cursor over it), on llguidance's matcher: a lazy lexer per lexeme and an Earley parser over them,
-so masks are computed as they are needed. A compile only warms the masks along the grammar's
-shortest document (``warm_start``, bounded), never one per automaton state."""
+so masks are computed as they are needed. It imports no front end: grammars arrive as Lark text
+with their checked-path table (``checks/paths.py``)."""
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 from typing import Any
 
 import jsonschema
@@ -18,12 +16,11 @@ from radixlm.constrained.checks.forced import forced_with_checks, required_keys
 from radixlm.constrained.checks.paths import UniquePaths
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.decoding.completion import greedy_completion
-from radixlm.constrained.decoding.warm_start import warm_start
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.masks.duplicate_items import forbid
 from radixlm.constrained.masks.members import forbid_members
 from radixlm.constrained.masks.string_lengths import forbid_lengths
-from radixlm.constrained.pattern.samples import samples
+from radixlm.constrained.tables import LazyTables
 from radixlm.constrained.vocab import TokenizerVocab
 
 # llguidance's per-step budgets (a mask never takes more than milliseconds; past them the matcher
@@ -48,13 +45,13 @@ class CompiledGrammar:
     relaxed with ``strict=False`` (as JSON pointers); ``notes`` the restrictions applied.
     ``unique`` locates the ``uniqueItems`` arrays whose duplicates the matchers forbid at runtime
     (``unique_items``) and the objects whose members they check (``member_check``); None for
-    grammars without either (no overhead). ``warm``: compute the masks along the grammar's shortest
-    document now (``warm_start``), so the first request meets them built.
+    grammars without either (no overhead). The compile path warms it (``decoding/warm_start.py``)
+    once built; the constructor computes no mask.
     """
 
     def __init__(self, vocab: TokenizerVocab, lark: str, kind: str, spec: Any,
                  relaxed: list[str] | None = None, notes: list[str] | None = None,
-                 unique: UniquePaths | None = None, warm: bool = True) -> None:
+                 unique: UniquePaths | None = None) -> None:
         self.vocab = vocab
         self.lark = lark
         self.kind = kind
@@ -62,24 +59,13 @@ class CompiledGrammar:
         self.relaxed = list(relaxed or [])
         self.notes = list(notes or [])
         self.compile_s: float | None = None
+        self.tables = LazyTables()  # per-grammar tables of the matcher's clients (``decoding``)
         self.unique = unique
         self.unique_tracker = UniqueTracker(unique) if unique is not None else None
         self._template = llguidance.LLMatcher(vocab.llg, llguidance.LLMatcher.grammar_from_lark(_HEADER + lark),
                                               log_level=0, limits=_LIMITS)
         if self._template.is_error():
             raise ConstraintError(f"{kind}: cannot compile grammar: {self._template.get_error()[:300]}")
-        if warm:  # the first request's masks along the shortest document, built here instead
-            warm_start(self)
-
-    @functools.cached_property
-    def completion_hints(self) -> bytes:
-        """Literal runs inside the grammar's lexemes (a pattern's ``abc``) and short strings that
-        match the constraint's patterns (``0.0.0`` for ``\\d+\\.\\d+\\.\\d+``), which
-        completions try to spell."""
-        runs = re.findall(r"\(([A-Za-z0-9_:./@-]{1,32})\)", self.lark)
-        runs += [s for p in _patterns(self.kind, self.spec) for s in samples(p)[:1]
-                 if s and all(0x20 <= ord(c) < 0x7F and c not in '"\\' for c in s)]
-        return "".join(dict.fromkeys(runs)).encode()
 
     def matcher(self) -> GrammarMatcher:
         """A fresh cursor at the start of the grammar."""
@@ -284,23 +270,6 @@ class GrammarMatcher:
                 if state is None:
                     return i
         return n
-
-
-def _patterns(kind: str, spec: Any, limit: int = 64) -> list[str]:
-    """The regexes a constraint names: its ``pattern`` keywords (JSON schemas) or itself."""
-    if kind == "regex":
-        return [spec] if isinstance(spec, str) else []
-    out: list[str] = []
-    todo = [spec] if kind == "json_schema" else []
-    while todo and len(out) < limit:
-        node = todo.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("pattern"), str):
-                out.append(node["pattern"])
-            todo.extend(v for k, v in node.items() if k not in ("enum", "const", "examples", "default"))
-        elif isinstance(node, list):
-            todo.extend(node)
-    return out
 
 
 def check_mask_row(bitmask_row: torch.Tensor, words: int) -> int:

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 from radixlm.constrained import compile_grammar
+from radixlm.constrained.backend import build_grammar as CompiledGrammar
 from radixlm.constrained.backend import constraint_grammar
 from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.decoding import warm_start
 from radixlm.constrained.decoding.completion import greedy_completion, opening_bytes
-from radixlm.constrained.grammar import CompiledGrammar
 from radixlm.constrained.masks.member_memo import MemoEntry, memo_for, memo_key
 from radixlm.constrained.masks.members import FirstVisit
 from radixlm.constrained.vocab import TokenizerVocab

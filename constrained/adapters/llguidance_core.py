@@ -26,8 +26,7 @@ def compile_request(vocab: TokenizerVocab, req: CompileRequest) -> CompiledGramm
     # llguidance as it ships: no compile-time warm-up (ours, ``warm_start``), so its figures
     # beside ours are its own
     return CompiledGrammar(vocab, lark_of(req), req.kind, req.spec,
-                           notes=["compiled by llguidance's own front end (--grammar-backend llguidance)"],
-                           warm=False)
+                           notes=["compiled by llguidance's own front end (--grammar-backend llguidance)"])
 
 
 def lark_of(req: CompileRequest) -> str:

@@ -19,8 +19,9 @@ from typing import Any
 import torch
 import xgrammar as xgr
 from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.decoding.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.grammar import CompiledGrammar, check_mask_row, greedy_completion
+from radixlm.constrained.grammar import CompiledGrammar, check_mask_row
 from radixlm.constrained.vocab import TokenizerVocab
 
 _compilers: weakref.WeakKeyDictionary[TokenizerVocab, Any] = weakref.WeakKeyDictionary()
@@ -150,7 +151,7 @@ class XGrammarMatcher:
             self._only_eos = None
 
     def completion_bytes(self, max_bytes: int = 20_000) -> bytes | None:
-        """Short bytes that complete the document (``grammar.greedy_completion``)."""
+        """Short bytes that complete the document (``decoding.completion.greedy_completion``)."""
         return greedy_completion(self, max_bytes)
 
     def validate_tokens(self, token_ids: list[int]) -> int:

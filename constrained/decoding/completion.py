@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 from radixlm.constrained.decoding.completion_keys import literals_starting_with, schema_keys, string_literals
+from radixlm.constrained.decoding.hints import completion_hints
 
 _CLOSING = [ord(c) for c in '"}]),:0' + "1{[ntf-.e" + "abcdefghijklmnopqrstuvwxyz"]
 _CLOSING += [b for b in range(0x20, 0x7F) if b not in _CLOSING] + [0x0A] + list(range(0x80, 0xC0))  # UTF-8 tails
@@ -50,7 +51,7 @@ def greedy_completion(matcher: Any, max_bytes: int = 20_000) -> bytes | None:
     on any matcher of the ``GrammarMatcher`` interface (only copies move)."""
     if matcher.is_accepting():
         return b""
-    hints = getattr(matcher.grammar, "completion_hints", b"")
+    hints = completion_hints(matcher.grammar)
     start = _Keys()
     history = getattr(matcher, "accepted_bytes", None)
     if history is not None:

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from radixlm.constrained.grammar import GrammarMatcher
-
 DEFAULT_RETOKENIZE = 4  # output tokens re-tokenised together with the forced text
 
 
@@ -28,10 +26,10 @@ class JumpForward:
     text: str
 
 
-def jump_forward(matcher: GrammarMatcher, tokenizer: Any, output_ids: Sequence[int],
+def jump_forward(matcher: Any, tokenizer: Any, output_ids: Sequence[int],
                  retokenize: int = DEFAULT_RETOKENIZE) -> JumpForward | None:
-    """The splice for the forced continuation at ``matcher``'s state, or None when nothing is
-    forced (or the boundary cannot be re-tokenised cleanly).
+    """The splice for the forced continuation at ``matcher``'s state (a ``GrammarMatcher``), or None
+    when nothing is forced (or the boundary cannot be re-tokenised cleanly).
 
     ``output_ids`` are the request's output tokens, the last ones of which the matcher accepted.
     """
