@@ -51,6 +51,7 @@ from radixlm.constrained.checks.reader import (
     item_key,
 )
 from radixlm.constrained.checks.string_lengths import read_counted
+from radixlm.constrained.tables import LazyTables
 
 
 class UniqueTracker:
@@ -67,6 +68,7 @@ class UniqueTracker:
     def __init__(self, paths: UniquePaths) -> None:
         self.paths = paths
         self.initial = ((), G_VAL, paths.start, b"", 0, 0)
+        self.tables = LazyTables()  # the mask filters' per-tracker memos (``masks``)
 
     def bounds(self, state: tuple) -> tuple[int, int | None] | None:
         """``(minLength, maxLength)`` of the counted string open in ``state``, else None."""

@@ -14,12 +14,13 @@ from __future__ import annotations
 import bisect
 import json
 import re
-import weakref
 from typing import Any
 
+from radixlm.constrained.tables import TableSlot
+
 _DEPTH = 8  # nested $ref / allOf / anyOf / oneOf levels followed per path step
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # grammar -> {path: keys}
-_LITERALS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # grammar -> its string literals
+_KEYS = TableSlot("schema_keys")  # per grammar: {path: keys}
+_LITERALS = TableSlot("string_literals")  # per grammar: its string literals
 
 
 def schema_keys(grammar: Any, path: tuple) -> list[bytes]:
@@ -27,7 +28,7 @@ def schema_keys(grammar: Any, path: tuple) -> list[bytes]:
     required ones first, then its declared ones; empty for other kinds of constraint."""
     if getattr(grammar, "kind", None) != "json_schema" or not isinstance(grammar.spec, dict):
         return []
-    memo = _CACHE.setdefault(grammar, {})
+    memo = _KEYS.of(grammar, dict)
     if path not in memo:
         memo[path] = _keys_at(grammar.spec, path)
     return memo[path]
@@ -112,9 +113,10 @@ def literals_starting_with(grammar: Any, prefix: bytes) -> list[bytes]:
 
 def _literals(grammar: Any) -> tuple[list[bytes], list[bytes], dict[bytes, int]]:
     """``grammar``'s literals in order, sorted, and the position of each (cached per grammar)."""
-    found = _LITERALS.get(grammar)
-    if found is None:
-        spelled = re.findall(r'"\\"((?:[^"\\]|\\\\)*?)\\""', getattr(grammar, "lark", ""))
-        literals = [b'"' + k.encode() + b'"' for k in dict.fromkeys(spelled)]
-        found = _LITERALS[grammar] = (literals, sorted(literals), {k: i for i, k in enumerate(literals)})
-    return found
+    return _LITERALS.of(grammar, lambda: _literals_of(getattr(grammar, "lark", "")))
+
+
+def _literals_of(lark: str) -> tuple[list[bytes], list[bytes], dict[bytes, int]]:
+    spelled = re.findall(r'"\\"((?:[^"\\]|\\\\)*?)\\""', lark)
+    literals = [b'"' + k.encode() + b'"' for k in dict.fromkeys(spelled)]
+    return literals, sorted(literals), {k: i for i, k in enumerate(literals)}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,10 +32,11 @@ from radixlm.constrained.checks.reader import (
 )
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.masks.item_tables import Table, allowed_at, start_of, table_for
+from radixlm.constrained.tables import TableSlot
 
 _INF, _NEG_INF = ("n", math.inf), ("n", -math.inf)
 _last_seen: tuple = (None, [])  # (the seen set of the last string step, its strings sorted)
-_closers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # vocab -> (closing brackets per token, ids with any)
+_CLOSERS = TableSlot("closing_brackets")  # per vocabulary: (closing brackets per token, ids with any)
 
 
 def forbid(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) -> None:
@@ -88,14 +88,15 @@ def forbid(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) 
             _clear_bit(words, t)
 
 
+def _closers(vocab: Any) -> tuple[np.ndarray, np.ndarray]:
+    count = np.asarray([(b or b"").count(b"]") + (b or b"").count(b"}") for b in vocab.token_bytes])
+    return count, np.flatnonzero(count).astype(np.int64)
+
+
 def _container(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) -> None:
     """Inside a container item: only a token that closes it (as many closing brackets as it is
     deep) can complete an item, so those the core allows are fed."""
-    closers = _closers.get(vocab)
-    if closers is None:
-        count = np.asarray([(b or b"").count(b"]") + (b or b"").count(b"}") for b in vocab.token_bytes])
-        closers = _closers[vocab] = (count, np.flatnonzero(count).astype(np.int64))
-    count, ids = closers
+    count, ids = _CLOSERS.of(vocab, lambda: _closers(vocab))
     ids = ids[count[ids] >= state[5] >> 1]  # state[5]: depth * 2 + an open string
     table = vocab.token_bytes
     for i in allowed_at(words, ids):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import weakref
 from collections import defaultdict
 from typing import Any
 
@@ -33,6 +32,7 @@ from radixlm.constrained.checks.reader import (
     array_run,
     item_key,
 )
+from radixlm.constrained.tables import TableSlot
 
 _NONE, _INVALID, _MULTI = "none", "invalid", "multi"
 _EXP = re.compile(rb"[eE]")
@@ -47,7 +47,7 @@ _VALUE_START = np.frombuffer(b'"-0123456789]tfn[{', np.uint8)
 _SEPARATOR = np.frombuffer(b",]", np.uint8)
 _SECOND = np.zeros(256, np.uint8)  # a literal's second byte, by its first
 _SECOND[list(b"tfn")] = list(b"rau")
-_vocabs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_vocabs = TableSlot("item_tables")  # per vocabulary: its ``_Vocab``
 
 
 class _Group:
@@ -220,9 +220,7 @@ def start_of(state: tuple) -> tuple:
 
 def table_for(vocab: Any, start: tuple) -> Table:
     """The (cached) table of ``start`` over ``vocab``'s tokens."""
-    tokens = _vocabs.get(vocab)
-    if tokens is None:
-        tokens = _vocabs[vocab] = _Vocab(vocab.token_bytes)
+    tokens = _vocabs.of(vocab, lambda: _Vocab(vocab.token_bytes))
     table = tokens.tables.get(start)
     if table is None:
         table = tokens.tables[start] = Table(tokens, start)

@@ -28,18 +28,17 @@ from __future__ import annotations
 
 import bisect
 import threading
-import weakref
 from collections import OrderedDict
 
 import numpy as np
 from radixlm.constrained.checks.members import extra_ok, key_name
 from radixlm.constrained.checks.reader import G_INKEY, G_STR
 from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.tables import TableSlot
 
 MEMO_STATES = 2048  # per tracker: states remembered (each holds a byte per candidate)
 UNKNOWN, KEPT, LIVE, REFUSED = 0, 1, 2, 3  # even: fed whenever the core allows it
-memos: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_memos_lock = threading.Lock()
+memos = TableSlot("member_memo")  # per tracker: its ``Memo`` (``memos.clear()``: every tracker starts afresh)
 
 
 class MemoEntry:
@@ -199,19 +198,11 @@ class Memo:
 
 def memo_for(tracker: UniqueTracker) -> Memo:
     """The (created on first use) memo of ``tracker``."""
-    memo = memos.get(tracker)  # the common case, without the lock
-    if memo is not None:
-        return memo
-    with _memos_lock:
-        memo = memos.get(tracker)
-        if memo is None:
-            memo = memos[tracker] = Memo()
-        return memo
+    return memos.of(tracker, Memo)
 
 
 FRESH_KEY = b"\x00fresh"  # the left-out bytes: never a key's prefix (a key starts with a quote)
-_names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_names_lock = threading.Lock()
+_NAMES = TableSlot("known_names")  # per tracker: (path state, checked) -> known_names
 
 
 def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
@@ -271,12 +262,7 @@ def known_name_set(tracker: UniqueTracker, top: tuple) -> frozenset[bytes]:
 def _known(tracker: UniqueTracker, top: tuple) -> tuple[list[bytes], frozenset[bytes]]:
     """``known_names`` of frames like ``top``, sorted and as a set (cached per path: the keys
     written so far change with every member, and their names are few)."""
-    cache = _names.get(tracker)
-    if cache is None:
-        with _names_lock:
-            cache = _names.get(tracker)
-            if cache is None:
-                cache = _names[tracker] = {}
+    cache = _NAMES.of(tracker, dict)
     checked = len(top) == 3
     found = cache.get((top[1], checked))
     if found is None:

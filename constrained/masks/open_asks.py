@@ -7,13 +7,13 @@ state's first mask then decides a handful instead of hundreds.
 from __future__ import annotations
 
 import functools
-import weakref
 from typing import Any
 
 from radixlm.constrained.checks.members import can_add, can_close, extra_ok, open_keys
 from radixlm.constrained.checks.reader import G_INKEY, U_VAL
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.masks.refusable_tokens import ASK_ADD, ASK_CLOSE, ASK_ESCAPE, ASK_KEY
+from radixlm.constrained.tables import TableSlot
 
 
 def asks(tracker: UniqueTracker, state: tuple) -> int | None:
@@ -28,9 +28,7 @@ def asks(tracker: UniqueTracker, state: tuple) -> int | None:
     frames, mode = state[0], state[1]
     if mode >= U_VAL:
         return None
-    cache = _by_frames.get(tracker)
-    if cache is None:
-        cache = _by_frames[tracker] = {}
+    cache = _BY_FRAMES.of(tracker, dict)
     flags = cache.get(frames, _UNSET)
     if flags is _UNSET:  # the states of one member's key, colon, value and comma share frames
         if len(cache) > 4096:
@@ -69,7 +67,7 @@ def _frames_ask(tracker: UniqueTracker, frames: tuple) -> int | None:
 
 
 _UNSET = object()
-_by_frames: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tracker -> frames -> flags
+_BY_FRAMES = TableSlot("open_asks")  # per tracker: frames -> flags
 
 
 @functools.lru_cache(maxsize=4096)

@@ -8,16 +8,16 @@ from __future__ import annotations
 import bisect
 import functools
 import re
-import weakref
 from typing import Any
 
 import numpy as np
+from radixlm.constrained.tables import TableSlot
 
 _STRUCTURAL = re.compile(rb'[",{}\]\\]')
 # what a check may ask of the open objects (``member_asks.asks``), as bits
 # whether ``}`` may come; another member; a key's name; a key spelled with an escape
 ASK_CLOSE, ASK_ADD, ASK_KEY, ASK_ESCAPE = 1, 2, 4, 8
-_files: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_FILES = TableSlot("member_tokens")  # per vocabulary
 
 
 class MemberTokens:
@@ -187,7 +187,4 @@ def place(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def member_tokens_for(vocab: Any) -> MemberTokens:
     """The (cached) ``MemberTokens`` of ``vocab``."""
-    files = _files.get(vocab)
-    if files is None:
-        files = _files[vocab] = MemberTokens(vocab.token_bytes)
-    return files
+    return _FILES.of(vocab, lambda: MemberTokens(vocab.token_bytes))

@@ -25,17 +25,14 @@ before it is read there (the next key, or the array's items).
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 from radixlm.constrained.checks.members import can_add, can_close, extra_ok, open_keys
 from radixlm.constrained.checks.reader import G_AFTER, G_COLON, G_INKEY, G_KEY
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.masks.refusable_tokens import may_write_a_key, quote_then_more
+from radixlm.constrained.tables import TableSlot
 
 CACHE_ENTRIES = 1 << 13  # per tracker: verdicts kept (cleared whole past the bound; some 2 MB)
-_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+_CACHES = TableSlot("shared_verdicts")  # per tracker: (verdicts, frame signatures)
 
 
 class FromState:
@@ -139,10 +136,4 @@ def _signature(tracker: UniqueTracker, frame: tuple, level: int) -> tuple:
 
 def _cache_of(tracker: UniqueTracker) -> tuple[dict, dict]:
     """The (created on first use) verdicts and frame signatures of ``tracker``."""
-    cache = _caches.get(tracker)
-    if cache is None:
-        with _lock:
-            cache = _caches.get(tracker)
-            if cache is None:
-                cache = _caches[tracker] = ({}, {})
-    return cache
+    return _CACHES.of(tracker, lambda: ({}, {}))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import bisect
 import threading
-import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -41,6 +40,7 @@ from radixlm.constrained.checks.reader import (
 from radixlm.constrained.checks.string_lengths import TAILS, chars_until_close, read_counted
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.masks.member_memo import FRESH_KEY
+from radixlm.constrained.tables import TableSlot
 
 ESCAPES = (0, -1, 1, 2, 3, 4)  # string_count's escape states
 _CACHE = 1024  # cached clears per vocabulary
@@ -189,20 +189,14 @@ def _pack(flags: np.ndarray, words: int) -> np.ndarray:
     return np.packbits(padded, bitorder="little").view(np.uint32)
 
 
-_tables: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_memos: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TABLES = TableSlot("length_tables")  # per vocabulary
+_MEMOS = TableSlot("length_memo")  # per tracker
 _lock = threading.Lock()
 
 
 def tables_for(vocab: Any) -> LengthTables:
     """The (created on first use) length tables of ``vocab``."""
-    found = _tables.get(vocab)
-    if found is None:
-        with _lock:
-            found = _tables.get(vocab)
-            if found is None:
-                found = _tables[vocab] = LengthTables(vocab)
-    return found
+    return _TABLES.of(vocab, lambda: LengthTables(vocab))
 
 
 def forbid_lengths(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) -> None:
@@ -302,11 +296,7 @@ def _verdicts(memo: OrderedDict, key: tuple) -> dict:
 
 
 def _memo_for(tracker: UniqueTracker) -> OrderedDict:
-    memo = _memos.get(tracker)
-    if memo is None:
-        with _lock:
-            memo = _memos.setdefault(tracker, OrderedDict())
-    return memo
+    return _MEMOS.of(tracker, OrderedDict)
 
 
 def _remember(memo: OrderedDict, key: Any, value: Any) -> None:

@@ -12,12 +12,12 @@ cold by the core's mask, a few Python operations per token were most of a new st
 from __future__ import annotations
 
 import re
-import weakref
 from typing import Any
 
 from radixlm.constrained.masks.refusable_tokens import may_write_a_key
+from radixlm.constrained.tables import TableSlot
 
-_splits: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SPLITS = TableSlot("quote_split")  # per vocabulary
 UNSPLIT = -2  # a quote comes after a ``\u`` escape: read the bytes whole
 OPENERS = (b'"', b',"')  # the bytes that open a string from outside one (a value or key; a key)
 # a key's tail that only opens a value string: the plain bytes in that string change nothing
@@ -88,7 +88,4 @@ def close_of(data: bytes, escaped: bool) -> int:
 
 def quote_split_for(vocab: Any) -> QuoteSplit:
     """The (cached) ``QuoteSplit`` of ``vocab``."""
-    split = _splits.get(vocab)
-    if split is None:
-        split = _splits[vocab] = QuoteSplit(vocab.token_bytes)
-    return split
+    return _SPLITS.of(vocab, lambda: QuoteSplit(vocab.token_bytes))
