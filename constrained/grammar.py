@@ -10,16 +10,11 @@ from typing import Any
 
 import jsonschema
 import llguidance
-import numpy as np
 import torch
-from radixlm.constrained.checks.forced import forced_with_checks, required_keys
 from radixlm.constrained.checks.paths import UniquePaths
-from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.decoding.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.masks.duplicate_items import forbid
-from radixlm.constrained.masks.members import forbid_members
-from radixlm.constrained.masks.string_lengths import forbid_lengths
+from radixlm.constrained.runtime_checks import RuntimeChecks
 from radixlm.constrained.tables import LazyTables
 from radixlm.constrained.vocab import TokenizerVocab
 
@@ -43,9 +38,10 @@ class CompiledGrammar:
     of the one built here. ``kind`` and ``spec`` are the constraint it came from
     (``validate_output`` checks a final text against them); ``relaxed`` lists the schema keywords
     relaxed with ``strict=False`` (as JSON pointers); ``notes`` the restrictions applied.
-    ``unique`` locates the ``uniqueItems`` arrays whose duplicates the matchers forbid at runtime
-    (``unique_items``) and the objects whose members they check (``member_check``); None for
-    grammars without either (no overhead). The compile path warms it (``decoding/warm_start.py``)
+    ``unique`` locates the ``uniqueItems`` arrays whose duplicates the matchers forbid at runtime,
+    the objects whose members they check and the strings whose length they count; ``checks``
+    (``RuntimeChecks``) does that checking, None for grammars without any (no overhead;
+    ``unique_tracker`` is its reader). The compile path warms it (``decoding/warm_start.py``)
     once built; the constructor computes no mask.
     """
 
@@ -61,7 +57,8 @@ class CompiledGrammar:
         self.compile_s: float | None = None
         self.tables = LazyTables()  # per-grammar tables of the matcher's clients (``decoding``)
         self.unique = unique
-        self.unique_tracker = UniqueTracker(unique) if unique is not None else None
+        self.checks = RuntimeChecks(unique, vocab) if unique is not None else None
+        self.unique_tracker = self.checks.tracker if self.checks is not None else None
         self._template = llguidance.LLMatcher(vocab.llg, llguidance.LLMatcher.grammar_from_lark(_HEADER + lark),
                                               log_level=0, limits=_LIMITS)
         if self._template.is_error():
@@ -115,8 +112,8 @@ class GrammarMatcher:
         self._eos_accepted = False
         self._text = bytearray()  # the accepted tokens' bytes (completions read where they are)
         self._ends: list[int] = []  # len(self._text) after each accepted token
-        self._tracker = grammar.unique_tracker  # None: no runtime uniqueItems check
-        self._states = [self._tracker.initial] if self._tracker is not None else None  # one per token
+        self._checks = grammar.checks  # None: nothing checked at runtime
+        self._states = [self._checks.initial] if self._checks is not None else None  # one per token
 
     def accepted_bytes(self) -> bytes:
         """The bytes of the tokens accepted so far (EOS adds none)."""
@@ -130,7 +127,7 @@ class GrammarMatcher:
         """Advance by one token; False (state unchanged) when the token is not allowed here."""
         if self._eos_accepted:
             return False
-        state = self._states[-1] if self._tracker is not None else None
+        state = self._states[-1] if self._checks is not None else None
         if token_id in self._eos:
             if not self._core.is_accepting():
                 return False
@@ -142,8 +139,8 @@ class GrammarMatcher:
             if self._core.try_consume_tokens([token_id]) != 1:
                 return False
             if state is not None:
-                state = self._tracker.feed(state, table[token_id])
-                if state is None:  # a duplicate item of a uniqueItems array
+                state = self._checks.feed(state, table[token_id])
+                if state is None:  # refused by a runtime check (a duplicate item, a key, a length)
                     self._core.rollback(1)
                     return False
         self._accepted += 1
@@ -193,28 +190,22 @@ class GrammarMatcher:
         """Text every valid continuation starts with (empty when none is forced)."""
         if self._eos_accepted or self._core.is_stopped():
             return ""
-        if self._tracker is not None and self._at_max_length():
+        if self._checks is not None and self._checks.at_max_length(self._states[-1]):
             probe = self.copy()  # a counted string at its maxLength: its closing quote
             quote = self.grammar.vocab.byte_tokens[0x22]
             if quote >= 0 and probe.accept_token(quote):
                 return '"' + probe.forced_continuation()
         data = self._core.compute_ff_bytes()
-        if self._tracker is not None:  # never force a refused byte; force a checked object's keys
-            data = forced_with_checks(self._tracker, self._core, self.grammar.vocab, self._states[-1], data)
+        if self._checks is not None:  # never force a refused byte; force a checked object's keys
+            data = self._checks.forced(self._core, self._states[-1], data)
         return _decode_prefix(data)
-
-    def _at_max_length(self) -> bool:
-        """Whether a counted string is open with no character left to write (and no escape)."""
-        state = self._states[-1]
-        bounds = self._tracker.bounds(state)
-        return bounds is not None and bounds[1] == state[5] and not state[4]
 
     def required_keys(self) -> list[bytes]:
         """Raw keys (quotes included) that the innermost object checked at runtime still needs
         before its ``}`` (empty elsewhere): completions write them first."""
-        if self._tracker is None:
+        if self._checks is None:
             return []
-        return required_keys(self._tracker, self._states[-1])
+        return self._checks.required_keys(self._states[-1])
 
     def completion(self, max_bytes: int = 20_000) -> str | None:
         """``completion_bytes`` as text (None when there is none or it ends inside a character)."""
@@ -243,19 +234,8 @@ class GrammarMatcher:
             bitmask_row.zero_()
             return
         self._core.unsafe_compute_mask_ptr(bitmask_row.data_ptr(), words * 4)
-        tracker = self._tracker
-        if tracker is not None:
-            state = self._states[-1]
-            unique, members = tracker.in_unique(state), bool(tracker.paths.specs)
-            lengths = bool(tracker.paths.strings)
-            if unique or members or lengths:
-                view = bitmask_row.numpy().view(np.uint32)  # ~1 µs: taken once per mask
-                if unique:
-                    forbid(tracker, self.grammar.vocab, state, view)
-                if members:  # objects whose members are checked at runtime
-                    forbid_members(tracker, self.grammar.vocab, state, view)
-                if lengths:  # strings whose length is counted at runtime
-                    forbid_lengths(tracker, self.grammar.vocab, state, view)
+        if self._checks is not None:
+            self._checks.clear_refused(self._states[-1], bitmask_row)
 
     def validate_tokens(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` (no EOS) would be accepted in a row from here; the matcher
@@ -263,10 +243,10 @@ class GrammarMatcher:
         if self._eos_accepted:
             return 0
         n = self._core.validate_tokens(list(token_ids))
-        if self._tracker is not None:
+        if self._checks is not None:
             state, table = self._states[-1], self.grammar.vocab.token_bytes
             for i, t in enumerate(token_ids[:n]):
-                state = self._tracker.feed(state, table[t] or b"")  # EOS: no bytes
+                state = self._checks.feed(state, table[t] or b"")  # EOS: no bytes
                 if state is None:
                     return i
         return n
