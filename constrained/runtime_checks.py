@@ -62,4 +62,4 @@ class RuntimeChecks:
     def at_max_length(self, state: tuple) -> bool:
         """Whether a counted string is open with no character left to write (and no escape)."""
         bounds = self.tracker.bounds(state)
-        return bounds is not None and bounds[1] == state[5] and not state[4]
+        return bounds is not None and bounds[1] == state.clean and not state.esc

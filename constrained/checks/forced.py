@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from radixlm.constrained.checks.members import can_add, can_close, forced_key, missing
-from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY
+from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, is_checked
 from radixlm.constrained.checks.tracker import UniqueTracker
 
 _ROUNDS = 16  # key extensions per call (each one may let the core force more)
@@ -49,34 +49,34 @@ def forced_with_checks(tracker: UniqueTracker, core: Any, vocab: Any, state: tup
 
 def _forced_key(tracker: UniqueTracker, probe: Any, vocab: Any, state: tuple) -> bytes:
     """The bytes a checked object forces at ``state`` (its key position or inside a key)."""
-    frames, mode = state[0], state[1]
-    if not frames or len(frames[-1]) != 3 or mode not in (G_KEY, G_INKEY, G_AFTER):
+    frames, mode = state.frames, state.mode
+    if not frames or not is_checked(frames[-1]) or mode not in (G_KEY, G_INKEY, G_AFTER):
         return b""
     top = frames[-1]
-    spec = tracker.paths.specs[tracker.paths.members[top[1]]]
+    spec = tracker.paths.specs[tracker.paths.members[top.pos]]
     if mode == G_AFTER:  # "," or "}": one of them may be refused
         if any(_accepts(probe, vocab, bytes([b])) for b in _WS):
             return b""
-        close, add = can_close(spec, top[2]), can_add(spec, top[2])
+        close, add = can_close(spec, top.seen), can_add(spec, top.seen)
         return b"}" if close and not add else b"," if add and not close else b""
     if mode == G_KEY:
-        if can_close(spec, top[2]) and _accepts(probe, vocab, b"}"):
+        if can_close(spec, top.seen) and _accepts(probe, vocab, b"}"):
             return b""
         if any(_accepts(probe, vocab, bytes([b])) for b in _WS):
             return b""
-        return forced_key(spec, top[2], b"")
-    return forced_key(spec, top[2], state[3])
+        return forced_key(spec, top.seen, b"")
+    return forced_key(spec, top.seen, state.buf)
 
 
 def required_keys(tracker: UniqueTracker, state: tuple) -> list[bytes]:
     """The raw keys (quotes included) the innermost checked object still needs before its ``}``,
     in schema order; empty outside a checked object."""
-    frames = state[0]
-    if not tracker.paths.specs or not frames or len(frames[-1]) != 3:
+    frames = state.frames
+    if not tracker.paths.specs or not frames or not is_checked(frames[-1]):
         return []
     top = frames[-1]
-    spec = tracker.paths.specs[tracker.paths.members[top[1]]]
-    need = missing(spec, top[2])
+    spec = tracker.paths.specs[tracker.paths.members[top.pos]]
+    need = missing(spec, top.seen)
     return [raw for raw, name in spec.keys.items() if name in need]
 
 

@@ -1,8 +1,9 @@
-"""The in-array half of the ``uniqueItems`` reader: the reader's modes, and the scan of one unique
-array's bytes into completed items (``array_run``), each item's comparison key (``item_key``:
-decoded strings, numbers as numbers) and whether an open item can only become a duplicate
-(``dead_open``). ``unique_items.UniqueTracker`` drives it; ``unique_tables`` and ``unique_mask``
-use the same scan on token bytes.
+"""The byte-level JSON reader's state (``ReaderState`` and its container frames) and modes, and
+the in-array half of the ``uniqueItems`` reader: the scan of one unique array's bytes into
+completed items (``array_run``), each item's comparison key (``item_key``: decoded strings,
+numbers as numbers) and whether an open item can only become a duplicate
+(``dead_open``). ``checks.tracker.UniqueTracker`` drives it; ``masks.item_tables`` and
+``masks.duplicate_items`` use the same scan on token bytes.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import NamedTuple
 
 from radixlm.constrained.checks.containers import container_run, value_key
 
@@ -29,6 +31,69 @@ STR_SKIP = re.compile(rb'[^"\\]+')
 _FLOATY = re.compile(rb"[.eE]")
 _EXPONENT = re.compile(rb"[eE]")
 ZERO_KEY = ("n", 0)
+
+
+class ReaderState(NamedTuple):
+    """The reader after some accepted bytes: immutable and hashable (tuple equality: memo keys).
+
+    ``frames``: the open containers, innermost last (``ArrayFrame``, ``ObjectFrame``,
+    ``CheckedObject``, ``UniqueArray``); ``mode``: a ``G_*``/``U_*`` mode; ``vpos``: the path state
+    of the next value (while a key is read, its object's; -1: nothing checked below); ``buf``: the
+    open key's or item's raw bytes; ``esc``: 0, -1 after a backslash, or the ``\\u`` escape's hex
+    digits still due; ``clean``: in a unique array, the length of ``buf`` that decodes on its own
+    (``U_CON``: nesting depth * 2 + an open string), in a counted string its characters so far,
+    else 0.
+    """
+
+    frames: tuple
+    mode: int
+    vpos: int
+    buf: bytes
+    esc: int
+    clean: int
+
+
+class ArrayFrame(NamedTuple):
+    """An open array that is not unique: ``items``, the path state of its items."""
+
+    kind: str  # "a"
+    items: int
+
+
+class ObjectFrame(NamedTuple):
+    """An open object whose members are not checked: ``pos``, its path state."""
+
+    kind: str  # "o"
+    pos: int
+
+
+class CheckedObject(NamedTuple):
+    """An open object whose members are checked at runtime: its path state and the names of the
+    keys written so far."""
+
+    kind: str  # "o"
+    pos: int
+    seen: frozenset
+
+
+class UniqueArray(NamedTuple):
+    """An open ``uniqueItems`` array: the items so far (``item_key``) and whether its items are
+    integers only."""
+
+    kind: str  # "u"
+    seen: frozenset
+    zero: bool
+
+
+def is_checked(frame: tuple) -> bool:
+    """Whether ``frame`` is an object whose members are checked."""
+    return type(frame) is CheckedObject
+
+
+def holds_a_set(frame: tuple) -> bool:
+    """Whether ``frame`` carries a set that grows (a checked object's keys, a unique array's
+    items): the frames a state's memo key must not share blindly."""
+    return type(frame) is CheckedObject or type(frame) is UniqueArray
 
 
 def item_key(kind: str, raw: bytes) -> tuple:

@@ -46,8 +46,15 @@ from radixlm.constrained.checks.reader import (
     U_NUM,
     U_VAL,
     WS,
+    ArrayFrame,
+    CheckedObject,
+    ObjectFrame,
+    ReaderState,
+    UniqueArray,
     array_run,
     dead_open,
+    holds_a_set,
+    is_checked,
     item_key,
 )
 from radixlm.constrained.checks.string_lengths import read_counted
@@ -57,39 +64,38 @@ from radixlm.constrained.tables import LazyTables
 class UniqueTracker:
     """Follows the accepted bytes through a grammar's ``UniquePaths`` (shared, stateless).
 
-    A state is ``(frames, mode, vpos, buf, esc, clean)``: the open containers (``("a", items
-    state)``, ``("o", state)``, ``("o", state, keys so far)`` for an object whose members are
-    checked (``member_check``), ``("u", seen values, zero)`` for a unique array), the reader's
-    mode, the path state of the next value, and the open key's or item's raw bytes. ``clean``
-    is the characters so far of an open counted string (``bounds``), else 0 outside unique
-    arrays.
+    A state is a ``ReaderState`` (``checks/reader.py``): the open containers (``ArrayFrame``,
+    ``ObjectFrame``, ``CheckedObject`` for an object whose members are checked, ``UniqueArray``),
+    the reader's mode, the path state of the next value, and the open key's or item's raw bytes.
+    ``clean`` is the characters so far of an open counted string (``bounds``), else 0 outside
+    unique arrays.
     """
 
     def __init__(self, paths: UniquePaths) -> None:
         self.paths = paths
-        self.initial = ((), G_VAL, paths.start, b"", 0, 0)
+        self.initial = ReaderState((), G_VAL, paths.start, b"", 0, 0)
         self.tables = LazyTables()  # the mask filters' per-tracker memos (``masks``)
 
     def bounds(self, state: tuple) -> tuple[int, int | None] | None:
         """``(minLength, maxLength)`` of the counted string open in ``state``, else None."""
         strings = self.paths.strings
-        if state[1] != G_STR or not strings or state[2] < 0:
+        if state.mode != G_STR or not strings or state.vpos < 0:
             return None
-        return strings[state[2]]
+        return strings[state.vpos]
 
     def in_unique(self, state: tuple) -> bool:
         """Whether the innermost container is a unique array (where masks need the check)."""
-        return state[1] >= U_VAL
+        return state.mode >= U_VAL
 
     def feed(self, state: tuple, data: bytes, lengths: bool = True) -> tuple | None:
         """The state after ``data`` (one token's bytes), or None when they complete a duplicate
         item (or end on an item that can only become one), are not JSON the reader follows, or
         (``lengths``) break a counted string's bounds."""
-        frames, mode, vpos, buf0, esc, clean = state
+        frames, mode, vpos, buf0, esc, clean = state  # all of ``ReaderState``, in order (hot path)
         buf, i, n = bytearray(buf0), 0, len(data)
         while i < n:
             if mode >= U_VAL:
-                _, seen, zero = frames[-1]
+                seen, zero = frames[-1].seen, frames[-1].zero
                 mode, esc, clean, i, event = array_run(mode, buf, esc, clean, data, i)
                 if event is None:
                     break
@@ -102,19 +108,19 @@ class UniqueTracker:
                 key = item_key(*event)
                 if key in seen:
                     return None
-                frames = frames[:-1] + (("u", seen | {key}, zero),)
+                frames = frames[:-1] + (UniqueArray("u", seen | {key}, zero),)
                 continue
             out = self._general(frames, mode, vpos, buf, esc, clean if mode == G_STR else 0, data, i, lengths)
             if out is None:
                 return None
             frames, mode, vpos, esc, clean, i = out
-        if mode in (U_LIT, U_NUM) and dead_open(mode, bytes(buf), frames[-1][1], frames[-1][2]):
+        if mode in (U_LIT, U_NUM) and dead_open(mode, bytes(buf), frames[-1].seen, frames[-1].zero):
             return None
-        if mode == G_INKEY and len(frames[-1]) == 3:  # an open key that can only be refused
-            spec = self.paths.specs[self.paths.members[frames[-1][1]]]
-            if not prefix_alive(spec, frames[-1][2], bytes(buf)):
+        if mode == G_INKEY and is_checked(frames[-1]):  # an open key that can only be refused
+            spec = self.paths.specs[self.paths.members[frames[-1].pos]]
+            if not prefix_alive(spec, frames[-1].seen, bytes(buf)):
                 return None
-        return frames, mode, vpos, bytes(buf), esc, clean
+        return ReaderState(frames, mode, vpos, bytes(buf), esc, clean)
 
     def _general(self, frames: tuple, mode: int, vpos: int, buf: bytearray, esc: int, count: int,
                  data: bytes, i: int, lengths: bool) -> tuple | None:
@@ -177,14 +183,14 @@ class UniqueTracker:
             return frames, mode, vpos, -1, i + 1
         if mode == G_STR:
             return frames, (G_AFTER if frames else G_DONE), vpos, 0, i + 1
-        pos, p = frames[-1][1], self.paths  # the key is complete: its member's value position
+        pos, p = frames[-1].pos, self.paths  # the key is complete: its member's value position
         raw = bytes(buf) + b'"'
-        if len(frames[-1]) == 3:  # a checked object: the key must be admitted
+        if is_checked(frames[-1]):  # a checked object: the key must be admitted
             name = key_name(raw)
-            seen = None if name is None else admit(p.specs[p.members[pos]], frames[-1][2], name)
+            seen = None if name is None else admit(p.specs[p.members[pos]], frames[-1].seen, name)
             if seen is None:
                 return None
-            frames = frames[:-1] + (("o", pos, seen),)
+            frames = frames[:-1] + (CheckedObject("o", pos, seen),)
         vpos = self.key_vpos(pos, raw)
         del buf[:]  # read no more: states after the key then repeat across keys (mask memos)
         return frames, G_COLON, vpos, 0, i + 1
@@ -196,16 +202,17 @@ class UniqueTracker:
 
     def _members_allow(self, top: tuple, mode: int, b: int) -> bool:
         """Whether checked object ``top`` allows byte ``b`` (``}``, ``,``, a key's quote) now."""
-        spec = self.paths.specs[self.paths.members[top[1]]]
+        spec = self.paths.specs[self.paths.members[top.pos]]
         if b == 0x7D and mode in (G_AFTER, G_KEY):
-            return can_close(spec, top[2])
+            return can_close(spec, top.seen)
         if (b == 0x2C and mode == G_AFTER) or (b == 0x22 and mode == G_KEY):
-            return can_add(spec, top[2])
+            return can_add(spec, top.seen)
         return True
 
     def in_checked(self, state: tuple) -> bool:
-        """Whether a runtime-checked object is open (where masks need the member check)."""
-        return any(len(f) == 3 for f in state[0])
+        """Whether a runtime-checked object is open (where masks need the member check); an open
+        unique array counts too (its items are read there)."""
+        return any(holds_a_set(f) for f in state.frames)
 
     def _structure(self, frames: tuple, mode: int, vpos: int, buf: bytearray, b: int) -> tuple | None:
         """``(frames, mode, vpos)`` after a byte outside strings and scalars (mode ``U_VAL``: a
@@ -216,35 +223,35 @@ class UniqueTracker:
                 return frames, G_STR, vpos
             if b == 0x7B:
                 if vpos >= 0 and p.members and p.members[vpos] >= 0:
-                    return frames + (("o", vpos, frozenset()),), G_KEY, vpos
-                return frames + (("o", vpos),), G_KEY, vpos
+                    return frames + (CheckedObject("o", vpos, frozenset()),), G_KEY, vpos
+                return frames + (ObjectFrame("o", vpos),), G_KEY, vpos
             if b == 0x5B:
                 if vpos >= 0 and p.unique[vpos]:
                     del buf[:]
-                    return frames + (("u", frozenset(), p.zero[vpos]),), U_VAL, -1
+                    return frames + (UniqueArray("u", frozenset(), p.zero[vpos]),), U_VAL, -1
                 vpos = p.items[vpos] if vpos >= 0 else -1
-                return frames + (("a", vpos),), G_VAL, vpos
+                return frames + (ArrayFrame("a", vpos),), G_VAL, vpos
             if b == 0x2D or 0x30 <= b <= 0x39:
                 return frames, G_NUM, vpos
             if b in LITERALS:
                 return frames, G_LIT, vpos
-            if b == 0x5D and frames and frames[-1][0] == "a":
+            if b == 0x5D and frames and frames[-1].kind == "a":
                 return frames[:-1], (G_AFTER if len(frames) > 1 else G_DONE), vpos
             return None
         if not frames:
             return None
         top = frames[-1]
-        if len(top) == 3 and not self._members_allow(top, mode, b):
+        if is_checked(top) and not self._members_allow(top, mode, b):
             return None
         if mode == G_AFTER and b == 0x2C:
-            return (frames, G_VAL, top[1]) if top[0] == "a" else (frames, G_KEY, vpos)
-        if mode in (G_AFTER, G_KEY) and b == (0x5D if top[0] == "a" else 0x7D):
+            return (frames, G_VAL, top.items) if top.kind == "a" else (frames, G_KEY, vpos)
+        if mode in (G_AFTER, G_KEY) and b == (0x5D if top.kind == "a" else 0x7D):
             return frames[:-1], (G_AFTER if len(frames) > 1 else G_DONE), vpos
         if mode == G_KEY and b == 0x22:
             del buf[:]
-            if top[1] >= 0:  # while the key is read, vpos is its object's state
+            if top.pos >= 0:  # while the key is read, vpos is its object's state
                 buf.append(b)
-            return frames, G_INKEY, top[1]
+            return frames, G_INKEY, top.pos
         if mode == G_COLON and b == 0x3A:
             return frames, G_VAL, vpos
         return None

@@ -1,1 +1,1 @@
-"""The compile path: a constraint kind to its grammar (job), the worker processes and threads that run it, and their slots."""
+"""The compile path: a constraint to its grammar (``job``), run in worker processes or threads."""

@@ -1,1 +1,1 @@
-"""Clients of the matcher called by the backend or the engine: warm-up, completion search, jump-forward."""
+"""The matcher's clients, called by the backend or the engine: warm-up, completions, jump-forward."""

@@ -1,1 +1,1 @@
-"""The grammar the front ends emit: its node types, its builder and pruning, its Lark/regex text, and EBNF input."""
+"""The grammar the front ends emit: node types, builder and pruning, Lark/regex text, EBNF input."""

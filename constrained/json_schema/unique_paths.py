@@ -1,6 +1,6 @@
 """Where the runtime-checked ``uniqueItems`` arrays are: a pass over the finished grammar that
-builds ``UniquePaths`` (``checks/paths.py``), a small automaton over JSON paths that the matcher's runtime check
-(``constrained/unique_items.py``) follows as the text arrives.
+builds ``UniquePaths`` (``checks/paths.py``), a small automaton over JSON paths that the matcher's
+runtime check (``checks/tracker.py``) follows as the text arrives.
 
 ``arrays.py`` emits each free-item ``uniqueItems`` array as a rule of its own (registered in
 ``Context.unique_arrays``). The grammar, not the schema walk, says where those rules occur: a rule

@@ -1,1 +1,1 @@
-"""Mask filters that refuse, on every token, exactly what the runtime checks would refuse, and their memos."""
+"""Mask filters that clear exactly the tokens the runtime checks refuse, and their memos."""

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 from radixlm.constrained.checks.members import admit, key_name, prefix_alive
-from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
+from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL, is_checked
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.masks.member_memo import known_name_set, written_names
 from radixlm.constrained.masks.shared_verdicts import FromState, after_key, lookup
@@ -50,7 +50,7 @@ def refusal_list(tracker: UniqueTracker, vocab: Any, state: tuple, tokens: list[
     table, split = vocab.token_bytes, quote_split_for(vocab)
     inside = _Inside.of(tracker, state)
     if inside is not None:
-        reading = split.reading[1 if state[4] else 0]
+        reading = split.reading[1 if state.esc else 0]
         verdicts = [inside.decide(t, table, reading.get(t, _NO_QUOTE), 0) for t in tokens]
     else:
         verdicts = _past_opener(tracker, table, split, state, tokens)
@@ -63,7 +63,7 @@ def refusal_list(tracker: UniqueTracker, vocab: Any, state: tuple, tokens: list[
 def _past_opener(tracker: UniqueTracker, table: Any, split: Any, state: tuple, tokens: list[int]) -> list:
     """Verdicts of the tokens that open a string from ``state`` (outside one), decided past their
     opening bytes; None for the rest (fed whole)."""
-    opener = _OPENERS.get(state[1]) if not state[4] else None
+    opener = _OPENERS.get(state.mode) if not state.esc else None
     out: list[bool | None] = [None] * len(tokens)
     if opener is None:
         return out
@@ -92,18 +92,18 @@ class _Inside:
     the closing quote where the bytes before it cannot matter, else None (fed whole)."""
 
     def __init__(self, tracker: UniqueTracker, state: tuple) -> None:
-        self.tracker, self.state, self.key = tracker, state, state[1] == G_INKEY
-        top = state[0][-1] if state[0] else ()
-        known = self.key and top and top[0] == "o" and top[1] >= 0
+        self.tracker, self.state, self.key = tracker, state, state.mode == G_INKEY
+        top = state.frames[-1] if state.frames else ()
+        known = self.key and top and top.kind == "o" and top.pos >= 0
         self.names = known_name_set(tracker, top) if known else frozenset()
-        self.written = written_names(top) if known and len(top) == 3 else frozenset()
-        self.text = state[3][1:]
+        self.written = written_names(top) if known and is_checked(top) else frozenset()
+        self.text = state.buf[1:]
         # a checked object's spec and keys: what an open key's bytes are checked against
-        self.spec = (tracker.paths.specs[tracker.paths.members[top[1]]]
-                     if known and len(top) == 3 and state[2] >= 0 else None)
+        self.spec = (tracker.paths.specs[tracker.paths.members[top.pos]]
+                     if known and is_checked(top) and state.vpos >= 0 else None)
         # the object's path state, where a key closed in it is read without a feed: a checked
         # object's with its spec, or an unchecked one's (which refuses no key)
-        self.pos = top[1] if known and (self.spec is not None or len(top) == 2) else None
+        self.pos = top.pos if known and (self.spec is not None or not is_checked(top)) else None
         self.tails: dict[tuple, bool] = {}  # (name or _FRESH, tail) -> verdict
         self.closed: dict = {}  # name or _FRESH -> verdicts from past the closing quote
         self.named: dict[bytes, bool] = {}  # a completed key's name -> whether it is refused
@@ -111,10 +111,10 @@ class _Inside:
     @classmethod
     def of(cls, tracker: UniqueTracker, state: tuple) -> _Inside | None:
         """A decider for ``state``, or None where tokens must be fed whole."""
-        mode, esc = state[1], state[4]
+        mode, esc = state.mode, state.esc
         if mode == G_STR and esc in (0, -1):
             return cls(tracker, state)
-        if mode == G_INKEY and not esc and b"\\" not in state[3]:
+        if mode == G_INKEY and not esc and b"\\" not in state.buf:
             return cls(tracker, state)
         return None
 
@@ -154,7 +154,7 @@ class _Inside:
         differ only in what the tail cannot read (``member_verdicts.after_key``); else None."""
         if self.spec is not None and self._key_refused(name):
             return True
-        key = after_key(self.tracker, self.state[0], self.tracker.key_vpos(self.pos, b'"' + name + b'"'), tail)
+        key = after_key(self.tracker, self.state.frames, self.tracker.key_vpos(self.pos, b'"' + name + b'"'), tail)
         return None if key is None else lookup(self.tracker, key)
 
     def _key_refused(self, name: bytes) -> bool:
@@ -163,13 +163,13 @@ class _Inside:
         verdict = self.named.get(name)
         if verdict is None:
             decoded = key_name(b'"' + name + b'"')
-            verdict = self.named[name] = decoded is None or admit(self.spec, self.state[0][-1][2], decoded) is None
+            verdict = self.named[name] = decoded is None or admit(self.spec, self.state.frames[-1].seen, decoded) is None
         return verdict
 
     def _open_key_refused(self, data: bytes) -> bool | None:
         """Whether ``data``, leaving the key open, leaves it a prefix of no key its object may take
         (as ``feed`` checks at a token's end), or None where the key's bytes are not kept."""
         if self.spec is None:
-            top = self.state[0][-1] if self.state[0] else ()
-            return None if len(top) == 3 else False  # an unchecked object refuses no key
-        return not prefix_alive(self.spec, self.state[0][-1][2], self.state[3] + data)
+            top = self.state.frames[-1] if self.state.frames else ()
+            return None if is_checked(top) else False  # an unchecked object refuses no key
+        return not prefix_alive(self.spec, self.state.frames[-1].seen, self.state.buf + data)

@@ -43,12 +43,12 @@ def forbid(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) 
     """Clear from ``words`` (the core's mask, uint32) every token ``tracker.feed`` rejects in
     ``state``, whose innermost container is a unique array (tokens the core allows: the reader
     follows every text the grammar allows)."""
-    if state[1] == U_CON:
+    if state.mode == U_CON:
         _container(tracker, vocab, state, words)
         return
     start = start_of(state)
     table = table_for(vocab, start)
-    _, seen, zero = state[0][-1]
+    seen, zero = state.frames[-1].seen, state.frames[-1].zero
     mode = start[0]
     live, plans, multi = table.hits(words)
     first = None  # the value of the open item completed: bytes -> key (several-event tokens)
@@ -56,11 +56,11 @@ def forbid(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) 
         first = _strings(table, state, seen, words)
     elif mode == U_NUM:
         for content, group in live:
-            if item_key("n", state[3] + content) in seen:
+            if item_key("n", state.buf + content) in seen:
                 group.clear(words)
         if ZERO_KEY in seen or _INF in seen or _NEG_INF in seen:  # an extension may be dead
             for content, group in table.more:
-                if dead_open(U_NUM, state[3] + content, seen, zero):
+                if dead_open(U_NUM, state.buf + content, seen, zero):
                     group.clear(words)
     elif mode in (U_VAL, U_AFTER):
         for key, group in table.opens:
@@ -79,8 +79,8 @@ def forbid(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarray) 
         t, events = table.plans[i]
         keys = list(events)
         if mode not in (U_VAL, U_AFTER):  # the first completes the open item
-            keys[0] = (first(keys[0]) if first is not None else ("l", LITERALS[state[3][0]]) if mode == U_LIT
-                       else item_key("n", state[3] + keys[0]))
+            keys[0] = (first(keys[0]) if first is not None else ("l", LITERALS[state.buf[0]]) if mode == U_LIT
+                       else item_key("n", state.buf + keys[0]))
         if _rejects(keys, seen, zero):
             _clear_bit(words, t)
     for t in multi:  # it leaves the array and may open another: read exactly
@@ -97,7 +97,7 @@ def _container(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.ndarr
     """Inside a container item: only a token that closes it (as many closing brackets as it is
     deep) can complete an item, so those the core allows are fed."""
     count, ids = _CLOSERS.of(vocab, lambda: _closers(vocab))
-    ids = ids[count[ids] >= state[5] >> 1]  # state[5]: depth * 2 + an open string
+    ids = ids[count[ids] >= state.clean >> 1]  # clean: depth * 2 + an open string
     table = vocab.token_bytes
     for i in allowed_at(words, ids):
         t = int(ids[i])
@@ -109,7 +109,7 @@ def _strings(table: Table, state: tuple, seen: frozenset, words: np.ndarray) -> 
     """Inside a string item: clear the tokens that close it as an item already in ``seen``.
     Returns the value of the item a token's bytes up to the quote would close it as."""
     global _last_seen
-    buf, clean = state[3], state[5]
+    buf, clean = state.buf, state.clean
     done, tail = json.loads((b'"%s"' % buf[:clean]).decode("utf-8")), buf[clean:]
 
     def closed(content: bytes) -> tuple:

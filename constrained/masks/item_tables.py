@@ -210,7 +210,7 @@ def _scan(start: tuple, tok: bytes) -> Any:
 
 def start_of(state: tuple) -> tuple:
     """The start mode (mode, buf, esc) whose table serves ``state``."""
-    mode, buf, esc = state[1], state[3], state[4]
+    mode, buf, esc = state.mode, state.buf, state.esc
     if mode == U_STR:
         return (U_STR, b"\\", -1) if esc == -1 else (U_STR, b"", 0)
     if mode == U_LIT:

@@ -32,7 +32,7 @@ from collections import OrderedDict
 
 import numpy as np
 from radixlm.constrained.checks.members import extra_ok, key_name
-from radixlm.constrained.checks.reader import G_INKEY, G_STR
+from radixlm.constrained.checks.reader import G_INKEY, G_STR, is_checked
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.tables import TableSlot
 
@@ -208,19 +208,19 @@ _NAMES = TableSlot("known_names")  # per tracker: (path state, checked) -> known
 def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
     """``(key, shared)``: the state itself, or (``shared``) the state with an open key's bytes
     replaced by ``FRESH_KEY`` when the key can only become a fresh extra key."""
-    frames, mode, _, prefix, esc, count = state
+    frames, mode, prefix, esc = state.frames, state.mode, state.buf, state.esc
     if mode != G_INKEY or esc or not prefix or b"\\" in prefix or not frames:
         # an open counted string's length is no part of what the check feeds (it feeds with
         # ``lengths=False``): one entry for every count
-        return (state[:5] + (0,) if count and mode == G_STR else state), False
+        return (state._replace(clean=0) if state.clean and mode == G_STR else state), False
     top = frames[-1]
-    if top[0] != "o" or top[1] < 0:
+    if top.kind != "o" or top.pos < 0:
         return state, False
-    if len(top) == 3 and not extra_ok(tracker.paths.specs[tracker.paths.members[top[1]]], top[2]):
+    if is_checked(top) and not extra_ok(tracker.paths.specs[tracker.paths.members[top.pos]], top.seen):
         return state, False  # only named keys may come: the key's bytes decide (``_key_only``)
     if known_prefix(tracker, top, prefix[1:]):
         return state, False
-    return state[:3] + (FRESH_KEY,) + state[4:], True
+    return state._replace(buf=FRESH_KEY), True
 
 
 def known_prefix(tracker: UniqueTracker, top: tuple, text: bytes) -> bool:
@@ -230,7 +230,7 @@ def known_prefix(tracker: UniqueTracker, top: tuple, text: bytes) -> bool:
     i = bisect.bisect_left(names, text)
     if i < len(names) and names[i].startswith(text):
         return True
-    return len(top) == 3 and any(n.startswith(text) for n in written_names(top))
+    return is_checked(top) and any(n.startswith(text) for n in written_names(top))
 
 
 def written_names(top: tuple) -> frozenset[bytes]:
@@ -240,7 +240,7 @@ def written_names(top: tuple) -> frozenset[bytes]:
     if found is None:
         if len(_written) > 4096:  # bounded: frames differ by the keys written so far
             _written.clear()
-        found = _written[top] = frozenset(n.encode("utf-8", "surrogatepass") for n in top[2])
+        found = _written[top] = frozenset(n.encode("utf-8", "surrogatepass") for n in top.seen)
     return found
 
 
@@ -263,16 +263,16 @@ def _known(tracker: UniqueTracker, top: tuple) -> tuple[list[bytes], frozenset[b
     """``known_names`` of frames like ``top``, sorted and as a set (cached per path: the keys
     written so far change with every member, and their names are few)."""
     cache = _NAMES.of(tracker, dict)
-    checked = len(top) == 3
-    found = cache.get((top[1], checked))
+    checked = is_checked(top)
+    found = cache.get((top.pos, checked))
     if found is None:
-        names = {key_name(raw) for raw in tracker.paths.keys[top[1]]}
+        names = {key_name(raw) for raw in tracker.paths.keys[top.pos]}
         if checked:
-            spec = tracker.paths.specs[tracker.paths.members[top[1]]]
+            spec = tracker.paths.specs[tracker.paths.members[top.pos]]
             for one in spec.alts or (spec,):  # a union's own fields are its branches'
                 names |= set(one.keys.values()) | set(one.blocked) | set(one.required)
                 for trigger, needs in one.needs.items():
                     names |= {trigger, *needs}
         ordered = sorted(n.encode("utf-8", "surrogatepass") for n in names if n is not None)
-        found = cache[(top[1], checked)] = (ordered, frozenset(ordered))
+        found = cache[(top.pos, checked)] = (ordered, frozenset(ordered))
     return found

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 from radixlm.constrained.checks.members import admit, extra_ok, open_keys
-from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL
+from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL, is_checked
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.masks.closing_tails import refusal_list, refusals
 from radixlm.constrained.masks.member_memo import (
@@ -178,10 +178,10 @@ def _parts(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> Pa
     open objects may refuse (``asks``), none fed yet (``shared``: an open fresh extra key's,
     whose ``live`` candidates are fed every time)."""
     files = member_tokens_for(vocab)
-    frames, mode = state[0], state[1]
+    frames, mode = state.frames, state.mode
     top = frames[-1] if frames else ()
-    checked = len(top) == 3 and top[0] == "o"  # ("u", seen, zero) is a unique array
-    spec = tracker.paths.specs[tracker.paths.members[top[1]]] if checked else None
+    checked = is_checked(top)
+    spec = tracker.paths.specs[tracker.paths.members[top.pos]] if checked else None
     always: list = []
     if not tracker.in_checked(state):  # a token may still open a checked object and go on in it
         return Parts(files.after_brace, files.placed(files.after_brace), None, always, False)
@@ -190,14 +190,14 @@ def _parts(tracker: UniqueTracker, vocab: Any, state: tuple, shared: bool) -> Pa
     elif mode == G_STR:
         ids = files.after_quote
     elif mode == G_INKEY and spec is not None:
-        if spec.extras and not extra_ok(spec, top[2]):  # the core spells extra keys, none may come
+        if spec.extras and not extra_ok(spec, top.seen):  # the core spells extra keys, none may come
             return _key_only(files, state, spec)
         refused = _dead_named if not spec.extras else _completing_refused
-        always = refused(files, spec, top[2], state[3])
+        always = refused(files, spec, top.seen, state.buf)
         ids = files.key_chars  # a named key's escape may lead where only refused keys go
     elif mode == G_INKEY:
         ids = files.after_quote
-    elif mode in (G_KEY, G_AFTER) and spec is not None and not extra_ok(spec, top[2]):
+    elif mode in (G_KEY, G_AFTER) and spec is not None and not extra_ok(spec, top.seen):
         ids = files.any_outside  # a key it opens may be dead at once
     else:
         ids = files.outside
@@ -253,9 +253,9 @@ def _dead_named(files: MemberTokens, spec: Any, seen: frozenset, prefix: bytes) 
 def _key_only(files: MemberTokens, state: tuple, spec: Any) -> Parts:
     """An open key where no extra key may come: only tokens that keep it a prefix of a named key
     that may come (``KEPT`` from the start), or complete one (fed when first allowed), survive."""
-    prefix = state[3]
+    prefix = state.buf
     keep, complete = [], []
-    for key in open_keys(spec, state[0][-1][2]):
+    for key in open_keys(spec, state.frames[-1].seen):
         if key.startswith(prefix) and len(key) > len(prefix):
             rest = key[len(prefix):]
             keep += files.prefixes_of(rest)

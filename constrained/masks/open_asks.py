@@ -10,7 +10,7 @@ import functools
 from typing import Any
 
 from radixlm.constrained.checks.members import can_add, can_close, extra_ok, open_keys
-from radixlm.constrained.checks.reader import G_INKEY, U_VAL
+from radixlm.constrained.checks.reader import G_INKEY, U_VAL, is_checked
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.masks.refusable_tokens import ASK_ADD, ASK_CLOSE, ASK_ESCAPE, ASK_KEY
 from radixlm.constrained.tables import TableSlot
@@ -25,7 +25,7 @@ def asks(tracker: UniqueTracker, state: tuple) -> int | None:
     ``maxProperties``, ``dependentRequired`` or union, only whether another member may come, and
     only when it may be the last named one of an object without extra keys. None: read every
     candidate (a unique array is open, whose items the check reads too)."""
-    frames, mode = state[0], state[1]
+    frames, mode = state.frames, state.mode
     if mode >= U_VAL:
         return None
     cache = _BY_FRAMES.of(tracker, dict)
@@ -37,11 +37,11 @@ def asks(tracker: UniqueTracker, state: tuple) -> int | None:
     if flags is None:
         return None
     paths, top = tracker.paths, frames[-1] if frames else ()
-    if mode == G_INKEY and len(top) == 3:  # what the key it completes changes
-        spec = paths.specs[paths.members[top[1]]]
+    if mode == G_INKEY and is_checked(top):  # what the key it completes changes
+        spec = paths.specs[paths.members[top.pos]]
         if spec.alts is not None or spec.max_p is not None or spec.needs:
             flags |= ASK_CLOSE | ASK_ADD | ASK_KEY
-        elif not spec.extras and len(open_keys(spec, top[2])) < 2:  # it may be the last one
+        elif not spec.extras and len(open_keys(spec, top.seen)) < 2:  # it may be the last one
             flags |= ASK_ADD
     return flags
 
@@ -50,11 +50,11 @@ def _frames_ask(tracker: UniqueTracker, frames: tuple) -> int | None:
     """``asks`` of the open objects ``frames`` alone (None: a unique array is open)."""
     flags, paths = 0, tracker.paths
     for frame in frames:
-        if frame[0] == "u":
+        if frame.kind == "u":
             return None
-        if len(frame) != 3:
+        if not is_checked(frame):
             continue
-        spec, seen = paths.specs[paths.members[frame[1]]], frame[2]
+        spec, seen = paths.specs[paths.members[frame.pos]], frame.seen
         if not can_close(spec, seen):
             flags |= ASK_CLOSE
         if not can_add(spec, seen):

@@ -26,7 +26,7 @@ before it is read there (the next key, or the array's items).
 from __future__ import annotations
 
 from radixlm.constrained.checks.members import can_add, can_close, extra_ok, open_keys
-from radixlm.constrained.checks.reader import G_AFTER, G_COLON, G_INKEY, G_KEY
+from radixlm.constrained.checks.reader import G_AFTER, G_COLON, G_INKEY, G_KEY, ReaderState, is_checked
 from radixlm.constrained.checks.tracker import UniqueTracker
 from radixlm.constrained.masks.refusable_tokens import may_write_a_key, quote_then_more
 from radixlm.constrained.tables import TableSlot
@@ -51,7 +51,7 @@ class FromState:
         state = self.state
         if not _shareable(state, data):
             return self.tracker.feed(state, data, lengths=False) is None
-        level = _asks(state[1], data)
+        level = _asks(state.mode, data)
         key = self.keys.get(level)
         if key is None:
             key = self.keys[level] = _abstract(self.tracker, state, level, self.cache[1])
@@ -70,7 +70,7 @@ def after_key(tracker: UniqueTracker, frames: tuple, vpos: int, tail: bytes) -> 
     verdict is filed under when read right after a key that leaves ``frames`` open and ``vpos``
     as its value's path state (``G_COLON``), for ``lookup``: found without feeding the key.
     None where the tail asks more."""
-    state = (frames, G_COLON, vpos, b"", 0, 0)  # as ``UniqueTracker.feed`` leaves a key closed
+    state = ReaderState(frames, G_COLON, vpos, b"", 0, 0)  # as ``UniqueTracker.feed`` leaves a key closed
     if _asks(G_COLON, tail) or not _shareable(state, tail):
         return None
     return _abstract(tracker, state, 0, _cache_of(tracker)[1]), tail
@@ -95,7 +95,7 @@ def _asks(mode: int, data: bytes) -> int:
 def _shareable(state: tuple, data: bytes) -> bool:
     """Whether ``data`` from ``state`` can read a checked object's keys only through their
     signature (the module docstring's conditions)."""
-    mode = state[1]
+    mode = state.mode
     if mode == G_INKEY or b"\\" in data or may_write_a_key(data):
         return False
     return mode != G_KEY or data.count(b'"') < 2
@@ -105,10 +105,9 @@ def _abstract(tracker: UniqueTracker, state: tuple, level: int, signatures: dict
     """``state`` with each checked object's keys replaced by what bytes asking ``level``
     (``_asks``) can learn of them (``signatures``: the tracker's cache), and a dead ``vpos``
     dropped."""
-    frames, mode, vpos, buf, esc, count = state
     out = []
-    for frame in frames:
-        if len(frame) == 3 and frame[0] == "o":
+    for frame in state.frames:
+        if is_checked(frame):
             sig = signatures.get((frame, level))
             if sig is None:
                 if len(signatures) >= CACHE_ENTRIES:
@@ -117,14 +116,14 @@ def _abstract(tracker: UniqueTracker, state: tuple, level: int, signatures: dict
             out.append(sig)
         else:
             out.append(frame)
-    return tuple(out), mode, (-1 if mode in (G_AFTER, G_KEY) else vpos), buf, esc, count
+    return state._replace(frames=tuple(out), vpos=-1 if state.mode in (G_AFTER, G_KEY) else state.vpos)
 
 
 def _signature(tracker: UniqueTracker, frame: tuple, level: int) -> tuple:
     """What bytes asking ``level`` of a checked object can learn of its keys: nothing; whether
     ``}`` and another member may come; and whether an extra key may, or else the named keys
     that may."""
-    _, pos, seen = frame
+    pos, seen = frame.pos, frame.seen
     if not level:
         return "s", pos
     spec = tracker.paths.specs[tracker.paths.members[pos]]

@@ -36,6 +36,9 @@ from radixlm.constrained.checks.reader import (
     G_VAL,
     OUTSIDE,
     U_STR,
+    ObjectFrame,
+    holds_a_set,
+    is_checked,
 )
 from radixlm.constrained.checks.string_lengths import TAILS, chars_until_close, read_counted
 from radixlm.constrained.checks.tracker import UniqueTracker
@@ -208,7 +211,7 @@ def forbid_lengths(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
     state = _projected(tracker, memo, state)
     if bounds is not None:
         lo, hi = bounds
-        count, esc = state[5], state[4]
+        count, esc = state.clean, state.esc
         keep = tables.keep_inside(esc, None if hi is None else hi - count, lo - count)
         if keep is not None:
             words &= keep
@@ -218,7 +221,7 @@ def forbid_lengths(tracker: UniqueTracker, vocab: Any, state: tuple, words: np.n
             words[at] &= keep
         # inside any other value string the first quote closes it whatever came before: one set
         # of verdicts per closed state serves every position of the string
-        in_value = state[1] == G_STR
+        in_value = state.mode == G_STR
         refuses = (_tail_refuser if in_value else _whole_refuser)(tracker, vocab, memo, state)
     for t in tables.allowed_multi(words):
         if refuses(t):
@@ -230,14 +233,15 @@ def _projected(tracker: UniqueTracker, memo: OrderedDict, state: tuple) -> tuple
     (what the member and unique checks refuse, they clear themselves), and an open key that no
     named key starts with spelled ``FRESH_KEY`` (its member's value is the object's other one,
     whatever its name). States that differ only there share their memo entries."""
-    frames, mode, vpos, buf, esc, count = state
-    if any(len(f) == 3 for f in frames):
-        frames = tuple(f if len(f) == 2 else f[:2] if f[0] == "o" else ("u", _NONE, f[2]) for f in frames)
-    if mode == G_INKEY and buf:
-        pos = frames[-1][1]
+    frames, buf = state.frames, state.buf
+    if any(holds_a_set(f) for f in frames):
+        frames = tuple(ObjectFrame("o", f.pos) if is_checked(f) else f._replace(seen=_NONE) if holds_a_set(f)
+                       else f for f in frames)
+    if state.mode == G_INKEY and buf:
+        pos = frames[-1].pos
         if pos < 0 or not _named_prefix(tracker, memo, pos, buf):
             buf = FRESH_KEY
-    return frames, mode, vpos, buf, esc, count
+    return state._replace(frames=frames, buf=buf)
 
 
 def _named_prefix(tracker: UniqueTracker, memo: OrderedDict, pos: int, prefix: bytes) -> bool:
@@ -255,7 +259,7 @@ def _tail_refuser(tracker: UniqueTracker, vocab: Any, memo: OrderedDict, state: 
     quote (verdicts filed per closed state, whatever came before; in a counted string the table
     checked the characters before the quote)."""
     table = vocab.token_bytes
-    if state[4]:  # rare: inside an escape, feed whole
+    if state.esc:  # rare: inside an escape, feed whole
         return lambda t: tracker.feed(state, table[t]) is None
     closed = memo.get(("quote", state), _UNSEEN)
     if closed is _UNSEEN:
@@ -309,12 +313,12 @@ def _remember(memo: OrderedDict, key: Any, value: Any) -> None:
 def _openings(tracker: UniqueTracker, tables: LengthTables, memo: OrderedDict, state: tuple) -> list:
     """The clears of the one-quote tokens whose quote opens a counted string from ``state``
     (memoised per tracker and state)."""
-    if state[1] in _IN_STRING:
+    if state.mode in _IN_STRING:
         return []
     found = memo.get(state)
     if found is None:
         found = []
-        for prefix in tables.prefixes(state[1]):
+        for prefix in tables.prefixes(state.mode):
             opened = tracker.feed(state, prefix + b'"', lengths=False)
             bounds = tracker.bounds(opened) if opened is not None else None
             if bounds is not None and bounds[1] is not None:
