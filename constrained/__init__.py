@@ -2,7 +2,7 @@
 
 Three nouns: ``TokenizerVocab`` (once per tokenizer), ``CompiledGrammar`` (immutable, cached,
 shared) and ``GrammarMatcher`` (a cheap per-request cursor). ``GrammarBackend`` compiles in
-worker processes (``compile_pool``); ``jump_forward`` splices forced text. See docs/constrained.md.
+worker processes (``compile.pool``); ``jump_forward`` splices forced text. See docs/constrained.md.
 
 Names are imported lazily: a compile worker imports ``radixlm.constrained.compile.worker`` and
 must not pay for torch (which ``grammar.py`` needs for the bitmask).

@@ -1,5 +1,5 @@
 """``GrammarBackend``: compiles constraints off the engine's hot path, in worker processes with a
-wall-time and a memory budget (``compile_pool``), and keeps an LRU cache of compiled grammars."""
+wall-time and a memory budget (``compile.pool``), and keeps an LRU cache of compiled grammars."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ A character counts at its first byte: a UTF-8 lead byte or ASCII byte, or the ba
 escape (``\\n`` and ``\\u0061`` are one character each; the grammar's string lexeme admits no
 surrogate escapes, so a ``\\u`` escape is always one code point). ``esc`` is where a read stops
 inside an escape: 0 outside one, -1 after its backslash, 1-4 the ``\\u`` hex digits still due.
-The tracker (``unique_items``) and the vocabulary tables (``string_length_mask``) both read
+The tracker (``checks.tracker``) and the vocabulary tables (``masks.string_lengths``) both read
 through ``read_counted``, so the mask and ``accept_token`` count alike.
 """
 

@@ -8,11 +8,11 @@ equals ``"a"``; numbers compared as numbers, ``1 == 1.0``; ``true`` is not ``1``
 ``jsonschema`` says). ``feed(state, token_bytes)`` returns the next state, or None when the token
 completes a duplicate item, or leaves an item open whose every completion is one (a literal
 already written, or an integer ``0``). States are immutable tuples, so the matcher keeps one per
-accepted token (``rollback`` pops them, ``copy`` shares them); ``unique_mask`` removes the same
+accepted token (``rollback`` pops them, ``copy`` shares them); ``masks.duplicate_items`` removes the same
 tokens from the mask.
 
 Strings at the positions ``UniquePaths.strings`` names have their length counted
-(``string_count``): the count rides in the state's last field while such a string is open, and
+(``checks.string_lengths``): the count rides in the state's last field while such a string is open, and
 ``feed`` refuses a token that writes past ``maxLength`` or closes before ``minLength``.
 ``feed(..., lengths=False)`` reads the same but refuses nothing for lengths: the runtime member
 check feeds that way, so what it learns of a state holds whatever the count (its memo leaves

@@ -1,6 +1,6 @@
 """One compile, without torch: constraint -> grammar (the front ends) -> Lark text.
 
-This is the work a compile worker process runs (``compile_worker``); it imports neither torch nor
+This is the work a compile worker process runs (``compile.worker``); it imports neither torch nor
 the matcher core, so a worker starts in a fraction of a second. ``CompiledGrammar`` builds the
 matcher core's grammar from the Lark text in the engine's process (milliseconds: lexers and masks
 are built lazily, as they are needed).
@@ -81,5 +81,5 @@ def compile_parts(vocab: TokenizerVocab, req: CompileRequest) -> CompiledParts:
 
 
 def warm_up() -> None:
-    """The front end's one-time tables, built when a compile worker starts (``compile_worker``)."""
+    """The front end's one-time tables, built when a compile worker starts (``compile.worker``)."""
     _warm_pattern_classes()

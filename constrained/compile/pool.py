@@ -2,7 +2,7 @@
 
 Python threads cannot be stopped: a front-end compile that runs away (a pathological schema)
 keeps its CPU and memory until it ends, whatever budget said. Here each
-of ``num_workers`` slots owns one worker process (``compile_worker``), given the vocabulary once
+of ``num_workers`` slots owns one worker process (``compile.worker``), given the vocabulary once
 at start-up. A job runs in one worker; the slot's thread in this process only waits on the
 socket. Past the wall budget (``timeout_s``) the worker is SIGKILLed and replaced, and so is a
 worker that ran out of its memory budget (``max_memory_mb`` of address space, ``RLIMIT_AS``)

@@ -5,7 +5,7 @@ A state's first mask is the expensive one, on both halves of ``GrammarMatcher.fi
 - the core (llguidance) builds its lexer's DFA lazily, per grammar, and a lexer state's first
   token-trie walk at 152k tokens costs 100-200 µs (a string value's opening, a key's), against
   5-30 µs once built;
-- the runtime member check files a memo entry per state (``member_mask``), shared by every
+- the runtime member check files a memo entry per state (``masks.members``), shared by every
   matcher of the grammar.
 
 Both caches belong to the compiled grammar, not to a matcher, so the states every output of the
@@ -19,7 +19,7 @@ one), tokenised as the model would write it, one mask per token: the start's mas
 most ``WARM_MASKS`` masks and ``WARM_SECONDS`` in all (half of it for the search). It never walks
 the vocabulary once per automaton state; it only does early what the first request's masks
 would do anyway. The member check's states along it are then filed whole
-(``member_mask.grow_first_visits``), so a request's first mask there is a memo hit.
+(``masks.members.grow_first_visits``), so a request's first mask there is a memo hit.
 
 The masks and every verdict are the same with or without it: it fills caches, nothing else
 (``tests/test_constrained_warm_start.py``).

@@ -1,12 +1,12 @@
 """The grammar the front ends emit: a context-free grammar over lexemes, and its Lark text.
 
-Nodes (``grammar_nodes``) are immutable and hashable (equal sub-grammars dedupe): ``Lit`` (literal text), ``Lex`` (a
+Nodes (``ir.nodes``) are immutable and hashable (equal sub-grammars dedupe): ``Lit`` (literal text), ``Lex`` (a
 lexeme given as a regex: a JSON string, a number, a key), ``LexOp`` (one lexeme combining regexes
 with llguidance's lexeme algebra: ``&`` intersection, ``~`` complement, ``|``, concatenation),
 ``Seq``, ``Alt``, ``Rep`` (counted repetition, ``hi=None`` unbounded) and ``Ref`` (a named rule,
 which is how recursion and shared definitions are written). The constructors below simplify as they build (``None`` stands for an
 unsatisfiable part and propagates), so the front end writes ``seq(a, opt(b))`` without special
-cases. ``Grammar.to_lark()`` writes llguidance's Lark dialect (``grammar_text``); ``Grammar.pruned()`` removes rules
+cases. ``Grammar.to_lark()`` writes llguidance's Lark dialect (``ir.lark_text``); ``Grammar.pruned()`` removes rules
 that derive no finite text (a required self-reference), which only a whole-grammar pass can see.
 
 Structure (brackets, commas, colons) stays at the grammar level and only scalars are lexemes, so no

@@ -1,4 +1,4 @@
-"""The grammar IR written out as text: llguidance's Lark dialect, or one regex (``grammar_ir.Grammar``)."""
+"""The grammar IR written out as text: llguidance's Lark dialect, or one regex (``ir.builder.Grammar``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The nodes of the grammar IR (``grammar_ir``): immutable and hashable, so equal sub-grammars dedupe.
+"""The nodes of the grammar IR (``ir.builder``): immutable and hashable, so equal sub-grammars dedupe.
 
 ``Lit`` (literal text), ``Lex`` (a lexeme given as a regex), ``LexOp`` (one lexeme combining
 regexes with llguidance's lexeme algebra), ``Seq``, ``Alt``, ``Rep`` (counted repetition) and
-``Ref`` (a named rule). Build them with ``grammar_ir``'s constructors, which simplify as they go.
+``Ref`` (a named rule). Build them with ``ir.builder``'s constructors, which simplify as they go.
 """
 
 from __future__ import annotations

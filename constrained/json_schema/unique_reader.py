@@ -1,4 +1,4 @@
-"""The abstract JSON reader over a front-end grammar (``grammar_ir``) that
+"""The abstract JSON reader over a front-end grammar (``ir.builder``) that
 ``unique_paths`` builds its path automaton from.
 
 Every ``Lit`` of the front end's grammars is one JSON token (brackets, commas, colons, keys,

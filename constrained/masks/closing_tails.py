@@ -1,22 +1,22 @@
 """Which of a step's candidate tokens ``UniqueTracker.feed`` refuses (with ``lengths=False``), for
-the runtime member check's masks (``member_mask``).
+the runtime member check's masks (``masks.members``).
 
 Inside an open string value or key, the bytes before a token's closing quote lead to one state
 (a value's, or a key's completed as a fresh extra one) or to one per name the check tells apart
-(``member_memo.known_names``), so the token's verdict is its tail's: what follows the quote, fed
+(``masks.member_memo.known_names``), so the token's verdict is its tail's: what follows the quote, fed
 once from the state the quote leads to. A step's candidates share a few dozen tails, so a new state
-costs a feed per distinct tail, not a feed per token (``quote_split`` files where each token closes
+costs a feed per distinct tail, not a feed per token (``masks.string_splits`` files where each token closes
 a string, and its head and tail). A token that opens a string from outside one (``"`` where a value
 or a key may start, ``,"`` after a member) is read the same way past its opening bytes. A tail is
-fed through ``member_verdicts``, which shares verdicts between states that differ only in their
+fed through ``masks.shared_verdicts``, which shares verdicts between states that differ only in their
 objects' keys so far. Fed whole instead:
-- a key that may write a whole second key of the object after it (``member_tokens``'
+- a key that may write a whole second key of the object after it (``masks.refusable_tokens``'
   ``may_write_a_key``): refused only if it repeats the first, whose name decides;
 - a key spelled with an escape;
 - anything else outside strings, or inside a ``\\u`` escape.
 Inside a string value a token that does not close it is never refused (lengths are the string
 masks' concern); inside a key, one that does not close it is refused only if the key can no longer
-become one its object may take (``member_check.prefix_alive``, read on the key's bytes after it).
+become one its object may take (``checks.members.prefix_alive``, read on the key's bytes after it).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class _Inside:
 
     def decide(self, t: int, table: Any, read: tuple, skip: int) -> bool | None:
         """The verdict on token ``t`` read from this state past its first ``skip`` bytes (``read``:
-        its ``quote_split`` reading from there), or None where it must be fed whole."""
+        its ``masks.string_splits`` reading from there), or None where it must be fed whole."""
         at, head, tail, plain, quiet = read
         if at == -1:  # the string stays open: a value's cannot be refused, a key's while it may go on
             return False if not self.key else self._open_key_refused((table[t] or b"")[skip:])
@@ -151,10 +151,11 @@ class _Inside:
     def _after_key(self, name: bytes, tail: bytes) -> bool | None:
         """The verdict on closing the key as ``name`` and reading ``tail``, where found without
         a feed: the key refused, or the tail's verdict filed from another state whose objects
-        differ only in what the tail cannot read (``member_verdicts.after_key``); else None."""
+        differ only in what the tail cannot read (``masks.shared_verdicts.after_key``); else None."""
         if self.spec is not None and self._key_refused(name):
             return True
-        key = after_key(self.tracker, self.state.frames, self.tracker.key_vpos(self.pos, b'"' + name + b'"'), tail)
+        vpos = self.tracker.key_vpos(self.pos, b'"' + name + b'"')
+        key = after_key(self.tracker, self.state.frames, vpos, tail)
         return None if key is None else lookup(self.tracker, key)
 
     def _key_refused(self, name: bytes) -> bool:
@@ -163,7 +164,8 @@ class _Inside:
         verdict = self.named.get(name)
         if verdict is None:
             decoded = key_name(b'"' + name + b'"')
-            verdict = self.named[name] = decoded is None or admit(self.spec, self.state.frames[-1].seen, decoded) is None
+            seen = self.state.frames[-1].seen
+            verdict = self.named[name] = decoded is None or admit(self.spec, seen, decoded) is None
         return verdict
 
     def _open_key_refused(self, data: bytes) -> bool | None:

@@ -1,7 +1,7 @@
 """Masks for the runtime ``uniqueItems`` check: clear the tokens that ``UniqueTracker.feed``
 would reject, without feeding 150k tokens per step.
 
-The tokens are filed per vocabulary and reader mode once (``unique_tables``); a step then costs
+The tokens are filed per vocabulary and reader mode once (``masks.item_tables``); a step then costs
 a few lookups per item already written. A string's duplicates are the tokens whose bytes up to
 the closing quote decode, after the open item's bytes, to an item already written (indexed by
 decoded value per undecodable tail of the open item: an escape, a UTF-8 character or a

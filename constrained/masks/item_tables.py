@@ -1,8 +1,8 @@
-"""Per-vocabulary token tables for the runtime ``uniqueItems`` mask (``unique_mask``).
+"""Per-vocabulary token tables for the runtime ``uniqueItems`` mask (``masks.duplicate_items``).
 
 Per vocabulary and per *start mode* of the in-array reader (expecting an item, after one, inside
 a string, after a backslash, inside a number, inside a literal), each token is read once, lazily,
-with the same reader as ``accept_token`` (``unique_scan.array_run``) and filed by what it does:
+with the same reader as ``accept_token`` (``checks.reader.array_run``) and filed by what it does:
 nothing (it cannot complete an item), not JSON there, one event (the bytes it adds to the open
 item up to the item's end, the whole item it writes, an item it leaves open that may be dead),
 several events (``plans``: their items, evaluated per step), or leaving the array before a

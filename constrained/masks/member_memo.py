@@ -1,4 +1,4 @@
-"""The runtime member check's memo (``member_mask``): per tracker, one entry per state holding
+"""The runtime member check's memo (``masks.members``): per tracker, one entry per state holding
 its candidates and what feeding each gave, so a repeated state feeds nothing.
 
 Whether ``UniqueTracker.feed`` refuses a token depends only on the state and the token, and states
@@ -18,7 +18,7 @@ memo entry, keyed with the bytes left out.
 
 One exception keeps the sharing exact: a token can close the key and write another whole key of
 the same object, which is refused only if it repeats the first one. Such a later key needs a ``,``
-and two quotes after it, so the tokens with those (``member_tokens``' ``live``: a few dozen of a
+and two quotes after it, so the tokens with those (``masks.refusable_tokens``' ``live``: a few dozen of a
 real vocabulary) are ``LIVE`` in a shared entry, fed on the concrete state every time. Any other
 token's verdict cannot depend on the key's bytes: the key it closes is fresh whatever they are,
 and a key it opens or a nested object's keys are read apart from it.

@@ -1,8 +1,8 @@
-"""Masks for the runtime member check (``member_check``): clear the tokens that
+"""Masks for the runtime member check (``checks.members``): clear the tokens that
 ``UniqueTracker.feed`` would refuse because of a checked object, without feeding the vocabulary.
 
-Per vocabulary the candidates that can be refused are filed once (``member_tokens``); a step
-gathers the candidates the core allows and decides them as a batch (``member_refusals``: inside a
+Per vocabulary the candidates that can be refused are filed once (``masks.refusable_tokens``); a step
+gathers the candidates the core allows and decides them as a batch (``masks.closing_tails``: inside a
 string, by what follows its closing quote, one feed per distinct tail). An open key of a checked
 object is the exception:
 - an object that takes no extra key: the core spells only its named keys, so the tokens that lead
@@ -13,9 +13,9 @@ object is the exception:
 The result equals ``feed`` on every token the core allows.
 
 A state's candidates are narrowed to the tokens that hold what its open objects may refuse
-(``member_asks``): a ``}`` only where one may not close yet, and so on.
+(``masks.open_asks``): a ``}`` only where one may not close yet, and so on.
 
-Each tracker keeps a bounded memo per state (``member_memo``): the candidates, and what feeding
+Each tracker keeps a bounded memo per state (``masks.member_memo``): the candidates, and what feeding
 each one gave, learned the first time the core allows it. A repeated state feeds nothing and clears
 its refused tokens in a few vector operations. Most states are met only once (a key's bytes, a
 member's value), so a state's first mask decides just its own candidates and files a
@@ -122,7 +122,7 @@ class Parts(NamedTuple):
     status: np.ndarray | None
     always: list
     only: bool
-    live: frozenset | None = None  # a shared entry's: ``member_tokens``' live tokens, fed every time
+    live: frozenset | None = None  # a shared entry's: ``masks.refusable_tokens``' live tokens, fed every time
 
 
 class FirstVisit(NamedTuple):

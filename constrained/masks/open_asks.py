@@ -1,6 +1,6 @@
 """What a token read from a state may be refused for by the runtime member check's open objects
-(``member_check``), so a step's candidates can be narrowed to the tokens that hold such bytes
-(``member_tokens.MemberTokens.narrowed``): most states refuse nothing but a few tokens, and a new
+(``checks.members``), so a step's candidates can be narrowed to the tokens that hold such bytes
+(``masks.refusable_tokens.MemberTokens.narrowed``): most states refuse nothing but a few tokens, and a new
 state's first mask then decides a handful instead of hundreds.
 """
 
@@ -18,7 +18,7 @@ from radixlm.constrained.tables import TableSlot
 
 def asks(tracker: UniqueTracker, state: tuple) -> int | None:
     """What a token read from ``state`` may be refused for by the open checked objects, as
-    ``member_tokens.ASK_*`` bits: a ``}`` where one of them may not close yet, a member where one
+    ``masks.refusable_tokens.ASK_*`` bits: a ``}`` where one of them may not close yet, a member where one
     may take no more, a key's name where one takes no extra key now, a key's escape where one
     names a key with an escape (beyond completing a key, which ``narrowed`` always reads). In an
     open key, the key it completes may change what its object allows next: with no

@@ -1,6 +1,6 @@
-"""The tokens a runtime member check (``member_check``) can refuse, filed once per vocabulary by
+"""The tokens a runtime member check (``checks.members``) can refuse, filed once per vocabulary by
 what they can do from a reader mode, so a mask feeds only a few hundred candidates instead of the
-vocabulary (``member_mask``). Only tokens holding a structural byte can be refused (``,`` ``}``
+vocabulary (``masks.members``). Only tokens holding a structural byte can be refused (``,`` ``}``
 ``{``, a key's quotes)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 from radixlm.constrained.tables import TableSlot
 
 _STRUCTURAL = re.compile(rb'[",{}\]\\]')
-# what a check may ask of the open objects (``member_asks.asks``), as bits
+# what a check may ask of the open objects (``masks.open_asks.asks``), as bits
 # whether ``}`` may come; another member; a key's name; a key spelled with an escape
 ASK_CLOSE, ASK_ADD, ASK_KEY, ASK_ESCAPE = 1, 2, 4, 8
 _FILES = TableSlot("member_tokens")  # per vocabulary
@@ -26,7 +26,7 @@ class MemberTokens:
     once the open string closes), ``after_bracket`` (the same after a ``]``: inside a unique
     array), ``after_brace`` (a ``{`` before a ``}`` or quote: may open a checked object and refuse
     in it), ``quoted`` (any quote), ``live`` (a ``,`` with two quotes after it: may write a whole key
-    after another, ``member_memo``), and the tokens sorted by their bytes (prefix lookups)."""
+    after another, ``masks.member_memo``), and the tokens sorted by their bytes (prefix lookups)."""
 
     def __init__(self, token_bytes: tuple) -> None:
         tokens = [b or b"" for b in token_bytes]
@@ -49,7 +49,7 @@ class MemberTokens:
         self.outside, self.after_quote = arr(outside), arr(after_quote)
         self.after_bracket, self.quoted, self.after_brace = arr(after_bracket), arr(quoted), arr(after_brace)
         self.any_outside = np.union1d(self.outside, self.quoted)
-        # a later whole key of an object needs a ``,`` and two quotes after it (``member_memo``)
+        # a later whole key of an object needs a ``,`` and two quotes after it (``masks.member_memo``)
         self.live = arr([t for t, b in enumerate(tokens) if may_write_a_key(b)])
         self.backslashed = arr([t for t, b in enumerate(tokens) if b"\\" in b])
         self.key_chars = np.union1d(self.after_quote, self.backslashed)

@@ -1,5 +1,5 @@
 """Whether ``UniqueTracker.feed`` refuses some bytes from a state, shared across states that differ
-only in their checked objects' keys so far, for the runtime member check (``member_refusals``).
+only in their checked objects' keys so far, for the runtime member check (``masks.closing_tails``).
 
 A new object state (one more member written) is a new state for the member check's memo, and its
 first mask feeds a few dozen tails (``",`` ``"}`` ``":{"`` ...) through the tracker's Python, some
@@ -13,7 +13,7 @@ members of one object before and after each other, then share verdicts.
 
 Exact when the bytes can read an object's keys no other way (``_shareable``):
 - a key of an object already open is completed only after a ``,`` (two quotes after it:
-  ``member_tokens.may_write_a_key``) or from ``G_KEY`` (two quotes); a key opened inside the bytes
+  ``masks.refusable_tokens.may_write_a_key``) or from ``G_KEY`` (two quotes); a key opened inside the bytes
   after ``{`` belongs to a new object, whose keys start empty in every state alike;
 - ``}``, ``,`` and a key's opening quote ask ``can_close`` and ``can_add``;
 - a key left open at the end asks ``prefix_alive``: with an extra key allowed and no backslash, it

@@ -5,7 +5,7 @@ The grammar gives a counted string the unbounded lexeme, so the core's mask allo
 this narrows it to what ``accept_token`` takes, exactly:
 
 - Inside a counted string (``tracker.bounds``), a token's characters before its closing quote
-  (or all of them) come from a per-vocabulary table for each escape state (``string_count``):
+  (or all of them) come from a per-vocabulary table for each escape state (``checks.string_lengths``):
   a token is refused when they pass ``maxLength``, or when it closes the string before
   ``minLength``. The cleared words for each (escape state, room left, characters still due) are
   cached, so a mask costs one vectorised AND.
@@ -134,7 +134,7 @@ class LengthTables:
     def prefixes(self, mode: int) -> list[bytes]:
         """The prefixes whose tokens can open a string in ``mode`` (all for modes without a
         first-byte rule): outside strings, only whitespace, structure and scalars' bytes
-        (``unique_scan.OUTSIDE``) may come before a quote, so a prefix with any other byte opens none
+        (``checks.reader.OUTSIDE``) may come before a quote, so a prefix with any other byte opens none
         (cached per mode: a first mask would otherwise feed dozens of ``' $('``)."""
         found = self._prefixes.get(mode)
         if found is None:

@@ -1,7 +1,7 @@
 """Where each token of a vocabulary closes an open JSON string: its first unescaped quote, read
 from either escape state, or past the bytes that open a string (``"``, ``,"``).
 
-The runtime member check (``member_refusals``) decides a token inside a string by what follows
+The runtime member check (``masks.closing_tails``) decides a token inside a string by what follows
 its closing quote (its *tail*): tokens share a few dozen tails (``",`` ``"}`` ``":"`` ...), so a
 state's verdicts come from one feed per distinct tail. Built once per vocabulary (only tokens
 holding a quote are read, a few thousand at 152k); ``close_of`` reads any other bytes the same way.

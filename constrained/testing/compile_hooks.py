@@ -48,7 +48,7 @@ _warm_calls = 0  # warm_up calls in this process
 
 
 def warm_up() -> None:
-    """The worker's one-time set-up hook (``compile_worker``): counted, and the real one run."""
+    """The worker's one-time set-up hook (``compile.worker``): counted, and the real one run."""
     global _warm_calls
     from radixlm.constrained.compile.job import warm_up as real_warm_up
 
