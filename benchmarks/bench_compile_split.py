@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
+from radixlm.constrained.backend import build_grammar as CompiledGrammar  # noqa: E402
 from radixlm.constrained.backend import constraint_grammar  # noqa: E402
-from radixlm.constrained.compile_job import CompileRequest  # noqa: E402
+from radixlm.constrained.compile.job import CompileRequest  # noqa: E402
 from radixlm.constrained.errors import ConstraintError  # noqa: E402
-from radixlm.constrained.grammar import CompiledGrammar  # noqa: E402
 from radixlm.constrained.json_schema import objects  # noqa: E402
 
 

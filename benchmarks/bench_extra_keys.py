@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
 from radixlm.constrained import compile_grammar  # noqa: E402
-from radixlm.constrained import grammar_ir as ir  # noqa: E402
+from radixlm.constrained.ir import builder as ir  # noqa: E402
 from radixlm.constrained.json_schema import key_complement, objects  # noqa: E402
 
 MEMBERS = (1, 3, 8, 20)

@@ -220,9 +220,9 @@ def _run_backend(backend: GrammarBackend, strict: bool, system: str, files: list
 def in_process_grammars(vocab: TokenizerVocab, data: str, every: int):
     """``(path, doc, CompiledGrammar)`` of every ``every``-th schema under ``data``, compiled in
     this process with the front end's settings as they stand (the schemas it rejects skipped)."""
+    from radixlm.constrained.backend import build_grammar as CompiledGrammar
     from radixlm.constrained.backend import constraint_grammar
-    from radixlm.constrained.compile_job import CompileRequest
-    from radixlm.constrained.grammar import CompiledGrammar
+    from radixlm.constrained.compile.job import CompileRequest
 
     for path in sorted(Path(data).glob("*/*.json"))[::every]:
         doc = json.loads(path.read_text(encoding="utf-8"))

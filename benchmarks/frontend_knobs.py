@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from radixlm.constrained.compile_job import compile_parts as _compile_parts
-from radixlm.constrained.compile_job import warm_up  # noqa: F401 - the worker runs the default's set-up too
+from radixlm.constrained.compile.job import compile_parts as _compile_parts
+from radixlm.constrained.compile.job import warm_up  # noqa: F401 - the worker runs the default's set-up too
 from radixlm.constrained.json_schema import objects
 
 ENV = {"RUNTIME_CHECK_ABOVE": "RADIXLM_BENCH_RUNTIME_CHECK_ABOVE",

@@ -2,9 +2,9 @@
 
 Three nouns: ``TokenizerVocab`` (once per tokenizer), ``CompiledGrammar`` (immutable, cached,
 shared) and ``GrammarMatcher`` (a cheap per-request cursor). ``GrammarBackend`` compiles in
-worker processes (``compile_pool``); ``jump_forward`` splices forced text. See docs/constrained.md.
+worker processes (``compile.pool``); ``jump_forward`` splices forced text. See docs/constrained.md.
 
-Names are imported lazily: a compile worker imports ``radixlm.constrained.compile_worker`` and
+Names are imported lazily: a compile worker imports ``radixlm.constrained.compile.worker`` and
 must not pay for torch (which ``grammar.py`` needs for the bitmask).
 """
 
@@ -19,10 +19,10 @@ _EXPORTS: dict[str, str] = {
     "ConstraintError": "radixlm.constrained.errors",
     "GrammarBackend": "radixlm.constrained.backend",
     "GrammarMatcher": "radixlm.constrained.grammar",
-    "JumpForward": "radixlm.constrained.jump_forward",
+    "JumpForward": "radixlm.constrained.decoding.jump_forward",
     "TokenizerVocab": "radixlm.constrained.vocab",
     "compile_grammar": "radixlm.constrained.backend",
-    "jump_forward": "radixlm.constrained.jump_forward",
+    "jump_forward": "radixlm.constrained.decoding.jump_forward",
     "schema_to_grammar": "radixlm.constrained.json_schema",
 }
 

@@ -1,5 +1,5 @@
 """``GrammarBackend``: compiles constraints off the engine's hot path, in worker processes with a
-wall-time and a memory budget (``compile_pool``), and keeps an LRU cache of compiled grammars."""
+wall-time and a memory budget (``compile.pool``), and keeps an LRU cache of compiled grammars."""
 
 from __future__ import annotations
 
@@ -13,17 +13,19 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from radixlm.constrained.adapters import adapter_compile_fn
-from radixlm.constrained.compile_job import CompileRequest, constraint_grammar
-from radixlm.constrained.compile_pool import CompilePool
-from radixlm.constrained.compile_slots import CompileJob
-from radixlm.constrained.compile_threads import ThreadCompilePool
-from radixlm.constrained.compile_worker import DEFAULT_COMPILE_FN
+from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.compile.job import CompileRequest, constraint_grammar
+from radixlm.constrained.compile.pool import CompilePool
+from radixlm.constrained.compile.slots import CompileJob
+from radixlm.constrained.compile.threads import ThreadCompilePool
+from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN
+from radixlm.constrained.decoding.warm_start import warm_start
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
-from radixlm.constrained.member_tokens import member_tokens_for
-from radixlm.constrained.quote_split import quote_split_for
-from radixlm.constrained.string_length_mask import tables_for
-from radixlm.constrained.unique_tables import warm_tables
+from radixlm.constrained.masks.item_tables import warm_tables
+from radixlm.constrained.masks.refusable_tokens import member_tokens_for
+from radixlm.constrained.masks.string_lengths import tables_for
+from radixlm.constrained.masks.string_splits import quote_split_for
 from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)
@@ -46,7 +48,19 @@ def compile_grammar(
     (``spec`` ignored).
     """
     parts = constraint_grammar(CompileRequest(kind, spec, whitespace_pattern, strict))
-    return CompiledGrammar(vocab, parts.lark, kind, spec, parts.relaxed, parts.notes, parts.unique)
+    return build_grammar(vocab, parts.lark, kind, spec, parts.relaxed, parts.notes, parts.unique)
+
+
+def build_grammar(vocab: TokenizerVocab, lark: str, kind: str, spec: Any, relaxed: list[str] | None = None,
+                  notes: list[str] | None = None, unique: UniquePaths | None = None,
+                  warm: bool = True) -> CompiledGrammar:
+    """The compile path's last step: the ``CompiledGrammar`` of ``lark`` and, with ``warm``, the masks
+    along its shortest document computed now (``decoding/warm_start.py``), so the first request
+    meets them built."""
+    grammar = CompiledGrammar(vocab, lark, kind, spec, relaxed, notes, unique)
+    if warm:
+        warm_start(grammar)
+    return grammar
 
 
 class _Compile:
@@ -153,7 +167,7 @@ class GrammarBackend:
         if job.outcome == "ok":
             req, parts = job.request, job.parts
             try:
-                grammar = parts if self._adapter is not None else CompiledGrammar(  # adapters: parts is one
+                grammar = parts if self._adapter is not None else build_grammar(  # adapters: parts is one
                     self.vocab, parts.lark, req.kind, req.spec, parts.relaxed, parts.notes, parts.unique)
                 grammar.compile_s = job.wall_s
             except ConstraintError as e:

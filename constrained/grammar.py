@@ -1,30 +1,22 @@
 """``CompiledGrammar`` (immutable, shared, cached) and ``GrammarMatcher`` (a cheap per-request
 cursor over it), on llguidance's matcher: a lazy lexer per lexeme and an Earley parser over them,
-so masks are computed as they are needed. A compile only warms the masks along the grammar's
-shortest document (``warm_start``, bounded), never one per automaton state."""
+so masks are computed as they are needed. It imports no front end: grammars arrive as Lark text
+with their checked-path table (``checks/paths.py``)."""
 
 from __future__ import annotations
 
-import functools
 import json
-import re
 from typing import Any
 
 import jsonschema
 import llguidance
-import numpy as np
 import torch
-from radixlm.constrained.completion import greedy_completion
+from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.decoding.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.json_schema.unique_paths import UniquePaths
-from radixlm.constrained.member_forced import forced_with_checks, required_keys
-from radixlm.constrained.member_mask import forbid_members
-from radixlm.constrained.pattern.samples import samples
-from radixlm.constrained.string_length_mask import forbid_lengths
-from radixlm.constrained.unique_items import UniqueTracker
-from radixlm.constrained.unique_mask import forbid
+from radixlm.constrained.runtime_checks import RuntimeChecks
+from radixlm.constrained.tables import LazyTables
 from radixlm.constrained.vocab import TokenizerVocab
-from radixlm.constrained.warm_start import warm_start
 
 # llguidance's per-step budgets (a mask never takes more than milliseconds; past them the matcher
 # stops and the request ends alone); more fuel for the first lexer build of a large schema. The
@@ -46,15 +38,16 @@ class CompiledGrammar:
     of the one built here. ``kind`` and ``spec`` are the constraint it came from
     (``validate_output`` checks a final text against them); ``relaxed`` lists the schema keywords
     relaxed with ``strict=False`` (as JSON pointers); ``notes`` the restrictions applied.
-    ``unique`` locates the ``uniqueItems`` arrays whose duplicates the matchers forbid at runtime
-    (``unique_items``) and the objects whose members they check (``member_check``); None for
-    grammars without either (no overhead). ``warm``: compute the masks along the grammar's shortest
-    document now (``warm_start``), so the first request meets them built.
+    ``unique`` locates the ``uniqueItems`` arrays whose duplicates the matchers forbid at runtime,
+    the objects whose members they check and the strings whose length they count; ``checks``
+    (``RuntimeChecks``) does that checking, None for grammars without any (no overhead;
+    ``unique_tracker`` is its reader). The compile path warms it (``decoding/warm_start.py``)
+    once built; the constructor computes no mask.
     """
 
     def __init__(self, vocab: TokenizerVocab, lark: str, kind: str, spec: Any,
                  relaxed: list[str] | None = None, notes: list[str] | None = None,
-                 unique: UniquePaths | None = None, warm: bool = True) -> None:
+                 unique: UniquePaths | None = None) -> None:
         self.vocab = vocab
         self.lark = lark
         self.kind = kind
@@ -62,24 +55,14 @@ class CompiledGrammar:
         self.relaxed = list(relaxed or [])
         self.notes = list(notes or [])
         self.compile_s: float | None = None
+        self.tables = LazyTables()  # per-grammar tables of the matcher's clients (``decoding``)
         self.unique = unique
-        self.unique_tracker = UniqueTracker(unique) if unique is not None else None
+        self.checks = RuntimeChecks(unique, vocab) if unique is not None else None
+        self.unique_tracker = self.checks.tracker if self.checks is not None else None
         self._template = llguidance.LLMatcher(vocab.llg, llguidance.LLMatcher.grammar_from_lark(_HEADER + lark),
                                               log_level=0, limits=_LIMITS)
         if self._template.is_error():
             raise ConstraintError(f"{kind}: cannot compile grammar: {self._template.get_error()[:300]}")
-        if warm:  # the first request's masks along the shortest document, built here instead
-            warm_start(self)
-
-    @functools.cached_property
-    def completion_hints(self) -> bytes:
-        """Literal runs inside the grammar's lexemes (a pattern's ``abc``) and short strings that
-        match the constraint's patterns (``0.0.0`` for ``\\d+\\.\\d+\\.\\d+``), which
-        completions try to spell."""
-        runs = re.findall(r"\(([A-Za-z0-9_:./@-]{1,32})\)", self.lark)
-        runs += [s for p in _patterns(self.kind, self.spec) for s in samples(p)[:1]
-                 if s and all(0x20 <= ord(c) < 0x7F and c not in '"\\' for c in s)]
-        return "".join(dict.fromkeys(runs)).encode()
 
     def matcher(self) -> GrammarMatcher:
         """A fresh cursor at the start of the grammar."""
@@ -129,8 +112,8 @@ class GrammarMatcher:
         self._eos_accepted = False
         self._text = bytearray()  # the accepted tokens' bytes (completions read where they are)
         self._ends: list[int] = []  # len(self._text) after each accepted token
-        self._tracker = grammar.unique_tracker  # None: no runtime uniqueItems check
-        self._states = [self._tracker.initial] if self._tracker is not None else None  # one per token
+        self._checks = grammar.checks  # None: nothing checked at runtime
+        self._states = [self._checks.initial] if self._checks is not None else None  # one per token
 
     def accepted_bytes(self) -> bytes:
         """The bytes of the tokens accepted so far (EOS adds none)."""
@@ -144,7 +127,7 @@ class GrammarMatcher:
         """Advance by one token; False (state unchanged) when the token is not allowed here."""
         if self._eos_accepted:
             return False
-        state = self._states[-1] if self._tracker is not None else None
+        state = self._states[-1] if self._checks is not None else None
         if token_id in self._eos:
             if not self._core.is_accepting():
                 return False
@@ -156,8 +139,8 @@ class GrammarMatcher:
             if self._core.try_consume_tokens([token_id]) != 1:
                 return False
             if state is not None:
-                state = self._tracker.feed(state, table[token_id])
-                if state is None:  # a duplicate item of a uniqueItems array
+                state = self._checks.feed(state, table[token_id])
+                if state is None:  # refused by a runtime check (a duplicate item, a key, a length)
                     self._core.rollback(1)
                     return False
         self._accepted += 1
@@ -207,28 +190,22 @@ class GrammarMatcher:
         """Text every valid continuation starts with (empty when none is forced)."""
         if self._eos_accepted or self._core.is_stopped():
             return ""
-        if self._tracker is not None and self._at_max_length():
+        if self._checks is not None and self._checks.at_max_length(self._states[-1]):
             probe = self.copy()  # a counted string at its maxLength: its closing quote
             quote = self.grammar.vocab.byte_tokens[0x22]
             if quote >= 0 and probe.accept_token(quote):
                 return '"' + probe.forced_continuation()
         data = self._core.compute_ff_bytes()
-        if self._tracker is not None:  # never force a refused byte; force a checked object's keys
-            data = forced_with_checks(self._tracker, self._core, self.grammar.vocab, self._states[-1], data)
+        if self._checks is not None:  # never force a refused byte; force a checked object's keys
+            data = self._checks.forced(self._core, self._states[-1], data)
         return _decode_prefix(data)
-
-    def _at_max_length(self) -> bool:
-        """Whether a counted string is open with no character left to write (and no escape)."""
-        state = self._states[-1]
-        bounds = self._tracker.bounds(state)
-        return bounds is not None and bounds[1] == state[5] and not state[4]
 
     def required_keys(self) -> list[bytes]:
         """Raw keys (quotes included) that the innermost object checked at runtime still needs
         before its ``}`` (empty elsewhere): completions write them first."""
-        if self._tracker is None:
+        if self._checks is None:
             return []
-        return required_keys(self._tracker, self._states[-1])
+        return self._checks.required_keys(self._states[-1])
 
     def completion(self, max_bytes: int = 20_000) -> str | None:
         """``completion_bytes`` as text (None when there is none or it ends inside a character)."""
@@ -257,19 +234,8 @@ class GrammarMatcher:
             bitmask_row.zero_()
             return
         self._core.unsafe_compute_mask_ptr(bitmask_row.data_ptr(), words * 4)
-        tracker = self._tracker
-        if tracker is not None:
-            state = self._states[-1]
-            unique, members = tracker.in_unique(state), bool(tracker.paths.specs)
-            lengths = bool(tracker.paths.strings)
-            if unique or members or lengths:
-                view = bitmask_row.numpy().view(np.uint32)  # ~1 µs: taken once per mask
-                if unique:
-                    forbid(tracker, self.grammar.vocab, state, view)
-                if members:  # objects whose members are checked at runtime
-                    forbid_members(tracker, self.grammar.vocab, state, view)
-                if lengths:  # strings whose length is counted at runtime
-                    forbid_lengths(tracker, self.grammar.vocab, state, view)
+        if self._checks is not None:
+            self._checks.clear_refused(self._states[-1], bitmask_row)
 
     def validate_tokens(self, token_ids: list[int]) -> int:
         """How many of ``token_ids`` (no EOS) would be accepted in a row from here; the matcher
@@ -277,30 +243,13 @@ class GrammarMatcher:
         if self._eos_accepted:
             return 0
         n = self._core.validate_tokens(list(token_ids))
-        if self._tracker is not None:
+        if self._checks is not None:
             state, table = self._states[-1], self.grammar.vocab.token_bytes
             for i, t in enumerate(token_ids[:n]):
-                state = self._tracker.feed(state, table[t] or b"")  # EOS: no bytes
+                state = self._checks.feed(state, table[t] or b"")  # EOS: no bytes
                 if state is None:
                     return i
         return n
-
-
-def _patterns(kind: str, spec: Any, limit: int = 64) -> list[str]:
-    """The regexes a constraint names: its ``pattern`` keywords (JSON schemas) or itself."""
-    if kind == "regex":
-        return [spec] if isinstance(spec, str) else []
-    out: list[str] = []
-    todo = [spec] if kind == "json_schema" else []
-    while todo and len(out) < limit:
-        node = todo.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("pattern"), str):
-                out.append(node["pattern"])
-            todo.extend(v for k, v in node.items() if k not in ("enum", "const", "examples", "default"))
-        elif isinstance(node, list):
-            todo.extend(node)
-    return out
 
 
 def check_mask_row(bitmask_row: torch.Tensor, words: int) -> int:

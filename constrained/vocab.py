@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.constrained.tables import LazyTables
+
 MAX_TOKEN_BYTES = 64  # longest token the greedy fallback encoder looks for
 
 
@@ -20,7 +22,8 @@ class TokenizerVocab:
     ``byte_tokens[b]`` is the id of the single-byte token ``bytes([b])`` (or -1). ``encode`` is the
     tokenizer's own encoding (``str -> ids``), used where the core re-tokenises forced text; a
     table without one gets a greedy longest-match encoder. Pickles without the native tokenizer
-    (compile workers need only the table).
+    (compile workers need only the table). ``tables`` holds the per-vocabulary tables of the mask
+    filters and adapters (``constrained/tables.py``), each built on first use by its own module.
     """
 
     token_bytes: tuple[bytes | None, ...]
@@ -30,6 +33,9 @@ class TokenizerVocab:
     special_names: tuple[tuple[int, bytes], ...] = field(default=(), repr=False)
     encode: Callable[[str], list[int]] | None = field(default=None, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tables", LazyTables())  # per-vocabulary tables, built on first use
+
     @property
     def mask_words(self) -> int:
         """int32 words per bitmask row: ceil(vocab_size / 32)."""
@@ -38,11 +44,13 @@ class TokenizerVocab:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("llg", None)  # native, rebuilt on demand
+        state.pop("tables", None)  # built again where they are read
         state["encode"] = None  # tokenizers may not pickle; workers never tokenise
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__["tables"] = LazyTables()
 
     @functools.cached_property
     def llg(self) -> Any:

@@ -133,3 +133,56 @@ def test_the_checker_sees_a_forbidden_edge():
 def test_light_packages_do_not_import_torch(package):
     code = f"import sys, {package}; assert 'torch' not in sys.modules, 'torch imported by {package}'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _constrained_node(module: str) -> str:
+    """A module's node in ``constrained/``'s floor count: a root module, or a sub-package whole."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) > 3 else module
+
+
+def _constrained_imports() -> dict[str, set[str]]:
+    """``constrained/`` module -> the ``radixlm.constrained`` modules it imports (every statement,
+    lazy ones too; ``from package import module`` names the module)."""
+    modules = {m: p for m, p in package_modules().items() if m.startswith("radixlm.constrained")}
+    out: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                          for a in node.names}
+        out[module] = {m for m in found if m in modules and m != module}
+    return out
+
+
+def test_constrained_keeps_its_layout():
+    """``constrained/``: at most 8 root modules (the public nouns and the service), at most 8 import
+    floors above the bottom one (a node's floor: 0 if it imports no other node, else one more than
+    the highest it imports; nodes are root modules and sub-packages whole, and they form no
+    cycle), and the matcher imports no front end (``json_schema``, ``pattern``, ``ir``)."""
+    imports = _constrained_imports()
+    roots = sorted(p.name for p in (REPO / "constrained").glob("*.py"))
+    assert len(roots) <= 8, roots
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, targets in imports.items():
+        node = _constrained_node(module)
+        graph[node] |= {_constrained_node(t) for t in targets} - {node}
+    floors: dict[str, int] = {}
+
+    def floor(node: str, path: tuple[str, ...]) -> int:
+        if node in path:
+            raise AssertionError("import cycle in constrained/: " + " -> ".join((*path, node)))
+        if node not in floors:
+            floors[node] = 1 + max((floor(n, (*path, node)) for n in graph[node]), default=-1)
+        return floors[node]
+
+    for node in sorted(graph):
+        floor(node, ())
+    assert max(floors.values()) <= 8, sorted(floors.items(), key=lambda kv: -kv[1])
+    front_ends = ("radixlm.constrained.json_schema", "radixlm.constrained.pattern", "radixlm.constrained.ir")
+    for module in ("radixlm.constrained.grammar", "radixlm.constrained.matcher"):
+        bad = [m for m in imports.get(module, ()) if m.startswith(front_ends)]
+        assert not bad, f"{module} imports a front end: {bad}"

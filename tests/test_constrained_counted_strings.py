@@ -15,12 +15,12 @@ import random
 import pytest
 import torch
 from radixlm.constrained import compile_grammar
+from radixlm.constrained.checks.reader import G_VAL
+from radixlm.constrained.checks.string_lengths import chars_until_close, read_counted
 from radixlm.constrained.json_schema.compiler import schema_to_grammar
-from radixlm.constrained.member_memo import memo_key
-from radixlm.constrained.string_count import chars_until_close, read_counted
-from radixlm.constrained.string_length_mask import _FIRST, ESCAPES, LengthTables
+from radixlm.constrained.masks.member_memo import memo_key
+from radixlm.constrained.masks.string_lengths import _FIRST, ESCAPES, LengthTables
 from radixlm.constrained.testing.walks import allowed_ids
-from radixlm.constrained.unique_scan import G_VAL
 from radixlm.constrained.vocab import TokenizerVocab
 
 PIECES = [b'"ab', b'"abcdef', b':"', b':"abc', b'","', b'""', b'":""', b'":"', b'abc"', b'abcdefgh',

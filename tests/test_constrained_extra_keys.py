@@ -12,7 +12,7 @@ import re
 import pytest
 import test_constrained_unique_items as shared
 from radixlm.constrained import ConstraintError, compile_grammar
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema import schema_to_grammar
 from radixlm.constrained.json_schema.key_complement import complement_key
 

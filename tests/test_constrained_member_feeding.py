@@ -9,13 +9,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from radixlm.constrained import compile_grammar, member_memo
-from radixlm.constrained.member_memo import memo_for, memo_key
-from radixlm.constrained.member_refusals import refusals
-from radixlm.constrained.member_tokens import MemberTokens
-from radixlm.constrained.member_verdicts import FromState
-from radixlm.constrained.quote_split import UNSPLIT, QuoteSplit, close_of
-from radixlm.constrained.unique_scan import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
+from radixlm.constrained import compile_grammar
+from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
+from radixlm.constrained.masks import member_memo
+from radixlm.constrained.masks.closing_tails import refusals
+from radixlm.constrained.masks.member_memo import memo_for, memo_key
+from radixlm.constrained.masks.refusable_tokens import MemberTokens
+from radixlm.constrained.masks.shared_verdicts import FromState
+from radixlm.constrained.masks.string_splits import UNSPLIT, QuoteSplit, close_of
 from radixlm.constrained.vocab import TokenizerVocab
 
 INT, STR = {"type": "integer"}, {"type": "string"}

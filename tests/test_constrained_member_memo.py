@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 import test_constrained_unique_items as shared
 import torch
-from radixlm.constrained import compile_grammar, member_memo
-from radixlm.constrained import grammar as grammar_module
-from radixlm.constrained.member_mask import FirstVisit, Parts, _grown
-from radixlm.constrained.member_memo import FRESH_KEY, REFUSED, memo_key
-from radixlm.constrained.member_tokens import place
+from radixlm.constrained import compile_grammar
+from radixlm.constrained import runtime_checks as grammar_module  # the matcher calls the checks through it
+from radixlm.constrained.masks import member_memo
+from radixlm.constrained.masks.member_memo import FRESH_KEY, REFUSED, memo_key
+from radixlm.constrained.masks.members import FirstVisit, Parts, _grown
+from radixlm.constrained.masks.refusable_tokens import place
 from radixlm.constrained.vocab import TokenizerVocab
 
 INT = {"type": "integer"}

@@ -185,7 +185,7 @@ def test_memo_masks_equal_fresh_ones(real, monkeypatch):
     """``member_mask``'s per-state memo: where a state comes back (inside string values, in each
     item of a list), its mask equals the one computed from nothing, bit for bit, and so does the
     mask under a memo that evicts at every step."""
-    from radixlm.constrained import member_memo
+    from radixlm.constrained.masks import member_memo
 
     tokenizer, vocab = real
     grammar = compile_grammar(vocab, "json_schema", NESTED)
@@ -227,7 +227,7 @@ def test_memo_masks_equal_fresh_ones(real, monkeypatch):
 def test_memo_inside_a_unique_array_of_a_checked_object(tiny_vocab):
     """A unique array open inside a checked object (its frame is not the object's): masks with
     the memo equal fresh ones and keep the array's items and the object's keys unique."""
-    from radixlm.constrained import member_memo
+    from radixlm.constrained.masks import member_memo
 
     schema = {"type": "object", "additionalProperties": False, "required": ["n"], "properties": {
         "tags": {"type": "array", "items": STR, "uniqueItems": True}, "n": INT}}

@@ -12,13 +12,14 @@ import jsonschema
 import numpy as np
 import pytest
 import torch
-from radixlm.constrained import compile_grammar, warm_start
+from radixlm.constrained import compile_grammar
+from radixlm.constrained.backend import build_grammar as CompiledGrammar
 from radixlm.constrained.backend import constraint_grammar
-from radixlm.constrained.compile_job import CompileRequest
-from radixlm.constrained.completion import greedy_completion, opening_bytes
-from radixlm.constrained.grammar import CompiledGrammar
-from radixlm.constrained.member_mask import FirstVisit
-from radixlm.constrained.member_memo import MemoEntry, memo_for, memo_key
+from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.decoding import warm_start
+from radixlm.constrained.decoding.completion import greedy_completion, opening_bytes
+from radixlm.constrained.masks.member_memo import MemoEntry, memo_for, memo_key
+from radixlm.constrained.masks.members import FirstVisit
 from radixlm.constrained.vocab import TokenizerVocab
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab, adapters, compile_grammar
-from radixlm.constrained.compile_job import CompileRequest
+from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.testing.walks import allowed_tokens
 
 _XGRAMMAR = pytest.param("xgrammar", marks=pytest.mark.skipif(

@@ -18,7 +18,7 @@ import pytest
 import torch
 from llamacpp_assets import fetch_or_reason
 from radixlm.constrained import TokenizerVocab, compile_grammar
-from radixlm.constrained.compile_job import CompileRequest
+from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.testing.walks import allowed_tokens, compact_json
 
 VOCABS = {"llama-bpe": 128_000, "qwen2": 151_000}  # GGUF name -> a lower bound of its size
@@ -138,7 +138,7 @@ def test_member_refusals_equal_feeding_each_token_whole(real, monkeypatch):
     on a real vocabulary its verdicts equal ``UniqueTracker.feed`` of each whole token, for every
     token, in string values, named and extra keys, and a nested checked object."""
     import numpy as np
-    from radixlm.constrained.member_refusals import refusals
+    from radixlm.constrained.masks.closing_tails import refusals
 
     monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE", -1)
     _, vocab = real

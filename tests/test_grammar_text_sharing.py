@@ -7,8 +7,8 @@ import gc
 import re
 
 import pytest
-from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.grammar import CompiledGrammar
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.vocab import TokenizerVocab
 from radixlm.runtime.engine import gc_freeze
 

@@ -14,6 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ["radixlm", "radixlm.radix_cache", "radixlm.constrained", "radixlm.constrained.testing",
             "radixlm.constrained.json_schema", "radixlm.constrained.pattern", "radixlm.lang",
+            "radixlm.constrained.compile", "radixlm.constrained.ir", "radixlm.constrained.checks",
+            "radixlm.constrained.masks", "radixlm.constrained.decoding",
             "radixlm.runtime", "radixlm.runtime.server", "radixlm.runtime.engine", "radixlm.runtime.scheduler",
             "radixlm.runtime.model", "radixlm.runtime.model.parallel", "radixlm.runtime.router",
             "radixlm.runtime.chat_formats", "radixlm.runtime.tokenizer", "radixlm.runtime.checkpoints",

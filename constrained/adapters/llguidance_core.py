@@ -15,7 +15,7 @@ from typing import Any
 
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
-from radixlm.constrained.compile_job import CompileRequest
+from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
 from radixlm.constrained.vocab import TokenizerVocab
@@ -26,8 +26,7 @@ def compile_request(vocab: TokenizerVocab, req: CompileRequest) -> CompiledGramm
     # llguidance as it ships: no compile-time warm-up (ours, ``warm_start``), so its figures
     # beside ours are its own
     return CompiledGrammar(vocab, lark_of(req), req.kind, req.spec,
-                           notes=["compiled by llguidance's own front end (--grammar-backend llguidance)"],
-                           warm=False)
+                           notes=["compiled by llguidance's own front end (--grammar-backend llguidance)"])
 
 
 def lark_of(req: CompileRequest) -> str:

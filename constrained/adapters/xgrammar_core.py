@@ -12,19 +12,18 @@ still checked by ``validate_output`` against the full schema.
 from __future__ import annotations
 
 import json
-import threading
-import weakref
 from typing import Any
 
 import torch
 import xgrammar as xgr
-from radixlm.constrained.compile_job import CompileRequest
+from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.decoding.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.grammar import CompiledGrammar, check_mask_row, greedy_completion
+from radixlm.constrained.grammar import CompiledGrammar, check_mask_row
+from radixlm.constrained.tables import LazyTables, TableSlot
 from radixlm.constrained.vocab import TokenizerVocab
 
-_compilers: weakref.WeakKeyDictionary[TokenizerVocab, Any] = weakref.WeakKeyDictionary()
-_compilers_lock = threading.Lock()
+_COMPILERS = TableSlot("xgrammar_compiler")  # per vocabulary
 
 
 def tokenizer_info(vocab: TokenizerVocab) -> xgr.TokenizerInfo:
@@ -35,12 +34,8 @@ def tokenizer_info(vocab: TokenizerVocab) -> xgr.TokenizerInfo:
 
 
 def _compiler(vocab: TokenizerVocab) -> xgr.GrammarCompiler:
-    with _compilers_lock:
-        compiler = _compilers.get(vocab)
-        if compiler is None:
-            compiler = _compilers[vocab] = xgr.GrammarCompiler(tokenizer_info(vocab), max_threads=1,
-                                                               cache_enabled=False)
-        return compiler
+    return _COMPILERS.of(vocab, lambda: xgr.GrammarCompiler(tokenizer_info(vocab), max_threads=1,
+                                                            cache_enabled=False))
 
 
 def compile_request(vocab: TokenizerVocab, req: CompileRequest) -> XGrammarCompiled:
@@ -97,6 +92,7 @@ class XGrammarCompiled:
         self.relaxed: list[str] = []
         self.notes = list(notes or [])
         self.compile_s: float | None = None
+        self.tables = LazyTables()  # per-grammar tables of the matcher's clients (``decoding``)
 
     def matcher(self) -> XGrammarMatcher:
         """A fresh cursor at the start of the grammar."""
@@ -150,7 +146,7 @@ class XGrammarMatcher:
             self._only_eos = None
 
     def completion_bytes(self, max_bytes: int = 20_000) -> bytes | None:
-        """Short bytes that complete the document (``grammar.greedy_completion``)."""
+        """Short bytes that complete the document (``decoding.completion.greedy_completion``)."""
         return greedy_completion(self, max_bytes)
 
     def validate_tokens(self, token_ids: list[int]) -> int:

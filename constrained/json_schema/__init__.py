@@ -1,4 +1,4 @@
-"""The JSON-schema front end: a schema -> a context-free grammar (``grammar_ir``) of its
+"""The JSON-schema front end: a schema -> a context-free grammar (``ir.builder``) of its
 serialisations, sound (every derived text validates), our own code for drafts 4 .. 2020-12.
 
 ``compiler`` walks the schema (``$ref``, ``allOf``, ``anyOf``/``oneOf``, recursion rules); the

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.disjoint import disjoint
 from radixlm.constrained.json_schema.inference import types_of
@@ -235,7 +235,7 @@ def _unique_enum_array(ctx: Context, values: list[Any], lo: int, hi: int | None)
 
 def _checked_unique(ctx: Context, flat: dict, pointer: str, refs: tuple, shape: tuple) -> tuple[bool, ir.Node | None]:
     """(True, grammar) for a ``uniqueItems`` array whose duplicates the matcher forbids at
-    runtime (``constrained/unique_items.py``): scalar items of which there are always unused
+    runtime (``constrained/checks/tracker.py``): scalar items of which there are always unused
     values, whatever came before (``_scalar_items``). The array is a rule of its own,
     registered with its restriction in ``ctx.unique_arrays`` (``unique_paths.resolve_unique``
     falls back to it where the runtime check cannot follow). (False, None): not such an array."""

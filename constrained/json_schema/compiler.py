@@ -1,6 +1,6 @@
 """JSON Schema -> grammar compiler (drafts 4 .. 2020-12): the walk over the schema.
 
-The grammar (``grammar_ir``) is *sound*: every text it derives is the serialisation of an instance
+The grammar (``ir.builder``) is *sound*: every text it derives is the serialisation of an instance
 that validates against the original schema. Where a keyword cannot be expressed exactly it is
 enforced by restriction (an under-approximation, listed in docs/constrained.md) or, when even that
 is impossible, it raises ``ConstraintError`` naming the keyword and its JSON pointer (strict mode)
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema import negation
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.inference import types_of

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.lexemes import BOOLEAN, NUMBER, STRING
 
 ANY_VALUE = "any_value"  # the rule of an unconstrained JSON value

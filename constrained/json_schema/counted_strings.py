@@ -7,8 +7,8 @@ request: 0.2-1.5 ms a mask at 152k tokens for ``maxLength`` 8. Where the path au
 (``unique_paths``) can tell that a value position holds only that string (no other string-valued
 lexeme or literal stands there, no key is that lexeme, no ``uniqueItems`` array reads it), the
 grammar gets the unbounded lexeme ``"STRING_CHAR*"`` there (one lexer state, the core's token
-slices apply) and the matcher counts code points itself (``unique_items.UniqueTracker`` counts,
-``string_length_mask`` masks). Anywhere else the counted lexeme stays, so the bounds hold either
+slices apply) and the matcher counts code points itself (``checks.tracker.UniqueTracker`` counts,
+``masks.string_lengths`` masks). Anywhere else the counted lexeme stays, so the bounds hold either
 way.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.lexemes import STRING
 from radixlm.constrained.pattern.ecma import STRING_CHAR
 from radixlm.constrained.pattern.first_chars import first_chars

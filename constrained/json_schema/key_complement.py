@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.pattern.chars import escape_literal
 from radixlm.constrained.pattern.ecma import PLAIN_CHAR
 

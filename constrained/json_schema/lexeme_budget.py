@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 
 FUEL = 1_000_000  # a quarter of the engine's initial_lexer_fuel (grammar._LIMITS), shared by all lexemes
 _HEADER = '%llguidance {"no_forcing": true}\n'

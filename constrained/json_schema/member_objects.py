@@ -1,6 +1,6 @@
 """Objects whose members the matcher checks at runtime: a linear grammar (``{``, any members
 comma-separated, ``}``) plus a ``MemberSpec`` that the runtime check
-(``constrained/member_check.py``) enforces: no key twice, every required member (and every
+(``constrained/checks/members.py``) enforces: no key twice, every required member (and every
 ``dependentRequired`` need of a present trigger) and ``minProperties`` members before ``}``,
 at most ``maxProperties`` members.
 
@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.context import Context
 
 

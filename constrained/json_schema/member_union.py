@@ -3,7 +3,7 @@ two places): one check for all of them, where that is sound.
 
 The matcher cannot tell which branch the grammar is parsing, so a path's objects are checked
 together (``MemberUnion``): a key is admitted when some branch still fits the keys so far, ``}``
-when some branch's check holds (``member_check``). That is sound when, for every two branches i
+when some branch's check holds (``checks.members``). That is sound when, for every two branches i
 and j (``separating_blocks``), the keys that satisfy j's check never parse under i's grammar, or any
 instance i's grammar parses with keys satisfying j's check is an instance of j:
 
@@ -26,7 +26,7 @@ from typing import Any
 
 @dataclass(frozen=True, eq=False)
 class MemberUnion:
-    """The objects one path may hold, checked together (picklable; ``member_check`` reads it
+    """The objects one path may hold, checked together (picklable; ``checks.members`` reads it
     like a ``MemberSpec``): ``alts`` their specs, ``keys``/``extras`` the union of theirs."""
 
     alts: tuple

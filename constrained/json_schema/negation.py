@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema import string_sets
 from radixlm.constrained.json_schema import typed as typed_
 from radixlm.constrained.json_schema.complement import complement, kind_of

@@ -3,7 +3,7 @@ schema order with extra members anywhere between the named ones. ``objects`` dec
 
 from __future__ import annotations
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.context import Context
 
 

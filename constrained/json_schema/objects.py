@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.key_complement import complement_key
 from radixlm.constrained.json_schema.member_objects import checked_object

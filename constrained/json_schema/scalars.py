@@ -8,8 +8,8 @@ import json
 import math
 import re
 
-from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema import string_sets
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.lexemes import STRING

@@ -17,8 +17,8 @@ formats there raise), so the whole stays sound.
 
 from __future__ import annotations
 
-from radixlm.constrained import grammar_ir as ir
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.inference import exact_types
 from radixlm.constrained.json_schema.lexeme_budget import check as budget_check

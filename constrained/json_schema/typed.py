@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema import lexemes, scalars
 from radixlm.constrained.json_schema.arrays import array_grammar
 from radixlm.constrained.json_schema.context import Context

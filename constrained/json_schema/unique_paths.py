@@ -1,6 +1,6 @@
 """Where the runtime-checked ``uniqueItems`` arrays are: a pass over the finished grammar that
-builds ``UniquePaths``, a small automaton over JSON paths that the matcher's runtime check
-(``constrained/unique_items.py``) follows as the text arrives.
+builds ``UniquePaths`` (``checks/paths.py``), a small automaton over JSON paths that the matcher's
+runtime check (``checks/tracker.py``) follows as the text arrives.
 
 ``arrays.py`` emits each free-item ``uniqueItems`` array as a rule of its own (registered in
 ``Context.unique_arrays``). The grammar, not the schema walk, says where those rules occur: a rule
@@ -33,8 +33,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.checks.paths import UniquePaths
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.counted_strings import (
     STRING_SITE,
     counted_bounds,
@@ -49,31 +50,6 @@ from radixlm.constrained.json_schema.unique_reader import OTHER, ROOT, GrammarRe
 _RECURSION = 20_000  # the reader recurses along nested rules (Python 3.11 calls use no C stack)
 MAX_STATES = 4096  # automaton states; past it the runtime check is not used (restriction)
 _WS_SAFE = re.compile(r"(?:\\[tnrfv]|[ \t\n\r\[\]*+?()|]|\{[0-9]*,?[0-9]*\})*")
-
-
-@dataclass(frozen=True)
-class UniquePaths:
-    """An automaton over JSON paths (picklable: it crosses the compile-worker boundary).
-
-    A state is a value position. ``unique[s]``: an array opening there is a ``uniqueItems``
-    array of scalars; ``zero[s]``: its items are integers only (an item ``0`` cannot be
-    extended into another value). ``items[s]``: the state of an array's items; ``keys[s]``: a
-    member's raw key bytes (quotes included) -> state, else ``other[s]``. -1: no unique array
-    can occur below.
-    """
-
-    start: int
-    unique: tuple[bool, ...]
-    zero: tuple[bool, ...]
-    items: tuple[int, ...]
-    keys: tuple[dict[bytes, int], ...]
-    other: tuple[int, ...]
-    members: tuple[int, ...] = ()  # per state: an object opening there is checked by specs[i] (-1: not)
-    specs: tuple = ()  # member_objects.MemberSpec of the runtime-checked objects
-    # per state: a string opening there has its length counted by the matcher, (minLength,
-    # maxLength or None), else None; empty when nothing is counted (``counted_strings``)
-    strings: tuple = ()
-    counted: frozenset = frozenset()  # the counted lexemes the grammar no longer bounds
 
 
 @dataclass(frozen=True)

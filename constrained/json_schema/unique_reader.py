@@ -1,4 +1,4 @@
-"""The abstract JSON reader over a front-end grammar (``grammar_ir``) that
+"""The abstract JSON reader over a front-end grammar (``ir.builder``) that
 ``unique_paths`` builds its path automaton from.
 
 Every ``Lit`` of the front end's grammars is one JSON token (brackets, commas, colons, keys,
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from radixlm.constrained import grammar_ir as ir
+from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.counted_strings import STRING_SITE, may_be_string
 
 OTHER = None  # label of a member whose key a lexeme generates (not a literal key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from radixlm.constrained.compile_job import CompiledParts, CompileRequest, compile_parts
+from radixlm.constrained.compile.job import CompiledParts, CompileRequest, compile_parts
 
 
 def allocate(vocab: Any, request: CompileRequest) -> CompiledParts:
@@ -48,9 +48,9 @@ _warm_calls = 0  # warm_up calls in this process
 
 
 def warm_up() -> None:
-    """The worker's one-time set-up hook (``compile_worker``): counted, and the real one run."""
+    """The worker's one-time set-up hook (``compile.worker``): counted, and the real one run."""
     global _warm_calls
-    from radixlm.constrained.compile_job import warm_up as real_warm_up
+    from radixlm.constrained.compile.job import warm_up as real_warm_up
 
     real_warm_up()
     _warm_calls += 1

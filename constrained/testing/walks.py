@@ -47,7 +47,7 @@ def random_walk(grammar: CompiledGrammar, rng: random.Random, max_tokens: int = 
     matcher terminates. After ``max_tokens`` the walk finishes on a short byte path to an
     accepting state (``GrammarMatcher.completion``). With ``jump`` (and a tokenizer), forced text is spliced in by jump-forward.
     Returns (token ids without EOS, number of sampling steps), or None if it cannot finish."""
-    from radixlm.constrained.jump_forward import jump_forward
+    from radixlm.constrained.decoding.jump_forward import jump_forward
 
     matcher = grammar.matcher()
     mask = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)

@@ -1,0 +1,1 @@
+"""What a grammar cannot say, checked at runtime on the accepted bytes: the byte-level JSON reader."""

@@ -1,0 +1,257 @@
+"""The runtime half of ``uniqueItems`` over free scalars: a byte-level JSON reader layered on the
+matcher core, which no regular or context-free grammar can replace.
+
+``UniqueTracker`` (one per compiled grammar, shared) reads the accepted bytes token by token and
+follows the front end's path automaton (``json_schema/unique_paths.UniquePaths``) to know when an
+array that must be unique is open; there it collects the completed items (decoded: ``"\\u0061"``
+equals ``"a"``; numbers compared as numbers, ``1 == 1.0``; ``true`` is not ``1``, as
+``jsonschema`` says). ``feed(state, token_bytes)`` returns the next state, or None when the token
+completes a duplicate item, or leaves an item open whose every completion is one (a literal
+already written, or an integer ``0``). States are immutable tuples, so the matcher keeps one per
+accepted token (``rollback`` pops them, ``copy`` shares them); ``masks.duplicate_items`` removes the same
+tokens from the mask.
+
+Strings at the positions ``UniquePaths.strings`` names have their length counted
+(``checks.string_lengths``): the count rides in the state's last field while such a string is open, and
+``feed`` refuses a token that writes past ``maxLength`` or closes before ``minLength``.
+``feed(..., lengths=False)`` reads the same but refuses nothing for lengths: the runtime member
+check feeds that way, so what it learns of a state holds whatever the count (its memo leaves
+the count out).
+
+Outside strings the reader treats only ASCII whitespace as whitespace
+(``unique_paths.plain_whitespace`` admits only whitespace patterns within it); any other
+unexpected byte rejects the token (the grammar never allows one).
+"""
+
+from __future__ import annotations
+
+from radixlm.constrained.checks.members import admit, can_add, can_close, key_name, prefix_alive
+from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.checks.reader import (
+    ERROR,
+    G_AFTER,
+    G_COLON,
+    G_DONE,
+    G_INKEY,
+    G_KEY,
+    G_LIT,
+    G_NUM,
+    G_STR,
+    G_VAL,
+    LEAVE,
+    LITERALS,
+    NUM_CHARS,
+    STR_SKIP,
+    U_LIT,
+    U_NUM,
+    U_VAL,
+    WS,
+    ArrayFrame,
+    CheckedObject,
+    ObjectFrame,
+    ReaderState,
+    UniqueArray,
+    array_run,
+    dead_open,
+    holds_a_set,
+    is_checked,
+    item_key,
+)
+from radixlm.constrained.checks.string_lengths import read_counted
+from radixlm.constrained.tables import LazyTables
+
+
+class UniqueTracker:
+    """Follows the accepted bytes through a grammar's ``UniquePaths`` (shared, stateless).
+
+    A state is a ``ReaderState`` (``checks/reader.py``): the open containers (``ArrayFrame``,
+    ``ObjectFrame``, ``CheckedObject`` for an object whose members are checked, ``UniqueArray``),
+    the reader's mode, the path state of the next value, and the open key's or item's raw bytes.
+    ``clean`` is the characters so far of an open counted string (``bounds``), else 0 outside
+    unique arrays.
+    """
+
+    def __init__(self, paths: UniquePaths) -> None:
+        self.paths = paths
+        self.initial = ReaderState((), G_VAL, paths.start, b"", 0, 0)
+        self.tables = LazyTables()  # the mask filters' per-tracker memos (``masks``)
+
+    def bounds(self, state: tuple) -> tuple[int, int | None] | None:
+        """``(minLength, maxLength)`` of the counted string open in ``state``, else None."""
+        strings = self.paths.strings
+        if state.mode != G_STR or not strings or state.vpos < 0:
+            return None
+        return strings[state.vpos]
+
+    def in_unique(self, state: tuple) -> bool:
+        """Whether the innermost container is a unique array (where masks need the check)."""
+        return state.mode >= U_VAL
+
+    def feed(self, state: tuple, data: bytes, lengths: bool = True) -> tuple | None:
+        """The state after ``data`` (one token's bytes), or None when they complete a duplicate
+        item (or end on an item that can only become one), are not JSON the reader follows, or
+        (``lengths``) break a counted string's bounds."""
+        frames, mode, vpos, buf0, esc, clean = state  # all of ``ReaderState``, in order (hot path)
+        buf, i, n = bytearray(buf0), 0, len(data)
+        while i < n:
+            if mode >= U_VAL:
+                seen, zero = frames[-1].seen, frames[-1].zero
+                mode, esc, clean, i, event = array_run(mode, buf, esc, clean, data, i)
+                if event is None:
+                    break
+                if event is ERROR:
+                    return None
+                if event is LEAVE:
+                    frames = frames[:-1]
+                    mode = G_AFTER if frames else G_DONE
+                    continue
+                key = item_key(*event)
+                if key in seen:
+                    return None
+                frames = frames[:-1] + (UniqueArray("u", seen | {key}, zero),)
+                continue
+            out = self._general(frames, mode, vpos, buf, esc, clean if mode == G_STR else 0, data, i, lengths)
+            if out is None:
+                return None
+            frames, mode, vpos, esc, clean, i = out
+        if mode in (U_LIT, U_NUM) and dead_open(mode, bytes(buf), frames[-1].seen, frames[-1].zero):
+            return None
+        if mode == G_INKEY and is_checked(frames[-1]):  # an open key that can only be refused
+            spec = self.paths.specs[self.paths.members[frames[-1].pos]]
+            if not prefix_alive(spec, frames[-1].seen, bytes(buf)):
+                return None
+        return ReaderState(frames, mode, vpos, bytes(buf), esc, clean)
+
+    def _general(self, frames: tuple, mode: int, vpos: int, buf: bytearray, esc: int, count: int,
+                 data: bytes, i: int, lengths: bool) -> tuple | None:
+        """Read outside unique arrays until one opens or ``data`` ends: ``(frames, mode, vpos,
+        esc, count, i)``, or None on bytes the reader does not follow (or that break a counted
+        string's bounds, with ``lengths``)."""
+        n = len(data)
+        strings = self.paths.strings
+        while i < n:
+            if mode == G_STR and strings and vpos >= 0 and strings[vpos] is not None:
+                lo, hi = strings[vpos]
+                esc, count, i, closed = read_counted(data, i, esc, count)
+                if lengths and ((hi is not None and count > hi) or (closed and count < lo)):
+                    return None
+                if closed:
+                    mode, count = (G_AFTER if frames else G_DONE), 0
+                continue
+            if mode == G_STR or mode == G_INKEY:
+                out = self._string(frames, mode, vpos, buf, esc, data, i)
+                if out is None:
+                    return None
+                frames, mode, vpos, esc, i = out
+                continue
+            b = data[i]
+            if mode == G_NUM or mode == G_LIT:
+                if b in (NUM_CHARS if mode == G_NUM else b"truefalsn"):
+                    i += 1
+                else:
+                    mode = G_AFTER if frames else G_DONE
+                continue
+            i += 1
+            if b in WS:
+                continue
+            out = self._structure(frames, mode, vpos, buf, b)
+            if out is None:
+                return None
+            frames, mode, vpos = out
+            if mode == U_VAL:
+                return frames, mode, vpos, 0, 0, i
+        return frames, mode, vpos, esc, count, i
+
+    def _string(self, frames: tuple, mode: int, vpos: int, buf: bytearray, esc: int,
+                data: bytes, i: int) -> tuple:
+        """One run of a string value or key (``G_STR``/``G_INKEY``): ``(frames, mode, vpos, esc,
+        i)``, or None for a key its checked object does not admit. A key's bytes are kept when
+        its object's state is live (``vpos`` >= 0 while it is read)."""
+        keep = mode == G_INKEY and vpos >= 0
+        if esc:  # the escaped byte (an escape's hex digits are never quotes)
+            if keep:
+                buf.append(data[i])
+            return frames, mode, vpos, 0, i + 1
+        m = STR_SKIP.match(data, i)
+        if m is not None:
+            if keep:
+                buf += m.group()
+            return frames, mode, vpos, esc, m.end()
+        if data[i] == 0x5C:
+            if keep:
+                buf.append(0x5C)
+            return frames, mode, vpos, -1, i + 1
+        if mode == G_STR:
+            return frames, (G_AFTER if frames else G_DONE), vpos, 0, i + 1
+        pos, p = frames[-1].pos, self.paths  # the key is complete: its member's value position
+        raw = bytes(buf) + b'"'
+        if is_checked(frames[-1]):  # a checked object: the key must be admitted
+            name = key_name(raw)
+            seen = None if name is None else admit(p.specs[p.members[pos]], frames[-1].seen, name)
+            if seen is None:
+                return None
+            frames = frames[:-1] + (CheckedObject("o", pos, seen),)
+        vpos = self.key_vpos(pos, raw)
+        del buf[:]  # read no more: states after the key then repeat across keys (mask memos)
+        return frames, G_COLON, vpos, 0, i + 1
+
+    def key_vpos(self, pos: int, raw: bytes) -> int:
+        """The path state of the value after key ``raw`` (quotes included) of the object at
+        path state ``pos``."""
+        return self.paths.keys[pos].get(raw, self.paths.other[pos]) if pos >= 0 else -1
+
+    def _members_allow(self, top: tuple, mode: int, b: int) -> bool:
+        """Whether checked object ``top`` allows byte ``b`` (``}``, ``,``, a key's quote) now."""
+        spec = self.paths.specs[self.paths.members[top.pos]]
+        if b == 0x7D and mode in (G_AFTER, G_KEY):
+            return can_close(spec, top.seen)
+        if (b == 0x2C and mode == G_AFTER) or (b == 0x22 and mode == G_KEY):
+            return can_add(spec, top.seen)
+        return True
+
+    def in_checked(self, state: tuple) -> bool:
+        """Whether a runtime-checked object is open (where masks need the member check); an open
+        unique array counts too (its items are read there)."""
+        return any(holds_a_set(f) for f in state.frames)
+
+    def _structure(self, frames: tuple, mode: int, vpos: int, buf: bytearray, b: int) -> tuple | None:
+        """``(frames, mode, vpos)`` after a byte outside strings and scalars (mode ``U_VAL``: a
+        unique array opened), or None when JSON allows no such byte here."""
+        p = self.paths
+        if mode == G_VAL:
+            if b == 0x22:
+                return frames, G_STR, vpos
+            if b == 0x7B:
+                if vpos >= 0 and p.members and p.members[vpos] >= 0:
+                    return frames + (CheckedObject("o", vpos, frozenset()),), G_KEY, vpos
+                return frames + (ObjectFrame("o", vpos),), G_KEY, vpos
+            if b == 0x5B:
+                if vpos >= 0 and p.unique[vpos]:
+                    del buf[:]
+                    return frames + (UniqueArray("u", frozenset(), p.zero[vpos]),), U_VAL, -1
+                vpos = p.items[vpos] if vpos >= 0 else -1
+                return frames + (ArrayFrame("a", vpos),), G_VAL, vpos
+            if b == 0x2D or 0x30 <= b <= 0x39:
+                return frames, G_NUM, vpos
+            if b in LITERALS:
+                return frames, G_LIT, vpos
+            if b == 0x5D and frames and frames[-1].kind == "a":
+                return frames[:-1], (G_AFTER if len(frames) > 1 else G_DONE), vpos
+            return None
+        if not frames:
+            return None
+        top = frames[-1]
+        if is_checked(top) and not self._members_allow(top, mode, b):
+            return None
+        if mode == G_AFTER and b == 0x2C:
+            return (frames, G_VAL, top.items) if top.kind == "a" else (frames, G_KEY, vpos)
+        if mode in (G_AFTER, G_KEY) and b == (0x5D if top.kind == "a" else 0x7D):
+            return frames[:-1], (G_AFTER if len(frames) > 1 else G_DONE), vpos
+        if mode == G_KEY and b == 0x22:
+            del buf[:]
+            if top.pos >= 0:  # while the key is read, vpos is its object's state
+                buf.append(b)
+            return frames, G_INKEY, top.pos
+        if mode == G_COLON and b == 0x3A:
+            return frames, G_VAL, vpos
+        return None

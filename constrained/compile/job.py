@@ -1,0 +1,85 @@
+"""One compile, without torch: constraint -> grammar (the front ends) -> Lark text.
+
+This is the work a compile worker process runs (``compile.worker``); it imports neither torch nor
+the matcher core, so a worker starts in a fraction of a second. ``CompiledGrammar`` builds the
+matcher core's grammar from the Lark text in the engine's process (milliseconds: lexers and masks
+are built lazily, as they are needed).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
+from radixlm.constrained.ir.ebnf import ebnf_to_lark
+from radixlm.constrained.json_schema import json_object_grammar, schema_to_grammar
+from radixlm.constrained.pattern.chars import warm_up as _warm_pattern_classes
+from radixlm.constrained.vocab import TokenizerVocab
+
+KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """What to compile (picklable: it travels to a worker process)."""
+
+    kind: str
+    spec: Any
+    whitespace_pattern: str | None = None
+    strict: bool = True
+
+    def cache_key(self) -> str:
+        """Equal for constraints that compile to the same grammar."""
+        return json.dumps([self.kind, self.spec, self.whitespace_pattern, self.strict],
+                          sort_keys=True, ensure_ascii=False)
+
+
+@dataclass
+class CompiledParts:
+    """A compile's result: the Lark grammar and what was relaxed/restricted to get it;
+    ``unique``: where the matcher checks ``uniqueItems`` and object members at runtime (None:
+    nowhere)."""
+
+    lark: str
+    relaxed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unique: UniquePaths | None = None
+
+
+def constraint_grammar(req: CompileRequest) -> CompiledParts:
+    """The Lark grammar of a constraint. ``kind`` is ``json_schema`` (a dict or bool), ``regex``
+    (a string, full match), ``ebnf`` (an EBNF/GBNF or Lark grammar string), ``choices`` (a list
+    of strings, matched literally) or ``json_object`` (``spec`` ignored)."""
+    kind, spec, ws = req.kind, req.spec, req.whitespace_pattern
+    if kind == "json_schema":
+        out = schema_to_grammar(spec, ws, req.strict, unique_runtime=True)
+        return CompiledParts(out.lark, out.relaxed, unique=out.unique)
+    if kind == "regex":
+        if not isinstance(spec, str) or not spec:
+            raise ConstraintError("regex must be a non-empty string")
+        return CompiledParts(ir.Grammar(ir.Lex(spec)).to_lark())
+    if kind == "ebnf":
+        return CompiledParts(ebnf_to_lark(spec))
+    if kind == "choices":
+        if not isinstance(spec, list) or not spec or not all(isinstance(c, str) and c for c in spec):
+            raise ConstraintError("choices must be a non-empty list of non-empty strings")
+        return CompiledParts(ir.Grammar(ir.alt([ir.Lit(c) for c in spec])).to_lark())
+    if kind == "json_object":
+        return CompiledParts(json_object_grammar(ws or "").to_lark())
+    raise ConstraintError(f"unknown constraint kind {kind!r} (expected one of {', '.join(KINDS)})")
+
+
+def compile_parts(vocab: TokenizerVocab, req: CompileRequest) -> CompiledParts:
+    """The whole worker-side compile (what a worker runs for each job; ``vocab`` is unused now
+    that the core builds its lexers lazily, and kept for the pool's calling convention)."""
+    del vocab
+    return constraint_grammar(req)
+
+
+def warm_up() -> None:
+    """The front end's one-time tables, built when a compile worker starts (``compile.worker``)."""
+    _warm_pattern_classes()

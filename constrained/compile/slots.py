@@ -1,0 +1,101 @@
+"""``CompileSlots``: what the two compile pools share: a job queue served by slot threads.
+
+``CompileJob`` is one compile in flight; ``CompilePool`` (worker processes) and
+``ThreadCompilePool`` (the in-process fallback) differ only in how a slot runs a job.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixlm.constrained.compile.job import CompiledParts, CompileRequest
+from radixlm.constrained.errors import ConstraintError
+
+
+@dataclass(eq=False)
+class CompileJob:
+    """One compile in flight. ``on_done(job)`` is called once (from a slot thread, or from
+    ``submit``/``shutdown`` once the pool is closed) with ``outcome`` ``ok`` (``parts`` set) or
+    ``error``/``timeout``/``memory``/``crash``/``shutdown`` (``error`` set); never for a job that
+    was cancelled."""
+
+    request: CompileRequest
+    on_done: Callable[[CompileJob], None]
+    outcome: str = "pending"
+    parts: CompiledParts | None = None
+    error: ConstraintError | None = None
+    wall_s: float = 0.0  # from sending the job to having its result in this process
+    cancelled: bool = False
+    worker: Any = field(default=None, repr=False)  # the _Worker running it (pool-internal)
+
+
+def job_error(job: CompileJob, outcome: str, detail: Any, timeout_s: float, max_memory_mb: int) -> ConstraintError:
+    """The ``ConstraintError`` a failed job reports, by outcome (shared with the thread pool)."""
+    kind = job.request.kind
+    if outcome == "timeout":
+        return ConstraintError(f"grammar compilation exceeded the {timeout_s:g} s budget")
+    if outcome == "memory":
+        return ConstraintError(f"{kind}: grammar compilation exceeded the {max_memory_mb} MB memory budget")
+    if outcome == "shutdown":
+        return ConstraintError("grammar compilation stopped: the grammar backend shut down")
+    return ConstraintError(f"{kind}: the grammar compile worker failed ({detail})")
+
+
+class CompileSlots(ABC):
+    """``num_workers`` slot threads serving one queue of ``CompileJob``; subclasses implement ``_serve``."""
+
+    def __init__(self, num_workers: int, timeout_s: float, max_memory_mb: int, thread_name: str) -> None:
+        self.timeout_s = timeout_s
+        self.max_memory_mb = max_memory_mb
+        self._queue: queue.SimpleQueue[CompileJob | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._serve, name=f"{thread_name}-{i}", daemon=True)
+                         for i in range(num_workers)]
+
+    def _start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    @abstractmethod
+    def _serve(self) -> None:
+        """A slot thread's loop: take jobs from the queue until a None sentinel."""
+
+    def submit(self, job: CompileJob) -> None:
+        """Queue ``job``; the first free slot runs it (after ``shutdown`` it fails at once)."""
+        with self._lock:
+            if not self._closed:
+                self._queue.put(job)
+                return
+        self._report(job, "shutdown", None)
+
+    def _close_queue(self) -> list[CompileJob]:
+        """Mark the pool closed, stop the slot threads after their job; return the queued jobs."""
+        with self._lock:
+            self._closed = True
+        pending = []
+        while True:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None and not job.cancelled:
+                pending.append(job)
+        for _ in self._threads:
+            self._queue.put(None)
+        return pending
+
+    def _report(self, job: CompileJob, outcome: str, value: Any) -> None:
+        """Give ``job`` its outcome (the parts, or the error it reports) and call ``on_done``."""
+        job.outcome = outcome
+        if outcome == "ok":
+            job.parts = value
+        else:
+            job.error = value if isinstance(value, ConstraintError) else job_error(
+                job, outcome, value, self.timeout_s, self.max_memory_mb)
+        job.on_done(job)

@@ -1,0 +1,118 @@
+"""The compile worker process: ``python -m radixlm.constrained.compile.worker FD PARENT_PID MAX_MB``.
+
+``CompilePool`` starts it with one end of a socket pair as ``FD``. Protocol (pickles over a
+``multiprocessing.connection.Connection``): the parent sends ``(vocab, compile_fn)`` once, the
+worker caps its address space at what it holds then plus ``MAX_MB`` MiB (``RLIMIT_AS``) and
+answers ``("ready", pid)``; then per job the parent sends a ``CompileRequest`` and the worker
+answers ``(outcome, value)``: ``("ok", CompiledParts)``, ``("error", ConstraintError)`` or
+``("memory", None)`` (a ``MemoryError``: the parent retires this worker). A native allocation
+that fails under the cap aborts the process instead (SIGABRT), which the parent reads the same
+way. The worker never exits on its own while the parent lives, and dies with it.
+
+A subprocess rather than ``multiprocessing``'s spawn/forkserver: those re-import the parent's
+``__main__`` in the child (a script without a ``__main__`` guard would start a second engine),
+and a fork of the engine (threads, CUDA) is unsafe.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+import os
+import signal
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+from radixlm.constrained.errors import ConstraintError
+
+PR_SET_PDEATHSIG = 1
+
+logger = logging.getLogger("radixlm.grammar")
+DEFAULT_COMPILE_FN = "radixlm.constrained.compile.job:compile_parts"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve compile jobs on the socket until the parent closes it (or kills this process)."""
+    fd, parent_pid, max_mb = (int(a) for a in (argv or sys.argv[1:]))
+    _die_with_parent(parent_pid)
+    # Ctrl-C reaches the whole process group; the parent decides when its workers stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    vocab, compile_fn = conn.recv()
+    fn = resolve_compile_fn(compile_fn)
+    warm = getattr(importlib.import_module(compile_fn.partition(":")[0]), "warm_up", None)
+    if callable(warm):  # the compile module's one-time set-up, before the first job rather than in it
+        warm()
+    limit_address_space(max_mb)
+    conn.send(("ready", os.getpid()))
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        answer = run_compile(fn, vocab, request)
+        try:
+            conn.send(answer)
+        except MemoryError:  # pickling a large index can need as much again; nothing was sent
+            conn.send(("memory", None))
+
+
+def run_compile(fn: Any, vocab: Any, request: Any) -> tuple[str, Any]:
+    """One job's answer; every failure becomes a ``ConstraintError`` the parent can unpickle."""
+    try:
+        return "ok", fn(vocab, request)
+    except ConstraintError as e:
+        return "error", e
+    except MemoryError:
+        return "memory", None
+    except RecursionError:
+        return "error", ConstraintError(f"{request.kind}: the constraint nests too deeply to compile")
+    except Exception:  # a bug must fail only this request; its details go to the log, not the client
+        logger.exception("compiling a %s constraint failed", request.kind)
+        return "error", ConstraintError(f"{request.kind}: the constraint could not be compiled (internal error, "
+                                        "logged by the server)")
+
+
+def limit_address_space(max_mb: int) -> None:
+    """Cap this process's address space at its current size plus ``max_mb`` MiB (0: no cap).
+
+    The cap is relative because the interpreter, llguidance and the vocabulary are already
+    mapped; what it bounds is what one compile may add. No-op where ``/proc`` or ``resource``
+    is missing (the wall-time budget still holds there).
+    """
+    if max_mb <= 0:
+        return
+    try:
+        import resource
+
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft = size + max_mb * (1 << 20)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    except (ImportError, OSError, ValueError):
+        pass
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Ask Linux to SIGKILL this process when its parent goes, even mid-compile in native code."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the worker still exits when its socket closes between jobs
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def resolve_compile_fn(path: str) -> Any:
+    """``"package.module:function"`` -> the function (the compile a job runs)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The grammar the front ends emit: node types, builder and pruning, Lark/regex text, EBNF input."""

@@ -1,0 +1,1 @@
+"""Mask filters that clear exactly the tokens the runtime checks refuse, and their memos."""

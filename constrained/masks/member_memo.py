@@ -1,0 +1,278 @@
+"""The runtime member check's memo (``masks.members``): per tracker, one entry per state holding
+its candidates and what feeding each gave, so a repeated state feeds nothing.
+
+Whether ``UniqueTracker.feed`` refuses a token depends only on the state and the token, and states
+repeat (every token inside one string or number value, every value of a path). An entry keeps
+the tokens it clears grouped by mask word (``cut``), so a repeated state costs a few vector
+operations.
+
+Memo keys (``memo_key``): an open key that can only become a fresh extra key is memoized once,
+whatever its bytes so far. While a key is read the tracker keeps its bytes, so every open key of a random or unusual name is
+a state of its own and its first mask feeds every candidate (the cost of the runtime member check
+in a walk). Yet what ``UniqueTracker.feed`` refuses there depends on those bytes only through the
+names the key could still become. When no name the check or the path table knows (named members,
+keys already written, blocked names, the names ``dependentRequired`` mentions, in every branch of
+a union, and the keys the path table files) starts with the key's text, every completion is a
+fresh extra key: admitted or not alike, its value at the extras' path alike. Such states share one
+memo entry, keyed with the bytes left out.
+
+One exception keeps the sharing exact: a token can close the key and write another whole key of
+the same object, which is refused only if it repeats the first one. Such a later key needs a ``,``
+and two quotes after it, so the tokens with those (``masks.refusable_tokens``' ``live``: a few dozen of a
+real vocabulary) are ``LIVE`` in a shared entry, fed on the concrete state every time. Any other
+token's verdict cannot depend on the key's bytes: the key it closes is fresh whatever they are,
+and a key it opens or a nested object's keys are read apart from it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import OrderedDict
+
+import numpy as np
+from radixlm.constrained.checks.members import extra_ok, key_name
+from radixlm.constrained.checks.reader import G_INKEY, G_STR, is_checked
+from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.tables import TableSlot
+
+MEMO_STATES = 2048  # per tracker: states remembered (each holds a byte per candidate)
+UNKNOWN, KEPT, LIVE, REFUSED = 0, 1, 2, 3  # even: fed whenever the core allows it
+memos = TableSlot("member_memo")  # per tracker: its ``Memo`` (``memos.clear()``: every tracker starts afresh)
+
+
+class MemoEntry:
+    """One state's candidates (``ids``: int64, sorted and unique; ``place``: their mask words and
+    bits), what feeding each gave (``status``: int8), the tokens cleared whatever the core allows
+    (``always``) and whether only ``KEPT`` candidates survive (``only``: an open key with no extra
+    key).
+
+    ``view`` is what a step reads, one snapshot replaced whole when verdicts come in, so readers
+    take no lock: ``ids``, the candidates' mask words, their ``pending`` bits (a candidate's bit
+    while it is ``UNKNOWN`` or ``LIVE``: fed when the core allows it; 0 once settled), which are
+    ``LIVE`` (None when none is), and ``cut`` (the mask words and the bits to keep in them: without
+    the refused tokens, or, if ``only``, just the ``KEPT`` ones). The pending bits are aligned
+    with ``ids`` rather than gathered, so settling a few verdicts copies one array and clears
+    their bits instead of re-indexing every candidate (a new state's first mask settles some)."""
+
+    __slots__ = ("ids", "place", "status", "always", "only", "view", "lock")
+
+    def __init__(self, ids: np.ndarray, place: tuple, status: np.ndarray, always: np.ndarray,
+                 only: bool) -> None:
+        self.ids, self.place, self.always, self.only = ids, place, always, only
+        self.lock = threading.Lock()
+        self.status = status
+        word, bit = place
+        if not status.any():  # all UNKNOWN: ``bit`` itself is pending (settling copies it first)
+            self.view = (ids, word, bit, None, self._cut(status))
+            return
+        live = status == LIVE
+        pending = np.where((status & 1) == 0, bit, np.uint32(0))
+        self.view = (ids, word, pending, live if live.any() else None, self._cut(status))
+
+    @classmethod
+    def grown(cls, ids: np.ndarray, place: tuple, status: np.ndarray, always: list, at: np.ndarray,
+              refused: list, live: np.ndarray | None) -> MemoEntry:
+        """The entry of a state met a second time: ``status`` already holds its first visit's
+        verdicts for the candidates at ``at`` (``refused``: the refused among them, token ids),
+        ``live`` marks the ``LIVE`` ones (None: none). Built from those lists rather than by
+        scanning every status: a few operations instead of a dozen, on caches left cold."""
+        self = cls.__new__(cls)
+        self.ids, self.place, self.status, self.only = ids, place, status, False
+        self.always = unique_ids(always) if always else _EMPTY
+        self.lock = threading.Lock()
+        word, bit = place
+        pending = bit.copy()
+        pending[at] = 0
+        self.view = (ids, word, pending, live, _cut_of(refused + always))
+        return self
+
+    def settle(self, at: np.ndarray, verdicts: np.ndarray) -> None:
+        """Record what feeding candidates gave (``at``: their indices; ``verdicts``: ``KEPT`` or
+        ``REFUSED`` each); a step that read the view before feeds them itself."""
+        with self.lock:
+            fresh = self.status[at] == UNKNOWN
+            if not fresh.any():
+                return
+            at, verdicts = at[fresh], verdicts[fresh]
+            status = self.status.copy()
+            status[at] = verdicts
+            ids, word, pending, live, cut = self.view
+            pending = pending.copy()
+            pending[at] = 0
+            self.status = status
+            if (verdicts == (KEPT if self.only else REFUSED)).any():  # else (mostly) the cut stands
+                cut = self._cut(status)
+            self.view = (ids, word, pending, live, cut)
+
+    def _cut(self, status: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(words, bits to keep)``: every bit but the refused tokens' and ``always``'s, or (if
+        ``only``) just the ``KEPT`` tokens' bits."""
+        picked = self.ids[status == (KEPT if self.only else REFUSED)]  # sorted: ``ids`` are
+        if self.only:
+            return by_word(picked, ordered=True)
+        if not len(picked) and not len(self.always):
+            return _NO_CUT
+        cut_word, cut_bit = (by_word(np.concatenate((picked, self.always))) if len(self.always)
+                             else by_word(picked, ordered=True))
+        return cut_word, ~cut_bit
+
+
+_NO_CUT = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32))
+_EMPTY = _NO_CUT[0]  # never written to
+
+
+def _cut_of(tokens: list) -> tuple[np.ndarray, np.ndarray]:
+    """``(words, bits to keep)`` clearing the token ids ``tokens`` (a few), grouped by word."""
+    if not tokens:
+        return _NO_CUT
+    words: dict[int, int] = {}
+    for t in tokens:
+        words[t >> 5] = words.get(t >> 5, 0) | (1 << (t & 31))
+    order = sorted(words)
+    return (np.array(order, dtype=np.int64),
+            np.array([~words[w] & 0xFFFFFFFF for w in order], dtype=np.uint32))
+
+
+def by_word(ids: np.ndarray, ordered: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(words, bits)``: the distinct mask words of ``ids`` and, per word, its tokens' bits
+    (``ordered``: ``ids`` are already sorted int64 without repeats)."""
+    ids = ids if ordered else unique_ids(ids)
+    word = ids >> 5
+    bit = np.uint32(1) << (ids & 31).astype(np.uint32)
+    if not len(ids):
+        return word, bit
+    starts = np.flatnonzero(_first_of_runs(word))
+    return word[starts], np.bitwise_or.reduceat(bit, starts)
+
+
+def unique_ids(ids) -> np.ndarray:
+    """``ids`` (a list or an array) as a sorted int64 array without repeats; ``np.unique``
+    costs several times more on the few hundred ids of a step."""
+    ids = np.sort(np.asarray(ids, dtype=np.int64))
+    return ids[_first_of_runs(ids)]
+
+
+def _first_of_runs(a: np.ndarray) -> np.ndarray:
+    """Whether each element of the sorted ``a`` differs from the one before it."""
+    first = np.empty(len(a), dtype=bool)
+    first[:1] = True
+    np.not_equal(a[1:], a[:-1], out=first[1:])
+    return first
+
+
+def sorted_member(ids: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Whether each of ``ids`` is in ``among`` (both sorted int64 arrays): ``np.isin`` for few."""
+    if not len(among):
+        return np.zeros(len(ids), dtype=bool)
+    at = np.minimum(np.searchsorted(among, ids), len(among) - 1)
+    return among[at] == ids
+
+
+class Memo:
+    """A tracker's entries by state, least recently used first; bounded by ``MEMO_STATES``."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, state: tuple) -> MemoEntry | None:
+        """The entry of ``state`` (marked recently used), or None. No lock: each of the two
+        ``OrderedDict`` calls is atomic, and a ``put`` that drops the entry between them only
+        loses its mark."""
+        entry = self.entries.get(state)
+        if entry is not None:
+            try:
+                self.entries.move_to_end(state)
+            except KeyError:
+                pass
+        return entry
+
+    def put(self, state: tuple, entry: MemoEntry) -> None:
+        """File ``entry`` for ``state``, dropping the least recently used past the bound."""
+        with self.lock:
+            self.entries[state] = entry
+            while len(self.entries) > MEMO_STATES:
+                self.entries.popitem(last=False)
+
+
+def memo_for(tracker: UniqueTracker) -> Memo:
+    """The (created on first use) memo of ``tracker``."""
+    return memos.of(tracker, Memo)
+
+
+FRESH_KEY = b"\x00fresh"  # the left-out bytes: never a key's prefix (a key starts with a quote)
+_NAMES = TableSlot("known_names")  # per tracker: (path state, checked) -> known_names
+
+
+def memo_key(tracker: UniqueTracker, state: tuple) -> tuple[tuple, bool]:
+    """``(key, shared)``: the state itself, or (``shared``) the state with an open key's bytes
+    replaced by ``FRESH_KEY`` when the key can only become a fresh extra key."""
+    frames, mode, prefix, esc = state.frames, state.mode, state.buf, state.esc
+    if mode != G_INKEY or esc or not prefix or b"\\" in prefix or not frames:
+        # an open counted string's length is no part of what the check feeds (it feeds with
+        # ``lengths=False``): one entry for every count
+        return (state._replace(clean=0) if state.clean and mode == G_STR else state), False
+    top = frames[-1]
+    if top.kind != "o" or top.pos < 0:
+        return state, False
+    if is_checked(top) and not extra_ok(tracker.paths.specs[tracker.paths.members[top.pos]], top.seen):
+        return state, False  # only named keys may come: the key's bytes decide (``_key_only``)
+    if known_prefix(tracker, top, prefix[1:]):
+        return state, False
+    return state._replace(buf=FRESH_KEY), True
+
+
+def known_prefix(tracker: UniqueTracker, top: tuple, text: bytes) -> bool:
+    """Whether a name the check or the path table tells apart from a fresh extra key in object
+    frame ``top`` (``known_names``, or a key written in it) starts with ``text``."""
+    names = known_names(tracker, top)
+    i = bisect.bisect_left(names, text)
+    if i < len(names) and names[i].startswith(text):
+        return True
+    return is_checked(top) and any(n.startswith(text) for n in written_names(top))
+
+
+def written_names(top: tuple) -> frozenset[bytes]:
+    """The keys written so far in the checked object frame ``top`` (UTF-8; cached per frame, as
+    every mask in an open key asks)."""
+    found = _written.get(top)
+    if found is None:
+        if len(_written) > 4096:  # bounded: frames differ by the keys written so far
+            _written.clear()
+        found = _written[top] = frozenset(n.encode("utf-8", "surrogatepass") for n in top.seen)
+    return found
+
+
+_written: dict[tuple, frozenset[bytes]] = {}
+
+
+def known_names(tracker: UniqueTracker, top: tuple) -> list[bytes]:
+    """Every name (UTF-8, sorted) whose identity the check or the path table tells apart from a
+    fresh extra key in object frames like ``top`` (the object's and its path's; the keys written
+    so far are ``written_names``); cached per tracker and object path."""
+    return _known(tracker, top)[0]
+
+
+def known_name_set(tracker: UniqueTracker, top: tuple) -> frozenset[bytes]:
+    """``known_names`` as a set."""
+    return _known(tracker, top)[1]
+
+
+def _known(tracker: UniqueTracker, top: tuple) -> tuple[list[bytes], frozenset[bytes]]:
+    """``known_names`` of frames like ``top``, sorted and as a set (cached per path: the keys
+    written so far change with every member, and their names are few)."""
+    cache = _NAMES.of(tracker, dict)
+    checked = is_checked(top)
+    found = cache.get((top.pos, checked))
+    if found is None:
+        names = {key_name(raw) for raw in tracker.paths.keys[top.pos]}
+        if checked:
+            spec = tracker.paths.specs[tracker.paths.members[top.pos]]
+            for one in spec.alts or (spec,):  # a union's own fields are its branches'
+                names |= set(one.keys.values()) | set(one.blocked) | set(one.required)
+                for trigger, needs in one.needs.items():
+                    names |= {trigger, *needs}
+        ordered = sorted(n.encode("utf-8", "surrogatepass") for n in names if n is not None)
+        found = cache[(top.pos, checked)] = (ordered, frozenset(ordered))
+    return found

@@ -1,0 +1,190 @@
+"""The tokens a runtime member check (``checks.members``) can refuse, filed once per vocabulary by
+what they can do from a reader mode, so a mask feeds only a few hundred candidates instead of the
+vocabulary (``masks.members``). Only tokens holding a structural byte can be refused (``,`` ``}``
+``{``, a key's quotes)."""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+from typing import Any
+
+import numpy as np
+from radixlm.constrained.tables import TableSlot
+
+_STRUCTURAL = re.compile(rb'[",{}\]\\]')
+# what a check may ask of the open objects (``masks.open_asks.asks``), as bits
+# whether ``}`` may come; another member; a key's name; a key spelled with an escape
+ASK_CLOSE, ASK_ADD, ASK_KEY, ASK_ESCAPE = 1, 2, 4, 8
+_FILES = TableSlot("member_tokens")  # per vocabulary
+
+
+class MemberTokens:
+    """One vocabulary's candidate tokens: ``outside`` (a ``,``/``}``/``{`` or two quotes: may
+    refuse from outside strings), ``after_quote`` (a quote before a structural byte: may refuse
+    once the open string closes), ``after_bracket`` (the same after a ``]``: inside a unique
+    array), ``after_brace`` (a ``{`` before a ``}`` or quote: may open a checked object and refuse
+    in it), ``quoted`` (any quote), ``live`` (a ``,`` with two quotes after it: may write a whole key
+    after another, ``masks.member_memo``), and the tokens sorted by their bytes (prefix lookups)."""
+
+    def __init__(self, token_bytes: tuple) -> None:
+        tokens = [b or b"" for b in token_bytes]
+        outside, after_quote, after_bracket, quoted, after_brace = [], [], [], [], []
+        for t, b in enumerate(tokens):
+            if _STRUCTURAL.search(b) is None:  # most tokens: nothing a check reads
+                continue
+            last = max(b.rfind(b","), b.rfind(b"}"), b.rfind(b'"'), b.rfind(b"{"))
+            if b'"' in b:
+                quoted.append(t)
+                if b.find(b'"') < last:
+                    after_quote.append(t)
+            if b.count(b'"') >= 2 or b"," in b or b"}" in b or b"{" in b or b'"' in b and b"\\" in b:
+                outside.append(t)
+            if b"]" in b and b.find(b"]") < last:
+                after_bracket.append(t)
+            if b"{" in b and b.find(b"{") < max(b.rfind(b"}"), b.rfind(b'"')):
+                after_brace.append(t)
+        arr = lambda ids: np.asarray(ids, dtype=np.int64)  # noqa: E731
+        self.outside, self.after_quote = arr(outside), arr(after_quote)
+        self.after_bracket, self.quoted, self.after_brace = arr(after_bracket), arr(quoted), arr(after_brace)
+        self.any_outside = np.union1d(self.outside, self.quoted)
+        # a later whole key of an object needs a ``,`` and two quotes after it (``masks.member_memo``)
+        self.live = arr([t for t, b in enumerate(tokens) if may_write_a_key(b)])
+        self.backslashed = arr([t for t, b in enumerate(tokens) if b"\\" in b])
+        self.key_chars = np.union1d(self.after_quote, self.backslashed)
+        # what a token must hold to be refused for each thing a check may ask (``narrowed``)
+        self.closes = arr([t for t, b in enumerate(tokens) if b"}" in b])
+        self.commas = arr([t for t, b in enumerate(tokens) if b"," in b])
+        self.two_quotes = arr([t for t, b in enumerate(tokens) if b.count(b'"') >= 2])
+        # a key opened with bytes after its quote (after a ``,``; anywhere, from ``G_KEY``): a key
+        # opened bare is refused only where no member may come (``ASK_ADD``)
+        self.named_after_comma = arr([t for t, b in enumerate(tokens) if quote_then_more(b, b.find(b","))])
+        self.named_after_quote = arr([t for t, b in enumerate(tokens) if quote_then_more(b, 0)])
+        self.token_bytes = tokens  # each id's bytes (b"" for none)
+        self._narrowed: dict[tuple, tuple] = {}
+        self._starting: dict[tuple, tuple[int, ...]] = {}
+        self._prefixes: dict[bytes, tuple[int, ...]] = {}
+        self._places = {id(a): place(a) for a in (self.outside, self.after_quote, self.after_bracket,
+                                                   self.after_brace, self.any_outside, self.key_chars)}
+
+    def warm(self) -> None:
+        """Build the lazily built parts now (the sorted tokens: a fraction of a second at 152k;
+        every narrowed file)."""
+        _ = self._sorted, self._by_bytes, self._longest, self.live_set
+        for ids in (self.outside, self.after_quote, self.any_outside, self.key_chars):
+            for asks in range((ASK_CLOSE | ASK_ADD | ASK_KEY | ASK_ESCAPE) + 1):
+                for key_start in (False, True):
+                    self.narrowed(ids, asks, key_start)
+
+    def narrowed(self, ids: np.ndarray, asks: int, key_start: bool) -> tuple[np.ndarray, tuple]:
+        """``(ids, placed)``: the candidates of ``ids`` (one of this vocabulary's files) that can be
+        refused where a check may ask only ``asks`` (``ASK_*`` bits) of the open objects, from
+        ``G_KEY`` if ``key_start``. Any token may open an object (``after_brace``) or write a
+        later key whole (``live``; from ``G_KEY``, any two quotes); beyond those a token needs a
+        ``}`` to be refused a close, a ``,`` (or, from ``G_KEY``, a quote) a member, a quote
+        and more bytes after a ``,`` (from ``G_KEY``, anywhere) a key's name, and a backslash
+        an escaped one.
+        Cached per file."""
+        found = self._narrowed.get((id(ids), asks, key_start))
+        if found is None:
+            parts = [self.after_brace, self.live] + ([self.two_quotes] if key_start else [])
+            if asks & ASK_CLOSE:
+                parts.append(self.closes)
+            if asks & ASK_ADD:
+                parts += [self.commas] + ([self.quoted] if key_start else [])
+            if asks & ASK_KEY:
+                parts.append(self.named_after_quote if key_start else self.named_after_comma)
+            if asks & ASK_ESCAPE:
+                parts.append(self.backslashed)
+            kept = np.intersect1d(ids, functools.reduce(np.union1d, parts))
+            found = self._narrowed[(id(ids), asks, key_start)] = (kept, place(kept))
+        return found
+
+    @functools.cached_property
+    def live_set(self) -> frozenset[int]:
+        """``live`` as a set."""
+        return frozenset(self.live.tolist())
+
+    def placed(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``place(ids)``, shared for this vocabulary's own candidate arrays."""
+        found = self._places.get(id(ids))
+        return found if found is not None else place(ids)
+
+    @functools.cached_property
+    def _sorted(self) -> tuple[list[bytes], list[int]]:
+        """The tokens' bytes sorted, and their ids (built at the first key lookup)."""
+        order = sorted((b, t) for t, b in enumerate(self.token_bytes) if b)
+        return [b for b, _ in order], [t for _, t in order]
+
+    @functools.cached_property
+    def _by_bytes(self) -> dict[bytes, int | tuple[int, ...]]:
+        """The id of each token's bytes, or the ids where a few tokens share them (an int each
+        otherwise: a list per token would cost some 10 MB at 152k)."""
+        out: dict[bytes, int | tuple[int, ...]] = {}
+        for t, b in enumerate(self.token_bytes):
+            if b:
+                had = out.get(b)
+                out[b] = t if had is None else (had if isinstance(had, tuple) else (had,)) + (t,)
+        return out
+
+    def starting_with(self, prefix: bytes, longer: bool = False) -> tuple[int, ...]:
+        """The tokens whose bytes start with ``prefix`` (``longer``: and go on past it). Cached:
+        an open key asks again for every key its object has written, at each new member."""
+        found = self._starting.get((prefix, longer))
+        if found is None:
+            if len(self._starting) > 65536:
+                self._starting.clear()
+            found = self._starting[(prefix, longer)] = tuple(self._starting_with(prefix, longer))
+        return found
+
+    def _starting_with(self, prefix: bytes, longer: bool) -> list[int]:
+        """``starting_with``, looked up in the sorted tokens."""
+        keys, ids = self._sorted
+        lo = (bisect.bisect_right if longer else bisect.bisect_left)(keys, prefix)
+        end = prefix.rstrip(b"\xff")  # the least bytes above every one starting with ``prefix``
+        hi = bisect.bisect_left(keys, end[:-1] + bytes((end[-1] + 1,)), lo) if end else len(keys)
+        return ids[lo:hi]
+
+    def prefixes_of(self, data: bytes) -> tuple[int, ...]:
+        """The tokens whose bytes are a non-empty prefix of ``data`` (cached, as
+        ``starting_with``)."""
+        found = self._prefixes.get(data)
+        if found is None:
+            by_bytes, out = self._by_bytes, []
+            for n in range(1, min(len(data), self._longest) + 1):
+                hit = by_bytes.get(data[:n])
+                if hit is not None:
+                    out += hit if isinstance(hit, tuple) else (hit,)
+            if len(self._prefixes) > 65536:
+                self._prefixes.clear()
+            found = self._prefixes[data] = tuple(out)
+        return found
+
+    @functools.cached_property
+    def _longest(self) -> int:
+        """The longest token's length in bytes."""
+        return max(map(len, self.token_bytes), default=0)
+
+
+def quote_then_more(data: bytes, start: int) -> bool:
+    """Whether ``data`` has a quote after offset ``start`` (-1: none) followed by more bytes: a
+    key opened there goes on with a name."""
+    quote = data.find(b'"', start) if start >= 0 else -1
+    return 0 <= quote < len(data) - 1
+
+
+def may_write_a_key(data: bytes) -> bool:
+    """Whether ``data`` could write a whole later key of an object: a ``,`` with two quotes after it."""
+    comma = data.find(b",")
+    return comma >= 0 and data.count(b'"', comma) >= 2
+
+
+def place(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(word, bit)`` of each token id in a mask of uint32 words."""
+    return ids >> 5, np.uint32(1) << (ids & 31).astype(np.uint32)
+
+
+def member_tokens_for(vocab: Any) -> MemberTokens:
+    """The (cached) ``MemberTokens`` of ``vocab``."""
+    return _FILES.of(vocab, lambda: MemberTokens(vocab.token_bytes))
