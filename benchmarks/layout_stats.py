@@ -67,6 +67,40 @@ def import_floors(folder: str = "constrained") -> dict[str, int]:
     return floors
 
 
+def node_floors(folder: str = "constrained") -> dict[str, int]:
+    """The same floors with each sub-package counted as one node (its modules' imports merged):
+    how deep the folder's root reads, its sub-packages' inner chains aside."""
+    base = REPO / folder
+    prefix = f"radixlm.{folder}."
+
+    def node(module: str) -> str:
+        rest = module.removeprefix(prefix).split(".")
+        return rest[0] if (base / rest[0]).is_dir() else rest[0]
+
+    deps: dict[str, set[str]] = defaultdict(set)
+    for path in base.rglob("*.py"):
+        rel = path.relative_to(base).with_suffix("").parts
+        src = rel[0]
+        deps[src]
+        for i in _imports(path):
+            if i.startswith(prefix):
+                dst = node(i)
+                if dst != src and ((base / dst).is_dir() or (base / f"{dst}.py").exists()):
+                    deps[src].add(dst)
+    floors: dict[str, int] = {}
+
+    def floor(n: str, stack: tuple[str, ...] = ()) -> int:
+        if n not in floors:
+            if n in stack:
+                return 0
+            floors[n] = 1 + max((floor(d, (*stack, n)) for d in deps[n]), default=-1)
+        return floors[n]
+
+    for n in list(deps):
+        floor(n)
+    return floors
+
+
 def doc_lines() -> dict[str, int]:
     files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "benchmarks").rglob("*.md"))]
     return {str(f.relative_to(REPO)): len(f.read_text(encoding="utf-8").splitlines()) for f in files}
@@ -144,6 +178,9 @@ def main() -> None:
           f"root modules {sum(1 for p in (REPO / 'constrained').glob('*.py'))}")
     by_floor = Counter(floors.values())
     print("  modules per floor:", dict(sorted(by_floor.items())))
+    nodes = node_floors()
+    print(f"  with each sub-package one node: {len(nodes)} nodes, floors 0..{max(nodes.values())}:",
+          ", ".join(f"{n}={f}" for n, f in sorted(nodes.items(), key=lambda kv: (kv[1], kv[0]))))
     lines = doc_lines()
     print(f"documentation lines: {sum(lines.values())}")
     for f, n in lines.items():
