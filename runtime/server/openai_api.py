@@ -48,7 +48,7 @@ class OpenAIRoutes:
 
     def __init__(self, state: ServerState):
         self.state = state
-        self.strict = bool(getattr(state.engine.server_args, "strict_api", False))  # unknown fields: 400
+        self.strict = state.strict  # unknown fields: 400
 
     def register(self, app: web.Application) -> None:
         app.router.add_get("/v1/models", self.models)
