@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.constrained.json_schema.compiler import OPTIONS_KEY
+from radixlm.constrained import OPTIONS_KEY
 from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
 from radixlm.runtime.server.request_fields import FieldReader
 
