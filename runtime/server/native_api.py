@@ -18,6 +18,7 @@ from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
+from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.cumulative_stream import CumulativeStream
 from radixlm.runtime.server.engine_api import ServedTokenizer
 from radixlm.runtime.server.generate_request import GenerateRequest, parse_generate_request
@@ -128,7 +129,7 @@ class NativeRoutes:
             rid = self.state.new_rid(record, "-health")
             ids = [self.state.tokenizer.encode("Hi")[0]]
             result = await asyncio.wait_for(self.state.generate(
-                rid, input_ids=ids, sampling_params={"max_new_tokens": 1, "temperature": 0.0}), 60)
+                rid, input_ids=ids, sampling_params=SamplingParams(max_new_tokens=1, temperature=0.0)), 60)
             record.add(result.get("meta_info", {}))
         return web.json_response({"status": "ok", "latency_s": round(time.perf_counter() - start, 4)})
 
