@@ -8,7 +8,7 @@ test double that forwards to one. Every member listed here is used without a fal
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server_args import ServerArgs
@@ -20,6 +20,7 @@ class IncrementalDetokenizer(Protocol):
     def step(self, ids: list[int]) -> str: ...
 
 
+@runtime_checkable
 class ServedTokenizer(Protocol):
     """The tokenizer calls of the routes: encode, decode, the chat template, token bytes."""
 
@@ -42,6 +43,7 @@ class ServedTokenizer(Protocol):
     def id_to_bytes(self, token_id: int) -> bytes: ...
 
 
+@runtime_checkable
 class ServedModelConfig(Protocol):
     """The model facts ``/get_model_info`` and the context checks read."""
 
@@ -50,6 +52,7 @@ class ServedModelConfig(Protocol):
     context_len: int
 
 
+@runtime_checkable
 class ServedEngine(Protocol):
     """The engine behind the HTTP server (``radixlm.Engine``'s public API, the parts the routes call)."""
 
