@@ -22,7 +22,7 @@ default front end with one of its cost knobs changed, in one run, through the sa
 
 ``--tokenizer qwen2`` (151,936 tokens) and ``llama3`` (128,256) are llama.cpp's vocab GGUFs converted
 to ``tokenizer.json`` (fetch once: ``python tests/llamacpp_assets.py``); ``small`` is our 32k test
-checkpoint's. Targets (issue 15, Qwen2): compile p50 <= 10 ms, p90 <= 50 ms, max <= 1 s, no timeouts;
+checkpoint's. Targets (Qwen2): compile p50 <= 10 ms, p90 <= 50 ms, max <= 1 s, no timeouts;
 coverage >= 98%; valid accepted >= 99.5%, invalid accepted 0; mask p50 <= 10 us, p99 <= 100 us.
 """
 
@@ -54,7 +54,7 @@ GGUF_NAMES = {"qwen2": "qwen2", "llama3": "llama-bpe"}
 def load_tokenizer(name: str):
     """``(Tokenizer, TokenizerVocab)`` for ``qwen2`` | ``llama3`` | ``small`` | ``tiny``."""
     from radixlm.runtime.engine.gc_freeze import freeze_startup_objects
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     if name in ("small", "tiny"):
         from radixlm.runtime.checkpoints.synthetic import checkpoint_path

@@ -149,7 +149,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from radixlm.runtime.checkpoints.synthetic import checkpoint_path
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     path = args.model_path or checkpoint_path("llama", args.size)
     vocab = Tokenizer(path).vocab_size

@@ -1,6 +1,6 @@
 """Prefix-heavy agent workload: radixlm with the radix cache vs without it vs HF transformers.
 
-Workload (defaults as in the issue): 64 requests, each a ~1,500-token shared system prompt plus a
+Workload (the defaults): 64 requests, each a ~1,500-token shared system prompt plus a
 distinct 50-token user turn, 64 new tokens each, greedy (EOS ignored so every system generates the
 same number of tokens). All three run in this process on the same checkpoint, one after another;
 then decode throughput at batch 1/16/64 and the engine's per-step overhead (step time outside
@@ -111,7 +111,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from radixlm.runtime.checkpoints.synthetic import checkpoint_path
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     path = args.model_path or checkpoint_path("llama", args.size)
     tok = Tokenizer(path)

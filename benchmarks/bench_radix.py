@@ -6,7 +6,7 @@ Workload 1: ``--num-seqs`` random sequences built as (one of ``--num-prompts`` s
 prompts) + (one of ``--num-fewshot`` shared few-shot blocks) + a random user suffix; all are
 inserted, then all are matched again. Workload 2: one ``--long-len`` key is cached whole (a single
 edge) and, separately, as a chain of ``--chain-nodes`` edges (nested inserts); the time to match it
-fully is the median of ``--repeats`` calls. The issue's target: under 2 ms for a 32k-token hit.
+fully is the median of ``--repeats`` calls. The target: under 2 ms for a 32k-token hit.
 """
 
 from __future__ import annotations

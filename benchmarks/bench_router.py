@@ -25,10 +25,10 @@ import time
 import aiohttp
 from aiohttp import web
 from radixlm.runtime.checkpoints.synthetic import checkpoint_path
-from radixlm.runtime.scaleout.dp_launcher import stop_replicas, wait_ready
-from radixlm.runtime.scaleout.ports import free_port
-from radixlm.runtime.scaleout.router import RouterConfig, create_router_app
-from radixlm.runtime.scaleout.router_policy import RoutingConfig
+from radixlm.runtime.ports import free_port
+from radixlm.runtime.router.launcher import stop_replicas, wait_ready
+from radixlm.runtime.router.policy import RoutingConfig
+from radixlm.runtime.router.router import RouterConfig, create_router_app
 
 FAMILIES = [
     "You are the support agent of a telescope shop. Tools: refund(order_id), track(order_id), "

@@ -1,6 +1,6 @@
 """Serving benchmark: the agent workload through HTTP vs the same through ``Engine`` in-process.
 
-Workload (issue 4's agent workload, scaled by flags): R requests = one S-token shared system
+Workload (the agent workload, scaled by flags): R requests = one S-token shared system
 prompt + a distinct U-token user turn each, G new tokens each (greedy, ``ignore_eos``), sent by N
 concurrent clients (each client sends its share of requests one after another). Every request
 streams, so time-to-first-token (TTFT) and inter-token latency (ITL) are measured at the client.
@@ -232,7 +232,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from radixlm.runtime.checkpoints.synthetic import default_model_path
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(args.model_path or default_model_path())
     prompts = make_workload(tokenizer, args.requests, args.system_tokens, args.user_tokens)

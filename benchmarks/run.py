@@ -8,7 +8,7 @@
     radixlm bench --suite all --size tiny                       # the same, through the CLI
 
 Systems alternate within each repetition; the tables report medians and speed-up ratios. See
-``benchmarks/README.md`` for the suites, systems and the latest table from a real run.
+``benchmarks/README.md`` for the suites and systems, ``benchmarks/RESULTS.md`` for the latest figures.
 """
 
 from __future__ import annotations

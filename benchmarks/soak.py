@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 
 import aiohttp
-from radixlm.runtime.scaleout.dp_launcher import stop_replicas, wait_ready
-from radixlm.runtime.scaleout.ports import free_port
+from radixlm.runtime.ports import free_port
+from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 SYSTEM = ("You are the planning agent of a logistics company. Tools: route(origin, dest), "
           "weather(city), book(truck, date). Rules: " + " ".join(f"rule {i}: confirm twice." for i in range(40)))

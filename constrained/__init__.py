@@ -20,7 +20,6 @@ _EXPORTS: dict[str, str] = {
     "GrammarBackend": "radixlm.constrained.backend",
     "GrammarMatcher": "radixlm.constrained.grammar",
     "JumpForward": "radixlm.constrained.jump_forward",
-    "OPTIONS_KEY": "radixlm.constrained.json_schema.compiler",  # a schema's x-radixlm layout options
     "TokenizerVocab": "radixlm.constrained.vocab",
     "compile_grammar": "radixlm.constrained.backend",
     "jump_forward": "radixlm.constrained.jump_forward",

@@ -58,7 +58,7 @@ def separate_reasoning(expr: Any = None, model_type: str | None = None) -> ir.Ex
     ``--reasoning-parser`` names). A gen without a name is a ``ValueError``, as in SGLang."""
     if expr is None:
         return ir.ExprList([])
-    from radixlm.runtime.server.reasoning.registry import get_format  # lazily: the server's parsers
+    from radixlm.runtime.chat_formats.reasoning.registry import get_format  # lazily: the parsers
 
     if not isinstance(model_type, str):
         raise ValueError("separate_reasoning needs model_type (deepseek-r1, qwen3, gpt-oss, ...)")

@@ -116,7 +116,7 @@ class RuntimeEndpoint(Backend):
     def _load_template(self) -> RoleTemplate:
         path = self.model_info.get("model_path") or self.model_info.get("tokenizer_path")
         if isinstance(path, str) and os.path.isdir(path):
-            from radixlm.runtime.engine.tokenizer import Tokenizer
+            from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
             return RoleTemplate.from_tokenizer(Tokenizer(path))
         return RoleTemplate.chatml()

@@ -238,7 +238,7 @@ class StreamExecutor:
 
     def _split(self, model_type: str, value: Any) -> tuple[Any, Any]:
         """(answer, thinking) of ``value`` (lists of them for n > 1), which continues the text."""
-        from radixlm.runtime.server.reasoning.registry import get_format  # lazily: the server's parsers
+        from radixlm.runtime.chat_formats.reasoning.registry import get_format  # lazily: the parsers
 
         fmt = get_format(model_type)
         state = fmt.prompt_state(self.text_)

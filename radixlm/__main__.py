@@ -119,7 +119,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str]) -> int:
-    from radixlm.runtime.scaleout.dp_launcher import serve_data_parallel
+    from radixlm.runtime.router.launcher import serve_data_parallel
     from radixlm.runtime.server.auth import API_KEY_ENV
     from radixlm.startup import StartupError, check_checkpoint, check_port_free
 
@@ -237,8 +237,8 @@ def add_router_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_router(args: argparse.Namespace) -> int:
-    from radixlm.runtime.scaleout.router import RouterConfig, run_router
-    from radixlm.runtime.scaleout.router_policy import RoutingConfig
+    from radixlm.runtime.router.policy import RoutingConfig
+    from radixlm.runtime.router.router import RouterConfig, run_router
 
     try:
         routing = RoutingConfig(policy=args.policy, cache_threshold=args.cache_threshold,

@@ -19,12 +19,12 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
-# runtime.server.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import server)
+# runtime.chat_formats.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import it)
 TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseekr1", "deepseekv3",
                      "deepseekv31", "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "gpt-oss", "gpt_oss", "granite", "hermes", "kimi", "kimi_k2",
                      "llama", "llama3", "llama31", "llama32", "llama33", "llama4", "mistral", "pythonic", "qwen",
                      "qwen25", "qwen3", "qwen3_coder")
-# runtime.server.reasoning.registry.names() (tests keep the two equal, as for TOOL_CALL_PARSERS)
+# runtime.chat_formats.reasoning.registry.names() (tests keep the two equal, as for TOOL_CALL_PARSERS)
 REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gpt-oss", "gpt_oss", "openai_gptoss", "qwen3", "qwq")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")  # == constrained.adapters.CORES (tested)
@@ -117,7 +117,7 @@ class ServerArgs:
     incremental_streaming_output: bool = _arg(False, "HTTP: /generate stream chunks carry only the new text "
                                               "(default: the whole text so far, as SGLang)", bool)
 
-    # GPU decode speed-ups (issue 20): used on CUDA only, and only once verified on a device
+    # GPU decode speed-ups: used on CUDA only, and only once verified on a device
     # (runtime/model/gpu_features.py); on CPU they have no effect
     disable_cuda_graph: bool = _arg(False, "CUDA: run decode steps eagerly instead of replaying captured "
                                     "CUDA graphs (one per batch-size bucket)", bool)

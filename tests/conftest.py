@@ -56,7 +56,7 @@ def schema_checker(tiny_llama):
     import jsonschema
     from radixlm.constrained import TokenizerVocab, compile_grammar
     from radixlm.constrained.testing.walks import compact_json, random_walk
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     vocab = TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import openai
-from radixlm.runtime.scaleout.dp_launcher import stop_replicas, wait_ready
-from radixlm.runtime.scaleout.ports import free_port
+from radixlm.runtime.ports import free_port
+from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 
 @contextmanager

@@ -17,18 +17,22 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT_FOLDERS = ("radixlm", "radix_cache", "constrained", "lang", "runtime", "kernels")
-RUNTIME_PARTS = ("server", "engine", "scheduler", "model", "scaleout", "checkpoints")
+RUNTIME_PARTS = ("router", "server", "engine", "scheduler", "model", "chat_formats", "tokenizer",
+                 "checkpoints")
 
 # unit -> the units it may import (docs/DESIGN.md draws the same picture)
 ALLOWED: dict[str, set[str]] = {
-    "radixlm.cli": {"radixlm", "runtime", "runtime.server", "runtime.engine", "runtime.scaleout"},
+    "radixlm.cli": {"radixlm", "runtime", "runtime.router", "runtime.server", "runtime.engine"},
     "radixlm": set(),  # the facade names its exports lazily, by string
-    "lang": {"runtime", "runtime.engine", "runtime.server"},  # server: separate_reasoning's parsers
-    "runtime.server": {"radixlm", "runtime", "constrained"},  # the engine comes in as an object
-    "runtime.scaleout": {"runtime", "runtime.server", "runtime.scheduler", "radix_cache", "torch"},
-    "runtime.engine": {"runtime", "runtime.scheduler", "runtime.model", "runtime.checkpoints", "constrained"},
-    "runtime.model": {"runtime", "runtime.scheduler", "runtime.scaleout", "kernels", "torch"},
+    "lang": {"runtime", "runtime.chat_formats", "runtime.tokenizer"},  # the engine comes in as an object
+    "runtime.server": {"radixlm", "runtime", "runtime.chat_formats", "constrained"},  # engine: an object
+    "runtime.router": {"runtime", "runtime.server", "radix_cache", "torch"},  # top floor; torch: GPU count
+    "runtime.engine": {"runtime", "runtime.scheduler", "runtime.model", "runtime.tokenizer",
+                       "runtime.checkpoints", "constrained"},
+    "runtime.model": {"runtime", "runtime.scheduler", "kernels", "torch"},
     "runtime.scheduler": {"runtime", "radix_cache"},
+    "runtime.chat_formats": {"constrained"},  # HTTP-free: never the server or the engine
+    "runtime.tokenizer": set(),
     "runtime.checkpoints": set(),
     "runtime": set(),
     "constrained": {"torch"},
@@ -119,6 +123,8 @@ def test_the_checker_sees_a_forbidden_edge():
     assert unit_of("radixlm.runtime.sampling_params") == "runtime"
     assert unit_of("radixlm.kernels.testing.random_batch") == "kernels.testing"
     assert "torch" not in ALLOWED["runtime.scheduler"] and "runtime.model" not in ALLOWED["runtime.scheduler"]
+    assert unit_of("radixlm.runtime.chat_formats.reasoning.base") == "runtime.chat_formats"
+    assert not {"runtime.server", "runtime.engine"} & ALLOWED["runtime.chat_formats"], "chat formats are HTTP-free"
     assert import_edges()["runtime.engine"]["runtime.scheduler"], "the engine imports the scheduler"
 
 

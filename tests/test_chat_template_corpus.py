@@ -17,7 +17,11 @@ from pathlib import Path
 
 import llamacpp_assets
 import pytest
-from radixlm.runtime.engine.chat_template import ChatTemplateError, render_chat_template, select_chat_template
+from radixlm.runtime.tokenizer.chat_template import (
+    ChatTemplateError,
+    render_chat_template,
+    select_chat_template,
+)
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,7 +13,7 @@ import time
 import urllib.request
 
 import pytest
-from radixlm.runtime.scaleout.dp_launcher import replica_command
+from radixlm.runtime.router.launcher import replica_command
 from radixlm.runtime.server_args import ServerArgs
 
 from radixlm import launch_server

@@ -12,7 +12,7 @@ from radixlm.constrained import compile_grammar
 from radixlm.constrained.completion_keys import schema_keys
 from radixlm.constrained.vocab import TokenizerVocab
 from radixlm.runtime.engine.budget_close import BudgetClose
-from radixlm.runtime.engine.tokenizer import Tokenizer
+from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 # 40 optional string members per object, then the one the object needs: extras are allowed
 # (no additionalProperties), so every literal key of the grammar is accepted as a member anywhere.

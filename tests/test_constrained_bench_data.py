@@ -29,7 +29,7 @@ def docs() -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama):
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     return Tokenizer(tiny_llama)
 

@@ -28,7 +28,7 @@ def toy():
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama):
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     return Tokenizer(tiny_llama)
 

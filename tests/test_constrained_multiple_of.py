@@ -164,7 +164,7 @@ def test_merge_keeps_every_divisor():
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama):
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     return Tokenizer(tiny_llama)
 

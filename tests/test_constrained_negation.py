@@ -95,7 +95,7 @@ BENCH = {
 
 @pytest.fixture(scope="module")
 def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
@@ -189,7 +189,7 @@ def test_whole_bench_accepts_no_invalid_instance(vocab, tiny_llama):
     """Every compiled bench schema (``tests/data/jsonschemabench``, all subsets) rejects every
     invalid instance it ships, walked token by token (about 15 s)."""
     from radixlm.constrained.testing.walks import accepts_text
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(tiny_llama)
     checked = 0

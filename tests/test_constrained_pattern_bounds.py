@@ -70,7 +70,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def tokenizer(tiny_llama):
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     return Tokenizer(tiny_llama)
 

@@ -160,7 +160,7 @@ STRICT_CASES = [
 
 @pytest.fixture(scope="module")
 def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 

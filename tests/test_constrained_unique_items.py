@@ -24,8 +24,8 @@ from radixlm.constrained import (
 )
 from radixlm.constrained.json_schema import schema_to_grammar
 from radixlm.constrained.testing.walks import allowed_tokens, compact_json, random_walk
-from radixlm.runtime.engine.tokenizer import Tokenizer
 from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 STRINGS = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
 NUMBERS = {"type": "array", "items": {"type": "number"}, "uniqueItems": True}

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from radixlm.runtime.scaleout.dp_launcher import stop_replicas, wait_ready
-from radixlm.runtime.scaleout.ports import free_port
+from radixlm.runtime.ports import free_port
+from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 pytestmark = pytest.mark.timeout(300)
 

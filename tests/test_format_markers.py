@@ -21,9 +21,9 @@ from pathlib import Path
 import jsonschema
 import openai
 import pytest
+from radixlm.runtime.chat_formats.reasoning.registry import get_format as reasoning_format
+from radixlm.runtime.chat_formats.tool_formats.registry import get_format
 from radixlm.runtime.checkpoints.real_added_tokens import rename_added_tokens
-from radixlm.runtime.server.reasoning.registry import get_format as reasoning_format
-from radixlm.runtime.server.tool_formats.registry import get_format
 
 sys.path.insert(0, str(Path(__file__).parent))
 from llamacpp_assets import fetch_or_reason  # noqa: E402
@@ -34,7 +34,7 @@ EOT = "<|eot_id|>"
 
 def _real_tokenizer(tmp: Path, arch: str, size: str):
     from radixlm.runtime.checkpoints.real_shapes import real_model, write_tokenizer
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     if isinstance(reason := fetch_or_reason(), str):
         pytest.skip(reason)
@@ -96,7 +96,7 @@ SPECIAL_MARKER_FAMILIES = ("deepseekv3", "deepseekv31", "kimi_k2", "mistral", "g
 def with_markers(llama, tmp_path_factory):
     """The Llama 3 vocabulary with every family's markers (and think tags) renamed into reserved
     special tokens: a real vocabulary where those markers are single special tokens."""
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     markers = sorted({m for f in SPECIAL_MARKER_FAMILIES for m in get_format(f).markers()} | {"<think>", "</think>"})
     spec = json.loads((llama.path / "tokenizer.json").read_text(encoding="utf-8"))

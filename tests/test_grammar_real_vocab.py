@@ -65,7 +65,7 @@ def real(request):
     if isinstance(reason := fetch_or_reason(), str):
         pytest.skip(reason)
     from radixlm.runtime.checkpoints.gguf_tokenizer import gguf_tokenizer_dir
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(gguf_tokenizer_dir(request.param))
     vocab = TokenizerVocab.from_tokenizer(tokenizer)

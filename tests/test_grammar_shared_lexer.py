@@ -24,7 +24,7 @@ INVALID = "c1d3g3a1b2" * 6 + "a1" * 15 + "t8" * 5  # starts with what a ``not`` 
 
 @pytest.fixture(scope="module")
 def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 

@@ -22,9 +22,10 @@ class ToyBackend:
 
     role_template = RoleTemplate.chatml()
 
-    def __init__(self, delay_s: float = 0.0):
+    def __init__(self, delay_s: float = 0.0, gate: threading.Event | None = None):
         self.requests: list[tuple] = []
         self.delay_s = delay_s
+        self.gate = gate  # when given, every completion waits for it
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
@@ -36,6 +37,8 @@ class ToyBackend:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         time.sleep(self.delay_s)
+        if self.gate is not None and not self.gate.wait(30):
+            raise TimeoutError("the gated completion was never released")
         with self.lock:
             self.in_flight -= 1
         n = params.get("max_new_tokens", 128)
@@ -76,14 +79,15 @@ def test_text_gen_roles_and_messages():
 
 
 def test_gens_are_non_blocking_and_reads_wait():
-    backend = ToyBackend(delay_s=0.2)
+    gate = threading.Event()
+    backend = ToyBackend(gate=gate)
 
     @sgl.function
     def prog(s):
         s += "a" + sgl.gen("x", max_tokens=1)
-        t0 = time.perf_counter()
         s += "b" + sgl.gen("y", max_tokens=1)
-        assert time.perf_counter() - t0 < 0.1  # appending did not wait for the first gen
+        assert not gate.is_set()  # appending returned while the first gen was still held
+        gate.set()
         assert s["x"] == "x"
 
     s = prog.run(backend=backend)

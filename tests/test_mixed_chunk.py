@@ -253,11 +253,25 @@ def run_arrival(model: str, mixed: bool) -> dict:
         decode_rows: list[list[str]] = []  # per mixed step, the rids decoding in it
         run = engine.runner.run
 
+        long_in = threading.Event()  # the long prompt reached the engine's inbox
+        submit = engine._loop.submit
+
+        def recording_submit(reqs):
+            submit(reqs)
+            if any(r.rid == "long" for r in reqs):
+                long_in.set()
+
         def recording_run(batch):
+            # Counts, not timing: once all four decode with two tokens out, the engine waits for the
+            # long prompt, so it always arrives with 40+ tokens left to decode beside its chunks.
+            if batch.is_decode and not long_in.is_set() and len(batch.reqs) == 4 and \
+                    all(len(r.output_ids) >= 2 for r in batch.reqs):
+                assert long_in.wait(60)
             if batch.decode_reqs:
                 decode_rows.append([r.rid for r in batch.decode_reqs])
             return run(batch)
 
+        engine._loop.submit = recording_submit
         engine.runner.run = recording_run
         started = [threading.Event() for _ in range(4)]
         specs = [("a", "Once upon a time", GREEDY, {}),
@@ -282,7 +296,7 @@ def run_arrival(model: str, mixed: bool) -> dict:
         for e in started:
             assert e.wait(60)
         long_prompt = " ".join(f"word{i % 97}" for i in range(250))
-        outs["long"] = engine.generate(long_prompt, {"temperature": 0.0, "max_new_tokens": 8},
+        outs["long"] = engine.generate(long_prompt, {"temperature": 0.0, "max_new_tokens": 8}, rid="long",
                                        return_logprob=True, logprob_start_len=300)
         for t in threads:
             t.join(60)

@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ["radixlm", "radixlm.radix_cache", "radixlm.constrained", "radixlm.constrained.testing",
             "radixlm.constrained.json_schema", "radixlm.constrained.pattern", "radixlm.lang",
             "radixlm.runtime", "radixlm.runtime.server", "radixlm.runtime.engine", "radixlm.runtime.scheduler",
-            "radixlm.runtime.model", "radixlm.runtime.scaleout", "radixlm.runtime.checkpoints", "radixlm.kernels",
-            "radixlm.kernels.testing"]
+            "radixlm.runtime.model", "radixlm.runtime.model.parallel", "radixlm.runtime.router",
+            "radixlm.runtime.chat_formats", "radixlm.runtime.tokenizer", "radixlm.runtime.checkpoints",
+            "radixlm.kernels", "radixlm.kernels.testing"]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_installed_wheel_imports_and_builds_a_checkpoint(wheel: Path, tmp_path: 
         f"for p in {PACKAGES!r}: importlib.import_module(p)\n"
         "from radixlm.radix_cache import RadixCache\n"
         "from radixlm.runtime.checkpoints.synthetic import make_checkpoint\n"
-        "from radixlm.runtime.engine.tokenizer import Tokenizer\n"
+        "from radixlm.runtime.tokenizer.tokenizer import Tokenizer\n"
         f"path = make_checkpoint({str(tmp_path / 'ckpt')!r}, arch='llama', size='tiny')\n"
         "print(Tokenizer(path).decode(Tokenizer(path).encode('hello wheel')))\n"
     )

@@ -15,7 +15,8 @@ from radixlm.kernels.int8_matmul_ref import int8_matmul_ref
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_loader import load_model
-from radixlm.runtime.model.parallel_layers import Linear, RowParallelLinear
+from radixlm.runtime.model.parallel.distributed import TPGroup
+from radixlm.runtime.model.parallel.layers import Linear, RowParallelLinear
 from radixlm.runtime.model.quantization import (
     INT8PACK_MAX_ROWS,
     Int8Linear,
@@ -24,8 +25,7 @@ from radixlm.runtime.model.quantization import (
     dequantize_int8,
     quantize_int8,
 )
-from radixlm.runtime.scaleout.distributed import TPGroup
-from radixlm.runtime.scaleout.ports import free_port
+from radixlm.runtime.ports import free_port
 from radixlm.runtime.scheduler.batch import BatchSpec
 from radixlm.runtime.server_args import ServerArgs
 
@@ -131,7 +131,7 @@ def _assert_within_tolerance(path: str, prompts: list[list[int]]) -> None:
 
 
 def _token_prompts(path: str) -> list[list[int]]:
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tok = Tokenizer(path)
     return [tok.encode(p) for p in PROMPTS]

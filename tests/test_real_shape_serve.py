@@ -16,10 +16,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from radixlm.runtime.chat_formats.reasoning.registry import detect_name as detect_reasoning
+from radixlm.runtime.chat_formats.tool_formats.registry import detect_name as detect_tools
 from radixlm.runtime.checkpoints import checkpoint_path
-from radixlm.runtime.engine.tokenizer import Tokenizer
-from radixlm.runtime.server.reasoning.registry import detect_name as detect_reasoning
-from radixlm.runtime.server.tool_formats.registry import detect_name as detect_tools
+from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from llamacpp_assets import fetch_or_reason  # noqa: E402

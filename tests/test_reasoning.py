@@ -9,9 +9,9 @@ import shutil
 import openai
 import pytest
 import requests
+from radixlm.runtime.chat_formats.reasoning.base import CLOSED, NONE, OPEN
+from radixlm.runtime.chat_formats.reasoning.registry import FORMATS, detect_name, get_format, names
 from radixlm.runtime.engine.reasoning_gate import NOT_CLOSED, ReasoningGate
-from radixlm.runtime.server.reasoning.base import CLOSED, NONE, OPEN
-from radixlm.runtime.server.reasoning.registry import FORMATS, detect_name, get_format, names
 from radixlm.runtime.server_args import REASONING_PARSERS, ServerArgs
 
 HARMONY = ("<|channel|>analysis<|message|>Need the weather.<|end|>"
@@ -300,9 +300,9 @@ HARMONY_CALLS = [
 
 @pytest.mark.parametrize(("text", "content", "calls"), HARMONY_CALLS)
 def test_gpt_oss_calls_parse_and_stream_alike(text, content, calls):
-    from radixlm.runtime.server.tool_calls import ToolSpec
-    from radixlm.runtime.server.tool_formats.registry import get_format as tool_format
-    from radixlm.runtime.server.tool_formats.scanner import accumulate
+    from radixlm.runtime.chat_formats.tool_formats.registry import get_format as tool_format
+    from radixlm.runtime.chat_formats.tool_formats.scanner import accumulate
+    from radixlm.runtime.chat_formats.tools import ToolSpec
 
     fmt, tools = tool_format("gpt_oss"), [ToolSpec("get_weather", "Weather", WEATHER)]
     assert tool_format("gpt-oss") is fmt
@@ -316,7 +316,7 @@ def test_gpt_oss_calls_parse_and_stream_alike(text, content, calls):
 
 def test_gpt_oss_tool_format_is_detected_from_its_template():
     from llamacpp_assets import fetch_or_reason
-    from radixlm.runtime.server.tool_formats.registry import detect_name as detect_tools
+    from radixlm.runtime.chat_formats.tool_formats.registry import detect_name as detect_tools
 
     assets = fetch_or_reason()
     if isinstance(assets, str):

@@ -19,10 +19,10 @@ import threading
 import aiohttp
 import pytest
 from aiohttp import web
-from radixlm.runtime.scaleout.dp_launcher import wait_ready
-from radixlm.runtime.scaleout.ports import free_port
-from radixlm.runtime.scaleout.router import REPLICA_HEADER, RouterConfig, create_router_app
-from radixlm.runtime.scaleout.router_policy import RoutingConfig
+from radixlm.runtime.ports import free_port
+from radixlm.runtime.router.launcher import wait_ready
+from radixlm.runtime.router.policy import RoutingConfig
+from radixlm.runtime.router.router import REPLICA_HEADER, RouterConfig, create_router_app
 
 SYSTEM = {
     0: "You are the billing assistant of a telescope shop. Refund rules: " + "policy clause {} applies. " * 63,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from radixlm.runtime.scaleout.approx_prefix_tree import ApproxPrefixTree
-from radixlm.runtime.scaleout.router import routing_text
-from radixlm.runtime.scaleout.router_policy import NoHealthyReplica, RoutingConfig, RoutingPolicy
+from radixlm.runtime.router.approx_prefix_tree import ApproxPrefixTree
+from radixlm.runtime.router.policy import NoHealthyReplica, RoutingConfig, RoutingPolicy
+from radixlm.runtime.router.router import routing_text
 
 
 def test_tree_match_reports_longest_prefix_per_tenant():

@@ -14,9 +14,9 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from radixlm.runtime.engine.engine import Engine
-from radixlm.runtime.scaleout.ports import free_port
-from radixlm.runtime.scaleout.router import REPLICA_HEADER, RouterConfig, create_router_app
-from radixlm.runtime.scaleout.router_policy import RoutingConfig
+from radixlm.runtime.ports import free_port
+from radixlm.runtime.router.policy import RoutingConfig
+from radixlm.runtime.router.router import REPLICA_HEADER, RouterConfig, create_router_app
 from radixlm.runtime.server.app import BackgroundServer
 from radixlm.runtime.server.state import ServerConfig
 

@@ -12,7 +12,8 @@ from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
-from radixlm.runtime.model.parallel_layers import (
+from radixlm.runtime.model.parallel.distributed import TPGroup, decode_spec, encode_spec
+from radixlm.runtime.model.parallel.layers import (
     AttentionShard,
     RowParallelLinear,
     VocabShard,
@@ -20,8 +21,7 @@ from radixlm.runtime.model.parallel_layers import (
     parallel_lm_head,
     vocab_parallel_embedding,
 )
-from radixlm.runtime.scaleout.distributed import TPGroup, decode_spec, encode_spec
-from radixlm.runtime.scaleout.ports import free_port
+from radixlm.runtime.ports import free_port
 from radixlm.runtime.scheduler.batch import BatchSpec
 
 PROMPT = [5, 300, 41, 977, 12, 8, 2000, 63, 77, 1500, 4, 9]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
-from radixlm.runtime.engine.tokenizer import ChatTemplateError, Tokenizer
+from radixlm.runtime.tokenizer.detokenizer import IncrementalDetokenizer
+from radixlm.runtime.tokenizer.tokenizer import ChatTemplateError, Tokenizer
 
 ROUND_TRIP_TEXTS = [
     "Hello, world! The quick brown fox jumps over the lazy dog.",

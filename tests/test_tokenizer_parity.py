@@ -20,8 +20,8 @@ import pytest
 from llamacpp_assets import fetch_or_reason
 from radixlm.constrained import TokenizerVocab
 from radixlm.runtime.checkpoints.gguf_tokenizer import convert_gguf_tokenizer, gguf_tokenizer_dir
-from radixlm.runtime.engine.detokenizer import IncrementalDetokenizer
-from radixlm.runtime.engine.tokenizer import Tokenizer
+from radixlm.runtime.tokenizer.detokenizer import IncrementalDetokenizer
+from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 MARKER = "\n__ggml_vocab_test__\n"
 # Converted in a few seconds: part of the default run. The others take 20-40 s each (cached after).

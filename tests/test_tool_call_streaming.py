@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from radixlm.runtime.server.tool_formats.call_stream import CallStream
-from radixlm.runtime.server.tool_formats.registry import FORMATS, get_format
-from radixlm.runtime.server.tool_formats.scanner import accumulate
+from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
+from radixlm.runtime.chat_formats.tool_formats.registry import FORMATS, get_format
+from radixlm.runtime.chat_formats.tool_formats.scanner import accumulate
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_tool_formats import API_TOOLS, ASK, GOLDEN, TOOLS, family_client  # noqa: E402

@@ -12,9 +12,9 @@ from pathlib import Path
 import jsonschema
 import openai
 import pytest
-from radixlm.runtime.server.tool_calls import ToolSpec
-from radixlm.runtime.server.tool_formats.registry import FORMATS, detect_name, get_format, names
-from radixlm.runtime.server.tool_formats.scanner import accumulate
+from radixlm.runtime.chat_formats.tool_formats.registry import FORMATS, detect_name, get_format, names
+from radixlm.runtime.chat_formats.tool_formats.scanner import accumulate
+from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.server_args import TOOL_CALL_PARSERS, ServerArgs
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -188,7 +188,7 @@ def test_detection_from_real_templates(template, family):
 
 def test_our_checkpoint_template_is_hermes():
     from radixlm.runtime.checkpoints.synthetic import default_model_path
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     assert detect_name(Tokenizer(default_model_path()).chat_template) == "hermes"
     assert detect_name(None) == "hermes"
@@ -256,7 +256,7 @@ def test_json_argument_calls_are_grammars_of_any_depth_and_order(tiny_llama, fam
     cut (depth 8 here), members come in any order, undeclared arguments are refused, and the
     wrapper is spelled exactly."""
     from radixlm.constrained import TokenizerVocab, compile_grammar
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     schema = {"type": "object", "properties": {"q": {"type": "string"}, "opts": {"type": "object"}},
               "required": ["q"]}
@@ -277,7 +277,7 @@ def test_json_argument_calls_are_grammars_of_any_depth_and_order(tiny_llama, fam
 
 def _sample_body(family: str) -> str:
     """One call to ``find`` in ``family``'s body layout, with ``ARGS`` where the arguments go."""
-    from radixlm.runtime.server.tool_formats import grammar as g
+    from radixlm.runtime.chat_formats.tool_formats import grammar as g
 
     seen: list[str] = []
 
@@ -304,7 +304,7 @@ def _unescape(regex: str) -> str:
 def test_tool_call_arguments_keep_the_lexeme_algebra(tiny_llama):
     """A parameter that needs the lexeme algebra (a `not` pattern) compiles inside a call body."""
     from radixlm.constrained import TokenizerVocab, compile_grammar
-    from radixlm.runtime.engine.tokenizer import Tokenizer
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tool = ToolSpec("f", None, {"type": "object", "properties": {"s": {"type": "string", "not": {"pattern": "a"}}},
                                 "required": ["s"]})

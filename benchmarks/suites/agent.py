@@ -68,7 +68,7 @@ def run(ctx: SuiteContext) -> dict[str, Any]:
     speedup = {n: systems[n].get("radixlm_speedup") for n in systems}
     targets = [target("radixlm / hf output tok/s", speedup.get("hf"), 6.0),
                target("radixlm / radixlm-nocache output tok/s", speedup.get("radixlm-nocache"), 3.0)]
-    if systems.get("llama.cpp", {}).get("status") == "ok":  # issue 18: against llama.cpp's best configuration
+    if systems.get("llama.cpp", {}).get("status") == "ok":  # against llama.cpp's best configuration
         targets.append(target("radixlm / llama.cpp (best parallel) output tok/s", speedup.get("llama.cpp"), 1.5))
         peer = floor["systems"].get("llama.cpp", {})
         targets.append(target("largest speed-up over llama.cpp (best parallel) the FLOP floor allows",

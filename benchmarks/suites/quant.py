@@ -90,8 +90,8 @@ def _accuracy(ctx: SuiteContext, ready: dict[str, Any], prompts: list[list[int]]
 
 
 def run(ctx: SuiteContext) -> dict[str, Any]:
-    from radixlm.runtime.engine.tokenizer import Tokenizer
     from radixlm.runtime.model.model_config import ModelConfig
+    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     from radixlm import Engine
 
@@ -146,7 +146,7 @@ def _ratio(rows: dict[str, Any], num: str, den: str) -> float | None:
 
 
 def _targets(rows: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 18: batch-1 decode with int8 weights >= 0.9x llama.cpp Q8_0 (tok/s ratio, same run)."""
+    """The target: batch-1 decode with int8 weights >= 0.9x llama.cpp Q8_0 (tok/s ratio, same run)."""
     return [target(f"decode batch 1 tok/s {name} / llama.cpp-q8", _ratio(rows, name, "llama.cpp-q8"), 0.9)
             for name in INT8_ROWS]
 

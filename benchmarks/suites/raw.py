@@ -11,10 +11,10 @@ trials and the better of the two is used (a busy shared machine only ever lowers
 * ``of matmul rate``: achieved matmul FLOP/s (``2 * matmul_params`` per token) over the measured
   float32 matmul rate; ``matmul_params`` are the decoder's and the LM head's weights (the
   embedding is a lookup, not a matmul).
-* ``of paired rate`` (batch 64, the issue-18 targets): the same share per repetition against the
+* ``of paired rate`` (batch 64, what the targets read): the same share per repetition against the
   matmul rate measured right before and right after that repetition (their mean), then the median
   over the repetitions. This 2-core machine's speed drifts by 10-25% within minutes (the same
-  batch-64 decode step took 188 to 242 ms within one minute and one process), so a rate measured
+  batch-64 decode step, even within one minute and one process), so a rate measured
   minutes away from a trial says more about the drift than about the kernels; the paired share
   compares a trial with the machine it ran on. Both columns are reported.
 * decode rows: ``streamed GB/s`` = bytes a step reads (matmul weights + the batch's KV) times steps
@@ -166,7 +166,7 @@ def _row(reps: list[dict[str, Any]], kind: str, b: int, weights: float, limits: 
 
 
 def _targets(rows: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 18's targets: matmul-rate shares at batch 64, engine overhead, batch-1 decode vs llama.cpp."""
+    """The suite's targets: matmul-rate shares at batch 64, engine overhead, batch-1 decode vs llama.cpp."""
     out = []
     for name in ("prefill-b64", "decode-b64"):
         if name in rows:

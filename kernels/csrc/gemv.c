@@ -2,11 +2,10 @@
  *
  * A work item is a block of ~64 KB of weight rows: read from memory by the first group of x rows,
  * it stays in L2 while the other groups pass over it. Inside a block, register tiles of R weight
- * rows x BT x rows (R * BT <= 12 accumulators of 8 lanes) stream K. Measured on the 2-core AVX2
- * machine: ~22 GB/s at 1 row (93% of the read bandwidth); at 64 rows ~75% of the float32 square
- * matmul rate, above MKL's own sgemm at that size (with AVX-512, 16-lane tiles below); past ~128 rows MKL wins
- * (parallel_layers.NATIVE_MAX_ROWS). (A K-chunked variant that reads each block from memory once
- * for all groups, accumulators spilled between chunks, measured 8-18% slower at 16-64 rows.)
+ * rows x BT x rows (R * BT <= 12 accumulators of 8 lanes) stream K. At 1 row this streams the
+ * weights near the read bandwidth; up to 64 rows it beats MKL's own sgemm (with AVX-512, 16-lane
+ * tiles below); past ~128 rows MKL wins (model/parallel/layers.py: NATIVE_MAX_ROWS). (A K-chunked variant that
+ * reads each block from memory once for all groups, accumulators spilled between chunks, was slower.)
  * The block driver below takes its tiles from a weight kind (gemv.h): F32 here, INT8 in gemv_int8.c. */
 #include "gemv.h"
 #include "kernels.h"
@@ -57,8 +56,8 @@ static const rl_gemv_kind F32 = {
 /* The plain linear's tiles at 2+ x rows in 16 lanes where the CPU has AVX-512F (compiled for it here
  * only, chosen at run time): 32 vector registers hold a 4 x 4 tile (16 accumulators, 4 weight
  * vectors, 1 x vector), so a step at 4+ rows loads 8 vectors per 16 FMAs instead of 7 per 12.
- * Measured on the 2-core Zen 4 host against the 8-lane tiles, interleaved in one process: 1.06-1.15x
- * at 4-64 rows, 1.0x at 2 (memory-bound; 1 row keeps the 8-lane tiles). Sums in 16 lanes are
+ * They beat the 8-lane tiles at 4-64 rows and match them at 2 (memory-bound; 1 row keeps the
+ * 8-lane tiles). Sums in 16 lanes are
  * another order than the 8-lane ones, so results differ from them by float32 rounding. */
 #define ZTARGET __attribute__((target("avx512f")))
 static inline __attribute__((always_inline)) ZTARGET void dot_tile16(const float *x, int64_t ldx,
@@ -205,9 +204,9 @@ void rl_gemv_gate_up_silu(const rl_gemv_kind *kind, const float *x, int M, const
     rl_parallel(gate_up_block, &j, (I + j.block - 1) / j.block, nthreads);
 }
 
-/* gate/up keeps the 8-lane tiles: measured against them on the Zen 4 host, the 16-lane ones (2 gate +
- * 2 up rows x 3 or 4 x rows) were 0.87-0.99x at 16-64 rows, and a 16-lane plain linear into a
- * scratch [M, 2I] followed by silu(gate) * up 0.96-1.05x (the scalar SiLU pass eats the gain). */
+/* gate/up keeps the 8-lane tiles: the 16-lane ones (2 gate + 2 up rows x 3 or 4 x rows) were slower at
+ * 16-64 rows, and a 16-lane plain linear into a scratch [M, 2I] followed by silu(gate) * up no faster
+ * (the scalar SiLU pass eats the gain). */
 void rl_gate_up_silu(const float *x, int M, const float *w, float *out, int64_t I, int64_t K, int nthreads) {
     rl_gemv_gate_up_silu(&F32, x, M, w, NULL, out, I, K, nthreads);
 }

@@ -8,10 +8,9 @@
  * Past X16_MAX_ROWS rows, per 8 weights: sign-extend to int32 (vpmovsxbd), convert to float (exact:
  * |q| <= 127), one FMA per x row; the scale once per output. So the sums are float32 in 8 lanes, as
  * gemv.c's, and agree with F.linear(x, q.float()) * scale to float32 rounding. At 1-8 rows that
- * conversion, not the FMAs, bounds the compute (~4 weights per cycle per core on the 2-core Zen 1
- * host), so there the activations are quantized per row to int16 (X16 below: 1.3-1.5x faster at 4
- * rows, up to 1.2x at 1, where the weight stream's memory parallelism also counts; relative error
- * ~1e-5 of the row's largest |x| per activation, far below the int8 weights' own). The tile loops
+ * conversion, not the FMAs, bounds the compute, so there the activations are quantized per row to
+ * int16 (X16 below: faster, least at 1 row, where the weight stream's memory parallelism also
+ * counts; relative error ~1e-5 of the row's largest |x| per activation, far below the int8 weights' own). The tile loops
  * prefetch the next tile's rows. */
 #include "gemv.h"
 #include "kernels.h"
@@ -38,7 +37,7 @@ static inline __attribute__((always_inline)) void fma_step(const float *x, int64
 
 /* res[b * R + r] = dot(x + b * ldx, q[r]) over K (unscaled), for R weight rows and BT x rows. Rows are
  * K apart in memory (a tile's rows are consecutive), so the next tile's rows start R * K further on:
- * prefetching them (software, one line per row per 64 features) measured 1.35x at 1 row from DRAM.
+ * prefetching them (software, one line per row per 64 features) is faster at 1 row from DRAM.
  * (gate/up tiles interleave gate and up rows: there it fetches two tiles ahead.) */
 static inline __attribute__((always_inline)) void dot_tile_i8(const float *x, int64_t ldx, const int8_t *const *w,
                                                               int64_t K, const int R, const int BT, float *res) {
@@ -60,8 +59,8 @@ static inline __attribute__((always_inline)) void dot_tile_i8(const float *x, in
 }
 
 /* The tiles (R weight rows, BT x rows) of both int8 kinds, and their table: at 1 x row, 2-row tiles
- * (1 gate + 1 up row for gate/up): fewer concurrent row streams measured faster from DRAM (1.15x
- * 8-row tiles, 1.05x 4-row ones); else 8-12 accumulators. */
+ * (1 gate + 1 up row for gate/up): fewer concurrent row streams are faster from DRAM than 4- or
+ * 8-row tiles; else 8-12 accumulators. */
 #define INT8_TILES(T) T(1, 1) T(2, 1) T(1, 2) T(2, 2) T(4, 2) T(1, 3) T(2, 3) T(4, 3) T(1, 4) T(2, 4) T(3, 4)
 #define INT8_KIND(p) {                                                                                   \
     .tiles = {{0}, {0, p##1_1, p##1_2, p##1_3, p##1_4}, {0, p##2_1, p##2_2, p##2_3, p##2_4},               \

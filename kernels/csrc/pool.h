@@ -1,8 +1,8 @@
 /* A small thread pool for the native CPU kernels (pool.c): the caller plus nthreads - 1 workers.
  *
  * Why not OpenMP: a shared machine preempts threads, and OpenMP's spinning workers then hold up
- * every parallel region until the OS runs them again (measured: 3 GB/s instead of 18 for a GEMV
- * with one other busy process). These workers spin briefly, then sleep on a futex (a woken thread
+ * every parallel region until the OS runs them again (a GEMV ran several times slower with one
+ * other busy process). These workers spin briefly, then sleep on a futex (a woken thread
  * is scheduled promptly), and items are handed out one at a time, so a late worker only means
  * the caller does more of the items itself. */
 #pragma once

@@ -62,7 +62,7 @@ class Engine:
         args = self.server_args
         logging.getLogger("radixlm").setLevel(args.log_level.upper())
         from radixlm.runtime.checkpoints.synthetic import default_model_path
-        from radixlm.runtime.engine.tokenizer import Tokenizer
+        from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
         self.model_path = args.model_path or default_model_path()
         self.tokenizer = Tokenizer(args.tokenizer_path or self.model_path, args.chat_template)

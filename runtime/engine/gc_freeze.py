@@ -1,11 +1,11 @@
 """Keep an engine's start-up objects out of Python's cyclic garbage collector.
 
-Once torch is imported a process holds some 165k objects the collector tracks, and each full
-(generation-2) collection walks them all: 90-120 ms on the machines we measure on, landing on
-whichever decode step or grammar compile is running (four of them in one ``agent`` benchmark
-run, 0.3 s). Objects that exist when the engine has started (the model, the tokenizer, torch's
-own) live as long as the engine, so ``gc.freeze()`` moves them to the permanent generation and a
-full collection then walks only what was made since: SGLang and vLLM do the same after start-up.
+Once torch is imported a process holds well over a hundred thousand objects the collector tracks,
+and each full (generation-2) collection walks them all: a pause of tens of milliseconds, landing on
+whichever decode step or grammar compile is running. Objects that exist when the engine has started
+(the model, the tokenizer, torch's own) live as long as the engine, so ``gc.freeze()`` moves them
+to the permanent generation and a full collection then walks only what was made since: SGLang and
+vLLM do the same after start-up.
 
 Engines nest (tests start several in one process): the objects stay frozen while any engine is
 open, and ``gc.unfreeze()`` hands them back to the collector when the last one shuts down, so

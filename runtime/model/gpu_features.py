@@ -1,8 +1,8 @@
 """Whether the GPU decode speed-ups (CUDA graphs, overlap scheduling) are switched on.
 
 Both are meant for CUDA and are on there by default (``--disable-cuda-graph`` /
-``--disable-overlap-schedule`` turn them off), but only once they have been verified on a device
-(issue 20): until then ``VERIFIED_ON_CUDA`` is False and they stay off unless the environment
+``--disable-overlap-schedule`` turn them off), but only once they have been verified on a device:
+until then ``VERIFIED_ON_CUDA`` is False and they stay off unless the environment
 variable ``RADIXLM_UNVERIFIED_GPU_FEATURES=1`` asks for them (``benchmarks/gpu_check.sh`` sets it
 to measure them on and off; the CPU tests set it to run the overlapped loop). On the CPU, CUDA
 graphs never run (there is nothing to capture); the tests drive the bucketing and padding with a

@@ -2,8 +2,7 @@
 
 Why: a decode step reads every weight once, row after row. With 4 KB pages each new page of a
 weight row is a TLB miss and a page walk; with 2 MB pages one entry covers 512 times as much.
-Measured on the 2-core AVX2 machine (the native GEMV, a [9,728 x 896] float32 weight, best of 9):
-batch 1 streams 20 GB/s on 4 KB pages and 25 GB/s on huge pages (+20-30%); batch 64 gains 1-3%.
+Batch-1 decode, bound by streaming the weights, gains most; batch 64, bound by the FMAs, little.
 
 Linux serves huge pages to anonymous memory that asks for them (``madvise(MADV_HUGEPAGE)``) when
 ``/sys/kernel/mm/transparent_hugepage/enabled`` is ``always`` or ``madvise`` (the common default),

@@ -5,7 +5,7 @@ The four architectures differ only by ``ModelConfig`` flags: ``qkv_bias``/``o_bi
 ``tie_word_embeddings``, and RoPE scaling. q/k/v are one fused matmul and gate/up another; the
 loader fuses the checkpoint's separate tensors through ``checkpoint_layout()``.
 
-Tensor parallelism (``tp``, see ``parallel_layers``): each rank builds only its shard: its q/KV
+Tensor parallelism (``tp``, see ``parallel.layers``): each rank builds only its shard: its q/KV
 heads in the fused qkv (column-parallel), its intermediate features in gate/up (column-parallel),
 row-parallel o_proj/down_proj, and its vocabulary rows of the embedding and LM head. Norms (Qwen3's
 per-head q/k norms included) are replicated. ``checkpoint_layout()`` says which slice of each
@@ -31,7 +31,8 @@ from radixlm.runtime.model.attention import PagedAttention
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool
 from radixlm.runtime.model.model_config import ModelConfig
-from radixlm.runtime.model.parallel_layers import (
+from radixlm.runtime.model.parallel.distributed import TPGroup
+from radixlm.runtime.model.parallel.layers import (
     NATIVE_MAX_ROWS,
     AttentionShard,
     ColumnParallelLinear,
@@ -45,7 +46,6 @@ from radixlm.runtime.model.parallel_layers import (
 )
 from radixlm.runtime.model.quantization import native_operands
 from radixlm.runtime.model.rotary import RotaryEmbedding, apply_rotary
-from radixlm.runtime.scaleout.distributed import TPGroup
 from torch import nn
 
 __all__ = ["LlamaForCausalLM", "Linear", "RMSNorm", "TensorTarget"]

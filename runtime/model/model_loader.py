@@ -16,8 +16,8 @@ import torch
 from radixlm.runtime.model.attention import resolve_attention_backend
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
 from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.quantization import check_quantization, quantize_model
-from radixlm.runtime.scaleout.distributed import TPGroup
 from safetensors import safe_open
 
 SINGLE_FILE = "model.safetensors"

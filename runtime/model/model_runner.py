@@ -31,11 +31,11 @@ from radixlm.runtime.model.huge_pages import move_weights_to_huge_pages
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
-from radixlm.runtime.model.parallel_layers import check_tp_size
+from radixlm.runtime.model.parallel.distributed import TPGroup, tp_device
+from radixlm.runtime.model.parallel.layers import check_tp_size
+from radixlm.runtime.model.parallel.tp_worker import TPWorkerError, TPWorkers
 from radixlm.runtime.model.sampler import Sampler, SamplingInfo, apply_logit_processors
-from radixlm.runtime.scaleout.distributed import TPGroup, tp_device
-from radixlm.runtime.scaleout.ports import free_port
-from radixlm.runtime.scaleout.tp_worker import TPWorkerError, TPWorkers
+from radixlm.runtime.ports import free_port
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.server_args import ServerArgs

@@ -10,7 +10,7 @@ as the unsharded model would; the sum over ranks and the bias after it are uncha
 
 The matmul dequantizes inside: ``y = (x @ q.T) * scale (+ bias)`` (the scale factors out of the
 sum over the input features). ``int8_linear`` picks the implementation, the fastest of the exact
-ones per case (measured per shape, dtype and batch size: ``benchmarks/README.md``, suite ``quant``):
+ones per case (``benchmarks/run.py --suite quant`` times each per shape, dtype and batch size):
 
 * ``backend="triton"`` (CUDA, or the CPU under ``TRITON_INTERPRET=1``): ``kernels/int8_matmul.py``.
 * the native AVX2 int8 GEMV (``kernels/cpu_native.linear_int8``, ``csrc/gemv_int8.c``: each int8
@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
-from radixlm.runtime.model.parallel_layers import NATIVE_MAX_ROWS, Linear, RowParallelLinear
-from radixlm.runtime.scaleout.distributed import TPGroup
+from radixlm.runtime.model.parallel.distributed import TPGroup
+from radixlm.runtime.model.parallel.layers import NATIVE_MAX_ROWS, Linear, RowParallelLinear
 from radixlm.runtime.server_args import QUANTIZATIONS
 from torch import nn
 

@@ -25,12 +25,12 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.chat_formats.reasoning.base import ReasoningParser, Split
+from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
 from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams
 from radixlm.runtime.server.chat_plan import ChatPlan
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
-from radixlm.runtime.server.reasoning.base import ReasoningParser, Split
 from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_formats.call_stream import CallStream
 
 # Sampler fields that would break a call's JSON if kept in a call phase (reset to their defaults).
 _NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", *CONSTRAINT_FIELDS, "whitespace_pattern",

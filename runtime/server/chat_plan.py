@@ -13,20 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
+from radixlm.runtime.chat_formats.reasoning.base import CLOSED, ReasoningFormat
+from radixlm.runtime.chat_formats.tool_formats.base import FormatUnsupported, ToolFormat
+from radixlm.runtime.chat_formats.tool_formats.registry import FORMATS
+from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams
 from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
 from radixlm.runtime.server.openai_requests import ChatRequest
-from radixlm.runtime.server.reasoning.base import CLOSED, ReasoningFormat
 from radixlm.runtime.server.state import ServerState
-from radixlm.runtime.server.tool_calls import (
-    MAX_CALLS_PER_TURN,
-    ToolChoice,
-    ToolSpec,
-    constraint_error,
-    error_pointer,
-)
-from radixlm.runtime.server.tool_formats.base import FormatUnsupported, ToolFormat
-from radixlm.runtime.server.tool_formats.registry import FORMATS
+from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolChoice, constraint_error, error_pointer
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from ``Engine.get_stats()`` when ``/metrics`` is scraped. The text is Prometheus
 format 0.0.4, written here: a replica is one process, so prometheus_client's multi-process mode
 (a shared directory of mmap files) would add a dependency without adding anything; with
 ``--dp-size`` each replica is its own server and the router merges their ``/metrics``
-(:mod:`radixlm.runtime.scaleout.metrics_merge`).
+(:mod:`radixlm.runtime.router.metrics_merge`).
 """
 
 from __future__ import annotations

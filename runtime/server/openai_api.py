@@ -16,6 +16,7 @@ from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
+from radixlm.runtime.chat_formats.tools import ToolCall
 from radixlm.runtime.server.chat_generation import ChoiceEvent, ChoiceRunner
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
 from radixlm.runtime.server.openai_logprobs import (
@@ -33,7 +34,6 @@ from radixlm.runtime.server.openai_requests import (
 from radixlm.runtime.server.openai_responses import Envelope, Usage, envelope, finish_reason, new_id
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_calls import ToolCall
 from radixlm.runtime.server.tool_schema import check_tool_schemas
 
 

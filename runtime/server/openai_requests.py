@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.chat_messages import parse_messages
 from radixlm.runtime.server.http_errors import bad_request
@@ -25,7 +26,7 @@ from radixlm.runtime.server.request_fields import (
     is_kind,
     read_cache_salt,
 )
-from radixlm.runtime.server.tool_calls import ToolChoice, ToolSpec, parse_tool_choice, parse_tools
+from radixlm.runtime.server.tool_calls import ToolChoice, parse_tool_choice, parse_tools
 
 # Accepted and ignored: they change nothing about how we generate.
 IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls",

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from radixlm.runtime.chat_formats.reasoning.registry import resolve as resolve_reasoning
+from radixlm.runtime.chat_formats.tool_formats.registry import resolve
 from radixlm.runtime.server.auth import TENANT_KEY, cache_namespace, check_api_key
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.json_body import parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
-from radixlm.runtime.server.reasoning.registry import resolve as resolve_reasoning
-from radixlm.runtime.server.tool_formats.registry import resolve
 
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
 

@@ -2,8 +2,9 @@
 
 A call is generated in the chat template's format, ``<tool_call>\\n{"name": ..., "arguments":
 {...}}\\n</tool_call>``. The JSON object between the markers is always generated under a JSON-schema
-constraint (:func:`call_schema`): ``name`` is one of the declared tools (or the one named) and
-``arguments`` follows that tool's ``parameters`` schema, so every call parses and validates.
+constraint (:func:`~radixlm.runtime.chat_formats.tools.call_schema`): ``name`` is one of the declared
+tools (or the one named) and ``arguments`` follows that tool's ``parameters`` schema, so every call
+parses and validates.
 
 - ``required`` / a named function: the prompt ends with ``<tool_call>\\n`` and the whole completion
   is the constrained object.
@@ -18,10 +19,9 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from radixlm.constrained import OPTIONS_KEY
+from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
 from radixlm.runtime.server.request_fields import FieldReader
 
@@ -31,22 +31,6 @@ MAX_CALLS_PER_TURN = 8
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # The generated object starts with its name (the schema lists ``name`` first); arguments follow.
 _HEADER_RE = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """One declared function tool; ``parameters`` is its arguments' JSON schema."""
-
-    name: str
-    description: str | None = None
-    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
-
-    def to_template(self) -> dict[str, Any]:
-        """The OpenAI shape chat templates expect in ``tools``."""
-        fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
-        if self.description is not None:
-            fn["description"] = self.description
-        return {"type": "function", "function": fn}
 
 
 @dataclass(frozen=True)
@@ -107,21 +91,6 @@ def parse_tool_choice(raw: str | dict | None, tools: list[ToolSpec]) -> ToolChoi
     return ToolChoice("named", name)
 
 
-def call_schema(tools: list[ToolSpec], name: str | None = None) -> dict[str, Any]:
-    """The JSON schema of one call: ``{"name": <declared name>, "arguments": <its parameters>}``."""
-    chosen = [t for t in tools if name is None or t.name == name]
-    variants = [
-        {"type": "object",
-         "properties": {"name": {"const": t.name}, "arguments": t.parameters},
-         "required": ["name", "arguments"], "additionalProperties": False}
-        for t in chosen
-    ]
-    schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
-    # The family's layout: "name" before "arguments", the arguments' keys in schema order, and
-    # only the declared arguments (like OpenAI's strict function calling).
-    return {**schema, OPTIONS_KEY: {"property_order": "schema", "additional_properties": "declared"}}
-
-
 def error_pointer(exc: BaseException) -> str | None:
     """The JSON pointer a constraint error names (its ``pointer``, or the ``(at #/...)`` it ends with)."""
     pointer = getattr(exc, "pointer", None)
@@ -148,19 +117,6 @@ def constraint_error(exc: ValueError, tools: list[ToolSpec], name: str | None) -
 
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
-
-
-@dataclass
-class ToolCall:
-    """A completed call: ``arguments`` is the JSON text exactly as generated."""
-
-    id: str
-    name: str
-    arguments: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function",
-                "function": {"name": self.name, "arguments": self.arguments}}
 
 
 class CallExtractor:

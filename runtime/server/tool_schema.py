@@ -17,8 +17,8 @@ from typing import Any
 import jsonschema
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.json_schema.refs import resolve as resolve_ref
+from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.server.http_errors import APIError
-from radixlm.runtime.server.tool_calls import ToolSpec
 
 # Keywords whose value is one schema, a list of schemas, or a map of name -> schema.
 _ONE = ("additionalProperties", "additionalItems", "unevaluatedItems", "unevaluatedProperties", "items",

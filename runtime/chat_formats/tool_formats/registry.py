@@ -1,0 +1,48 @@
+"""The tool-call formats by name, and detection of a checkpoint's format from its chat template.
+
+Names follow SGLang's / vLLM's ``--tool-call-parser`` names. Detection looks for each family's
+markers in the template source, most specific first (several families reuse ``<tool_call>``);
+a template with none of them (our test checkpoints' Hermes template included) gets ``hermes``.
+"""
+
+from __future__ import annotations
+
+from radixlm.runtime.chat_formats.format_registry import FormatRegistry
+from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
+from radixlm.runtime.chat_formats.tool_formats.deepseekv3 import DeepSeekV3Format
+from radixlm.runtime.chat_formats.tool_formats.deepseekv31 import DeepSeekV31Format
+from radixlm.runtime.chat_formats.tool_formats.deepseekv32 import DeepSeekV32Format
+from radixlm.runtime.chat_formats.tool_formats.glm45 import Glm45Format
+from radixlm.runtime.chat_formats.tool_formats.gpt_oss import GptOssFormat
+from radixlm.runtime.chat_formats.tool_formats.granite import GraniteFormat
+from radixlm.runtime.chat_formats.tool_formats.hermes import HermesFormat
+from radixlm.runtime.chat_formats.tool_formats.kimi_k2 import KimiK2Format
+from radixlm.runtime.chat_formats.tool_formats.llama3 import Llama3Format
+from radixlm.runtime.chat_formats.tool_formats.mistral import MistralFormat
+from radixlm.runtime.chat_formats.tool_formats.pythonic import PythonicFormat
+from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import Qwen3CoderFormat
+
+# (family, markers that must all be in the template), most specific first
+_DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gpt_oss", ("<|channel|>", "<|call|>")),
+    ("kimi_k2", ("<|tool_calls_section_begin|>",)),
+    ("deepseekv32", ("｜DSML｜", "function_calls>")),  # the template joins '<' + dsml_token + 'function_calls>'
+    ("deepseekv3", ("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>' + tool['type']")),
+    ("deepseekv3", ("<｜tool▁calls▁begin｜>", "' + tool['type'] + '<｜tool▁sep｜>")),
+    ("deepseekv3", ("<｜tool▁calls▁begin｜>", "function<｜tool▁sep｜>")),
+    ("deepseekv31", ("<｜tool▁calls▁begin｜>",)),
+    ("mistral", ("[TOOL_CALLS]",)),
+    ("glm45", ("<arg_key>",)),
+    ("qwen3_coder", ("<function=", "<parameter=")),
+    ("granite", ("<|tool_call|>",)),
+    ("pythonic", ("[func_name1(",)),
+    ("llama3", ("<|start_header_id|>", '"parameters": ')),
+    ("hermes", ("<tool_call>",)),
+)
+
+REGISTRY: FormatRegistry[ToolFormat] = FormatRegistry("tool_call_parser", (
+    HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
+    DeepSeekV3Format(), DeepSeekV31Format(), DeepSeekV32Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat()),
+    _DETECT, default="hermes")
+FORMATS, ALIASES, DEFAULT = REGISTRY.formats, REGISTRY.aliases, REGISTRY.default
+names, get_format, detect_name, resolve = REGISTRY.names, REGISTRY.get, REGISTRY.detect_name, REGISTRY.resolve

@@ -1,0 +1,55 @@
+"""The nouns of tool calling that every chat format shares: a declared tool (``ToolSpec``), a completed
+call (``ToolCall``), and the JSON schema of one call in the ``<tool_call>`` family's layout
+(``call_schema``). Parsing a request's ``tools`` field is the server's (``runtime/server/tool_calls.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from radixlm.constrained.json_schema.compiler import OPTIONS_KEY
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One declared function tool; ``parameters`` is its arguments' JSON schema."""
+
+    name: str
+    description: str | None = None
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+    def to_template(self) -> dict[str, Any]:
+        """The OpenAI shape chat templates expect in ``tools``."""
+        fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
+        if self.description is not None:
+            fn["description"] = self.description
+        return {"type": "function", "function": fn}
+
+
+def call_schema(tools: list[ToolSpec], name: str | None = None) -> dict[str, Any]:
+    """The JSON schema of one call: ``{"name": <declared name>, "arguments": <its parameters>}``."""
+    chosen = [t for t in tools if name is None or t.name == name]
+    variants = [
+        {"type": "object",
+         "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+         "required": ["name", "arguments"], "additionalProperties": False}
+        for t in chosen
+    ]
+    schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
+    # The family's layout: "name" before "arguments", the arguments' keys in schema order, and
+    # only the declared arguments (like OpenAI's strict function calling).
+    return {**schema, OPTIONS_KEY: {"property_order": "schema", "additional_properties": "declared"}}
+
+
+@dataclass
+class ToolCall:
+    """A completed call: ``arguments`` is the JSON text exactly as generated."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}

@@ -1,0 +1,1 @@
+"""radixlm.runtime.model.parallel: tensor parallelism (the rank group, its worker processes, the sharded layers)."""
