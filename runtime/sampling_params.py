@@ -1,7 +1,8 @@
 """Sampling parameters: the one dataclass that carries a request's sampler and constraint settings.
 
 It crosses every boundary (HTTP, Engine, DSL, scheduler, sampler, grammar backend) whole, and is
-validated once, at construction, with errors that name the bad field.
+validated at construction, with errors that name the bad field. Nothing changes one in place: a
+request phase that needs other settings takes a validated copy (:meth:`SamplingParams.replace`).
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ class SamplingParams:
         self.validate()
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> SamplingParams:
-        """Build from a JSON-like dict; unknown keys raise ``ValueError`` naming them."""
+    def from_dict(cls, d: dict[str, Any] | SamplingParams | None) -> SamplingParams:
+        """Build from a JSON-like dict (a ``SamplingParams`` is returned as it is); unknown keys
+        raise ``ValueError`` naming them."""
         if d is None:
             return cls()
         if isinstance(d, SamplingParams):
@@ -83,9 +85,14 @@ class SamplingParams:
         """A JSON-serialisable dict (the inverse of ``from_dict``)."""
         return dataclasses.asdict(self)
 
-    def copy(self, **changes: Any) -> SamplingParams:
-        """A validated copy with some fields changed."""
+    def replace(self, **changes: Any) -> SamplingParams:
+        """A copy with ``changes`` applied, validated again (``dataclasses.replace`` runs
+        ``__post_init__``). Later request phases derive their parameters this way; none mutates."""
         return dataclasses.replace(self, **changes)
+
+    def reset(self, *names: str) -> SamplingParams:
+        """A validated copy with the fields ``names`` back at their defaults."""
+        return self.replace(**{name: _DEFAULTS[name]() for name in names})
 
     @property
     def is_greedy(self) -> bool:
@@ -184,3 +191,8 @@ class SamplingParams:
             raise FieldError("reasoning_end", "reasoning_end must be a non-empty string")
         if self.whitespace_pattern is not None and not isinstance(self.whitespace_pattern, str):
             raise FieldError("whitespace_pattern", "whitespace_pattern must be a string (a regex)")
+
+
+# field -> a factory of its default (lists get a fresh one each time)
+_DEFAULTS = {f.name: (f.default_factory if f.default_factory is not dataclasses.MISSING else
+                      (lambda v=f.default: v)) for f in dataclasses.fields(SamplingParams)}

@@ -39,11 +39,15 @@ from radixlm.runtime.engine.inputs import (
 from radixlm.runtime.engine.step_loop import EngineLoop
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
+from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.scheduler import Scheduler
 from radixlm.runtime.scheduler.stop_checker import StopChecker
 from radixlm.runtime.server_args import ServerArgs
+
+# sampling_params as Engine.generate takes it: shared by every prompt, or one per prompt
+SamplingLike = SamplingParams | dict[str, Any] | list[SamplingParams | dict[str, Any] | None] | None
 
 
 class QueueFullError(RuntimeError):
@@ -83,7 +87,7 @@ class Engine:
 
     # ------------------------------------------------------------------ generate
 
-    def generate(self, prompt: str | list[str] | None = None, sampling_params: Any = None,
+    def generate(self, prompt: str | list[str] | None = None, sampling_params: SamplingLike = None,
                  input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
                  logprob_start_len: int | None = None, top_logprobs_num: int = 0, stream: bool = False,
                  rid: str | list[str] | None = None, extra_key: str | list[str] | None = None) -> Any:
@@ -96,6 +100,8 @@ class Engine:
         request. ``meta_info["first_token_latency"]`` is the time from submission to the first
         output token (None without one). ``extra_key`` (a string, or one per prompt) puts the
         prompt in its own radix-cache namespace: prompts under different keys share no KV.
+        ``sampling_params`` is a ``SamplingParams`` (passed through whole, as the HTTP server does),
+        a dict of its fields (SGLang's form), None (the defaults), or a list of those, one per prompt.
         """
         reqs, collector = self._make_reqs(prompt, sampling_params, input_ids, return_logprob,
                                           logprob_start_len, top_logprobs_num, stream, rid, extra_key)
@@ -111,7 +117,7 @@ class Engine:
             raise
         return collector.result()
 
-    async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: Any = None,
+    async def async_generate(self, prompt: str | list[str] | None = None, sampling_params: SamplingLike = None,
                              input_ids: list[int] | list[list[int]] | None = None, return_logprob: bool = False,
                              logprob_start_len: int | None = None, top_logprobs_num: int = 0,
                              stream: bool = False, rid: str | list[str] | None = None,

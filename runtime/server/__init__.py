@@ -1,10 +1,11 @@
 """radixlm.runtime.server: the aiohttp app, SGLang-native and OpenAI-compatible routes.
 
-``create_app(engine, config)`` builds the application around any object with the public
-``Engine`` API; ``BackgroundServer`` runs one in a thread (tests, notebooks).
+``create_app(engine, config)`` builds the application around any object with the members of
+:class:`ServedEngine` (``Engine`` has them); ``BackgroundServer`` runs one in a thread (tests, notebooks).
 """
 
 from radixlm.runtime.server.app import BackgroundServer, create_app
+from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.state import ServerConfig
 
-__all__ = ["BackgroundServer", "ServerConfig", "create_app"]
+__all__ = ["BackgroundServer", "ServedEngine", "ServerConfig", "create_app"]

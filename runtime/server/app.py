@@ -19,10 +19,10 @@ import signal
 import socket
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 from radixlm.runtime.server.auth import auth_middleware
+from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
 from radixlm.runtime.server.openai_api import OpenAIRoutes
@@ -64,8 +64,9 @@ async def url_limit_middleware(request: web.Request, handler: Handler) -> web.St
     return await handler(request)
 
 
-def create_app(engine: Any, config: ServerConfig | None = None) -> web.Application:
-    """The aiohttp application serving ``engine`` (an ``Engine`` or anything with its API)."""
+def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.Application:
+    """The aiohttp application serving ``engine`` (an ``Engine``, or anything with the members of
+    :class:`~radixlm.runtime.server.engine_api.ServedEngine`)."""
     config = config or ServerConfig()
     middlewares = [error_middleware, url_limit_middleware]
     if config.keys:
@@ -88,7 +89,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve(engine: Any, config: ServerConfig, stop: asyncio.Event | None = None,
+async def serve(engine: ServedEngine, config: ServerConfig, stop: asyncio.Event | None = None,
                 sock: socket.socket | None = None, on_ready: Callable[[int], None] | None = None,
                 handle_signals: bool = True) -> None:
     """Serve until SIGINT/SIGTERM or ``stop``; then drain (see the module docstring) and return."""
@@ -129,7 +130,7 @@ class BackgroundServer:
     unless ``config.port`` is non-zero.
     """
 
-    def __init__(self, engine: Any, config: ServerConfig | None = None, use_uvloop: bool = True):
+    def __init__(self, engine: ServedEngine, config: ServerConfig | None = None, use_uvloop: bool = True):
         self.engine = engine
         self.config = config or ServerConfig(port=0)
         self.use_uvloop = use_uvloop

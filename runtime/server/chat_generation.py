@@ -25,17 +25,14 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.runtime.chat_formats.reasoning.base import ReasoningFormat, ReasoningParser, Split
-from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
+from radixlm.runtime.chat_formats.reasoning.base import ReasoningParser, Split
 from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
-from radixlm.runtime.chat_formats.tool_formats.registry import FORMATS
-from radixlm.runtime.chat_formats.tools import ToolSpec
-from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS
+from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams
+from radixlm.runtime.server.chat_plan import ChatPlan
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
 from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolChoice
 
-# Sampler fields that would break a call's JSON if kept in a call phase.
+# Sampler fields that would break a call's JSON if kept in a call phase (reset to their defaults).
 _NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", *CONSTRAINT_FIELDS, "whitespace_pattern",
                       "min_new_tokens", "reasoning_end")
 
@@ -52,26 +49,6 @@ class ChoiceEvent:
     logprobs: list[dict[str, Any]] | None = None
     finish_reason: str | None = None
     violations: list[str] | None = None  # finish: what a lenient (strict=False) constraint saw violated
-
-
-@dataclass
-class ChatPlan:
-    """Everything fixed for one chat request; ``sampling`` already holds ``max_new_tokens``."""
-
-    prompt_ids: list[int]
-    sampling: dict[str, Any]
-    tools: list[ToolSpec] = field(default_factory=list)
-    tool_choice: ToolChoice = field(default_factory=ToolChoice)
-    stream: bool = False
-    logprobs: bool = False
-    top_logprobs: int = 0
-    extra_key: str | None = None  # the radix-cache namespace (tenant and salt); every phase shares it
-    fmt: ToolFormat = field(default_factory=lambda: FORMATS["hermes"])  # the family's call syntax
-    max_calls: int = MAX_CALLS_PER_TURN  # 1 with parallel_tool_calls: false
-    reasoning: ReasoningFormat | None = None  # splits the output into reasoning / content (None: all content)
-    reasoning_state: str = "none"  # where the prompt left the thinking (reasoning.base: open/closed/none)
-    think_marker: str | None = None  # a forced call waits for the model to write this (its thinking's end)
-    think_resume: str = ""  # then this text precedes the call (harmony: a new message)
 
 
 @dataclass
@@ -94,7 +71,7 @@ class ChoiceRunner:
         self.plan = plan
         self.record = record
         self.index = index
-        self.budget = int(plan.sampling["max_new_tokens"])
+        self.budget = plan.sampling.max_new_tokens
         self.ids = list(plan.prompt_ids)
         self.calls = 0
         self.call_end = "length"  # OpenAI finish_reason of the last call phase, if it did not complete
@@ -108,14 +85,14 @@ class ChoiceRunner:
         # the engine's lenient-mode report over the text phases (None: no lenient constraint ran)
         self.violations: list[str] | None = None
 
-    def _sampling(self, **changes: Any) -> dict[str, Any]:
-        s = dict(self.plan.sampling)
+    def _sampling(self, **changes: Any) -> SamplingParams:
+        """This choice's copy of the plan's settings, with ``changes``."""
+        s = self.plan.sampling
         if self.keep:  # the parsers need the markers that are special tokens; other specials stay skipped
-            s.setdefault("keep_special_token_ids", self.keep)
-        if s.get("seed") is not None:
-            s["seed"] = s["seed"] + self.index  # choices must differ even with a fixed seed
-        s.update(changes)
-        return s
+            changes = {"keep_special_token_ids": self.keep, **changes}
+        if s.seed is not None:
+            changes = {"seed": s.seed + self.index, **changes}  # choices must differ even with a fixed seed
+        return s.replace(**changes)
 
     async def events(self) -> AsyncIterator[ChoiceEvent]:
         choice = self.plan.tool_choice
@@ -132,7 +109,7 @@ class ChoiceRunner:
                 yield ev
             yield self._finish("tool_calls" if self.calls and not self.cut_off else self.call_end)
             return
-        stops = list(self.plan.sampling.get("stop") or [])
+        stops = list(self.plan.sampling.stop)
         openers = self.fmt.auto_openers if choice.mode == "auto" else ()
         stops += openers
         while True:
@@ -177,9 +154,8 @@ class ChoiceRunner:
     async def _think_phase(self, phase: _Phase) -> AsyncIterator[ChoiceEvent]:
         """Free generation up to the reasoning's end marker (a stop string), before a forced call."""
         marker = self.plan.think_marker or ""
-        sampling = self._sampling(max_new_tokens=self.budget, stop=[marker])
-        for key in ("json_schema", "json_object", "regex", "reasoning_end"):
-            sampling.pop(key, None)
+        sampling = self._sampling(max_new_tokens=self.budget, stop=[marker]).reset(
+            "json_schema", "json_object", "regex", "reasoning_end")
         async for ev in self._run(phase, sampling, True):
             yield ev
         if phase.finish.get("matched") == marker:
@@ -205,10 +181,8 @@ class ChoiceRunner:
         The call stream reads the wrapper text, the generated body and the suffix: a JSON-argument
         call is announced once its head is generated and its arguments stream as they come; others
         are the events the family's parser gives for the whole call text."""
-        sampling = self._sampling(max_new_tokens=self.budget)
-        for key in _NOT_IN_CALL_PHASE:
-            sampling.pop(key, None)
-        sampling.update(self.fmt.body_constraint(self.plan.tools, name))
+        sampling = self._sampling(max_new_tokens=self.budget).reset(*_NOT_IN_CALL_PHASE).replace(
+            **self.fmt.body_constraint(self.plan.tools, name))
         stream, phase = CallStream(self.fmt, self.plan.tools, self.calls), _Phase()
         events = stream.feed(self.fmt.forced_prefix)
         async for ev in self._run(phase, sampling, False):
@@ -240,13 +214,13 @@ class ChoiceRunner:
                 out.append(ChoiceEvent("call_args", text=e.text, call_index=e.index))
         return out
 
-    async def _run(self, phase: _Phase, sampling: dict[str, Any], is_text: bool) -> AsyncIterator[ChoiceEvent]:
+    async def _run(self, phase: _Phase, sampling: SamplingParams, is_text: bool) -> AsyncIterator[ChoiceEvent]:
         """One engine request continuing ``self.ids``; yields content events (text phases) or raw
         text events (call phases), and fills ``phase``."""
         want_lp = self.plan.logprobs and is_text
         if self.state.context_len:  # later phases have longer prompts: stay inside the context
-            sampling["max_new_tokens"] = max(min(sampling["max_new_tokens"],
-                                                 self.state.context_len - len(self.ids)), 0)
+            sampling = sampling.replace(max_new_tokens=max(min(sampling.max_new_tokens,
+                                                               self.state.context_len - len(self.ids)), 0))
         kwargs = {"input_ids": list(self.ids), "sampling_params": sampling, "return_logprob": want_lp,
                   "top_logprobs_num": self.plan.top_logprobs if want_lp else 0, "extra_key": self.plan.extra_key}
         rid = self.state.new_rid(self.record, f"-c{self.index}")

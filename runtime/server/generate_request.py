@@ -22,14 +22,14 @@ _SAMPLING_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
 _SAMPLING_ALIASES = {"sampling_seed": "seed"}  # SGLang's name -> ours
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerateRequest:
     """A parsed ``/generate`` body; every list holds one entry per prompt (batch item)."""
 
     prompts: list[str | list[int]]
     is_batch: bool
     is_ids: bool
-    sampling: list[dict[str, Any]]
+    sampling: list[SamplingParams]  # built here, once; the engine takes them whole
     rids: list[str | None]
     stream: bool = False
     return_logprob: list[bool] = field(default_factory=list)
@@ -107,11 +107,11 @@ def _item_values(r: FieldReader, key: str, kind: str, n: int, default: Any,
             for i, v in enumerate(per_item(value, n, key))]
 
 
-def _sampling(sp: Any, where: str, unknown: UnknownFields) -> dict[str, Any]:
+def _sampling(sp: Any, where: str, unknown: UnknownFields) -> SamplingParams:
     """One item's ``sampling_params``: nulls dropped, SGLang's names mapped, unknown keys handled,
-    then checked by ``SamplingParams`` (400 naming the field)."""
+    then built into ``SamplingParams`` (400 naming the field)."""
     if sp is None:
-        return {}
+        return SamplingParams()
     if not isinstance(sp, dict):
         raise bad_request(f"'{where}' must be an object", param=where, code="invalid_type")
     out: dict[str, Any] = {}
@@ -125,10 +125,9 @@ def _sampling(sp: Any, where: str, unknown: UnknownFields) -> dict[str, Any]:
     unknown.found([f"{where}.{k}" for k in sorted(set(out) - _SAMPLING_FIELDS)])
     out = {k: v for k, v in out.items() if k in _SAMPLING_FIELDS}
     try:
-        SamplingParams.from_dict(out)
+        return SamplingParams.from_dict(out)
     except (TypeError, ValueError) as e:  # a TypeError's text is Python's, not a reason for the client
         why = client_message(str(e)) if isinstance(e, ValueError) else "a field has the wrong type"
         name = getattr(e, "field", None)
         raise bad_request(f"sampling_params: {why}", param=f"{where}.{name}" if name else where,
                           code="invalid_value") from None
-    return out

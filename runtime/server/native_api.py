@@ -18,7 +18,9 @@ from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
+from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.cumulative_stream import CumulativeStream
+from radixlm.runtime.server.engine_api import ServedTokenizer
 from radixlm.runtime.server.generate_request import GenerateRequest, parse_generate_request
 from radixlm.runtime.server.http_errors import APIError, client_message
 from radixlm.runtime.server.request_fields import FieldReader, UnknownFields
@@ -38,9 +40,8 @@ class NativeRoutes:
 
     def __init__(self, state: ServerState):
         self.state = state
-        args = state.engine.server_args
-        self.strict = bool(getattr(args, "strict_api", False))  # unknown fields: 400
-        self.incremental = bool(getattr(args, "incremental_streaming_output", False))
+        self.strict = state.strict  # unknown fields: 400
+        self.incremental = bool(state.engine.server_args.incremental_streaming_output)
 
     def register(self, app: web.Application) -> None:
         app.router.add_post("/generate", self.generate)
@@ -128,7 +129,7 @@ class NativeRoutes:
             rid = self.state.new_rid(record, "-health")
             ids = [self.state.tokenizer.encode("Hi")[0]]
             result = await asyncio.wait_for(self.state.generate(
-                rid, input_ids=ids, sampling_params={"max_new_tokens": 1, "temperature": 0.0}), 60)
+                rid, input_ids=ids, sampling_params=SamplingParams(max_new_tokens=1, temperature=0.0)), 60)
             record.add(result.get("meta_info", {}))
         return web.json_response({"status": "ok", "latency_s": round(time.perf_counter() - start, 4)})
 
@@ -140,8 +141,8 @@ class NativeRoutes:
             "tokenizer_path": self.state.engine.server_args.tokenizer_path or self.state.model_path,
             "is_generation": True,
             "context_length": self.state.context_len,
-            "architecture": getattr(cfg, "architecture", None),
-            "vocab_size": getattr(cfg, "vocab_size", None),
+            "architecture": cfg.architecture,
+            "vocab_size": cfg.vocab_size,
         })
 
     async def server_info(self, request: web.Request) -> web.Response:
@@ -204,7 +205,7 @@ class NativeRoutes:
                             headers={"X-Prometheus-Format": "0.0.4"})
 
 
-def add_logprob_text(meta: dict[str, Any], tokenizer: Any) -> None:
+def add_logprob_text(meta: dict[str, Any], tokenizer: ServedTokenizer) -> None:
     """Give every ``[logprob, token_id]`` logprob entry its token text (``return_text_in_logprobs``)."""
     def with_text(entry: Any) -> Any:
         if isinstance(entry, (list, tuple)) and len(entry) >= 2 and isinstance(entry[1], int):

@@ -15,32 +15,25 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
 
-import jinja2
 from aiohttp import web
-from radixlm.runtime.chat_formats.reasoning.base import CLOSED
-from radixlm.runtime.chat_formats.tool_formats.base import FormatUnsupported
 from radixlm.runtime.chat_formats.tools import ToolCall
-from radixlm.runtime.server.chat_generation import ChatPlan, ChoiceEvent, ChoiceRunner
-from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
+from radixlm.runtime.server.chat_generation import ChoiceEvent, ChoiceRunner
+from radixlm.runtime.server.chat_plan import plan_chat, schema_error
 from radixlm.runtime.server.openai_logprobs import (
     TextCursor,
     completion_logprobs,
     extract,
     merge_completion_logprobs,
 )
-from radixlm.runtime.server.openai_protocol import (
+from radixlm.runtime.server.openai_requests import (
     ChatRequest,
     CompletionRequest,
-    envelope,
-    finish_reason,
-    new_id,
     parse_chat_request,
     parse_completion_request,
-    usage_dict,
 )
+from radixlm.runtime.server.openai_responses import Envelope, Usage, envelope, finish_reason, new_id
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, constraint_error, error_pointer
 from radixlm.runtime.server.tool_schema import check_tool_schemas
 
 
@@ -49,7 +42,7 @@ class OpenAIRoutes:
 
     def __init__(self, state: ServerState):
         self.state = state
-        self.strict = bool(getattr(state.engine.server_args, "strict_api", False))  # unknown fields: 400
+        self.strict = state.strict  # unknown fields: 400
 
     def register(self, app: web.Application) -> None:
         app.router.add_get("/v1/models", self.models)
@@ -94,15 +87,15 @@ class OpenAIRoutes:
                 lps = self._completion_lps(req, res, req.echo, self._cursor(len(text) - len(res.get("text", ""))))
                 choice = {"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps}
                 choices.append(with_violations(choice, meta.get("constraint_violations")))
-            usage = usage_dict(record.prompt, record.completion, record.cached)
+            usage = Usage.count(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage),
                                      headers=headers)
 
     def _completion_kwargs(self, req: CompletionRequest, p: int, j: int,
                            extra_key: str | None) -> dict[str, Any]:
-        sampling = dict(req.sampling)
-        if sampling.get("seed") is not None:
-            sampling["seed"] += j
+        sampling = req.sampling
+        if sampling.seed is not None:
+            sampling = sampling.replace(seed=sampling.seed + j)  # choices must differ even with a fixed seed
         prompt = req.prompts[p]
         kwargs: dict[str, Any] = {"sampling_params": sampling, "extra_key": extra_key}
         kwargs["input_ids" if isinstance(prompt, list) else "prompt"] = prompt
@@ -141,7 +134,7 @@ class OpenAIRoutes:
                 for out in self._completion_chunk(req, jobs, rid, record, sent, k, chunk):
                     yield out
         if req.include_usage:
-            usage = usage_dict(record.prompt, record.completion, record.cached)
+            usage = Usage.count(record.prompt, record.completion, record.cached)
             yield envelope("text_completion", rid, self.state.model_name, [], usage)
 
     def _completion_chunk(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
@@ -165,24 +158,21 @@ class OpenAIRoutes:
         return [self._chunk("text_completion", rid, [choice], req.include_usage)]
 
     def _chunk(self, obj: str, rid: str, choices: list[dict], include_usage: bool) -> dict:
-        out = envelope(obj, rid, self.state.model_name, choices)
-        if include_usage:
-            out["usage"] = None
-        else:
-            out.pop("usage", None)
-        return out
+        """A stream chunk; ``"usage": null`` on every chunk when the client asked for usage."""
+        return Envelope(id=rid, object=obj, model=self.state.model_name, choices=choices).to_dict(include_usage)
 
     # ------------------------------------------------------------------ chat
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/v1/chat/completions") as record:
-            req = parse_chat_request(await self.state.read_json(request), self.strict)
+            req = parse_chat_request(await self.state.read_json(request), self.strict,
+                                     self.state.max_new_tokens_default)
             self.state.check_model(req.model)
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/chat/completions")
             if req.tools:  # every tool, whatever tool_choice: auto would otherwise fail mid-answer
                 await self.state.offload(check_tool_schemas, req.tools)
-            plan = self._chat_plan(req, self.state.extra_key(request, req.salt))
+            plan = plan_chat(self.state, req, self.state.extra_key(request, req.salt))
             runners = [ChoiceRunner(self.state, plan, record, j) for j in range(req.n)]
             rid = new_id("chatcmpl")
             try:
@@ -190,87 +180,10 @@ class OpenAIRoutes:
                     return await write_stream(request, self._chat_chunks(req, runners, rid, record), headers)
                 choices = await gather_all([_collect(r, req.logprobs) for r in runners])
             except ValueError as e:
-                raise self._schema_error(req, e) from None
-            usage = usage_dict(record.prompt, record.completion, record.cached)
+                raise schema_error(req, e) from None
+            usage = Usage.count(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("chat.completion", rid, self.state.model_name, choices, usage),
                                      headers=headers)
-
-    def _chat_plan(self, req: ChatRequest, extra_key: str | None) -> ChatPlan:
-        tools = [t.to_template() for t in req.tools] if req.tools and req.tool_choice.mode != "none" else None
-        try:
-            text = self.state.tokenizer.apply_chat_template(req.messages, tools=tools,
-                                                            add_generation_prompt=req.add_generation_prompt,
-                                                            **req.chat_template_kwargs)
-            if req.continue_final_message:
-                text = _continue_final(text, req.messages[-1])
-        except Exception as e:  # jinja's raise_exception, or a template that cannot render these messages
-            # the template's own words (raise_exception, jinja errors) help; a Python error's do not
-            why = f": {client_message(str(e))}" if isinstance(e, (ValueError, jinja2.TemplateError)) else ""
-            raise bad_request(f"the chat template cannot render these messages{why}", param="messages",
-                              code="invalid_messages") from None
-        ids = self.state.tokenizer.encode(text, add_special_tokens=False)
-        ctx = self.state.context_len
-        if ctx and len(ids) >= ctx:
-            raise APIError(400, f"this model's maximum context length is {ctx} tokens, but the messages "
-                           f"take {len(ids)} tokens", param="messages", code="context_length_exceeded")
-        sampling = dict(req.sampling)
-        if "max_new_tokens" not in sampling:  # the server's default, within the context left
-            default = self.state.max_new_tokens_default
-            sampling["max_new_tokens"] = min(default, max(ctx - len(ids) - 1, 1)) if ctx else default
-        elif ctx and len(ids) + sampling["max_new_tokens"] > ctx:
-            raise APIError(400, f"this model's maximum context length is {ctx} tokens; the messages take "
-                           f"{len(ids)} and max_tokens asks for {sampling['max_new_tokens']}",
-                           param="max_tokens", code="context_length_exceeded")
-        if req.tool_choice.forces_call:  # a layout that cannot express a tool's schema: 400 before generating
-            try:
-                self.state.tool_format.body_constraint(req.tools, req.tool_choice.name)
-            except FormatUnsupported as e:
-                raise self._schema_error(req, e) from None
-        fmt = req.response_format
-        if not req.tool_choice.forces_call:
-            if fmt.kind == "json_object":
-                sampling["json_object"] = True
-            elif fmt.kind == "json_schema":
-                sampling["json_schema"] = fmt.schema
-                if fmt.strict is False:  # OpenAI's non-strict: our lenient mode, violations reported
-                    sampling["strict"] = False
-        plan = ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
-                        extra_key, self.state.tool_format, MAX_CALLS_PER_TURN if req.parallel_tool_calls else 1)
-        return self._with_reasoning(req, plan, text)
-
-    def _with_reasoning(self, req: ChatRequest, plan: ChatPlan, prompt: str) -> ChatPlan:
-        """Add the server's reasoning format to ``plan``: the output split (unless
-        ``separate_reasoning`` is false) and the wait for the thinking to end before a constraint."""
-        fmt = self.state.reasoning_format
-        if fmt is None:
-            return plan
-        state = fmt.prompt_state(prompt)
-        if req.separate_reasoning:
-            plan.reasoning, plan.reasoning_state = fmt, state
-        if fmt.name == "gpt-oss":  # harmony's markers are special tokens: the parsers must see them
-            plan.sampling.setdefault("skip_special_tokens", False)
-        if state == CLOSED:  # the template ended the thinking: the answer (and its grammar) starts now
-            return plan
-        plan.think_marker, plan.think_resume = fmt.call_after
-        if any(plan.sampling.get(k) for k in ("json_schema", "json_object", "regex", "ebnf", "choices")):
-            plan.sampling["reasoning_end"] = fmt.gate_marker  # the engine's gate: grammar after the marker
-        return plan
-
-    def _schema_error(self, req: ChatRequest, e: ValueError) -> Exception:
-        """Point a constraint error at ``tools`` or ``response_format`` instead of our wrapper schema."""
-        if isinstance(e, FormatUnsupported):  # the family's layout cannot express this tool's schema
-            return APIError(400, str(e), param=f"tools[{e.index}].function.parameters", code="unsupported_schema")
-        if error_pointer(e) is None:
-            return e
-        if req.tools and req.tool_choice.mode != "none":
-            return constraint_error(e, req.tools, req.tool_choice.name) or e
-        if req.response_format.kind == "json_schema":
-            return APIError(400, f"response_format.json_schema.schema: {client_message(str(e))}",
-                            param="response_format.json_schema.schema", code="unsupported_schema")
-        if req.constraint_field is not None:
-            return APIError(400, f"{req.constraint_field}: {client_message(str(e))}", param=req.constraint_field,
-                            code="unsupported_schema")
-        return e
 
     async def _chat_chunks(self, req: ChatRequest, runners: list[ChoiceRunner], rid: str,
                            record: RequestRecord) -> AsyncIterator[dict]:
@@ -280,7 +193,7 @@ class OpenAIRoutes:
             except StopAsyncIteration:
                 return
             except ValueError as e:
-                raise self._schema_error(req, e) from None
+                raise schema_error(req, e) from None
             for r in runners:
                 yield self._chat_chunk(req, rid, r.index, {"role": "assistant", "content": ""})
             k, ev = first
@@ -292,7 +205,7 @@ class OpenAIRoutes:
                 if chunk is not None:
                     yield chunk
         if req.include_usage:
-            usage = usage_dict(record.prompt, record.completion, record.cached)
+            usage = Usage.count(record.prompt, record.completion, record.cached)
             yield envelope("chat.completion.chunk", rid, self.state.model_name, [], usage)
 
     def _event_chunk(self, req: ChatRequest, rid: str, k: int, ev: ChoiceEvent) -> dict | None:
@@ -326,17 +239,6 @@ def with_violations(choice: dict[str, Any], violations: list[str] | None) -> dic
     if isinstance(violations, list):
         choice["constraint_violations"] = list(violations)
     return choice
-
-
-def _continue_final(text: str, last: dict[str, Any]) -> str:
-    """The rendered prompt cut right after the last message's content, so the answer continues it
-    (the template's end-of-turn text after it is dropped, as transformers' continue_final_message does)."""
-    content = last.get("content") or ""
-    at = text.rfind(content) if content else -1
-    if at < 0:
-        raise ValueError("continue_final_message: the chat template does not render the last message's "
-                         "content verbatim")
-    return text[:at + len(content)]
 
 
 async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.server.engine_api import ServedTokenizer
+
 
 @dataclass
 class TokenLogprob:
@@ -52,14 +54,12 @@ def extract(meta: dict[str, Any], ids: list[int] | None, which: str = "output") 
     return out
 
 
-def token_text(tokenizer: Any, token_id: int) -> str:
+def token_text(tokenizer: ServedTokenizer, token_id: int) -> str:
     return tokenizer.decode([token_id], skip_special_tokens=False)
 
 
-def _token_bytes(tokenizer: Any, token_id: int) -> list[int]:
-    raw = getattr(tokenizer, "id_to_bytes", None)
-    data = raw(token_id) if raw is not None else token_text(tokenizer, token_id).encode()
-    return list(data)
+def _token_bytes(tokenizer: ServedTokenizer, token_id: int) -> list[int]:
+    return list(tokenizer.id_to_bytes(token_id))
 
 
 class TextCursor:
@@ -67,7 +67,7 @@ class TextCursor:
     incrementally decoded text (a token ending inside a UTF-8 character adds nothing until the
     character completes; special tokens add nothing), so offsets agree streamed or not."""
 
-    def __init__(self, tokenizer: Any, offset: int = 0):
+    def __init__(self, tokenizer: ServedTokenizer, offset: int = 0):
         self.detok = tokenizer.incremental_detokenizer()
         self.offset = offset
 
@@ -78,7 +78,7 @@ class TextCursor:
         return start
 
 
-def completion_logprobs(tokenizer: Any, entries: list[TokenLogprob], cursor: TextCursor) -> dict[str, Any]:
+def completion_logprobs(tokenizer: ServedTokenizer, entries: list[TokenLogprob], cursor: TextCursor) -> dict[str, Any]:
     """The legacy ``/v1/completions`` shape: tokens, token_logprobs, top_logprobs, text_offset."""
     tokens, token_lps, top, offsets = [], [], [], []
     for e in entries:
@@ -95,7 +95,7 @@ def merge_completion_logprobs(a: dict[str, Any] | None, b: dict[str, Any]) -> di
     return {k: a[k] + b[k] for k in b}
 
 
-def chat_logprobs(tokenizer: Any, entries: list[TokenLogprob], top_n: int) -> list[dict[str, Any]]:
+def chat_logprobs(tokenizer: ServedTokenizer, entries: list[TokenLogprob], top_n: int) -> list[dict[str, Any]]:
     """The chat ``logprobs.content`` list: token, logprob, bytes, top_logprobs."""
     out = []
     for e in entries:

@@ -10,7 +10,6 @@ becomes one INFO log line and the metrics.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import time
@@ -24,6 +23,7 @@ from aiohttp import web
 from radixlm.runtime.chat_formats.reasoning.registry import resolve as resolve_reasoning
 from radixlm.runtime.chat_formats.tool_formats.registry import resolve
 from radixlm.runtime.server.auth import TENANT_KEY, cache_namespace, check_api_key
+from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.json_body import parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
@@ -31,8 +31,6 @@ from radixlm.runtime.server.metrics import ServerMetrics
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
 
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
-DEFAULT_MAX_JSON_DEPTH = 256  # ServerArgs.max_json_depth, for engines whose server_args lack it
-DEFAULT_MAX_NEW_TOKENS = 1024  # ServerArgs.max_new_tokens_default, likewise
 
 
 @dataclass
@@ -99,26 +97,25 @@ class RequestRecord:
 class ServerState:
     """The engine plus the HTTP layer's own state; one per application."""
 
-    def __init__(self, engine: Any, config: ServerConfig):
+    def __init__(self, engine: ServedEngine, config: ServerConfig):
         self.engine = engine
         self.config = config
         self.tokenizer = engine.tokenizer
-        self.model_path = str(getattr(engine, "model_path", None) or engine.server_args.model_path or "")
+        args = engine.server_args
+        self.model_path = str(engine.model_path)
         self.model_name = config.served_model_name or os.path.basename(self.model_path.rstrip("/")) or "default"
         self.metrics = ServerMetrics(self.model_name)
         # no --model-path: the embedded tiny checkpoint, whose random weights answer in noise
-        self.random_weights = getattr(engine.server_args, "model_path", None) is None
+        self.random_weights = args.model_path is None
         self.port = config.port  # the bound port once listening (config.port may be 0)
-        args = engine.server_args
-        self.context_len = int(args.context_length or getattr(engine.model_config, "context_len", 0) or 0)
-        self.max_json_depth = int(getattr(args, "max_json_depth", DEFAULT_MAX_JSON_DEPTH))
-        self.max_new_tokens_default = int(getattr(args, "max_new_tokens_default", DEFAULT_MAX_NEW_TOKENS))
+        self.context_len = int(args.context_length or engine.model_config.context_len or 0)
+        self.max_json_depth = int(args.max_json_depth)
+        self.max_new_tokens_default = int(args.max_new_tokens_default)
+        self.strict = bool(args.strict_api)  # unknown request fields: 400 instead of ignored
         # the tool-call format: --tool-call-parser, else detected from the chat template
-        self.tool_format = resolve(getattr(args, "tool_call_parser", None),
-                                   getattr(self.tokenizer, "chat_template", None))
+        self.tool_format = resolve(args.tool_call_parser, self.tokenizer.chat_template)
         # the reasoning format: --reasoning-parser, else detected from the chat template (or None)
-        self.reasoning_format = resolve_reasoning(getattr(args, "reasoning_parser", None),
-                                                  getattr(self.tokenizer, "chat_template", None))
+        self.reasoning_format = resolve_reasoning(args.reasoning_parser, self.tokenizer.chat_template)
         self.started_at = time.time()
         self.inflight: set[str] = set()
         self.draining = False
@@ -172,8 +169,7 @@ class ServerState:
         for continuation phases, whose first token is not the request's)."""
         self.inflight.add(rid)
         try:
-            result = self.engine.async_generate(rid=rid, stream=False, **kwargs)
-            result = await result if inspect.isawaitable(result) else result
+            result = await self.engine.async_generate(rid=rid, stream=False, **kwargs)
             if observe_ttft:
                 for out in result if isinstance(result, list) else [result]:
                     meta = out.get("meta_info", {})
@@ -196,9 +192,7 @@ class ServerState:
         start = last = time.perf_counter()
         sent_tokens = 0
         try:
-            chunks = self.engine.async_generate(rid=rid, stream=True, **kwargs)
-            if inspect.isawaitable(chunks):
-                chunks = await chunks
+            chunks = await self.engine.async_generate(rid=rid, stream=True, **kwargs)
             async for chunk in chunks:
                 now = time.perf_counter()
                 new = _new_tokens(chunk, sent_tokens)

@@ -1,48 +1,41 @@
-"""OpenAI request parsing (into dataclasses, every field type- and range-checked) and response shapes.
+"""OpenAI request parsing: a JSON body becomes a frozen :class:`CompletionRequest` or :class:`ChatRequest`.
 
-Parsing never touches the engine: it turns a JSON body into a :class:`CompletionRequest` or a
-:class:`ChatRequest` whose ``sampling`` dict is ready for ``SamplingParams.from_dict``, or raises
-a 400 :class:`~radixlm.runtime.server.http_errors.APIError` naming the bad field. Fields nobody
-reads are ignored and listed in the request's ``ignored`` (a 400 with ``strict=True``, i.e.
-``ServerArgs.strict_api``); constraints outside ``response_format`` are read by
-:mod:`~radixlm.runtime.server.structured_fields`, messages by :mod:`~radixlm.runtime.server.chat_messages`.
+Parsing never touches the engine. Every field is type- and range-checked (a 400
+:class:`~radixlm.runtime.server.http_errors.APIError` naming the bad field), and the request's
+``SamplingParams`` is built here, once: later phases take copies (``SamplingParams.replace``).
+Fields nobody reads are ignored and listed in the request's ``ignored`` (a 400 with
+``strict=True``, i.e. ``ServerArgs.strict_api``). Sampler fields and constraint extensions are read
+by :mod:`~radixlm.runtime.server.openai_sampling`, messages by
+:mod:`~radixlm.runtime.server.chat_messages`.
 """
 
 from __future__ import annotations
 
-import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.runtime.chat_formats.tools import ToolSpec
+from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.chat_messages import parse_messages
 from radixlm.runtime.server.http_errors import bad_request
+from radixlm.runtime.server.openai_sampling import read_sampler_fields, read_structured_fields
 from radixlm.runtime.server.request_fields import (
     FieldReader,
     UnknownFields,
-    check_str_list,
     check_token_ids,
     is_kind,
     read_cache_salt,
 )
-from radixlm.runtime.server.structured_fields import read_structured_fields
 from radixlm.runtime.server.tool_calls import ToolChoice, parse_tool_choice, parse_tools
 
 # Accepted and ignored: they change nothing about how we generate.
 IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls",
                             "suffix", "best_of", "modalities", "prediction", "reasoning_effort"})
-# SGLang extensions accepted on the OpenAI routes (SamplingParams names).
-_EXTENSIONS = {"top_k": ("int", None, None), "min_p": ("number", 0.0, 1.0),
-               "repetition_penalty": ("number", 0.0, None), "min_tokens": ("int", 0, None),
-               "ignore_eos": ("bool", None, None), "stop_token_ids": ("list", None, None),
-               "no_stop_trim": ("bool", None, None), "skip_special_tokens": ("bool", None, None),
-               "spaces_between_special_tokens": ("bool", None, None)}
-_EXTENSION_TARGET = {"min_tokens": "min_new_tokens"}
 MAX_N = 64
+COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 
 
-@dataclass
+@dataclass(frozen=True)
 class ResponseFormat:
     """``response_format``: kind is ``text`` | ``json_object`` | ``json_schema``."""
 
@@ -51,14 +44,23 @@ class ResponseFormat:
     schema: dict | None = None
     strict: bool | None = None  # OpenAI's switch; False selects our lenient mode (violations reported)
 
+    def sampling_fields(self) -> dict[str, Any]:
+        """The ``SamplingParams`` fields this format sets (strict false: the lenient mode)."""
+        if self.kind == "json_object":
+            return {"json_object": True}
+        if self.kind != "json_schema":
+            return {}
+        return {"json_schema": self.schema} if self.strict is not False else \
+            {"json_schema": self.schema, "strict": False}
 
-@dataclass
+
+@dataclass(frozen=True)
 class CompletionRequest:
     """A parsed ``POST /v1/completions`` body; ``prompts`` holds text or token-id lists."""
 
     model: str | None
     prompts: list[str | list[int]]
-    sampling: dict[str, Any]
+    sampling: SamplingParams  # choice j of a prompt draws with seed + j
     n: int = 1
     echo: bool = False
     logprobs: int | None = None
@@ -70,13 +72,19 @@ class CompletionRequest:
     ignored: UnknownFields = field(default_factory=UnknownFields)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ChatRequest:
-    """A parsed ``POST /v1/chat/completions`` body; ``messages`` are ready for the chat template."""
+    """A parsed ``POST /v1/chat/completions`` body; ``messages`` are ready for the chat template.
+
+    ``sampling`` holds the whole request's settings, ``response_format``'s constraint included
+    (unless a tool call is forced: then the call's constraint replaces it); without ``max_tokens``
+    its ``max_new_tokens`` is the server's default, which the route fits to the context left.
+    ``sampling_fields`` names the ``SamplingParams`` fields the body set."""
 
     model: str | None
     messages: list[dict[str, Any]]
-    sampling: dict[str, Any]
+    sampling: SamplingParams
+    sampling_fields: frozenset[str] = frozenset()
     n: int = 1
     stream: bool = False
     include_usage: bool = False
@@ -95,50 +103,10 @@ class ChatRequest:
     constraint_field: str | None = None
     ignored: UnknownFields = field(default_factory=UnknownFields)
 
-
-def _common_sampling(r: FieldReader, max_tokens_keys: tuple[str, ...], max_default: int | None) -> dict:
-    """Sampler fields shared by completions and chat, renamed to ``SamplingParams`` fields."""
-    s: dict[str, Any] = {}
-    max_tokens = max_default
-    for key in max_tokens_keys:
-        value = r.get(key, "int", lo=0)
-        if value is not None:
-            max_tokens = value
-    if max_tokens is not None:
-        s["max_new_tokens"] = max_tokens
-    s["temperature"] = r.get("temperature", "number", 1.0, lo=0.0, hi=2.0)
-    s["top_p"] = r.get("top_p", "number", 1.0, lo=0.0, hi=1.0)
-    if s["top_p"] == 0.0:
-        raise bad_request("'top_p' must be in (0, 1]", param="top_p", code="out_of_range")
-    s["presence_penalty"] = r.get("presence_penalty", "number", 0.0, lo=-2.0, hi=2.0)
-    s["frequency_penalty"] = r.get("frequency_penalty", "number", 0.0, lo=-2.0, hi=2.0)
-    seed = r.get("seed", "int")
-    if seed is not None:
-        s["seed"] = seed
-    stop = r.get("stop", ("str", "list"))
-    if stop is not None:
-        s["stop"] = check_str_list(stop, "stop")
-    bias = r.get("logit_bias", "object")
-    if bias:
-        s["logit_bias"] = _logit_bias(bias)
-    for key, (kind, lo, hi) in _EXTENSIONS.items():
-        value = r.get(key, kind, lo=lo, hi=hi)
-        if value is not None:
-            s[_EXTENSION_TARGET.get(key, key)] = value
-    return s
-
-
-def _logit_bias(bias: dict) -> dict[int, float]:
-    out = {}
-    for key, value in bias.items():
-        if not (isinstance(key, str) and key.isdigit()) or not is_kind(value, "number"):
-            raise bad_request(f"'logit_bias' must map token ids to numbers, got {key!r}: {value!r}",
-                              param="logit_bias", code="invalid_type")
-        if not -100 <= value <= 100:
-            raise bad_request(f"'logit_bias[{key}]' must be in [-100, 100], got {value}",
-                              param="logit_bias", code="out_of_range")
-        out[int(key)] = float(value)
-    return out
+    @property
+    def max_tokens_given(self) -> bool:
+        """Whether the body set ``max_tokens`` / ``max_completion_tokens``."""
+        return "max_new_tokens" in self.sampling_fields
 
 
 def _stream_options(r: FieldReader, stream: bool) -> bool:
@@ -158,14 +126,13 @@ def _reader(body: dict[str, Any], strict: bool) -> FieldReader:
     return FieldReader(body, unknown=UnknownFields(strict))
 
 
-def _extensions(r: FieldReader, sampling: dict[str, Any]) -> tuple[str | None, str | None]:
-    """SGLang's ``rid`` and the constraint extensions (merged into ``sampling``): (rid, constraint field)."""
+def _extensions(r: FieldReader) -> tuple[str | None, dict[str, Any], str | None]:
+    """SGLang's ``rid`` and the constraint extensions: (rid, their sampling fields, constraint field)."""
     rid = r.get("rid", "str")
     if rid is not None and not rid:
         raise bad_request("'rid' must be a non-empty string", param="rid", code="invalid_value")
     constraint, source = read_structured_fields(r)
-    sampling.update(constraint)
-    return rid, source
+    return rid, constraint, source
 
 
 def parse_completion_request(body: dict[str, Any], strict: bool = False) -> CompletionRequest:
@@ -174,17 +141,19 @@ def parse_completion_request(body: dict[str, Any], strict: bool = False) -> Comp
     model = r.get("model", "str")
     raw = r.get("prompt", ("str", "list"), required=True)
     prompts = _prompts(raw)
-    sampling = _common_sampling(r, ("max_tokens",), 16)
+    sampler = read_sampler_fields(r, ("max_tokens",))
     n = r.get("n", "int", 1, lo=1, hi=MAX_N)
     echo = r.get("echo", "bool", False)
     logprobs = r.get("logprobs", "int", lo=0, hi=20)
     stream = r.get("stream", "bool", False)
     include_usage = _stream_options(r, stream)
     salt = read_cache_salt(r)
-    rid, source = _extensions(r, sampling)
+    rid, constraint, source = _extensions(r)
     r.reject_unknown(IGNORED_FIELDS)
-    return CompletionRequest(model, prompts, sampling, n, echo, logprobs, stream, include_usage, salt, rid,
-                             source, r.unknown)
+    sampling = SamplingParams(**{"max_new_tokens": COMPLETION_MAX_TOKENS, **sampler, **constraint})
+    return CompletionRequest(model, prompts, sampling, n=n, echo=echo, logprobs=logprobs, stream=stream,
+                             include_usage=include_usage, salt=salt, rid=rid, constraint_field=source,
+                             ignored=r.unknown)
 
 
 def _prompts(raw: Any) -> list[str | list[int]]:
@@ -207,12 +176,14 @@ def _prompts(raw: Any) -> list[str | list[int]]:
     return out
 
 
-def parse_chat_request(body: dict[str, Any], strict: bool = False) -> ChatRequest:
-    """Validate a ``/v1/chat/completions`` body (400 naming the bad field; unknown fields too if ``strict``)."""
+def parse_chat_request(body: dict[str, Any], strict: bool = False,
+                       max_new_tokens_default: int = 1024) -> ChatRequest:
+    """Validate a ``/v1/chat/completions`` body (400 naming the bad field; unknown fields too if
+    ``strict``); without ``max_tokens``, ``max_new_tokens_default`` stands in (see :class:`ChatRequest`)."""
     r = _reader(body, strict)
     model = r.get("model", "str")
     messages = parse_messages(r)
-    sampling = _common_sampling(r, ("max_tokens", "max_completion_tokens"), None)
+    sampler = read_sampler_fields(r, ("max_tokens", "max_completion_tokens"))
     n = r.get("n", "int", 1, lo=1, hi=MAX_N)
     stream = r.get("stream", "bool", False)
     include_usage = _stream_options(r, stream)
@@ -223,7 +194,7 @@ def parse_chat_request(body: dict[str, Any], strict: bool = False) -> ChatReques
     fmt = _response_format(r)
     tools = parse_tools(r.get("tools", "list"))
     choice = parse_tool_choice(r.get("tool_choice", ("str", "object")), tools)
-    rid, source = _extensions(r, sampling)
+    rid, constraint, source = _extensions(r)
     _check_one_constraint(fmt, choice, tools, source)
     salt = read_cache_salt(r)
     parallel = r.get("parallel_tool_calls", "bool", True)
@@ -235,9 +206,14 @@ def parse_chat_request(body: dict[str, Any], strict: bool = False) -> ChatReques
         raise bad_request("'continue_final_message' needs the last message to be the assistant's and "
                           "'add_generation_prompt' false", param="continue_final_message")
     r.reject_unknown(IGNORED_FIELDS)
-    return ChatRequest(model, messages, sampling, n, stream, include_usage, logprobs, top_logprobs,
-                       fmt, tools, choice, salt, parallel, template_kwargs, separate, cont, add_prompt, rid,
-                       source, r.unknown)
+    fields = {**sampler, **constraint, **({} if choice.forces_call else fmt.sampling_fields())}
+    sampling = SamplingParams(**{"max_new_tokens": max_new_tokens_default, **fields})
+    return ChatRequest(model, messages, sampling, frozenset(fields), n=n, stream=stream,
+                       include_usage=include_usage, logprobs=logprobs, top_logprobs=top_logprobs,
+                       response_format=fmt, tools=tools, tool_choice=choice, salt=salt,
+                       parallel_tool_calls=parallel, chat_template_kwargs=template_kwargs,
+                       separate_reasoning=separate, continue_final_message=cont,
+                       add_generation_prompt=add_prompt, rid=rid, constraint_field=source, ignored=r.unknown)
 
 
 def _check_one_constraint(fmt: ResponseFormat, choice: ToolChoice, tools: list[ToolSpec],
@@ -287,33 +263,3 @@ def _response_format(parent: FieldReader) -> ResponseFormat:
     js.reject_unknown()
     r.reject_unknown()
     return ResponseFormat("json_schema", name, schema, strict)
-
-
-# ---- response shapes -------------------------------------------------------------------------
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:24]}"
-
-
-def usage_dict(prompt: int, completion: int, cached: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached}}
-
-
-def envelope(obj: str, rid: str, model: str, choices: list[dict], usage: dict | None = None) -> dict:
-    """The outer object every completion / chunk shares."""
-    out = {"id": rid, "object": obj, "created": int(time.time()), "model": model, "choices": choices,
-           "system_fingerprint": None}
-    if usage is not None or obj.endswith(".chunk"):
-        out["usage"] = usage
-    return out
-
-
-def finish_reason(meta: dict[str, Any]) -> str | None:
-    """Engine ``finish_reason`` {type, matched} -> OpenAI's string."""
-    fr = meta.get("finish_reason")
-    if fr is None:
-        return None
-    kind = fr.get("type") if isinstance(fr, dict) else str(fr)
-    return {"stop": "stop", "length": "length"}.get(kind, kind)

@@ -1,7 +1,11 @@
-"""Constraints given outside ``response_format``: SGLang's and vLLM's request fields.
+"""The ``SamplingParams`` fields of an OpenAI body: sampler fields, and constraints outside ``response_format``.
 
-Both OpenAI routes (and vLLM clients' ``extra_body``) may carry them; each maps onto one
-``SamplingParams`` field:
+Sampler fields use OpenAI's names (``max_tokens``, ``stop``, ``logit_bias``, ...) plus SGLang's
+extensions (``top_k``, ``min_p``, ``min_tokens``, ...); :func:`read_sampler_fields` returns them
+under ``SamplingParams`` names, range-checked with OpenAI's limits.
+
+Constraints may come as SGLang's and vLLM's request fields too (vLLM clients send them in
+``extra_body``); each maps onto one ``SamplingParams`` field (:func:`read_structured_fields`):
 
 | request field | SamplingParams |
 |---|---|
@@ -22,7 +26,15 @@ import json
 from typing import Any
 
 from radixlm.runtime.server.http_errors import bad_request
-from radixlm.runtime.server.request_fields import FieldReader, check_str_list
+from radixlm.runtime.server.request_fields import FieldReader, check_str_list, is_kind
+
+# SGLang extensions accepted on the OpenAI routes: kind, lower and upper bound.
+_EXTENSIONS = {"top_k": ("int", None, None), "min_p": ("number", 0.0, 1.0),
+               "repetition_penalty": ("number", 0.0, None), "min_tokens": ("int", 0, None),
+               "ignore_eos": ("bool", None, None), "stop_token_ids": ("list", None, None),
+               "no_stop_trim": ("bool", None, None), "skip_special_tokens": ("bool", None, None),
+               "spaces_between_special_tokens": ("bool", None, None)}
+_EXTENSION_TARGET = {"min_tokens": "min_new_tokens"}  # request name -> SamplingParams name
 
 # request field -> (SamplingParams field, JSON kinds accepted)
 _TOP_LEVEL = {"regex": ("regex", "str"), "guided_regex": ("regex", "str"),
@@ -32,6 +44,49 @@ _TOP_LEVEL = {"regex": ("regex", "str"), "guided_regex": ("regex", "str"),
 _NESTED = {"regex": ("regex", "str"), "grammar": ("ebnf", "str"), "json": ("json_schema", ("object", "str")),
            "choice": ("choices", ("list", "str")), "json_object": ("json_object", "bool")}
 _NESTED_NOOPS = ("disable_fallback", "disable_any_whitespace", "disable_additional_properties")
+
+
+def read_sampler_fields(r: FieldReader, max_tokens_keys: tuple[str, ...]) -> dict[str, Any]:
+    """Sampler fields shared by completions and chat, under ``SamplingParams`` names; only the
+    fields the body sets (``max_new_tokens`` from the last of ``max_tokens_keys`` given)."""
+    s: dict[str, Any] = {}
+    for key in max_tokens_keys:
+        value = r.get(key, "int", lo=0)
+        if value is not None:
+            s["max_new_tokens"] = value
+    s["temperature"] = r.get("temperature", "number", 1.0, lo=0.0, hi=2.0)
+    s["top_p"] = r.get("top_p", "number", 1.0, lo=0.0, hi=1.0)
+    if s["top_p"] == 0.0:
+        raise bad_request("'top_p' must be in (0, 1]", param="top_p", code="out_of_range")
+    s["presence_penalty"] = r.get("presence_penalty", "number", 0.0, lo=-2.0, hi=2.0)
+    s["frequency_penalty"] = r.get("frequency_penalty", "number", 0.0, lo=-2.0, hi=2.0)
+    seed = r.get("seed", "int")
+    if seed is not None:
+        s["seed"] = seed
+    stop = r.get("stop", ("str", "list"))
+    if stop is not None:
+        s["stop"] = check_str_list(stop, "stop")
+    bias = r.get("logit_bias", "object")
+    if bias:
+        s["logit_bias"] = _logit_bias(bias)
+    for key, (kind, lo, hi) in _EXTENSIONS.items():
+        value = r.get(key, kind, lo=lo, hi=hi)
+        if value is not None:
+            s[_EXTENSION_TARGET.get(key, key)] = value
+    return s
+
+
+def _logit_bias(bias: dict) -> dict[int, float]:
+    out = {}
+    for key, value in bias.items():
+        if not (isinstance(key, str) and key.isdigit()) or not is_kind(value, "number"):
+            raise bad_request(f"'logit_bias' must map token ids to numbers, got {key!r}: {value!r}",
+                              param="logit_bias", code="invalid_type")
+        if not -100 <= value <= 100:
+            raise bad_request(f"'logit_bias[{key}]' must be in [-100, 100], got {value}",
+                              param="logit_bias", code="out_of_range")
+        out[int(key)] = float(value)
+    return out
 
 
 class _Constraint:
