@@ -13,10 +13,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# public name -> module that defines it
+# public name -> module that defines it ("module:attr" where the module's name differs)
 _EXPORTS: dict[str, str] = {
     "CompiledGrammar": "radixlm.constrained.grammar",
     "ConstraintError": "radixlm.constrained.errors",
+    "DEFAULT_MAX_MEMORY_MB": "radixlm.constrained.backend",
+    "SCHEMA_OPTIONS_KEY": "radixlm.constrained.json_schema.compiler:OPTIONS_KEY",
+    "escape_literal": "radixlm.constrained.pattern.chars",
+    "resolve_ref": "radixlm.constrained.json_schema.refs:resolve",
     "GrammarBackend": "radixlm.constrained.backend",
     "GrammarMatcher": "radixlm.constrained.grammar",
     "JumpForward": "radixlm.constrained.decoding.jump_forward",
@@ -33,7 +37,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attr = module.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value  # later lookups skip this function
     return value
 

@@ -118,6 +118,24 @@ def test_no_import_cycles_between_packages():
             visit(node, [node])
 
 
+# What serving code outside constrained/ may import of it: the package's public names, and the grammar IR
+# (the builder that tool-call formats write their grammars with).
+CONSTRAINED_API = ("radixlm.constrained", "radixlm.constrained.ir", "radixlm.constrained.ir.builder")
+
+
+def test_other_packages_use_constrained_through_its_api():
+    bad = []
+    for module, path in package_modules().items():
+        if unit_of(module) in ("constrained", "constrained.testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            bad += [f"{module}: {n}" for n in names
+                    if n.startswith("radixlm.constrained") and n not in CONSTRAINED_API]
+    assert not bad, "imports of constrained/ internals:\n" + "\n".join(bad)
+
+
 def test_the_checker_sees_a_forbidden_edge():
     assert unit_of("radixlm.runtime.scheduler.req") == "runtime.scheduler"
     assert unit_of("radixlm.runtime.sampling_params") == "runtime"

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 from radixlm.constrained import compile_grammar
 from radixlm.constrained.decoding.completion_keys import schema_keys
+from radixlm.constrained.decoding.hints import completion_hints
 from radixlm.constrained.vocab import TokenizerVocab
 from radixlm.runtime.engine.budget_close import BudgetClose
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
@@ -137,7 +138,7 @@ def test_a_pattern_with_a_literal_start_is_spelled_from_its_sample(vocab):
         jsonschema.validate(json.loads(prefix + data.decode()), schema)
         assert len(data) < 40, data
     # right after the forced "iglu:" the sample goes on from its own "iglu:", not from its start
-    assert _complete_after(grammar, '{"schema":"').startswith(b"iglu:a/"), grammar.completion_hints
+    assert _complete_after(grammar, '{"schema":"').startswith(b"iglu:a/"), completion_hints(grammar)
 
 
 def test_literals_are_looked_up_by_prefix_in_their_order(vocab):

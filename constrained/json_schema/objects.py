@@ -32,10 +32,9 @@ from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_t
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 MAX_ANY_ORDER = 8  # objects of at most this many named members (and no others) take any order
 MAX_ANY_ORDER_RULES = 1024  # per schema: past it, further objects are checked at runtime (compile max, docs)
-# Objects of more named members are checked at runtime (where they can be). At 4 rather than 8
-# the compile p90 falls about 3x on the --every 4 sample and 16-37% over the 252 schemas, for masks
-# about 2x dearer at p50 and p99 (9.5-12.4 against 5.2-6.1 µs p50, docs/constrained.md); up to 4
-# members the any-order rules are at most 16 subset states, and at 3 the masks were dearer still.
+# Objects of more named members are checked at runtime (where they can be): up to 4 members the
+# any-order rules are at most 16 subset states, and past that their compile cost outgrows the
+# runtime check's dearer masks (benchmarks/history/ has the measurements).
 RUNTIME_CHECK_ABOVE = 4
 
 

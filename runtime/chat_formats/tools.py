@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.constrained.json_schema.compiler import OPTIONS_KEY
+from radixlm.constrained import SCHEMA_OPTIONS_KEY
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def call_schema(tools: list[ToolSpec], name: str | None = None) -> dict[str, Any
     schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
     # The family's layout: "name" before "arguments", the arguments' keys in schema order, and
     # only the declared arguments (like OpenAI's strict function calling).
-    return {**schema, OPTIONS_KEY: {"property_order": "schema", "additional_properties": "declared"}}
+    return {**schema, SCHEMA_OPTIONS_KEY: {"property_order": "schema", "additional_properties": "declared"}}
 
 
 @dataclass

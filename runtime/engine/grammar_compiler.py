@@ -42,8 +42,7 @@ class GrammarCompiler:
 
     def backend(self) -> Any:
         if self._backend is None:
-            from radixlm.constrained import GrammarBackend, TokenizerVocab
-            from radixlm.constrained.backend import DEFAULT_MAX_MEMORY_MB
+            from radixlm.constrained import DEFAULT_MAX_MEMORY_MB, GrammarBackend, TokenizerVocab
 
             vocab = TokenizerVocab.from_tokenizer(self.tokenizer, vocab_size=self.vocab_size)
             memory = DEFAULT_MAX_MEMORY_MB if self.max_memory_mb is None else self.max_memory_mb

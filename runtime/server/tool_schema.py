@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
-from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.json_schema.refs import resolve as resolve_ref
+from radixlm.constrained import ConstraintError, resolve_ref
 from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.server.http_errors import APIError
 

@@ -16,8 +16,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from radixlm.constrained import escape_literal
 from radixlm.constrained.ir import builder as ir
-from radixlm.constrained.pattern.chars import escape_literal
 from radixlm.runtime.chat_formats.tool_formats.base import FormatUnsupported
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
