@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One prepared check of the Triton kernels on a CUDA machine (torch + triton already installed):
 #   1. make radixlm importable (pip install -e . offline; else a symlink shim on PYTHONPATH)
-#   2. tests/test_kernels_cuda.py on the GPU (compiled kernels vs torch references)
+#   2. tests/kernels/test_cuda_kernels.py on the GPU (compiled kernels vs torch references)
 #   3. benchmarks/bench_kernels.py: kernel throughput vs torch SDPA / the gather-then-attend path
 #   4. the engine end to end on the `small` checkpoint in bfloat16, triton vs torch backends
 #   5. decode tokens/s at batch 1/16/64 and prefill tokens/s (benchmarks/bench_decode.py) on `small`
@@ -80,7 +80,7 @@ phase install 300 bash -c install_pkg
 if ! "$PY" -c "import radixlm.kernels" 2>/dev/null; then export PYTHONPATH="$RES/shim${PYTHONPATH:+:$PYTHONPATH}"; fi
 
 # ---- 2. kernel tests on the GPU
-phase cuda_tests 420 "$PY" -m pytest -q -p no:cacheprovider tests/test_kernels_cuda.py \
+phase cuda_tests 420 "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_cuda_kernels.py \
   --junitxml="$RES/cuda_tests.xml" -o junit_family=xunit1
 
 # ---- 3. kernel throughput
@@ -134,8 +134,8 @@ phase engine 420 bash -c engine_e2e
 phase decode 600 "$PY" benchmarks/bench_decode.py "${DECODE_ARGS[@]}" ${QUICK:+--quick} --json "$RES/decode.json"
 
 # ---- 6. the graph-bucketing and overlap tests, then the agent and decode (raw) suites
-phase gpu_feature_tests 300 "$PY" -m pytest -q -p no:cacheprovider tests/test_cuda_graph_buckets.py \
-  tests/test_overlap_loop.py
+phase gpu_feature_tests 300 "$PY" -m pytest -q -p no:cacheprovider tests/model/test_decode_graphs.py \
+  tests/engine/test_overlap_loop.py
 phase suites 600 "$PY" benchmarks/run.py --suite agent --suite raw --systems radixlm "${SUITE_ARGS[@]}" \
   ${QUICK:+--quick} --out "$RES/suites"
 

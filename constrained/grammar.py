@@ -23,7 +23,7 @@ from radixlm.constrained.vocab import TokenizerVocab
 # lexer's states are built lazily and shared by every matcher of a grammar, and a step that runs
 # out of fuel files the state it was building as dead for all of them: with llguidance's default
 # step fuel (200,000, well under a millisecond), a matcher that accepts a long text without masks
-# after another one's mask refuses valid text from there on (tests/test_grammar_shared_lexer.py).
+# after another one's mask refuses valid text from there on (tests/constrained/test_shared_lexer.py).
 _LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, step_lexer_fuel=4_000_000,
                                     verbose_errors=False)
 # Masks hold every token that keeps the text valid: llguidance's default ("forcing") would allow

@@ -1,5 +1,5 @@
 """SGLang frontend programs, run by SGLang's own package against a radixlm server (a script, not a
-test module: ``tests/test_sglang_client.py`` runs it in a subprocess whose path holds ``sglang``).
+test module: ``tests/lang/test_sglang_client.py`` runs it in a subprocess whose path holds ``sglang``).
 
 ``python tests/sglang_client_programs.py URL`` prints one JSON object: each program's results.
 """

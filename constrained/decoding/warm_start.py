@@ -22,7 +22,7 @@ would do anyway. The member check's states along it are then filed whole
 (``masks.members.grow_first_visits``), so a request's first mask there is a memo hit.
 
 The masks and every verdict are the same with or without it: it fills caches, nothing else
-(``tests/test_constrained_warm_start.py``).
+(``tests/constrained/test_warm_up.py``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ _outcomes: dict[str, dict[str, str | None]] = {}  # test file -> {test id: failu
 
 
 def _current_test_id() -> str:
-    # "tests/test_kernels.py::test_x[1-32] (call)" -> "test_x[1-32]"
+    # "tests/kernels/test_attention_kernels.py::test_x[1-32] (call)" -> "test_x[1-32]"
     return os.environ["PYTEST_CURRENT_TEST"].rsplit(" (", 1)[0].split("::")[-1]
 
 

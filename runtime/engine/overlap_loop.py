@@ -11,7 +11,7 @@ order, i.e. the device's queue)::
     emit N's chunks and results; apply aborts that came meanwhile
     batch_n1 = scheduler.commit_decode_ahead(ahead)      # drop rows of requests N finished
 
-Results are token-for-token those of the non-overlapped loop (``tests/test_overlap_loop.py``):
+Results are token-for-token those of the non-overlapped loop (``tests/engine/test_overlap_loop.py``):
 the scheduler offers a batch ahead only when it is the one the plain loop would run next (see
 ``runtime/scheduler/decode_ahead.py``), rows of requests that finish in step N (EOS, stop
 strings, length, aborts, errors) are computed and thrown away, and every other step (prefill,

@@ -17,7 +17,7 @@ On the CPU in float32, a decode step of at most ``NATIVE_MAX_ROWS`` requests run
 call into ``kernels/cpu_native`` (``decode_layer``: norms, q/k/v GEMV, RoPE + KV store, paged
 attention, o GEMV + residual, gate/up GEMV + SiLU * up, down GEMV + residual); other steps use the
 torch ops, with the native norms and RoPE + KV store (and the native GEMV up to ``NATIVE_MAX_ROWS``
-rows). Both agree to float32 rounding (``tests/test_cpu_native.py``).
+rows). Both agree to float32 rounding (``tests/kernels/test_native_kernels.py``).
 """
 
 from __future__ import annotations
