@@ -9,17 +9,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.runtime.stop_regex import StopRegexError, compile_stop_regex
 from radixlm.runtime.validation import FieldError, check_bools, check_int, check_num
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
 
 
 MAX_TEMPERATURE = 100.0  # far past uniform sampling already; larger values are a client bug
-SEED_RANGE = (-(2**63), 2**63 - 1)  # 64-bit seeds; sibling i of an n > 1 request draws with seed + i
+SEED_RANGE = (-(2**63), 2**63 - 1)  # 64-bit seeds; sibling i of an n > 1 request draws with choice_seed(seed, i)
+# Below this a temperature is greedy, as in SGLang (dividing by it would overflow the logits to inf).
+GREEDY_TEMPERATURE = 1e-6
+MAX_LOGIT_BIAS = 100.0  # |bias| at most this, as OpenAI allows: past it a token is already forced or banned
+MAX_REPETITION_PENALTY = 2.0  # SGLang's range (0, 2]
+MAX_STOP_REGEX_CEILING = 256  # patterns compiled at most (the engine's max_stop_regex is the real limit)
+MAX_TOP_K = 2**31 - 1  # past any vocabulary; the engine also checks top_k against its own vocabulary
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """The seed of choice ``index`` of an ``n > 1`` request: ``seed + index`` wrapped into the
+    64-bit range, so a valid seed never yields an invalid one (the sampler reads it mod 2**64)."""
+    return (seed + index - SEED_RANGE[0]) % 2**64 + SEED_RANGE[0]
 
 
 @dataclass
@@ -96,7 +108,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
 
     @property
     def constraint_kind(self) -> str | None:
@@ -142,13 +154,15 @@ class SamplingParams:
         check_num("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
             raise FieldError("top_p", f"top_p must be in (0, 1], got {self.top_p}")
-        check_int("top_k", self.top_k)
+        check_int("top_k", self.top_k, hi=MAX_TOP_K)
         if self.top_k == 0 or self.top_k < -1:
             raise FieldError("top_k", f"top_k must be -1 (disabled) or >= 1, got {self.top_k}")
         check_num("min_p", self.min_p, lo=0.0, hi=1.0)
-        check_num("repetition_penalty", self.repetition_penalty)
+        check_num("repetition_penalty", self.repetition_penalty, hi=MAX_REPETITION_PENALTY)
         if self.repetition_penalty <= 0.0:
             raise FieldError("repetition_penalty", f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        for bias in (self.logit_bias or {}).values():
+            check_num("logit_bias", bias, lo=-MAX_LOGIT_BIAS, hi=MAX_LOGIT_BIAS)
         check_num("frequency_penalty", self.frequency_penalty, lo=-2.0, hi=2.0)
         check_num("presence_penalty", self.presence_penalty, lo=-2.0, hi=2.0)
         if self.seed is not None:
@@ -157,11 +171,14 @@ class SamplingParams:
             raise FieldError("stop", "stop must be a non-empty string or a list of non-empty strings")
         if not isinstance(self.stop_regex, list) or not all(isinstance(r, str) and r for r in self.stop_regex):
             raise FieldError("stop_regex", "stop_regex must be a non-empty string or a list of non-empty strings")
+        if len(self.stop_regex) > MAX_STOP_REGEX_CEILING:
+            raise FieldError("stop_regex", f"stop_regex has {len(self.stop_regex)} patterns, more than "
+                             f"{MAX_STOP_REGEX_CEILING}")
         for pattern in self.stop_regex:
             try:
-                re.compile(pattern)
-            except re.error as e:
-                raise FieldError("stop_regex", f"stop_regex {pattern!r} is not a valid regular expression: {e}") from None
+                compile_stop_regex(pattern)
+            except StopRegexError as e:
+                raise FieldError("stop_regex", f"stop_regex {pattern[:100]!r} {e}") from None
         if not isinstance(self.stop_token_ids, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
         ):

@@ -45,7 +45,7 @@ VALUE_ALIASES: dict[str, dict[str, str]] = {
 JSON_BODY_WRAPPING = 8
 MAX_JSON_DEPTH_CEILING = 512  # the decoder recurses once per level; Python's recursion limit is 1000
 REQUEST_LIMITS = ("max_prompts_per_request", "max_n", "max_sequences_per_request", "max_logit_bias",
-                  "max_stop_strings", "max_schema_bytes", "max_schema_depth")
+                  "max_stop_strings", "max_stop_regex", "max_schema_bytes", "max_schema_depth")
 
 
 def _arg(default: Any, help: str, type: Any = None, choices: tuple[str, ...] | None = None) -> Any:
@@ -91,6 +91,8 @@ class ServerArgs:
     max_sequences_per_request: int = _arg(1024, "most sequences (prompts x n) one request may queue", int)
     max_logit_bias: int = _arg(1024, "most logit_bias entries per request", int)
     max_stop_strings: int = _arg(64, "most stop strings (and stop_token_ids) per request", int)
+    max_stop_regex: int = _arg(16, "most stop_regex patterns per request (each is matched on every new "
+                               "character, at most 512 matcher states each)", int)
     max_schema_bytes: int = _arg(1 << 20, "largest constraint (JSON schema, regex, choices) in bytes of JSON", int)
     max_schema_depth: int = _arg(128, "deepest nesting of a JSON schema document", int)
     log_level: str = _arg("warning", "logging level", str, LOG_LEVELS)

@@ -32,6 +32,7 @@ class InputLimits:
     max_sequences: int = 1024
     max_logit_bias: int = 1024
     max_stop_strings: int = 64
+    max_stop_regex: int = 16
     max_schema_bytes: int = 1 << 20
     max_schema_depth: int = 128
 
@@ -42,6 +43,7 @@ class InputLimits:
                    usable_slots=usable_slots, vocab_size=vocab_size, max_prompts=args.max_prompts_per_request,
                    max_n=args.max_n, max_sequences=args.max_sequences_per_request,
                    max_logit_bias=args.max_logit_bias, max_stop_strings=args.max_stop_strings,
+                   max_stop_regex=args.max_stop_regex,
                    max_schema_bytes=args.max_schema_bytes, max_schema_depth=args.max_schema_depth)
 
 
@@ -71,6 +73,11 @@ def check_params(p: SamplingParams, limits: InputLimits) -> None:
             raise FieldError("logit_bias", f"logit_bias: token id {bad[0]} is outside the vocabulary [0, {limits.vocab_size})")
     if len(p.stop) > limits.max_stop_strings or len(p.stop_token_ids) > limits.max_stop_strings:
         raise FieldError("stop", f"stop: at most {limits.max_stop_strings} stop strings and stop_token_ids")
+    if len(p.stop_regex) > limits.max_stop_regex:
+        raise FieldError("stop_regex", f"stop_regex has {len(p.stop_regex)} patterns, more than max_stop_regex "
+                         f"({limits.max_stop_regex})")
+    if p.top_k > limits.vocab_size:
+        raise FieldError("top_k", f"top_k must be <= the vocabulary size ({limits.vocab_size}), got {p.top_k}")
     bad_stop = [t for t in p.stop_token_ids if t >= limits.vocab_size]
     if bad_stop:
         raise FieldError("stop_token_ids", f"stop_token_ids: token id {bad_stop[0]} is outside the vocabulary [0, {limits.vocab_size})")

@@ -19,6 +19,7 @@ class TextState:
     text: str = ""
     stop_pos: int | None = None  # where the matched stop string starts in text
     checked_len: int = 0  # text searched for stop strings so far
+    regex: Any = None  # the request's StopRegexMatcher, made at its first stop_regex check
 
     def append(self, token_ids: list[int]) -> None:
         if self.detokenizer is not None:
@@ -30,6 +31,7 @@ class TextState:
             self.detokenizer = self.detokenizer.fresh()
             self.text = self.detokenizer.step(list(output_ids))
             self.checked_len = 0
+            self.regex = None
 
     def flush(self) -> None:
         """Append the text held back for an unfinished character (when the request finishes)."""

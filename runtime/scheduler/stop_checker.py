@@ -6,16 +6,15 @@ found), ``stop_regex`` patterns (the earliest match anywhere in the text), then
 ``max_new_tokens``, then the context length. EOS, stop ids, stop strings and stop regexes count
 only once ``min_new_tokens`` tokens exist (the sampler also masks EOS and stop ids before that).
 A streamed request holds back the last ``len(longest stop) - 1`` characters; with ``stop_regex``
-it holds back all text until it finishes, since any tail may still start a match.
+it holds back the text from the earliest start of a match still in progress. Stop regexes run on
+a linear-time matcher fed only the new text (``runtime/stop_regex.py``), never Python's ``re``.
 """
 
 from __future__ import annotations
 
-import functools
-import re
-
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_text import TextState
+from radixlm.runtime.stop_regex import StopRegexMatcher
 
 
 class StopChecker:
@@ -42,7 +41,7 @@ class StopChecker:
                     req.finish("stop", found[1])
                     return
             if params.stop_regex and req.decoded.detokenizer is not None:
-                found = self._find_stop_regex(req.decoded.text, params.stop_regex)
+                found = self._find_stop_regex(req.decoded, params.stop_regex)
                 if found is not None:
                     req.decoded.stop_pos = found[0]
                     req.finish("stop", found[1])
@@ -67,14 +66,11 @@ class StopChecker:
         return None if first is None else (start + first[0], first[1])
 
     @staticmethod
-    def _find_stop_regex(text: str, patterns: list[str]) -> tuple[int, str] | None:
-        # A regex match can span any length, so the whole text is searched (outputs are short).
-        first: tuple[int, str] | None = None
-        for pattern in patterns:
-            m = _compiled(pattern).search(text)
-            if m is not None and (first is None or m.start() < first[0]):
-                first = (m.start(), m.group(0))
-        return first
+    def _find_stop_regex(decoded: TextState, patterns: list[str]) -> tuple[int, str] | None:
+        # The matcher keeps its state across steps and scans only the text added since the last one.
+        if decoded.regex is None:
+            decoded.regex = StopRegexMatcher(patterns)
+        return decoded.regex.search(decoded.text)
 
     @staticmethod
     def final_text(req: Req) -> str:
@@ -89,14 +85,9 @@ class StopChecker:
         """How much of the text may be streamed: hold back a possible prefix of a stop string."""
         if req.finished:
             return len(StopChecker.final_text(req))
-        if req.params.stop_regex:
-            return len(req.decoded.text) if req.finished else 0  # any tail may still start a match
-        if not req.params.stop:
-            return len(req.decoded.text)
-        hold = max(len(s) for s in req.params.stop) - 1
-        return max(len(req.decoded.text) - hold, 0)
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern:
-    return re.compile(pattern)
+        safe = len(req.decoded.text)
+        if req.params.stop_regex:  # text not yet scanned, or where a match may have begun, waits
+            safe = 0 if req.decoded.regex is None else req.decoded.regex.safe_len()
+        if req.params.stop:
+            safe = min(safe, len(req.decoded.text) - max(len(s) for s in req.params.stop) + 1)
+        return max(safe, 0)
