@@ -27,7 +27,7 @@ from typing import Any
 
 from radixlm.runtime.chat_formats.reasoning.base import ReasoningParser, Split
 from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
-from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams
+from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams, choice_seed
 from radixlm.runtime.server.chat_plan import ChatPlan
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
 from radixlm.runtime.server.state import RequestRecord, ServerState
@@ -91,7 +91,7 @@ class ChoiceRunner:
         if self.keep:  # the parsers need the markers that are special tokens; other specials stay skipped
             changes = {"keep_special_token_ids": self.keep, **changes}
         if s.seed is not None:
-            changes = {"seed": s.seed + self.index, **changes}  # choices must differ even with a fixed seed
+            changes = {"seed": choice_seed(s.seed, self.index), **changes}  # choices must differ even with a fixed seed
         return s.replace(**changes)
 
     async def events(self) -> AsyncIterator[ChoiceEvent]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from radixlm.runtime.chat_formats.tools import ToolCall
+from radixlm.runtime.sampling_params import choice_seed
 from radixlm.runtime.server.chat_generation import ChoiceEvent, ChoiceRunner
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
 from radixlm.runtime.server.openai_logprobs import (
@@ -95,7 +96,7 @@ class OpenAIRoutes:
                            extra_key: str | None) -> dict[str, Any]:
         sampling = req.sampling
         if sampling.seed is not None:
-            sampling = sampling.replace(seed=sampling.seed + j)  # choices must differ even with a fixed seed
+            sampling = sampling.replace(seed=choice_seed(sampling.seed, j))  # choices must differ even with a fixed seed
         prompt = req.prompts[p]
         kwargs: dict[str, Any] = {"sampling_params": sampling, "extra_key": extra_key}
         kwargs["input_ids" if isinstance(prompt, list) else "prompt"] = prompt
