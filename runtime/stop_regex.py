@@ -47,8 +47,9 @@ def compile_stop_regex(pattern: str) -> tuple:
     if flags & _UNSUPPORTED_FLAGS:
         raise StopRegexError("uses an unsupported flag (IGNORECASE, MULTILINE, LOCALE and ASCII are not supported)")
     prog: list = []
-    _Emitter(prog, dotall=bool(flags & re.DOTALL)).seq(parsed)
-    prog.append((_MATCH,))
+    emitter = _Emitter(prog, dotall=bool(flags & re.DOTALL))
+    emitter.seq(parsed)
+    emitter.emit((_MATCH,))
     return tuple(prog)
 
 
