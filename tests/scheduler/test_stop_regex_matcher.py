@@ -101,7 +101,7 @@ def test_safe_len_holds_back_only_a_match_in_progress():
 @pytest.mark.parametrize("pattern, words", [
     (r"(a)\1", "backreference"), ("a(?=b)", "assert"), ("(?<!a)b", "assert_not"), ("end$", "at"),
     (r"\bword", "at"), ("(?i)stop", "flag"), ("a*+", "possessive"), ("(?>ab)", "atomic"),
-    ("a{%d}" % MAX_STOP_REGEX_PROGRAM, "too large"), ("(ab|cd){200}", "too large"), ("x" * 5000, "longer"),
+    (f"a{{{MAX_STOP_REGEX_PROGRAM}}}", "too large"), ("(ab|cd){200}", "too large"), ("x" * 5000, "longer"),
     ("(unclosed", "not a valid"),
 ])
 def test_unsupported_or_oversized_patterns_are_refused(pattern, words):
