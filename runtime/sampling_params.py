@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from radixlm.runtime.stop_regex import StopRegexError, compile_stop_regex
+from radixlm.runtime.stop_regex import StopRegexError, check_stop_regexes
 from radixlm.runtime.validation import FieldError, check_bools, check_int, check_num
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
@@ -174,11 +174,10 @@ class SamplingParams:
         if len(self.stop_regex) > MAX_STOP_REGEX_CEILING:
             raise FieldError("stop_regex", f"stop_regex has {len(self.stop_regex)} patterns, more than "
                              f"{MAX_STOP_REGEX_CEILING}")
-        for pattern in self.stop_regex:
-            try:
-                compile_stop_regex(pattern)
-            except StopRegexError as e:
-                raise FieldError("stop_regex", f"stop_regex {pattern[:100]!r} {e}") from None
+        try:
+            check_stop_regexes(self.stop_regex)
+        except StopRegexError as e:
+            raise FieldError("stop_regex", str(e)) from None
         if not isinstance(self.stop_token_ids, list) or not all(
             isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.stop_token_ids
         ):

@@ -18,6 +18,7 @@ import re._constants as sre_c  # the parser's opcodes (Python >= 3.11)
 import re._parser as sre_parse
 
 MAX_STOP_REGEX_PROGRAM = 512  # instructions per pattern: bounds the work per character
+MAX_STOP_REGEX_TOTAL = 2048  # instructions of all a request's patterns together
 
 _CHAR, _SPLIT, _JMP, _BOL, _MATCH = range(5)
 _CATEGORIES = {
@@ -48,9 +49,24 @@ def compile_stop_regex(pattern: str) -> tuple:
         raise StopRegexError("uses an unsupported flag (IGNORECASE, MULTILINE, LOCALE and ASCII are not supported)")
     prog: list = []
     emitter = _Emitter(prog, dotall=bool(flags & re.DOTALL))
-    emitter.seq(parsed)
+    try:
+        emitter.seq(parsed)
+    except RecursionError:
+        raise StopRegexError("nests too deeply for the stop matcher") from None
     emitter.emit((_MATCH,))
     return tuple(prog)
+
+
+def check_stop_regexes(patterns: list[str]) -> None:
+    """Compile every pattern and bound their total size; raises ``StopRegexError`` naming the pattern."""
+    total = 0
+    for pattern in patterns:
+        try:
+            total += len(compile_stop_regex(pattern))
+        except StopRegexError as e:
+            raise StopRegexError(f"stop_regex {pattern[:100]!r} {e}") from None
+    if total > MAX_STOP_REGEX_TOTAL:
+        raise StopRegexError(f"stop_regex patterns total {total} matcher states, more than {MAX_STOP_REGEX_TOTAL}")
 
 
 class _Emitter:
@@ -107,9 +123,11 @@ class _Emitter:
             self.prog[j] = (_JMP, len(self.prog))
 
     def repeat(self, lo: int, hi: int, body, greedy: bool) -> None:
+        if lo > MAX_STOP_REGEX_PROGRAM:  # even an empty body: never loop that long
+            raise StopRegexError(f"is too large for the stop matcher (over {MAX_STOP_REGEX_PROGRAM} states)")
         for _ in range(lo):
             self.seq(body)
-        if hi is sre_c.MAXREPEAT:
+        if hi == sre_c.MAXREPEAT:
             split = self.emit(None)
             self.seq(body)
             self.emit((_JMP, split))

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.stop_regex import (
     MAX_STOP_REGEX_PROGRAM,
+    MAX_STOP_REGEX_TOTAL,
     StopRegexError,
     StopRegexMatcher,
+    check_stop_regexes,
     compile_stop_regex,
 )
 
@@ -102,11 +104,11 @@ def test_safe_len_holds_back_only_a_match_in_progress():
     (r"(a)\1", "backreference"), ("a(?=b)", "assert"), ("(?<!a)b", "assert_not"), ("end$", "at"),
     (r"\bword", "at"), ("(?i)stop", "flag"), ("a*+", "possessive"), ("(?>ab)", "atomic"),
     (f"a{{{MAX_STOP_REGEX_PROGRAM}}}", "too large"), ("(ab|cd){200}", "too large"), ("x" * 5000, "longer"),
-    ("(unclosed", "not a valid"),
+    ("(?:){1000000000}", "too large"), ("(" * 600 + ")" * 600, "stop_regex"), ("(unclosed", "not a valid"),
 ])
 def test_unsupported_or_oversized_patterns_are_refused(pattern, words):
     with pytest.raises(StopRegexError, match=words):
-        compile_stop_regex(pattern)
+        check_stop_regexes([pattern])
     with pytest.raises(ValueError, match="stop_regex"):
         SamplingParams(stop_regex=[pattern])
 
@@ -114,3 +116,11 @@ def test_unsupported_or_oversized_patterns_are_refused(pattern, words):
 def test_the_pattern_count_has_a_ceiling_before_any_compile():
     with pytest.raises(ValueError, match="stop_regex has 100000 patterns"):
         SamplingParams(stop_regex=[f"x{i}" for i in range(100_000)])
+
+
+def test_the_patterns_of_a_request_have_a_total_size_bound():
+    size = len(compile_stop_regex("a{400}"))
+    fits = MAX_STOP_REGEX_TOTAL // size
+    SamplingParams(stop_regex=[f"{c}{{400}}" for c in "abcdefgh"[:fits]])
+    with pytest.raises(ValueError, match="stop_regex patterns total"):
+        SamplingParams(stop_regex=[f"{c}{{400}}" for c in "abcdefgh"[:fits + 1]])
