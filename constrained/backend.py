@@ -22,7 +22,7 @@ from radixlm.constrained.compile.threads import ThreadCompilePool
 from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN
 from radixlm.constrained.decoding.warm_start import warm_start
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.grammar import CompiledGrammar
+from radixlm.constrained.grammar import GRAMMAR_BASE_BYTES, CompiledGrammar
 from radixlm.constrained.masks.item_tables import warm_tables
 from radixlm.constrained.masks.refusable_tokens import member_tokens_for
 from radixlm.constrained.masks.string_lengths import tables_for
@@ -196,7 +196,7 @@ class GrammarBackend:
             if job.outcome in _RETRY and self._cache.get(entry.key) is entry:
                 del self._cache[entry.key]
             elif self._cache.get(entry.key) is entry:
-                entry.nbytes = grammar.nbytes() if grammar is not None else 1024
+                entry.nbytes = _cached_size(grammar)
                 self._cached_bytes += entry.nbytes
                 self._evict()
             waiters, entry.waiters = entry.waiters, []
@@ -273,6 +273,13 @@ class GrammarBackend:
     def shutdown(self) -> None:
         """Kill the workers and fail the compiles in flight; never waits for a compile."""
         self.pool.shutdown()
+
+
+def _cached_size(grammar: Any) -> int:
+    """A cache entry's estimated bytes: the grammar's ``nbytes()`` (an adapter's grammar without
+    one, or a cached error, counts a grammar's fixed share)."""
+    nbytes = getattr(grammar, "nbytes", None)
+    return nbytes() if callable(nbytes) else GRAMMAR_BASE_BYTES
 
 
 def _settle(fut: Future, result: Any = None, exc: BaseException | None = None) -> bool:
