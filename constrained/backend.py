@@ -120,7 +120,7 @@ class GrammarBackend:
         self._cached_bytes = 0  # the done entries' nbytes
         self._lock = threading.Lock()
         self.stats = {"hits": 0, "misses": 0, "timeouts": 0, "errors": 0, "cancelled": 0, "builds": 0,
-                      "over_matcher_bound": 0, "evicted": 0, "flushed": 0}
+                      "builds_stopped": 0, "over_matcher_bound": 0, "evicted": 0, "flushed": 0}
         self.compile_fn = compile_fn  # "module:function" run per job in a worker (tests swap it)
         self.pool = self._make_pool(num_workers) if self._adapter is None else ThreadCompilePool(
             vocab, num_workers, compile_timeout_s, 0, self._adapter)
@@ -229,9 +229,12 @@ class GrammarBackend:
         return grammar
 
     def _abandoned(self, entry: _Compile) -> bool:
-        """Whether every future waiting on ``entry`` was cancelled (its build then stops)."""
+        """Whether every future waiting on ``entry`` was cancelled (its build then stops here)."""
         with self._lock:
-            return not entry.waiters
+            if entry.waiters:
+                return False
+            self.stats["builds_stopped"] += 1
+            return True
 
     def _evict(self) -> None:
         """Drop least recently used entries past ``cache_size`` or ``cache_bytes`` (lock held);
