@@ -1,5 +1,6 @@
 """``GrammarBackend``: compiles constraints off the engine's hot path, in worker processes with a
-wall-time and a memory budget (``compile.pool``), and keeps an LRU cache of compiled grammars."""
+wall-time and a memory budget (``compile.pool``), and keeps an LRU cache of compiled grammars
+bounded in entries and in bytes."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from radixlm.constrained.compile.threads import ThreadCompilePool
 from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN
 from radixlm.constrained.decoding.warm_start import warm_start
 from radixlm.constrained.errors import ConstraintError
-from radixlm.constrained.grammar import CompiledGrammar
+from radixlm.constrained.grammar import GRAMMAR_BASE_BYTES, CompiledGrammar
 from radixlm.constrained.masks.item_tables import warm_tables
 from radixlm.constrained.masks.refusable_tokens import member_tokens_for
 from radixlm.constrained.masks.string_lengths import tables_for
@@ -30,6 +31,8 @@ from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)
 DEFAULT_MAX_MEMORY_MB = 4096  # address space one compile may add; the largest bench schemas need < 2 GB
+DEFAULT_MATCHER_MAX_MB = 64  # automaton one grammar may hold in the server (the worker's probe measures it)
+DEFAULT_CACHE_MB = 1024  # compiled grammars the cache holds, by their estimated size
 # Outcomes whose failure says nothing about the constraint: the next identical request retries.
 _RETRY = ("timeout", "crash", "shutdown")
 
@@ -73,28 +76,37 @@ class _Compile:
         self.done = False
         self.grammar: CompiledGrammar | None = None
         self.error: ConstraintError | None = None
+        self.nbytes = 0  # its share of the cache's byte count, once done
 
 
 class GrammarBackend:
     """Compiles ``SamplingParams`` constraints in worker processes; caches the results (LRU).
 
-    ``submit(params)`` returns a new ``Future[CompiledGrammar]`` at once (one per caller).
+    ``submit(params, caller)`` returns a new ``Future[CompiledGrammar]`` at once (one per call).
     The future fails with a ``ConstraintError`` when the spec is invalid or unsupported, when
-    compiling takes longer than ``compile_timeout_s`` or more than ``max_memory_mb`` MiB
-    (the worker is killed and replaced). Identical constraints share one compile; cancelling
-    a future stops the compile once no other future waits on it. Errors are cached like
-    grammars, except timeouts and worker failures (the next identical request retries).
+    compiling takes longer than ``compile_timeout_s`` from submission (queue time included) or
+    more than ``max_memory_mb`` MiB (the worker is killed and replaced), or when the worker's
+    matcher probe measured more than ``matcher_max_mb`` MiB of automaton (0: no bound): only
+    then is the grammar built in this process. The queue is round-robin between callers.
+    Identical constraints share one compile; cancelling a future stops the compile once no
+    other future waits on it, in the worker or in the build here. Errors are cached like
+    grammars, except timeouts and worker failures (the next identical request retries). The
+    cache holds at most ``cache_size`` entries and ``cache_mb`` MiB of estimated grammar size
+    (``CompiledGrammar.nbytes``); ``flush_cache`` empties it.
     """
 
     def __init__(self, vocab: TokenizerVocab, compile_timeout_s: float = 10.0, cache_size: int = 256,
                  num_workers: int = 2, max_memory_mb: int = DEFAULT_MAX_MEMORY_MB, core: str = "radixlm",
-                 compile_fn: str = DEFAULT_COMPILE_FN) -> None:
+                 compile_fn: str = DEFAULT_COMPILE_FN, cache_mb: int = DEFAULT_CACHE_MB,
+                 matcher_max_mb: int = DEFAULT_MATCHER_MAX_MB) -> None:
         if compile_timeout_s <= 0:
             raise ValueError(f"compile_timeout_s must be > 0, got {compile_timeout_s}")
         if cache_size < 1:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         if num_workers < 1:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
+        if cache_mb < 1 or matcher_max_mb < 0:
+            raise ValueError(f"cache_mb must be >= 1 and matcher_max_mb >= 0, got {cache_mb}, {matcher_max_mb}")
         # --grammar-backend: None for radixlm; an adapter compiles a whole grammar in a thread (ms, native).
         self._adapter = adapter_compile_fn(core)
         self.core = core
@@ -102,9 +114,13 @@ class GrammarBackend:
         self.compile_timeout_s = compile_timeout_s
         self.cache_size = cache_size
         self.max_memory_mb = max_memory_mb
+        self.cache_bytes = cache_mb << 20
+        self.matcher_max_mb = matcher_max_mb
         self._cache: OrderedDict[str, _Compile] = OrderedDict()
+        self._cached_bytes = 0  # the done entries' nbytes
         self._lock = threading.Lock()
-        self.stats = {"hits": 0, "misses": 0, "timeouts": 0, "errors": 0, "cancelled": 0}
+        self.stats = {"hits": 0, "misses": 0, "timeouts": 0, "errors": 0, "cancelled": 0, "builds": 0,
+                      "builds_stopped": 0, "over_matcher_bound": 0, "evicted": 0, "flushed": 0}
         self.compile_fn = compile_fn  # "module:function" run per job in a worker (tests swap it)
         self.pool = self._make_pool(num_workers) if self._adapter is None else ThreadCompilePool(
             vocab, num_workers, compile_timeout_s, 0, self._adapter)
@@ -130,8 +146,10 @@ class GrammarBackend:
         return ThreadCompilePool(self.vocab, num_workers, self.compile_timeout_s, self.max_memory_mb,
                                  self.compile_fn)
 
-    def submit(self, params: Any) -> Future:
-        """Start (or join) the compile of ``params``' constraint (a ``SamplingParams``)."""
+    def submit(self, params: Any, caller: Any = None) -> Future:
+        """Start (or join) the compile of ``params``' constraint (a ``SamplingParams``);
+        ``caller`` (any hashable: the engine's per-call id) is whose lane of the compile queue a
+        new compile joins."""
         kind = params.constraint_kind
         if kind is None:
             raise ValueError("sampling params carry no constraint (json_schema/regex/ebnf/choices/json_object)")
@@ -145,9 +163,8 @@ class GrammarBackend:
             if start:
                 self.stats["misses"] += 1
                 entry = self._cache[key] = _Compile(key)
-                entry.job = CompileJob(req, functools.partial(self._on_done, entry))
-                while len(self._cache) > self.cache_size:  # an evicted running compile still answers
-                    self._cache.popitem(last=False)
+                entry.job = CompileJob(req, functools.partial(self._on_done, entry), caller=caller)
+                self._evict()
             else:
                 self._cache.move_to_end(key)
                 self.stats["hits"] += 1
@@ -162,25 +179,86 @@ class GrammarBackend:
         return fut
 
     def _on_done(self, entry: _Compile, job: CompileJob) -> None:
-        """The pool finished ``entry``'s job: settle every waiting future."""
+        """The pool finished ``entry``'s job: build the grammar here if the probe allows it and
+        someone still waits, then settle every waiting future."""
         grammar, error = None, job.error
         if job.outcome == "ok":
-            req, parts = job.request, job.parts
             try:
-                grammar = parts if self._adapter is not None else build_grammar(  # adapters: parts is one
-                    self.vocab, parts.lark, req.kind, req.spec, parts.relaxed, parts.notes, parts.unique)
-                grammar.compile_s = job.wall_s
+                grammar = self._build(entry, job)
             except ConstraintError as e:
                 error = e
+            if grammar is None and error is None:  # every waiter left during the build
+                return
         with self._lock:
             entry.done, entry.grammar, entry.error = True, grammar, error
             if error is not None:
                 self.stats["timeouts" if job.outcome == "timeout" else "errors"] += 1
             if job.outcome in _RETRY and self._cache.get(entry.key) is entry:
                 del self._cache[entry.key]
+            elif self._cache.get(entry.key) is entry:
+                entry.nbytes = _cached_size(grammar)
+                self._cached_bytes += entry.nbytes
+                self._evict()
             waiters, entry.waiters = entry.waiters, []
         for fut in waiters:
             _settle(fut, grammar, error)
+
+    def _build(self, entry: _Compile, job: CompileJob) -> CompiledGrammar | None:
+        """The ``CompiledGrammar`` of a finished job (None: nobody waits any more); a probe over
+        ``matcher_max_mb`` is a ``ConstraintError`` and nothing is built."""
+        req, parts = job.request, job.parts
+        if self._adapter is not None:  # adapters: parts is the compiled grammar
+            parts.compile_s = job.wall_s
+            return parts
+        size = parts.matcher_bytes or 0
+        if self.matcher_max_mb and size > self.matcher_max_mb << 20:
+            with self._lock:
+                self.stats["over_matcher_bound"] += 1
+            raise ConstraintError(f"{req.kind}: the grammar's matcher needs {size / (1 << 20):.0f} MB, over the "
+                                  f"{self.matcher_max_mb} MB bound (--grammar-matcher-max-mb)")
+        if self._abandoned(entry):
+            return None
+        with self._lock:
+            self.stats["builds"] += 1
+        grammar = build_grammar(self.vocab, parts.lark, req.kind, req.spec, parts.relaxed, parts.notes,
+                                parts.unique, warm=False)
+        grammar.matcher_bytes, grammar.compile_s = size, job.wall_s
+        if self._abandoned(entry):
+            return None
+        warm_start(grammar)
+        return grammar
+
+    def _abandoned(self, entry: _Compile) -> bool:
+        """Whether every future waiting on ``entry`` was cancelled (its build then stops here)."""
+        with self._lock:
+            if entry.waiters:
+                return False
+            self.stats["builds_stopped"] += 1
+            return True
+
+    def _evict(self) -> None:
+        """Drop least recently used entries past ``cache_size`` or ``cache_bytes`` (lock held);
+        a running compile that is dropped still answers its waiters."""
+        while self._cache and (len(self._cache) > self.cache_size or self._cached_bytes > self.cache_bytes):
+            _, old = self._cache.popitem(last=False)
+            self._cached_bytes -= old.nbytes
+            self.stats["evicted"] += 1
+
+    def cache_info(self) -> dict[str, int]:
+        """``entries`` and ``bytes`` (the estimated size of the grammars) held by the cache."""
+        with self._lock:
+            return {"entries": len(self._cache), "bytes": self._cached_bytes}
+
+    def flush_cache(self) -> int:
+        """Drop every finished entry (grammars and cached errors); compiles in flight stay, so
+        their waiters and the requests that join them still share one compile. Returns how many
+        entries were dropped."""
+        with self._lock:
+            done = [key for key, e in self._cache.items() if e.done]
+            for key in done:
+                self._cached_bytes -= self._cache.pop(key).nbytes
+            self.stats["flushed"] += len(done)
+        return len(done)
 
     def _on_waiter_done(self, entry: _Compile, fut: Future) -> None:
         """A waiting future was cancelled: stop the compile if nobody else waits on it."""
@@ -198,6 +276,13 @@ class GrammarBackend:
     def shutdown(self) -> None:
         """Kill the workers and fail the compiles in flight; never waits for a compile."""
         self.pool.shutdown()
+
+
+def _cached_size(grammar: Any) -> int:
+    """A cache entry's estimated bytes: the grammar's ``nbytes()`` (an adapter's grammar without
+    one, or a cached error, counts a grammar's fixed share)."""
+    nbytes = getattr(grammar, "nbytes", None)
+    return nbytes() if callable(nbytes) else GRAMMAR_BASE_BYTES
 
 
 def _settle(fut: Future, result: Any = None, exc: BaseException | None = None) -> bool:

@@ -9,26 +9,15 @@ import json
 from typing import Any
 
 import jsonschema
-import llguidance
 import torch
 from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.compile.probe import build_core
 from radixlm.constrained.decoding.completion import greedy_completion
-from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.runtime_checks import RuntimeChecks
 from radixlm.constrained.tables import LazyTables
 from radixlm.constrained.vocab import TokenizerVocab
 
-# llguidance's per-step budgets (a mask never takes more than milliseconds; past them the matcher
-# stops and the request ends alone); more fuel for the first lexer build of a large schema. The
-# lexer's states are built lazily and shared by every matcher of a grammar, and a step that runs
-# out of fuel files the state it was building as dead for all of them: with llguidance's default
-# step fuel (200,000, well under a millisecond), a matcher that accepts a long text without masks
-# after another one's mask refuses valid text from there on (tests/constrained/test_shared_lexer.py).
-_LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=4_000_000, step_lexer_fuel=4_000_000,
-                                    verbose_errors=False)
-# Masks hold every token that keeps the text valid: llguidance's default ("forcing") would allow
-# only the canonical tokenisation of forced text; jump-forward re-tokenises forced text instead.
-_HEADER = '%llguidance {"no_forcing": true}\n'
+GRAMMAR_BASE_BYTES = 64 << 10  # a grammar's fixed share in the cache's byte count (tables, parser)
 
 
 class CompiledGrammar:
@@ -59,10 +48,14 @@ class CompiledGrammar:
         self.unique = unique
         self.checks = RuntimeChecks(unique, vocab) if unique is not None else None
         self.unique_tracker = self.checks.tracker if self.checks is not None else None
-        self._template = llguidance.LLMatcher(vocab.llg, llguidance.LLMatcher.grammar_from_lark(_HEADER + lark),
-                                              log_level=0, limits=_LIMITS)
-        if self._template.is_error():
-            raise ConstraintError(f"{kind}: cannot compile grammar: {self._template.get_error()[:300]}")
+        self.matcher_bytes = 0  # the automaton's size as the worker's probe measured it (compile/probe.py)
+        self._template = build_core(vocab, lark, kind)
+
+    def nbytes(self) -> int:
+        """Estimated memory this grammar holds, for a cache bounded in bytes: the automaton as the
+        worker's probe measured it, the Lark text (kept here and parsed by the core) and a fixed
+        share for the per-grammar tables and the core's parser."""
+        return self.matcher_bytes + 4 * len(self.lark) + GRAMMAR_BASE_BYTES
 
     def matcher(self) -> GrammarMatcher:
         """A fresh cursor at the start of the grammar."""

@@ -99,6 +99,11 @@ class ServerArgs:
     grammar_compile_max_memory_mb: int = _arg(
         4096, "memory budget of one constraint's compile in its worker process (MiB of address space "
         "above the worker's start-up size); a compile past it fails its request; 0 = no budget", int)
+    grammar_matcher_max_mb: int = _arg(64, "largest matcher automaton one constraint may build in the server "
+                                       "(MiB, measured in the compile worker first); larger ones fail with "
+                                       "400; 0 = no bound", int)
+    grammar_cache_mb: int = _arg(1024, "compiled grammars kept for reuse, in MiB of estimated size (LRU; "
+                                 "/flush_cache empties it)", int)
     # HTTP server limits (runtime/server reads them; the engine ignores them)
     max_json_depth: int = _arg(256, "HTTP: deepest nesting of arrays and objects in a request body (400 "
                                f"beyond); at least max_schema_depth + {JSON_BODY_WRAPPING}, at most "
@@ -178,6 +183,8 @@ class ServerArgs:
             if value is not None and (not isinstance(value, str) or not value):
                 raise ValueError(f"{name} must be a non-empty string")
         check_int("grammar_compile_max_memory_mb", self.grammar_compile_max_memory_mb, lo=0)
+        check_int("grammar_matcher_max_mb", self.grammar_matcher_max_mb, lo=0)
+        check_int("grammar_cache_mb", self.grammar_cache_mb, lo=1)
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be {' or '.join(QUANTIZATIONS)} (weight-only) or unset for the "
                              f"float weights; got {self.quantization!r}")

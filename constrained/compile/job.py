@@ -1,9 +1,11 @@
-"""One compile, without torch: constraint -> grammar (the front ends) -> Lark text.
+"""One compile, without torch: constraint -> grammar (the front ends) -> Lark text -> the
+matcher probe.
 
-This is the work a compile worker process runs (``compile.worker``); it imports neither torch nor
-the matcher core, so a worker starts in a fraction of a second. ``CompiledGrammar`` builds the
-matcher core's grammar from the Lark text in the engine's process (milliseconds: lexers and masks
-are built lazily, as they are needed).
+This is the work a compile worker process runs (``compile.worker``); it imports no torch, so a
+worker starts in a fraction of a second. The probe (``compile/probe.py``) builds llguidance's
+matcher once here, under the worker's budgets, and reports its size; ``CompiledGrammar`` then
+builds it again in the engine's process, for grammars the probe found within bounds (llguidance's
+objects do not pickle).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.compile.probe import probe_matcher
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.ir.ebnf import ebnf_to_lark
@@ -42,12 +45,13 @@ class CompileRequest:
 class CompiledParts:
     """A compile's result: the Lark grammar and what was relaxed/restricted to get it;
     ``unique``: where the matcher checks ``uniqueItems`` and object members at runtime (None:
-    nowhere)."""
+    nowhere); ``matcher_bytes``: the memory the matcher probe added in the worker."""
 
     lark: str
     relaxed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     unique: UniquePaths | None = None
+    matcher_bytes: int | None = None  # what the worker's matcher probe added (None: not probed)
 
 
 def constraint_grammar(req: CompileRequest) -> CompiledParts:
@@ -74,10 +78,18 @@ def constraint_grammar(req: CompileRequest) -> CompiledParts:
 
 
 def compile_parts(vocab: TokenizerVocab, req: CompileRequest) -> CompiledParts:
-    """The whole worker-side compile (what a worker runs for each job; ``vocab`` is unused now
-    that the core builds its lexers lazily, and kept for the pool's calling convention)."""
-    del vocab
-    return constraint_grammar(req)
+    """The whole worker-side compile (what a worker runs for each job): the grammar text, then its
+    matcher built and walked once against ``vocab`` (``compile/probe.py``), inside the worker's
+    budgets, with the memory that took."""
+    parts = constraint_grammar(req)
+    parts.matcher_bytes = probe_matcher(vocab, parts.lark, req.kind)
+    return parts
+
+
+def prepare(vocab: TokenizerVocab) -> None:
+    """A worker's one-time set-up with the vocabulary (``compile.worker``, before its memory cap):
+    llguidance's tokenizer, which every probe uses."""
+    _ = vocab.llg
 
 
 def warm_up() -> None:

@@ -4,7 +4,9 @@ Python threads cannot be stopped: a front-end compile that runs away (a patholog
 keeps its CPU and memory until it ends, whatever budget said. Here each
 of ``num_workers`` slots owns one worker process (``compile.worker``), given the vocabulary once
 at start-up. A job runs in one worker; the slot's thread in this process only waits on the
-socket. Past the wall budget (``timeout_s``) the worker is SIGKILLed and replaced, and so is a
+socket. Past the wall budget (``timeout_s``, counted from the job's submission: time in the
+queue included, and a job whose budget ran out there fails without running) the worker is
+SIGKILLed and replaced, and so is a
 worker that ran out of its memory budget (``max_memory_mb`` of address space, ``RLIMIT_AS``)
 or whose job was cancelled. ``shutdown()`` kills the workers and returns at once.
 
@@ -104,7 +106,7 @@ class CompilePool(CompileSlots):
         super().__init__(num_workers, timeout_s, max_memory_mb, "grammar-slot")
         self._init_blob = pickle.dumps((vocab, compile_fn))  # fails here if the vocab cannot travel
         self._workers: set[_Worker] = set()
-        self.stats = {"worker_starts": 0, "workers_replaced": 0}
+        self.stats = {"worker_starts": 0, "workers_replaced": 0, "expired_in_queue": 0}
         self._start()
 
     def cancel(self, job: CompileJob) -> None:
@@ -150,6 +152,12 @@ class CompilePool(CompileSlots):
     def _run(self, worker: _Worker | None, job: CompileJob) -> _Worker | None:
         """Run ``job``; return the worker to keep (a fresh one when this one had to go)."""
         outcome, value = "crash", "no worker could be started"
+        if job.budget_left(self.timeout_s) <= 0:  # spent waiting in the queue: fails without running
+            with self._lock:
+                self.stats["expired_in_queue"] += 1
+            if not job.cancelled:
+                self._report(job, "timeout", None)
+            return worker
         for _ in range(2):  # a worker that died while idle costs a fresh start, not the request
             worker = worker or self._start_worker()
             if worker is None:
@@ -179,7 +187,7 @@ class CompilePool(CompileSlots):
     def _attempt(self, worker: _Worker, job: CompileJob) -> tuple[str, Any]:
         start = time.perf_counter()
         try:
-            outcome, value = worker.compile(job.request, self.timeout_s)
+            outcome, value = worker.compile(job.request, max(job.budget_left(self.timeout_s), 0.0))
         except OSError as e:  # the job never reached the worker: it was gone already
             return "resend", f"{type(e).__name__}: {e}"
         job.wall_s = time.perf_counter() - start

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from radixlm.constrained.compile.fair_queue import FairQueue
 from radixlm.constrained.compile.job import CompiledParts, CompileRequest
 from radixlm.constrained.errors import ConstraintError
 
@@ -22,7 +24,8 @@ class CompileJob:
     """One compile in flight. ``on_done(job)`` is called once (from a slot thread, or from
     ``submit``/``shutdown`` once the pool is closed) with ``outcome`` ``ok`` (``parts`` set) or
     ``error``/``timeout``/``memory``/``crash``/``shutdown`` (``error`` set); never for a job that
-    was cancelled."""
+    was cancelled. ``caller``: whose compile it is (the queue is round-robin between callers);
+    ``submitted``: when it was queued (``time.monotonic()``): its wall budget runs from then."""
 
     request: CompileRequest
     on_done: Callable[[CompileJob], None]
@@ -32,13 +35,20 @@ class CompileJob:
     wall_s: float = 0.0  # from sending the job to having its result in this process
     cancelled: bool = False
     worker: Any = field(default=None, repr=False)  # the _Worker running it (pool-internal)
+    caller: Any = None
+    submitted: float = field(default_factory=time.monotonic)
+
+    def budget_left(self, timeout_s: float) -> float:
+        """Seconds left of its wall budget, time waiting in the queue included (<= 0: spent)."""
+        return timeout_s - (time.monotonic() - self.submitted)
 
 
 def job_error(job: CompileJob, outcome: str, detail: Any, timeout_s: float, max_memory_mb: int) -> ConstraintError:
     """The ``ConstraintError`` a failed job reports, by outcome (shared with the thread pool)."""
     kind = job.request.kind
     if outcome == "timeout":
-        return ConstraintError(f"grammar compilation exceeded the {timeout_s:g} s budget")
+        return ConstraintError(f"grammar compilation exceeded the {timeout_s:g} s budget "
+                               "(time waiting in the compile queue included)")
     if outcome == "memory":
         return ConstraintError(f"{kind}: grammar compilation exceeded the {max_memory_mb} MB memory budget")
     if outcome == "shutdown":
@@ -52,7 +62,7 @@ class CompileSlots(ABC):
     def __init__(self, num_workers: int, timeout_s: float, max_memory_mb: int, thread_name: str) -> None:
         self.timeout_s = timeout_s
         self.max_memory_mb = max_memory_mb
-        self._queue: queue.SimpleQueue[CompileJob | None] = queue.SimpleQueue()
+        self._queue = FairQueue()  # CompileJob, or None: a slot thread's stop sentinel
         self._lock = threading.Lock()
         self._closed = False
         self._threads = [threading.Thread(target=self._serve, name=f"{thread_name}-{i}", daemon=True)
@@ -67,10 +77,10 @@ class CompileSlots(ABC):
         """A slot thread's loop: take jobs from the queue until a None sentinel."""
 
     def submit(self, job: CompileJob) -> None:
-        """Queue ``job``; the first free slot runs it (after ``shutdown`` it fails at once)."""
+        """Queue ``job`` in its caller's lane; a free slot runs it (after ``shutdown`` it fails at once)."""
         with self._lock:
             if not self._closed:
-                self._queue.put(job)
+                self._queue.put(job, job.caller)
                 return
         self._report(job, "shutdown", None)
 

@@ -52,7 +52,11 @@ class ThreadCompilePool(CompileSlots):
                 self._run(job)
 
     def _run(self, job: CompileJob) -> None:
-        timer = threading.Timer(self.timeout_s, self._settle, (job, "timeout", None))
+        left = job.budget_left(self.timeout_s)  # time in the queue counts
+        if left <= 0:
+            self._settle(job, "timeout", None)
+            return
+        timer = threading.Timer(left, self._settle, (job, "timeout", None))
         timer.daemon = True
         timer.start()
         start = time.perf_counter()

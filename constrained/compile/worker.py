@@ -42,9 +42,13 @@ def main(argv: list[str] | None = None) -> None:
     conn = Connection(fd)
     vocab, compile_fn = conn.recv()
     fn = resolve_compile_fn(compile_fn)
-    warm = getattr(importlib.import_module(compile_fn.partition(":")[0]), "warm_up", None)
+    module = importlib.import_module(compile_fn.partition(":")[0])
+    warm = getattr(module, "warm_up", None)
     if callable(warm):  # the compile module's one-time set-up, before the first job rather than in it
         warm()
+    prepare = getattr(module, "prepare", None)
+    if callable(prepare):  # likewise with the vocabulary (llguidance's tokenizer), before the cap
+        prepare(vocab)
     limit_address_space(max_mb)
     conn.send(("ready", os.getpid()))
     while True:

@@ -14,7 +14,7 @@ import functools
 
 from radixlm.constrained.ir import builder as ir
 
-FUEL = 1_000_000  # a quarter of the engine's initial_lexer_fuel (grammar._LIMITS), shared by all lexemes
+FUEL = 1_000_000  # a quarter of the engine's initial_lexer_fuel (probe.MATCHER_LIMITS), shared by all lexemes
 _HEADER = '%llguidance {"no_forcing": true}\n'
 
 

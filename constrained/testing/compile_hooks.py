@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from radixlm.constrained.compile.job import CompiledParts, CompileRequest, compile_parts
+from radixlm.constrained.compile.job import prepare as prepare  # the worker's set-up, as the real module's
 
 
 def allocate(vocab: Any, request: CompileRequest) -> CompiledParts:

@@ -77,7 +77,8 @@ class Engine:
                                    mixed_chunk=args.enable_mixed_chunk)
         self._grammar = GrammarCompiler(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
                                         args.enable_jump_forward, args.grammar_compile_max_memory_mb,
-                                        args.grammar_backend)
+                                        args.grammar_backend, args.grammar_cache_mb,
+                                        args.grammar_matcher_max_mb)
         self._limits = InputLimits.build(args, self.runner.context_len, cache.usable_slots,
                                          self.runner.token_vocab_size)
         overlap = gpu_feature_enabled(args.disable_overlap_schedule, self.runner.device, needs_cuda=False)
@@ -196,7 +197,9 @@ class Engine:
         self._loop.abort(rid)
 
     def flush_cache(self) -> bool:
-        """Empty the radix cache; False (nothing done) while requests are queued or running."""
+        """Empty the radix cache; False (nothing done) while requests are queued or running.
+        The compiled-grammar cache is emptied either way (running requests keep their grammars)."""
+        self._grammar.flush_cache()
         return self._loop.call(self.scheduler.flush_cache)
 
     def get_stats(self) -> dict[str, Any]:

@@ -25,13 +25,17 @@ class GrammarCompiler:
 
     def __init__(self, tokenizer: Any, vocab_size: int, compile_timeout_s: float,
                  enable_jump_forward: bool, max_memory_mb: int | None = None,
-                 grammar_backend: str = "radixlm") -> None:
+                 grammar_backend: str = "radixlm", cache_mb: int | None = None,
+                 matcher_max_mb: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.compile_timeout_s = compile_timeout_s
         self.grammar_backend = grammar_backend  # radixlm | xgrammar | llguidance (ServerArgs.grammar_backend)
         self.max_memory_mb = max_memory_mb  # None: the backend's default (ServerArgs.grammar_compile_max_memory_mb)
         self.enable_jump_forward = enable_jump_forward
+        # None: the backend's defaults (ServerArgs.grammar_cache_mb, grammar_matcher_max_mb)
+        self.cache_options = {k: v for k, v in (("cache_mb", cache_mb), ("matcher_max_mb", matcher_max_mb))
+                              if v is not None}
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self._backend = None
         self._pending: dict[Req, Future | None] = {}  # None: the submit itself failed (req.error)
@@ -47,18 +51,23 @@ class GrammarCompiler:
             vocab = TokenizerVocab.from_tokenizer(self.tokenizer, vocab_size=self.vocab_size)
             memory = DEFAULT_MAX_MEMORY_MB if self.max_memory_mb is None else self.max_memory_mb
             self._backend = GrammarBackend(vocab, compile_timeout_s=self.compile_timeout_s,
-                                           max_memory_mb=memory, core=self.grammar_backend)
+                                           max_memory_mb=memory, core=self.grammar_backend,
+                                           **self.cache_options)
         return self._backend
 
     def close(self) -> None:
         if self._backend is not None:
             self._backend.shutdown()
 
+    def flush_cache(self) -> int:
+        """Empty the compiled-grammar cache (compiles in flight go on); how many entries went."""
+        return self._backend.flush_cache() if self._backend is not None else 0
+
     def start(self, req: Req) -> None:
         """Submit ``req``'s constraint for compilation; it waits here until ``poll`` returns it."""
         future = None
         try:
-            future = self.backend().submit(req.params)
+            future = self.backend().submit(req.params, caller=req.caller)  # fair between callers
         except Exception as e:  # noqa: BLE001 - the request fails, the engine goes on
             req.error = _as_value_error(e)
         self._pending[req] = future
