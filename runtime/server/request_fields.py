@@ -145,15 +145,14 @@ def check_token_ids(value: Any, param: str) -> list[int]:
 
 def read_cache_salt(r: FieldReader) -> str | None:
     """The request's radix-cache namespace: ``cache_salt`` (vLLM's name) and/or ``extra_key``
-    (SGLang's), non-empty strings. Prompts under different salts never share cached KV."""
-    salts = []
+    (SGLang's), non-empty strings. Prompts under different salts never share cached KV; each field
+    is tagged with its name, so the same value in the two fields names two namespaces."""
+    salts = {}
     for key in ("cache_salt", "extra_key"):
         value = r.get(key, "str")
         if value is not None and not value:
             raise bad_request(f"'{r.path(key)}' must be a non-empty string", param=r.path(key),
                               code="invalid_value")
-        salts.append(value)
-    salt, extra = salts
-    if salt is not None and extra is not None:
-        return json.dumps([salt, extra])  # both given: one namespace per pair, never a concatenation's
-    return salt if salt is not None else extra
+        if value is not None:
+            salts[key] = value
+    return json.dumps(salts, sort_keys=True) if salts else None
