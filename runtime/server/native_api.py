@@ -22,6 +22,7 @@ from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.auth import CURRENT_TENANT, forbidden_unless_admin, is_admin
 from radixlm.runtime.server.cumulative_stream import CumulativeStream
 from radixlm.runtime.server.engine_api import ServedTokenizer
+from radixlm.runtime.server.field_names import with_route_names
 from radixlm.runtime.server.generate_request import GenerateRequest, parse_generate_request
 from radixlm.runtime.server.http_errors import APIError, client_message
 from radixlm.runtime.server.request_fields import FieldReader, UnknownFields
@@ -47,7 +48,7 @@ class NativeRoutes:
         self.incremental = bool(state.engine.server_args.incremental_streaming_output)
 
     def register(self, app: web.Application) -> None:
-        app.router.add_post("/generate", self.generate)
+        app.router.add_post("/generate", with_route_names(self.generate))  # constraint errors name their field
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health_generate)
         app.router.add_get("/get_model_info", self.model_info)

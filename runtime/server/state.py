@@ -27,6 +27,7 @@ from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.json_body import parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
+from radixlm.runtime.server.request_fields import reject_lone_surrogates
 
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
 
@@ -135,7 +136,10 @@ class ServerState:
 
     async def read_json(self, request: web.Request) -> dict[str, Any]:
         """The request's body as a JSON object, within the size and depth limits (400 / 413 otherwise)."""
-        return parse_json_body(await request.read(), self.max_json_depth)
+        raw = await request.read()
+        body = parse_json_body(raw, self.max_json_depth)
+        reject_lone_surrogates(raw, body)
+        return body
 
     async def offload(self, fn: Any, *args: Any) -> Any:
         """Run blocking work (a schema check) in a worker thread, so the event loop keeps serving."""
