@@ -17,6 +17,9 @@ from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
 from radixlm.runtime.server.origin_checks import allowed_host_names, host_name
 from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server_args import ServerArgs
+
+from radixlm.__main__ import build_parser
 
 KEY_A, KEY_B, ADMIN = "tenant-key-a", "tenant-key-b", "admin-key-z"
 HANG_GUARD_S = 120  # a guard only: every wait below ends on an event
@@ -182,7 +185,8 @@ def test_without_an_admin_key_a_tenant_aborts_only_its_own_rids(tenants_no_admin
 def test_flush_cache_and_metrics_need_the_admin_key(tenants):
     before = tenants.engine.flushes
     for key in (KEY_A, KEY_B):
-        assert_error(call(tenants, "/flush_cache", {}, headers=bearer(key)), 403, code="admin_only")
+        err = assert_error(call(tenants, "/flush_cache", {}, headers=bearer(key)), 403, code="admin_only")
+        assert err["type"] == "permission_error" and "--admin-api-key" in err["message"], err
         assert_error(call(tenants, "/metrics", headers=bearer(key)), 403, code="admin_only")
     assert tenants.engine.flushes == before
     assert call(tenants, "/flush_cache", {}, headers=bearer(ADMIN))[0] == 200
@@ -208,6 +212,15 @@ def test_one_key_alone_keeps_the_admin_routes(engine):
 def test_admin_key_must_differ_from_the_api_keys():
     with pytest.raises(ValueError, match="admin_api_key"):
         ServerConfig(api_keys=(KEY_A,), admin_api_key=KEY_A)
+
+
+def test_the_flags_parse():
+    ns = build_parser().parse_args(["serve", "--api-key", KEY_A, "--admin-api-key", ADMIN,
+                                    "--allowed-hosts", "api.example", "--cache-isolation", "per-request"])
+    assert (ns.admin_api_key, ns.allowed_hosts, ns.cache_isolation) == (ADMIN, "api.example", "per-request")
+    assert ServerArgs.from_cli_args(ns).allowed_hosts == "api.example"
+    with pytest.raises(ValueError, match="allowed_hosts"):
+        ServerArgs(allowed_hosts=" , ")
 
 
 # ---------------------------------------------------------------------- browsers: CSRF, rebinding
