@@ -118,7 +118,7 @@ class ServerArgs:
     incremental_streaming_output: bool = _arg(False, "HTTP: /generate stream chunks carry only the new text "
                                               "(default: the whole text so far, as SGLang)", bool)
     allowed_hosts: str | None = _arg(None, "HTTP: comma-separated host names a request's Host header may "
-                                     "carry (421 otherwise), * = any; default: the loopback names when "
+                                     "carry besides the bound address (421 otherwise), * = any; default: the loopback names when "
                                      "bound to loopback, the bound address, any name when bound to 0.0.0.0", str)
     cache_isolation: str = _arg("shared", "HTTP: which requests share cached prefixes (cached_tokens and "
                                 "latency reveal them): shared = all requests of one API key (or all, with no "

@@ -6,7 +6,8 @@ A server on loopback is still reachable from a browser on the same machine: a pa
 
 - ``Host`` must name this server: the loopback names (``localhost``, ``127.0.0.1``, ``::1``) when
   bound to loopback, the bound address when bound to one, any name when bound to every interface
-  (``0.0.0.0`` / ``::``); ``--allowed-hosts`` replaces that set (``*``: no check). Otherwise 421.
+  (``0.0.0.0`` / ``::``); ``--allowed-hosts`` replaces that set (``*``: no check), the bound address
+  itself always staying allowed. Otherwise 421.
 - A request carrying an ``Origin`` header (browsers send it on every cross-origin and every POST
   request) must come from this server's own origin, or from a host ``--allowed-hosts`` lists; otherwise
   403.
@@ -33,10 +34,12 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 def allowed_host_names(bind_host: str, allowed_hosts: str | None) -> frozenset[str] | None:
     """The host names a request's ``Host`` may carry (None: any). ``allowed_hosts`` is the flag's
     comma-separated list (``*`` allows any); unset, the names follow from ``bind_host``."""
+    host = _strip_brackets(bind_host.strip().lower())
     if allowed_hosts is not None:
         names = {_strip_brackets(n.strip().lower()) for n in allowed_hosts.split(",") if n.strip()}
-        return None if "*" in names else frozenset(names)
-    host = _strip_brackets(bind_host.strip().lower())
+        # the bound address itself stays allowed (no DNS name, so no rebinding): the router's and
+        # local health checks' requests name it
+        return None if "*" in names else frozenset(names | {host})
     if host in WILDCARD_BINDS:
         return None
     if host in LOOPBACK_NAMES or _is_loopback(host):

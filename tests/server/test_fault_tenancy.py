@@ -264,7 +264,8 @@ def test_foreign_host_and_origin_are_refused(open_server):
 def test_allowed_hosts_configures_the_host_check(engine):
     with _server(engine, ServerConfig(port=0), allowed_hosts="api.example,[::1]") as srv:
         assert call(srv, "/get_server_info", headers={"Host": "api.example:443"})[0] == 200
-        assert_error(call(srv, "/get_server_info"), 421)  # 127.0.0.1 is not listed
+        assert call(srv, "/get_server_info")[0] == 200  # the bound address itself stays allowed
+        assert_error(call(srv, "/get_server_info", headers={"Host": f"localhost:{srv.port}"}), 421)
         assert call(srv, "/flush_cache", {}, headers={"Host": "api.example", "Origin": "https://api.example"})[0] == 200
     with _server(engine, ServerConfig(port=0), allowed_hosts="*") as srv:
         assert call(srv, "/get_server_info", headers={"Host": "anything.example"})[0] == 200
@@ -275,6 +276,7 @@ def test_allowed_host_names_follow_the_bind_address():
     assert {"localhost", "127.0.0.1", "::1"} <= allowed_host_names("127.0.0.1", None)
     assert "127.0.0.2" in allowed_host_names("127.0.0.2", None)
     assert allowed_host_names("10.0.0.5", None) == {"10.0.0.5"}
-    assert allowed_host_names("10.0.0.5", "a.example, B.example") == {"a.example", "b.example"}
+    assert allowed_host_names("10.0.0.5", "a.example, B.example") == {"a.example", "b.example", "10.0.0.5"}
+    assert allowed_host_names("0.0.0.0", "a.example") == {"a.example", "0.0.0.0"}
     assert allowed_host_names("127.0.0.1", " * ") is None
     assert [host_name(h) for h in ("[::1]:80", "Host:1", "h", "::1")] == ["::1", "host", "h", "::1"]
