@@ -16,6 +16,7 @@ from typing import Any
 # public name -> module that defines it ("module:attr" where the module's name differs)
 _EXPORTS: dict[str, str] = {
     "CompiledGrammar": "radixlm.constrained.grammar",
+    "CompileUnavailable": "radixlm.constrained.errors",
     "ConstraintError": "radixlm.constrained.errors",
     "DEFAULT_MAX_MEMORY_MB": "radixlm.constrained.backend",
     "SCHEMA_OPTIONS_KEY": "radixlm.constrained.json_schema.compiler:OPTIONS_KEY",

@@ -1,4 +1,5 @@
-"""The one exception type of the constrained package."""
+"""The exception types of the constrained package: ``ConstraintError`` (the constraint's fault)
+and ``CompileUnavailable`` (the server's: a retry may succeed)."""
 
 from __future__ import annotations
 
@@ -37,3 +38,11 @@ def _rebuild(cls: type, message: str, pointer: str | None, keyword: str | None) 
     err = cls(message)
     err.pointer, err.keyword = pointer, keyword
     return err
+
+
+class CompileUnavailable(ConstraintError):
+    """A compile that failed for a reason of the server's, not the constraint's: its worker process
+    died (killed from outside, a crash) or the backend shut down. ``retryable``: the same
+    constraint may compile on a later try (a fresh worker serves it); the HTTP layer answers 503."""
+
+    retryable = True

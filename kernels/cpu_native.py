@@ -73,6 +73,7 @@ _SIGNATURES = {
     "rl_cascade_attention": [_P, _L, _P, _P, _P, _L, _P, _P, _P, _I, _I, _I, _I, _F, _P, _I],
     "rl_decode_layer": [ctypes.POINTER(LayerParams), ctypes.POINTER(StepArgs), _P, _P, _P],
 }
+BUILD_PREFIX, BUILD_SUFFIX = ".build-", ".so.part"  # a build's temp file: .build-<pid>-<random>.so.part
 _lib: ctypes.CDLL | None = None
 _tried = False
 _switched_off = False  # torch_only()
@@ -90,7 +91,7 @@ def _supported_machine() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
-def _build() -> Path:
+def build() -> Path:
     """Compile the library unless this source version is cached; returns its path."""
     compiler = os.environ.get("CC", "cc")
     digest = hashlib.sha256(" ".join((compiler, *FLAGS)).encode())
@@ -100,7 +101,10 @@ def _build() -> Path:
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)  # another process may build at once
+    remove_stale_builds(path.parent)
+    # another process may build at once: each writes its own temp file, named after its pid, and
+    # renames it into place (atomic); a build killed midway leaves a temp file, never a .so
+    fd, tmp = tempfile.mkstemp(prefix=f"{BUILD_PREFIX}{os.getpid()}-", suffix=BUILD_SUFFIX, dir=path.parent)
     os.close(fd)
     try:
         sources = [str(s) for s in SOURCES if s.suffix == ".c"]
@@ -113,8 +117,32 @@ def _build() -> Path:
     return path
 
 
+def remove_stale_builds(directory: Path) -> list[Path]:
+    """Delete the temp files of builds whose process is gone (killed midway); returns them."""
+    removed = []
+    for tmp in directory.glob(f"{BUILD_PREFIX}*{BUILD_SUFFIX}"):
+        pid = tmp.name[len(BUILD_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                tmp.unlink()
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _load() -> ctypes.CDLL:
-    lib = ctypes.CDLL(str(_build()))
+    lib = ctypes.CDLL(str(build()))
     if lib.rl_abi_version() != ABI_VERSION:
         raise RuntimeError(f"native kernels report ABI {lib.rl_abi_version()}, expected {ABI_VERSION}")
     for name, argtypes in _SIGNATURES.items():

@@ -66,6 +66,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                            "ps: prefer --api-key-file or the RADIXLM_API_KEY variable (comma-separated)")
     http.add_argument("--api-key-file", default=None, metavar="PATH",
                       help="read API keys from PATH, one per line (blank lines and # comments skipped)")
+    http.add_argument("--admin-api-key", default=None, metavar="KEY",
+                      help="the key of /flush_cache, abort_all, /metrics and other tenants' requests; with "
+                           "several --api-key and no admin key these are refused (403). Also read from the "
+                           "RADIXLM_ADMIN_API_KEY variable")
     http.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                       help="reject request bodies larger than this with 413 (default: %(default)s)")
     http.add_argument("--served-model-name", default=None,
@@ -85,7 +89,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from radixlm.runtime.server.app import serve
-    from radixlm.runtime.server.auth import load_api_keys
+    from radixlm.runtime.server.auth import ADMIN_KEY_ENV, load_api_keys
     from radixlm.runtime.server.state import ServerConfig
     from radixlm.sglang_flags import notices
     from radixlm.startup import StartupError, bind_listener
@@ -93,7 +97,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server_args = _server_args(args.parser, args)
     try:
         keys = load_api_keys(args.api_key or [], args.api_key_file, os.environ)
-        config = ServerConfig(host=args.host, port=args.port, api_keys=tuple(keys),
+        admin_key = args.admin_api_key or os.environ.get(ADMIN_KEY_ENV) or None
+        config = ServerConfig(host=args.host, port=args.port, api_keys=tuple(keys), admin_api_key=admin_key,
                               max_body_bytes=args.max_body_bytes, served_model_name=args.served_model_name,
                               graceful_shutdown_s=args.graceful_shutdown_s)
     except ValueError as e:
@@ -105,7 +110,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not args.log_requests:
         logging.getLogger("radixlm.server.requests").setLevel(logging.WARNING)
     if args.dp_size != 1:
-        return _serve_data_parallel(args, server_args, config.keys)
+        return _serve_data_parallel(args, server_args, config.keys, config.admin_api_key)
     try:
         sock = bind_listener(config.host, config.port)  # before the load: a taken port fails in a second
     except StartupError as e:
@@ -118,9 +123,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str]) -> int:
+def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str],
+                         admin_key: str | None = None) -> int:
     from radixlm.runtime.router.launcher import serve_data_parallel
-    from radixlm.runtime.server.auth import API_KEY_ENV
+    from radixlm.runtime.server.auth import ADMIN_KEY_ENV, API_KEY_ENV
     from radixlm.startup import StartupError, check_checkpoint, check_port_free
 
     if args.dp_size < 1:
@@ -136,6 +142,9 @@ def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str])
     os.environ.pop(API_KEY_ENV, None)
     if keys:
         os.environ[API_KEY_ENV] = ",".join(keys)
+    os.environ.pop(ADMIN_KEY_ENV, None)
+    if admin_key:
+        os.environ[ADMIN_KEY_ENV] = admin_key
     if args.served_model_name is not None:
         extra += ["--served-model-name", args.served_model_name]
     if not args.log_requests:

@@ -194,6 +194,9 @@ class SamplingParams:
             raise FieldError(kinds[1], f"at most one constraint may be set, got {', '.join(kinds)}")
         if self.json_schema is not None and not isinstance(self.json_schema, (dict, bool)):
             raise FieldError("json_schema", "json_schema must be an object (or a JSON string of one)")
+        if self.json_schema is False:  # the schema nothing matches; never read as "no constraint"
+            raise FieldError("json_schema", "json_schema false matches no output: send an object schema, "
+                             "true for any JSON, or leave it unset")
         if self.regex is not None and (not isinstance(self.regex, str) or not self.regex):
             raise FieldError("regex", "regex must be a non-empty string")
         if self.ebnf is not None and (not isinstance(self.ebnf, str) or not self.ebnf.strip()):

@@ -19,6 +19,7 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
+CACHE_ISOLATIONS = ("shared", "per-request")  # runtime/server/auth.py: cache_namespace
 # runtime.chat_formats.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import it)
 TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseekr1", "deepseekv3",
                      "deepseekv31", "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "gpt-oss", "gpt_oss", "granite", "hermes", "kimi", "kimi_k2",
@@ -123,6 +124,13 @@ class ServerArgs:
     strict_api: bool = _arg(False, "HTTP: reject unknown request fields with 400 instead of ignoring them", bool)
     incremental_streaming_output: bool = _arg(False, "HTTP: /generate stream chunks carry only the new text "
                                               "(default: the whole text so far, as SGLang)", bool)
+    allowed_hosts: str | None = _arg(None, "HTTP: comma-separated host names a request's Host header may "
+                                     "carry besides the bound address (421 otherwise), * = any; default: the loopback names when "
+                                     "bound to loopback, the bound address, any name when bound to 0.0.0.0", str)
+    cache_isolation: str = _arg("shared", "HTTP: which requests share cached prefixes (cached_tokens and "
+                                "latency reveal them): shared = all requests of one API key (or all, with no "
+                                "key) unless a cache_salt splits them; per-request = only requests sending "
+                                "the same cache_salt (and key)", str, CACHE_ISOLATIONS)
 
     # GPU decode speed-ups: used on CUDA only, and only once verified on a device
     # (runtime/model/gpu_features.py); on CPU they have no effect
@@ -173,6 +181,9 @@ class ServerArgs:
         check_bools(self, ("enable_mixed_chunk",))
         check_bools(self, ("disable_radix_cache", "enable_jump_forward", "strict_api",
                            "incremental_streaming_output"))
+        if self.allowed_hosts is not None and (not isinstance(self.allowed_hosts, str)
+                                               or not self.allowed_hosts.strip(" ,")):
+            raise ValueError("allowed_hosts must be a non-empty comma-separated list of host names, or *")
         if self.chat_template is not None and (not isinstance(self.chat_template, str) or not self.chat_template):
             raise ValueError("chat_template must be a non-empty string: a Jinja file or the template text")
         check_bools(self, ("disable_cuda_graph", "disable_overlap_schedule"))

@@ -18,11 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -34,6 +36,14 @@ from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)
 WORKER_START_TIMEOUT_S = 60.0  # imports and the vocabulary; generous for loaded CI machines
+# Secrets a compile never needs (RADIXLM_API_KEY, RADIXLM_ADMIN_API_KEY, HF_TOKEN, ...): a worker runs
+# untrusted schemas, so it does not inherit them.
+_SECRET_NAME = re.compile(r"API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL", re.IGNORECASE)
+
+
+def worker_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without the variables whose names say they hold a secret (``_SECRET_NAME``)."""
+    return {k: v for k, v in environ.items() if not _SECRET_NAME.search(k)}
 
 
 class _Worker:
@@ -44,7 +54,7 @@ class _Worker:
         cmd = [sys.executable, "-m", "radixlm.constrained.compile.worker",
                str(theirs.fileno()), str(os.getpid()), str(max_memory_mb)]
         # The child imports radixlm the way this process did (a source tree, an editable install).
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        env = {**worker_environ(os.environ), "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             self.proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
         finally:

@@ -16,7 +16,7 @@ from typing import Any
 
 from radixlm.constrained.compile.fair_queue import FairQueue
 from radixlm.constrained.compile.job import CompiledParts, CompileRequest
-from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.errors import CompileUnavailable, ConstraintError
 
 
 @dataclass(eq=False)
@@ -52,8 +52,8 @@ def job_error(job: CompileJob, outcome: str, detail: Any, timeout_s: float, max_
     if outcome == "memory":
         return ConstraintError(f"{kind}: grammar compilation exceeded the {max_memory_mb} MB memory budget")
     if outcome == "shutdown":
-        return ConstraintError("grammar compilation stopped: the grammar backend shut down")
-    return ConstraintError(f"{kind}: the grammar compile worker failed ({detail})")
+        return CompileUnavailable("grammar compilation stopped: the grammar backend shut down; retry")
+    return CompileUnavailable(f"{kind}: the grammar compile worker failed ({detail}); a server fault, retry")
 
 
 class CompileSlots(ABC):

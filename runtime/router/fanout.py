@@ -4,7 +4,7 @@ A replica's *rank* is its index in the router's worker list (``dp_rank`` in the 
 numbers its data-parallel ranks). Only replicas in rotation are asked; each answer is read whole
 (these routes' bodies are small) within ``RouterConfig.fanout_timeout_s``.
 
-- ``GET`` / ``POST /flush_cache``: every replica flushes; 200 only if all did (400 otherwise, as a
+- ``POST /flush_cache``: every replica flushes; 200 only if all did (400 otherwise, as a
   replica answers while requests run); the routing tree forgets the replicas that flushed.
 - ``POST /abort_request``: sent to every replica (the router does not remember where a rid went);
   ``success`` if any replica aborted something, ``aborted`` the total count.
@@ -54,8 +54,7 @@ class FanOutRoutes:
         self.router = router
 
     def register(self, app: web.Application) -> None:
-        app.router.add_get("/flush_cache", self.flush_cache)
-        app.router.add_post("/flush_cache", self.flush_cache)
+        app.router.add_post("/flush_cache", self.flush_cache)  # POST only, as the servers
         app.router.add_post("/abort_request", self.abort_request)
         app.router.add_get("/get_load", self.get_load)
         app.router.add_get("/get_server_info", self.server_info)

@@ -125,7 +125,8 @@ def serve_data_parallel(server_args: Any, dp_size: int, host: str, port: int,
     procs, urls = start_replicas(server_args, dp_size, extra_argv)
     try:
         logger.warning("data parallel: %d replicas behind http://%s:%d", dp_size, host, port)
-        run_router(RouterConfig(workers=urls, routing=RoutingConfig(policy=policy)), host=host, port=port)
+        run_router(RouterConfig(workers=urls, routing=RoutingConfig(policy=policy)), host=host, port=port,
+                   allowed_hosts=getattr(server_args, "allowed_hosts", None))
     finally:
         stop_replicas(procs)
     return 0

@@ -210,12 +210,18 @@ class Router:
 ROUTER_KEY = web.AppKey("radixlm_router", Router)
 
 
-def create_router_app(config: RouterConfig) -> web.Application:
-    """The router's aiohttp application."""
+def create_router_app(config: RouterConfig, bind_host: str | None = None,
+                      allowed_hosts: str | None = None) -> web.Application:
+    """The router's aiohttp application; with ``bind_host``, the servers' Host, Origin and JSON-only
+    checks too (``runtime.server.origin_checks``: the router is the public face of the replicas)."""
     from radixlm.runtime.server.app import error_middleware  # same error shape as the servers behind it
+    from radixlm.runtime.server.origin_checks import origin_middleware
 
     router = Router(config)
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
+    middlewares = [error_middleware]
+    if bind_host is not None:
+        middlewares.append(origin_middleware(bind_host, allowed_hosts))
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares)
     app[ROUTER_KEY] = router
     app.on_startup.append(router.start)
     app.on_cleanup.append(router.stop)
@@ -231,7 +237,8 @@ def create_router_app(config: RouterConfig) -> web.Application:
     return app
 
 
-def run_router(config: RouterConfig, host: str = "127.0.0.1", port: int = 30000) -> None:
+def run_router(config: RouterConfig, host: str = "127.0.0.1", port: int = 30000,
+               allowed_hosts: str | None = None) -> None:
     """Serve the router until SIGINT/SIGTERM (aiohttp's runner handles both and exits cleanly)."""
     try:
         import uvloop
@@ -240,4 +247,4 @@ def run_router(config: RouterConfig, host: str = "127.0.0.1", port: int = 30000)
     except ImportError:  # uvloop is not available on Windows
         loop = asyncio.new_event_loop()
     logger.info("routing %s over %s", config.routing.policy, ", ".join(config.workers))
-    web.run_app(create_router_app(config), host=host, port=port, print=None, loop=loop)
+    web.run_app(create_router_app(config, host, allowed_hosts), host=host, port=port, print=None, loop=loop)

@@ -26,6 +26,7 @@ from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
 from radixlm.runtime.server.openai_api import OpenAIRoutes
+from radixlm.runtime.server.origin_checks import origin_middleware
 from radixlm.runtime.server.state import ServerConfig, ServerState
 
 logger = logging.getLogger("radixlm.server")
@@ -68,9 +69,10 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     """The aiohttp application serving ``engine`` (an ``Engine``, or anything with the members of
     :class:`~radixlm.runtime.server.engine_api.ServedEngine`)."""
     config = config or ServerConfig()
-    middlewares = [error_middleware, url_limit_middleware]
-    if config.keys:
-        middlewares.append(auth_middleware(config.keys))
+    middlewares = [error_middleware, url_limit_middleware,
+                   origin_middleware(config.host, engine.server_args.allowed_hosts)]
+    if config.keys or config.admin_api_key:
+        middlewares.append(auth_middleware(config.keys, config.admin_api_key))
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares,
                           handler_args={"max_line_size": PARSER_MAX_LINE})
     state = ServerState(engine, config)

@@ -23,6 +23,7 @@ logger = logging.getLogger("radixlm.server")
 _ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
+    403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "request_too_large",
@@ -88,7 +89,8 @@ def from_exception(exc: BaseException) -> APIError:
 
     ``ValueError`` (which includes the constraint compiler's ``ConstraintError``) is bad input:
     400, with the JSON pointer in ``param`` when the error carries one. A full waiting queue
-    (any exception class named ``QueueFullError``) is 503. Anything else is a 500 whose message
+    (any exception class named ``QueueFullError``) is 503, and so is an exception marked
+    ``retryable`` (the constraint compiler's ``CompileUnavailable``: its worker died). Anything else is a 500 whose message
     says nothing about the exception (the error middleware logs it): Python exception text is for
     the log, never for clients.
     """
@@ -98,6 +100,8 @@ def from_exception(exc: BaseException) -> APIError:
         return APIError(503, str(exc) or "the waiting queue is full; retry later", code="queue_full")
     if isinstance(exc, web.HTTPException):
         return _from_http_exception(exc)
+    if getattr(exc, "retryable", False):  # the server's fault (a compile worker died): a retry may work
+        return APIError(503, client_message(str(exc)), code="server_fault")
     if isinstance(exc, ValueError):
         param = getattr(exc, "pointer", None) or getattr(exc, "field", None)  # JSON pointer, or field name
         return APIError(400, client_message(str(exc)), param=param, code=_code_for(exc))

@@ -19,8 +19,10 @@ from typing import Any
 
 from aiohttp import web
 from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.server.auth import CURRENT_TENANT, forbidden_unless_admin, is_admin
 from radixlm.runtime.server.cumulative_stream import CumulativeStream
 from radixlm.runtime.server.engine_api import ServedTokenizer
+from radixlm.runtime.server.field_names import with_route_names
 from radixlm.runtime.server.generate_request import GenerateRequest, parse_generate_request
 from radixlm.runtime.server.http_errors import APIError, client_message
 from radixlm.runtime.server.request_fields import FieldReader, UnknownFields
@@ -33,6 +35,8 @@ from radixlm import __version__
 
 _LOGPROB_KEYS = ("input_token_logprobs", "output_token_logprobs")
 _TOP_LOGPROB_KEYS = ("input_top_logprobs", "output_top_logprobs")
+# what a non-admin tenant sees of the engine's stats: its size, not the other tenants' traffic
+CAPACITY_STATS = frozenset({"kv_total_slots"})
 
 
 class NativeRoutes:
@@ -44,15 +48,14 @@ class NativeRoutes:
         self.incremental = bool(state.engine.server_args.incremental_streaming_output)
 
     def register(self, app: web.Application) -> None:
-        app.router.add_post("/generate", self.generate)
+        app.router.add_post("/generate", with_route_names(self.generate))  # constraint errors name their field
         app.router.add_get("/health", self.health)
         app.router.add_get("/health_generate", self.health_generate)
         app.router.add_get("/get_model_info", self.model_info)
         app.router.add_get("/get_server_info", self.server_info)
         app.router.add_get("/server_info", self.server_info)  # SGLang's newer name; its client calls it
         app.router.add_get("/get_load", self.get_load)
-        app.router.add_route("GET", "/flush_cache", self.flush_cache)
-        app.router.add_post("/flush_cache", self.flush_cache)
+        app.router.add_post("/flush_cache", self.flush_cache)  # POST only: an <img> tag cannot flush
         app.router.add_post("/abort_request", self.abort_request)
         app.router.add_get("/metrics", self.metrics)
         TokenizeRoutes(self.state, self.strict).register(app)
@@ -150,6 +153,9 @@ class NativeRoutes:
         (one dict per data-parallel rank), plus radixlm's ``server_args`` / ``stats`` / ``http``."""
         cfg = self.state.config
         stats = _jsonable(await self._stats())
+        own = self._own_rids(request)
+        if not is_admin(request):  # another tenant's traffic is not this caller's to see
+            stats = {k: v for k, v in stats.items() if k in CAPACITY_STATS}
         args = _jsonable(dataclasses.asdict(self.state.engine.server_args))
         http = {"host": cfg.host, "port": self.state.port, "api_key_set": bool(cfg.keys),
                 "api_keys": len(cfg.keys), "max_body_bytes": cfg.max_body_bytes,
@@ -160,7 +166,7 @@ class NativeRoutes:
             "max_req_input_len": args.get("max_req_input_len") or self.state.context_len,
             "version": __version__, "internal_states": [stats], "startup_time": self.state.started_at,
             "server_args": args, "http": http, "stats": stats,
-            "inflight_requests": len(self.state.inflight),
+            "inflight_requests": len(own),
             "uptime_s": round(time.time() - self.state.started_at, 3),
         })
 
@@ -174,7 +180,15 @@ class NativeRoutes:
     async def _stats(self) -> dict[str, Any]:
         return await asyncio.get_running_loop().run_in_executor(None, self.state.engine.get_stats) or {}
 
+    def _own_rids(self, request: web.Request) -> list[str]:
+        """The running engine requests the caller may see and abort: all of them for an admin."""
+        if is_admin(request):
+            return sorted(self.state.inflight)
+        tenant = CURRENT_TENANT.get()
+        return sorted(rid for rid in self.state.inflight if self.state.owners.get(rid) == tenant)
+
     async def flush_cache(self, request: web.Request) -> web.Response:
+        forbidden_unless_admin(request, "/flush_cache")
         ok = await asyncio.get_running_loop().run_in_executor(None, self.state.engine.flush_cache)
         if ok is False:
             raise APIError(400, "cache not flushed: requests are still running", code="requests_running")
@@ -182,14 +196,17 @@ class NativeRoutes:
 
     async def abort_request(self, request: web.Request) -> web.Response:
         """Abort ``rid``'s engine requests (an OpenAI request's ``rid`` covers all its choices), or
-        every request with ``abort_all``; ``success`` is false when none was running."""
+        every request with ``abort_all`` (an admin's only); ``success`` is false when none was
+        running. Another tenant's rid is answered as an unknown one."""
         r = FieldReader(await self.state.read_json(request), unknown=UnknownFields(self.strict))
         abort_all = r.get("abort_all", "bool", False)
         rid = r.get("rid", "str", required=not abort_all)
         if not abort_all and not rid:
             raise APIError(400, "rid must be a non-empty string (or pass abort_all: true)", param="rid")
         r.reject_unknown()
-        running = sorted(self.state.inflight)
+        if abort_all:
+            forbidden_unless_admin(request, "abort_all", param="abort_all")
+        running = self._own_rids(request)
         found = running if abort_all else [x for x in running if x == rid or x.startswith(f"{rid}-")]
         for one in found:
             self.state.engine.abort(one)
@@ -199,6 +216,7 @@ class NativeRoutes:
         return web.json_response(body, headers=r.unknown.report("/abort_request"))
 
     async def metrics(self, request: web.Request) -> web.Response:
+        forbidden_unless_admin(request, "/metrics")
         stats = await asyncio.get_running_loop().run_in_executor(None, self.state.engine.get_stats)
         text = self.state.metrics.render(stats or {})
         return web.Response(text=text, content_type="text/plain", charset="utf-8",

@@ -20,6 +20,7 @@ from radixlm.runtime.chat_formats.tools import ToolCall
 from radixlm.runtime.sampling_params import choice_seed
 from radixlm.runtime.server.chat_generation import ChoiceEvent, ChoiceRunner
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
+from radixlm.runtime.server.field_names import OPENAI_NAMES, with_route_names
 from radixlm.runtime.server.openai_logprobs import (
     TextCursor,
     completion_logprobs,
@@ -48,8 +49,8 @@ class OpenAIRoutes:
     def register(self, app: web.Application) -> None:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{model:.+}", self.model)
-        app.router.add_post("/v1/completions", self.completions)
-        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", with_route_names(self.completions, OPENAI_NAMES))
+        app.router.add_post("/v1/chat/completions", with_route_names(self.chat, OPENAI_NAMES))
 
     def _model_card(self) -> dict[str, Any]:
         return {"id": self.state.model_name, "object": "model", "created": int(self.state.started_at),

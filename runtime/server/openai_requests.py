@@ -198,7 +198,7 @@ def parse_chat_request(body: dict[str, Any], strict: bool = False,
     _check_one_constraint(fmt, choice, tools, source)
     salt = read_cache_salt(r)
     parallel = r.get("parallel_tool_calls", "bool", True)
-    template_kwargs = _template_kwargs(r.get("chat_template_kwargs", "object"))
+    template_kwargs = check_template_kwargs(r.get("chat_template_kwargs", "object"))
     separate = r.get("separate_reasoning", "bool", True)
     cont = r.get("continue_final_message", "bool", False)
     add_prompt = r.get("add_generation_prompt", "bool", not cont)
@@ -237,8 +237,9 @@ def _check_one_constraint(fmt: ResponseFormat, choice: ToolChoice, tools: list[T
 _TEMPLATE_OWN = ("messages", "tools", "add_generation_prompt", "documents")
 
 
-def _template_kwargs(kwargs: dict | None) -> dict[str, Any]:
-    """``chat_template_kwargs``: extra template variables (``{"enable_thinking": false}``)."""
+def check_template_kwargs(kwargs: dict | None) -> dict[str, Any]:
+    """``chat_template_kwargs``: extra template variables (``{"enable_thinking": false}``); a
+    variable the server sets itself (``messages``, ``tools``, ...) is a 400 naming it."""
     for key in kwargs or {}:
         if key in _TEMPLATE_OWN:
             raise bad_request(f"'chat_template_kwargs.{key}' is set by the server, not by the request",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import Any
 
 from radixlm.runtime.server.http_errors import bad_request
@@ -145,15 +146,52 @@ def check_token_ids(value: Any, param: str) -> list[int]:
 
 def read_cache_salt(r: FieldReader) -> str | None:
     """The request's radix-cache namespace: ``cache_salt`` (vLLM's name) and/or ``extra_key``
-    (SGLang's), non-empty strings. Prompts under different salts never share cached KV."""
-    salts = []
+    (SGLang's), non-empty strings. Prompts under different salts never share cached KV; each field
+    is tagged with its name, so the same value in the two fields names two namespaces."""
+    salts = {}
     for key in ("cache_salt", "extra_key"):
         value = r.get(key, "str")
         if value is not None and not value:
             raise bad_request(f"'{r.path(key)}' must be a non-empty string", param=r.path(key),
                               code="invalid_value")
-        salts.append(value)
-    salt, extra = salts
-    if salt is not None and extra is not None:
-        return json.dumps([salt, extra])  # both given: one namespace per pair, never a concatenation's
-    return salt if salt is not None else extra
+        if value is not None:
+            salts[key] = value
+    return json.dumps(salts, sort_keys=True) if salts else None
+
+
+# a JSON escape of a surrogate (\ud800-\udfff): the only way a body's text can hold a lone one
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def reject_lone_surrogates(raw: bytes, body: Any) -> None:
+    """400 naming the first string of ``body`` (parsed from ``raw``) that holds a lone surrogate
+    (``"\\ud800"``): no UTF-8 text, prompt or token can hold one. Pairs (escaped emoji) pass."""
+    if not _SURROGATE_ESCAPE.search(raw):
+        return
+    path = _surrogate_path(body, "")
+    if path is not None:
+        raise bad_request(f"'{path or 'body'}' holds a lone UTF-16 surrogate (a \\ud800-\\udfff escape "
+                          "without its pair), which is not text", param=path or None, code="invalid_unicode")
+
+
+def _surrogate_path(value: Any, path: str) -> str | None:
+    """The dotted path (``messages[0].content``) of the first string holding a lone surrogate."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            name = f"{path}.{key}" if path else str(key)
+            found = _surrogate_path(key, name) if isinstance(key, str) else None
+            found = found if found is not None else _surrogate_path(item, name)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _surrogate_path(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None

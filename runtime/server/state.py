@@ -22,11 +22,12 @@ from typing import Any
 from aiohttp import web
 from radixlm.runtime.chat_formats.reasoning.registry import resolve as resolve_reasoning
 from radixlm.runtime.chat_formats.tool_formats.registry import resolve
-from radixlm.runtime.server.auth import TENANT_KEY, cache_namespace, check_api_key
+from radixlm.runtime.server.auth import CURRENT_TENANT, TENANT_KEY, cache_namespace, check_api_key
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.json_body import parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
+from radixlm.runtime.server.request_fields import reject_lone_surrogates
 
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
 
@@ -47,6 +48,7 @@ class ServerConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     served_model_name: str | None = None
     graceful_shutdown_s: float = 30.0
+    admin_api_key: str | None = None  # admin routes act on every tenant with it (see auth)
 
     def __post_init__(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -60,6 +62,10 @@ class ServerConfig:
         for key in self.api_keys:
             check_api_key(key, "api_keys")
         self.api_keys = tuple(self.api_keys)
+        if self.admin_api_key is not None:
+            check_api_key(self.admin_api_key, "admin_api_key")
+            if self.admin_api_key in self.keys:
+                raise ValueError("admin_api_key must differ from every API key")
         if not isinstance(self.graceful_shutdown_s, (int, float)) or self.graceful_shutdown_s < 0:
             raise ValueError(f"graceful_shutdown_s must be >= 0, got {self.graceful_shutdown_s!r}")
 
@@ -118,6 +124,8 @@ class ServerState:
         self.reasoning_format = resolve_reasoning(args.reasoning_parser, self.tokenizer.chat_template)
         self.started_at = time.time()
         self.inflight: set[str] = set()
+        self.owners: dict[str, str | None] = {}  # engine rid -> the tenant that started it
+        self.cache_isolation = args.cache_isolation
         self.draining = False
 
     def check_model(self, model: str | None) -> None:
@@ -128,7 +136,10 @@ class ServerState:
 
     async def read_json(self, request: web.Request) -> dict[str, Any]:
         """The request's body as a JSON object, within the size and depth limits (400 / 413 otherwise)."""
-        return parse_json_body(await request.read(), self.max_json_depth)
+        raw = await request.read()
+        body = parse_json_body(raw, self.max_json_depth)
+        reject_lone_surrogates(raw, body)
+        return body
 
     async def offload(self, fn: Any, *args: Any) -> Any:
         """Run blocking work (a schema check) in a worker thread, so the event loop keeps serving."""
@@ -136,7 +147,7 @@ class ServerState:
 
     def extra_key(self, request: web.Request, salt: str | None) -> str | None:
         """The engine's ``extra_key`` for this request: its API key's tenant and its own salt."""
-        return cache_namespace(request.get(TENANT_KEY), salt)
+        return cache_namespace(request.get(TENANT_KEY), salt, self.cache_isolation)
 
     @asynccontextmanager
     async def track(self, route: str, request_id: str | None = None) -> AsyncIterator[RequestRecord]:
@@ -168,6 +179,7 @@ class ServerState:
         Its time to first token comes from the engine's ``first_token_latency`` (``observe_ttft=False``
         for continuation phases, whose first token is not the request's)."""
         self.inflight.add(rid)
+        self.owners[rid] = CURRENT_TENANT.get()
         try:
             result = await self.engine.async_generate(rid=rid, stream=False, **kwargs)
             if observe_ttft:
@@ -182,12 +194,14 @@ class ServerState:
             raise
         finally:
             self.inflight.discard(rid)
+            self.owners.pop(rid, None)
 
     async def stream(self, rid: str, observe_ttft: bool = True, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         """One streamed engine request: incremental dicts. Leaving early aborts it in the engine.
 
         ``observe_ttft=False`` for continuation phases, whose first token is not the request's."""
         self.inflight.add(rid)
+        self.owners[rid] = CURRENT_TENANT.get()
         finished = False
         start = last = time.perf_counter()
         sent_tokens = 0
@@ -211,6 +225,7 @@ class ServerState:
                 yield chunk
         finally:
             self.inflight.discard(rid)
+            self.owners.pop(rid, None)
             if not finished:
                 self.engine.abort(rid)
 

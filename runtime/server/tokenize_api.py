@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import jinja2
 from aiohttp import web
 from radixlm.runtime.server.chat_messages import parse_messages
-from radixlm.runtime.server.http_errors import bad_request
+from radixlm.runtime.server.http_errors import bad_request, client_message
+from radixlm.runtime.server.openai_requests import check_template_kwargs
 from radixlm.runtime.server.request_fields import FieldReader, UnknownFields, check_str_list, check_token_ids
 from radixlm.runtime.server.state import ServerState
 
@@ -41,8 +43,7 @@ class TokenizeRoutes:
             raise bad_request("exactly one of 'prompt' and 'messages' is required", param="prompt")
         add_special = r.get("add_special_tokens", "bool", True)
         if r.has("messages"):
-            text = tok.apply_chat_template(parse_messages(r), add_generation_prompt=True,
-                                           **(r.get("chat_template_kwargs", "object") or {}))
+            text = self._render(parse_messages(r), check_template_kwargs(r.get("chat_template_kwargs", "object")))
             prompts, single, add_special = [text], True, False  # the template wrote the special tokens
         else:
             raw = r.get("prompt", ("str", "list"), required=True)
@@ -53,6 +54,15 @@ class TokenizeRoutes:
         return web.json_response({"tokens": tokens[0] if single else tokens, "count": counts[0] if single else counts,
                                   "max_model_len": self.state.context_len},
                                  headers=r.unknown.report(request.path))
+
+    def _render(self, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str:
+        """The messages through the chat template; a template that cannot render them is a 400."""
+        try:
+            return self.state.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
+        except Exception as e:  # noqa: BLE001 - jinja's raise_exception, or these messages do not fit it
+            why = f": {client_message(str(e))}" if isinstance(e, (ValueError, jinja2.TemplateError)) else ""
+            raise bad_request(f"the chat template cannot render these messages{why}", param="messages",
+                              code="invalid_messages") from None
 
     async def detokenize(self, request: web.Request) -> web.Response:
         r = await self._reader(request)

@@ -63,7 +63,8 @@ def test_401_without_or_with_a_wrong_key(server):
 def test_400_invalid_json_and_wrong_types(server):
     assert_error(call(server, "/generate", data=b"{not json", headers={**AUTH, "Content-Type": "application/json"}),
                  400, contains="not valid JSON")
-    assert_error(call(server, "/v1/chat/completions", data=b"[1, 2]", headers=AUTH), 400, contains="object")
+    assert_error(call(server, "/v1/chat/completions", data=b"[1, 2]",
+                      headers={**AUTH, "Content-Type": "application/json"}), 400, contains="object")
     assert_error(call(server, "/v1/chat/completions", {"messages": MSG, "temperature": "hot"}), 400,
                  param="temperature")
     assert_error(call(server, "/v1/chat/completions", {"messages": "hello"}), 400, param="messages")
