@@ -44,6 +44,7 @@ VALUE_ALIASES: dict[str, dict[str, str]] = {
 # plus slack: a schema the engine accepts must fit in a body the server accepts.
 JSON_BODY_WRAPPING = 8
 MAX_JSON_DEPTH_CEILING = 512  # the decoder recurses once per level; Python's recursion limit is 1000
+QUEUE_PER_RUNNING = 4  # the default queue bound, in multiples of max_running_requests
 REQUEST_LIMITS = ("max_prompts_per_request", "max_n", "max_sequences_per_request", "max_logit_bias",
                   "max_stop_strings", "max_schema_bytes", "max_schema_depth")
 
@@ -81,7 +82,9 @@ class ServerArgs:
     page_size: int = _arg(1, "radix-cache granularity in tokens", int)
     radix_eviction_policy: str = _arg("lru", "which cached prefixes go first", str, EVICTION_POLICIES)
     random_seed: int = _arg(0, "seed of the sampler for requests without their own seed", int)
-    max_queued_requests: int | None = _arg(None, "reject submissions beyond this many waiting requests", int)
+    max_queued_requests: int | None = _arg(None, "reject submissions beyond this many waiting requests (503); "
+                                           f"default: {QUEUE_PER_RUNNING} x max_running_requests, at least "
+                                           "max_sequences_per_request", int)
     max_req_input_len: int | None = _arg(None, "reject prompts longer than this (default: context length)", int)
     grammar_compile_timeout_s: float = _arg(10.0, "time budget for compiling one constraint", float)
     enable_jump_forward: bool = _arg(True, "append forced grammar text without decoding it token by token", bool)
@@ -187,6 +190,15 @@ class ServerArgs:
             raise ValueError(f"max_json_depth must be >= max_schema_depth + {JSON_BODY_WRAPPING} "
                              f"({self.max_schema_depth + JSON_BODY_WRAPPING}), so that a request body can "
                              f"carry the deepest schema the engine accepts; got {self.max_json_depth}")
+
+    @property
+    def queue_limit(self) -> int:
+        """The waiting-queue bound: ``max_queued_requests``, or the default derived from the engine's
+        capacity (never below ``max_sequences_per_request``, so that every request the fan-out limits
+        allow can fit an empty queue)."""
+        if self.max_queued_requests is not None:
+            return self.max_queued_requests
+        return max(QUEUE_PER_RUNNING * self.max_running_requests, self.max_sequences_per_request)
 
     @property
     def chunk_size(self) -> int | None:

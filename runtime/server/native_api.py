@@ -21,6 +21,7 @@ from aiohttp import web
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.cumulative_stream import CumulativeStream
 from radixlm.runtime.server.engine_api import ServedTokenizer
+from radixlm.runtime.server.fan_out import check_fan_out
 from radixlm.runtime.server.generate_request import GenerateRequest, parse_generate_request
 from radixlm.runtime.server.http_errors import APIError, client_message
 from radixlm.runtime.server.request_fields import FieldReader, UnknownFields
@@ -62,6 +63,8 @@ class NativeRoutes:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/generate") as record:
             req = parse_generate_request(await self.state.read_json(request), self.strict)
+            check_fan_out(self.state.engine.server_args, [sp.n for sp in req.sampling],
+                          "input_ids" if req.is_ids else "text", "sampling_params.n")
             headers = req.ignored.report("/generate")
             extra_key = self.state.extra_key(request, req.salt)
             try:

@@ -19,6 +19,7 @@ from aiohttp import web
 from radixlm.runtime.chat_formats.tools import ToolCall
 from radixlm.runtime.server.chat_generation import ChoiceEvent, ChoiceRunner
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
+from radixlm.runtime.server.fan_out import check_fan_out
 from radixlm.runtime.server.openai_logprobs import (
     TextCursor,
     completion_logprobs,
@@ -67,6 +68,7 @@ class OpenAIRoutes:
         async with self.state.track("/v1/completions") as record:
             req = parse_completion_request(await self.state.read_json(request), self.strict)
             self.state.check_model(req.model)
+            check_fan_out(self.state.engine.server_args, [req.n] * len(req.prompts), "prompt", "n")
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/completions")
             jobs = [(p, j) for p in range(len(req.prompts)) for j in range(req.n)]
@@ -168,6 +170,7 @@ class OpenAIRoutes:
             req = parse_chat_request(await self.state.read_json(request), self.strict,
                                      self.state.max_new_tokens_default)
             self.state.check_model(req.model)
+            check_fan_out(self.state.engine.server_args, [req.n], "messages", "n")
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/chat/completions")
             if req.tools:  # every tool, whatever tool_choice: auto would otherwise fail mid-answer
