@@ -119,6 +119,8 @@ class ServerState:
         self.started_at = time.time()
         self.inflight: set[str] = set()
         self.draining = False
+        self.cut = False  # the shutdown grace is over: engine requests still running end with a 503
+        self.handlers = 0  # HTTP handlers running (the shutdown waits for them)
 
     def check_model(self, model: str | None) -> None:
         """404 unless ``model`` is absent, the served name, the model path or ``"default"``."""
@@ -159,6 +161,21 @@ class ServerState:
                         "latency=%.1fms", record.route, record.id, record.status, record.prompt,
                         record.cached, record.completion, latency * 1000)
 
+    def cut_all(self) -> int:
+        """End of the shutdown grace: abort every engine request still in flight (and refuse new ones);
+        their handlers answer 503, streams with an error event and ``[DONE]``. Returns how many."""
+        self.cut = True
+        running = list(self.inflight)
+        for rid in running:
+            self.engine.abort(rid)
+        return len(running)
+
+    def _check_cut(self, meta: dict[str, Any] | None = None) -> None:
+        """503 once the shutdown has cut the requests (for ``meta``: if it is an aborted one's end)."""
+        if self.cut and (meta is None or _is_abort(meta)):
+            raise APIError(503, "the server is shutting down; the request was cut at the end of the "
+                           "graceful-shutdown period", code="shutting_down")
+
     def new_rid(self, record: RequestRecord, suffix: str = "") -> str:
         return f"{record.id}{suffix}-{uuid.uuid4().hex[:6]}"
 
@@ -167,9 +184,12 @@ class ServerState:
 
         Its time to first token comes from the engine's ``first_token_latency`` (``observe_ttft=False``
         for continuation phases, whose first token is not the request's)."""
+        self._check_cut()
         self.inflight.add(rid)
         try:
             result = await self.engine.async_generate(rid=rid, stream=False, **kwargs)
+            for out in result if isinstance(result, list) else [result]:
+                self._check_cut(out.get("meta_info", {}))
             if observe_ttft:
                 for out in result if isinstance(result, list) else [result]:
                     meta = out.get("meta_info", {})
@@ -187,6 +207,7 @@ class ServerState:
         """One streamed engine request: incremental dicts. Leaving early aborts it in the engine.
 
         ``observe_ttft=False`` for continuation phases, whose first token is not the request's."""
+        self._check_cut()
         self.inflight.add(rid)
         finished = False
         start = last = time.perf_counter()
@@ -206,6 +227,8 @@ class ServerState:
                     sent_tokens += new
                     last = now
                 finished = chunk.get("meta_info", {}).get("finish_reason") is not None
+                if finished:
+                    self._check_cut(chunk["meta_info"])
                 if finished and observe_ttft:
                     self.metrics.record_output(chunk["meta_info"])
                 yield chunk
@@ -213,6 +236,11 @@ class ServerState:
             self.inflight.discard(rid)
             if not finished:
                 self.engine.abort(rid)
+
+
+def _is_abort(meta: dict[str, Any]) -> bool:
+    finish = meta.get("finish_reason")
+    return (finish.get("type") if isinstance(finish, dict) else finish) == "abort"
 
 
 def _new_tokens(chunk: dict[str, Any], sent: int) -> int:
