@@ -119,6 +119,13 @@ class ServerArgs:
     strict_api: bool = _arg(False, "HTTP: reject unknown request fields with 400 instead of ignoring them", bool)
     incremental_streaming_output: bool = _arg(False, "HTTP: /generate stream chunks carry only the new text "
                                               "(default: the whole text so far, as SGLang)", bool)
+    http_keepalive_timeout_s: float = _arg(75.0, "HTTP: close a keep-alive connection idle this long", float)
+    http_header_timeout_s: float = _arg(30.0, "HTTP: a connection must send a request's headers within this "
+                                        "many seconds of opening (or of its previous answer); 408 and closed "
+                                        "otherwise", float)
+    http_body_timeout_s: float = _arg(60.0, "HTTP: most seconds reading one request body (408 after)", float)
+    max_connections_per_client: int = _arg(64, "HTTP: most open connections from one client IP; more are "
+                                           "refused with a 503", int)
 
     # GPU decode speed-ups: used on CUDA only, and only once verified on a device
     # (runtime/model/gpu_features.py); on CPU they have no effect
@@ -185,6 +192,11 @@ class ServerArgs:
 
     def _validate_http_limits(self) -> None:
         check_int("max_new_tokens_default", self.max_new_tokens_default, lo=1)
+        check_int("max_connections_per_client", self.max_connections_per_client, lo=1)
+        for name in ("http_keepalive_timeout_s", "http_header_timeout_s", "http_body_timeout_s"):
+            check_num(name, getattr(self, name))
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         check_int("max_json_depth", self.max_json_depth, lo=1, hi=MAX_JSON_DEPTH_CEILING)
         if self.max_json_depth < self.max_schema_depth + JSON_BODY_WRAPPING:
             raise ValueError(f"max_json_depth must be >= max_schema_depth + {JSON_BODY_WRAPPING} "

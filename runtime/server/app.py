@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from radixlm.runtime.server.auth import auth_middleware
+from radixlm.runtime.server.connection_guard import ConnectionGuard, GuardedSite
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
@@ -66,6 +67,8 @@ async def handler_count_middleware(request: web.Request, handler: Handler) -> we
         return await handler(request)
     finally:
         state.handlers -= 1
+        if state.guard is not None:  # the next request's headers are timed from here
+            state.guard.request_done(request.transport)
 
 
 @web.middleware
@@ -108,10 +111,13 @@ async def serve(engine: ServedEngine, config: ServerConfig, stop: asyncio.Event 
     """Serve until SIGINT/SIGTERM or ``stop``; then drain (see the module docstring) and return."""
     stop = stop or asyncio.Event()
     app = create_app(engine, config)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=CUT_MARGIN_S / 2)
+    args = engine.server_args
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=CUT_MARGIN_S / 2,
+                           keepalive_timeout=args.http_keepalive_timeout_s)
     await runner.setup()
     sock = sock or bind_socket(config.host, config.port)
-    site = web.SockSite(runner, sock)
+    guard = app[STATE_KEY].guard = ConnectionGuard(args.max_connections_per_client, args.http_header_timeout_s)
+    site = GuardedSite(runner, sock, guard)
     await site.start()
     port = sock.getsockname()[1]
     app[STATE_KEY].port = port

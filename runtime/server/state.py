@@ -23,6 +23,7 @@ from aiohttp import web
 from radixlm.runtime.chat_formats.reasoning.registry import resolve as resolve_reasoning
 from radixlm.runtime.chat_formats.tool_formats.registry import resolve
 from radixlm.runtime.server.auth import TENANT_KEY, cache_namespace, check_api_key
+from radixlm.runtime.server.connection_guard import ConnectionGuard
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.json_body import parse_json_body
@@ -121,6 +122,8 @@ class ServerState:
         self.draining = False
         self.cut = False  # the shutdown grace is over: engine requests still running end with a 503
         self.handlers = 0  # HTTP handlers running (the shutdown waits for them)
+        self.guard: ConnectionGuard | None = None  # the connection limits, once serving
+        self.body_timeout_s = float(args.http_body_timeout_s)
 
     def check_model(self, model: str | None) -> None:
         """404 unless ``model`` is absent, the served name, the model path or ``"default"``."""
@@ -130,7 +133,12 @@ class ServerState:
 
     async def read_json(self, request: web.Request) -> dict[str, Any]:
         """The request's body as a JSON object, within the size and depth limits (400 / 413 otherwise)."""
-        return parse_json_body(await request.read(), self.max_json_depth)
+        try:
+            raw = await asyncio.wait_for(request.read(), self.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                           "(http_body_timeout_s)", code="body_timeout") from None
+        return parse_json_body(raw, self.max_json_depth)
 
     async def offload(self, fn: Any, *args: Any) -> Any:
         """Run blocking work (a schema check) in a worker thread, so the event loop keeps serving."""
