@@ -3,13 +3,15 @@
 ``create_app(engine, config)`` wires the native routes (:mod:`.native_api`) and the OpenAI
 routes (:mod:`.openai_api`) behind the middlewares: errors (every failure becomes an
 OpenAI-shaped JSON error), the URL limit (414), authentication (:mod:`.auth`; ``/health`` stays
-open) and the body limit (aiohttp's ``client_max_size``, answered with 413).
+open) and the body limit (aiohttp's ``client_max_size``, answered with 413; a compressed body is
+inflated in bounded steps by :mod:`.json_body`, so the limit also holds after decompression).
 
 ``serve(engine, config)`` runs until SIGINT/SIGTERM (or ``stop`` is set): it then stops accepting
 connections, gives in-flight requests ``graceful_shutdown_s`` to finish, and cuts the rest: their
 engine requests are aborted and their handlers answer 503 (a stream: an error event, then
-``data: [DONE]``) within ``CUT_MARGIN_S``, after which the connections close. ``BackgroundServer`` runs the same in a thread, for tests,
-benchmarks and notebooks.
+``data: [DONE]``) within ``CUT_MARGIN_S``, after which the connections close. Connections go through
+:mod:`.connection_guard` (per-client cap, header timeout). ``BackgroundServer`` runs the same in a
+thread, for tests, benchmarks and notebooks.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     if config.keys:
         middlewares.append(auth_middleware(config.keys))
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares,
-                          handler_args={"max_line_size": PARSER_MAX_LINE})
+                          handler_args={"max_line_size": PARSER_MAX_LINE, "auto_decompress": False})
     state = ServerState(engine, config)
     app[STATE_KEY] = state
     NativeRoutes(state).register(app)
@@ -148,6 +150,7 @@ async def _drain(runner: web.AppRunner, state: ServerState, grace_s: float) -> N
         logger.warning("graceful shutdown: cutting %d engine request(s) after %.1f s", state.cut_all(), grace_s)
         await _until_idle(state, CUT_MARGIN_S)
     await runner.cleanup()  # closes idle connections; a handler still running is cancelled
+    state.prompts.close()
 
 
 async def _until_idle(state: ServerState, timeout_s: float) -> bool:

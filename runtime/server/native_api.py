@@ -67,6 +67,7 @@ class NativeRoutes:
                           "input_ids" if req.is_ids else "text", "sampling_params.n")
             headers = req.ignored.report("/generate")
             extra_key = self.state.extra_key(request, req.salt)
+            req = await self._encoded(req)
             try:
                 if req.stream:
                     return await write_stream(request, self._events(req, record, extra_key), headers)
@@ -78,6 +79,16 @@ class NativeRoutes:
                 raise APIError(400, f"sampling_params.json_schema: {client_message(str(e))}",
                                param="sampling_params.json_schema", code="unsupported_schema") from None
             return web.json_response(results if req.is_batch else results[0], headers=headers)
+
+    async def _encoded(self, req: GenerateRequest) -> GenerateRequest:
+        """``req`` with its text prompts tokenized off the event loop (every size check first)."""
+        if req.is_ids:
+            return req
+        params = [f"text[{i}]" if req.is_batch else "text" for i in range(len(req.prompts))]
+        for prompt, param in zip(req.prompts, params):
+            self.state.prompts.check_chars(prompt, param)
+        ids = await gather_all([self.state.prompts.encode(p, param) for p, param in zip(req.prompts, params)])
+        return dataclasses.replace(req, prompts=ids, is_ids=True)
 
     def _kwargs(self, req: GenerateRequest, i: int, record: RequestRecord,
                 extra_key: str | None) -> dict[str, Any]:

@@ -26,8 +26,9 @@ from radixlm.runtime.server.auth import TENANT_KEY, cache_namespace, check_api_k
 from radixlm.runtime.server.connection_guard import ConnectionGuard
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
-from radixlm.runtime.server.json_body import parse_json_body
+from radixlm.runtime.server.json_body import decompress_body, parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
+from radixlm.runtime.server.prompt_encoder import PromptEncoder
 
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
 
@@ -124,6 +125,7 @@ class ServerState:
         self.handlers = 0  # HTTP handlers running (the shutdown waits for them)
         self.guard: ConnectionGuard | None = None  # the connection limits, once serving
         self.body_timeout_s = float(args.http_body_timeout_s)
+        self.prompts = PromptEncoder(self.tokenizer, self.context_len)  # size check, tokenizer pool
 
     def check_model(self, model: str | None) -> None:
         """404 unless ``model`` is absent, the served name, the model path or ``"default"``."""
@@ -138,6 +140,7 @@ class ServerState:
         except asyncio.TimeoutError:
             raise APIError(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
                            "(http_body_timeout_s)", code="body_timeout") from None
+        raw = decompress_body(raw, request.headers.get("Content-Encoding"), self.config.max_body_bytes)
         return parse_json_body(raw, self.max_json_depth)
 
     async def offload(self, fn: Any, *args: Any) -> Any:
