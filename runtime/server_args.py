@@ -121,8 +121,8 @@ class ServerArgs:
                                               "(default: the whole text so far, as SGLang)", bool)
     http_keepalive_timeout_s: float = _arg(75.0, "HTTP: close a keep-alive connection idle this long", float)
     http_header_timeout_s: float = _arg(30.0, "HTTP: a connection must send a request's headers within this "
-                                        "many seconds of opening (or of its previous answer); 408 and closed "
-                                        "otherwise", float)
+                                        "many seconds of opening (a later request: of its first byte); 408 and "
+                                        "closed otherwise", float)
     http_body_timeout_s: float = _arg(60.0, "HTTP: most seconds reading one request body (408 after)", float)
     max_connections_per_client: int = _arg(64, "HTTP: most open connections from one client IP; more are "
                                            "refused with a 503", int)

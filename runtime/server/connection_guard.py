@@ -1,18 +1,18 @@
 """Connection-level limits below aiohttp: a per-client connection cap and a header-read timeout.
 
-aiohttp parses requests but never times out a connection that sends its headers slowly (every byte
-restarts its keep-alive timer), and accepts any number of connections from one client, so silent
+aiohttp parses requests but never times out a connection that sends its headers slowly (its first byte
+cancels the keep-alive timer), and accepts any number of connections from one client, so silent
 or slow-loris connections can take every file descriptor. :class:`GuardedSite` serves through a
 :class:`GuardedProtocol` wrapped around aiohttp's own protocol:
 
 - a client (remote IP) holding ``max_per_client`` open connections has the next one refused: a
   503 with an OpenAI-shaped body, then the connection is closed;
 - a connection must send a complete header block (up to ``\\r\\n\\r\\n``) within ``header_timeout_s``
-  of opening, and again within ``header_timeout_s`` of its previous request's end (``request_done``);
-  otherwise it gets a 408 and is closed.
+  of opening, and a later request's within ``header_timeout_s`` of its first byte; otherwise it
+  gets a 408 and is closed.
 
-Idle keep-alive connections are closed by aiohttp's ``keepalive_timeout``, and the body read is
-bounded in :mod:`.json_body`.
+Idle keep-alive connections (no byte since the last answer) are closed by aiohttp's
+``keepalive_timeout``, and the body read is bounded in :mod:`.state` (``http_body_timeout_s``).
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ class ConnectionGuard:
         self.timed_out = 0
 
     def request_done(self, transport: Any) -> None:
-        """The connection's request was answered: the next one's headers are timed from now."""
+        """The connection's request was answered: the next one's headers are timed from its first byte."""
         guard = self.by_transport.get(transport)
         if guard is not None:
-            guard.await_headers()
+            guard.idle = True
 
 
 class GuardedProtocol(asyncio.Protocol):
@@ -66,6 +66,7 @@ class GuardedProtocol(asyncio.Protocol):
         self.admitted = False
         self.tail = b""  # the last bytes seen, to find a header end split across reads
         self.timer: asyncio.TimerHandle | None = None
+        self.idle = False  # between requests: the next byte starts the next header block
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -108,6 +109,9 @@ class GuardedProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self.admitted:
             return
+        if self.idle:
+            self.idle = False
+            self.await_headers()
         if self.timer is not None:
             seen = self.tail + data
             if _HEADER_END in seen:
