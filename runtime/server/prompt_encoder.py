@@ -6,7 +6,7 @@ with ``max_chars``, the most characters a prompt that fits the context can have:
 covers at most ``longest`` bytes of text (the vocabulary's longest token, at least one character
 each), so a prompt of more than ``context_len * longest`` characters needs more than
 ``context_len`` tokens; ``NORMALIZER_SLACK`` covers normalizers that compose characters (Unicode
-NFC / NFKC). Such a prompt is a 400 naming the field, before any tokenizing. The rest runs in a
+NFC / NFKC shrink UTF-8 text at most 3x; a normalizer that deletes text is not covered). Such a prompt is a 400 naming the field, before any tokenizing. The rest runs in a
 small dedicated thread pool (``run``), and encoding goes through the tokenizer's GIL-releasing
 batch path where it has one, so the event loop keeps serving meanwhile.
 """

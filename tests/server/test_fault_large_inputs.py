@@ -73,13 +73,20 @@ async def _post(session, url, body=None, data=None, headers=None):
         return resp.status, await resp.read()
 
 
-def test_health_answers_while_a_prompt_is_tokenized(served):
+@pytest.mark.parametrize("path,body", [
+    ("/generate", {"text": MARKER + " hello", "sampling_params": {"max_new_tokens": 2}}),
+    ("/v1/completions", {"prompt": MARKER + " hello", "max_tokens": 2}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": MARKER}], "max_tokens": 2}),
+    ("/tokenize", {"prompt": MARKER}),
+])
+def test_health_answers_while_a_prompt_is_tokenized(served, path, body):
     srv, gated = served
+    gated.release.clear()
+    gated.inside.clear()
 
     async def run():
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=GUARD_S)) as session:
-            slow = asyncio.ensure_future(_post(session, srv.url + "/generate", {
-                "text": MARKER + " hello", "sampling_params": {"max_new_tokens": 2}}))
+            slow = asyncio.ensure_future(_post(session, srv.url + path, body))
             assert await asyncio.to_thread(gated.inside.wait, GUARD_S)
             during = 0
             for _ in range(PROBES):
@@ -94,7 +101,6 @@ def test_health_answers_while_a_prompt_is_tokenized(served):
         during, status = asyncio.run(run())
     finally:
         gated.release.set()
-        gated.inside.clear()
     assert during == PROBES and status == 200, (during, status)
 
 
