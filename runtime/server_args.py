@@ -45,6 +45,7 @@ VALUE_ALIASES: dict[str, dict[str, str]] = {
 # plus slack: a schema the engine accepts must fit in a body the server accepts.
 JSON_BODY_WRAPPING = 8
 MAX_JSON_DEPTH_CEILING = 512  # the decoder recurses once per level; Python's recursion limit is 1000
+QUEUE_PER_RUNNING = 4  # the default queue bound, in multiples of max_running_requests
 REQUEST_LIMITS = ("max_prompts_per_request", "max_n", "max_sequences_per_request", "max_logit_bias",
                   "max_stop_strings", "max_stop_regex", "max_schema_bytes", "max_schema_depth")
 
@@ -82,7 +83,9 @@ class ServerArgs:
     page_size: int = _arg(1, "radix-cache granularity in tokens", int)
     radix_eviction_policy: str = _arg("lru", "which cached prefixes go first", str, EVICTION_POLICIES)
     random_seed: int = _arg(0, "seed of the sampler for requests without their own seed", int)
-    max_queued_requests: int | None = _arg(None, "reject submissions beyond this many waiting requests", int)
+    max_queued_requests: int | None = _arg(None, "reject submissions beyond this many waiting requests (503); "
+                                           f"default: {QUEUE_PER_RUNNING} x max_running_requests, at least "
+                                           "max_sequences_per_request", int)
     max_req_input_len: int | None = _arg(None, "reject prompts longer than this (default: context length)", int)
     grammar_compile_timeout_s: float = _arg(10.0, "time budget for compiling one constraint", float)
     enable_jump_forward: bool = _arg(True, "append forced grammar text without decoding it token by token", bool)
@@ -131,6 +134,13 @@ class ServerArgs:
                                 "latency reveal them): shared = all requests of one API key (or all, with no "
                                 "key) unless a cache_salt splits them; per-request = only requests sending "
                                 "the same cache_salt (and key)", str, CACHE_ISOLATIONS)
+    http_keepalive_timeout_s: float = _arg(75.0, "HTTP: close a keep-alive connection idle this long", float)
+    http_header_timeout_s: float = _arg(30.0, "HTTP: a connection must send a request's headers within this "
+                                        "many seconds of opening (a later request: of its first byte); 408 and "
+                                        "closed otherwise", float)
+    http_body_timeout_s: float = _arg(60.0, "HTTP: most seconds reading one request body (408 after)", float)
+    max_connections_per_client: int = _arg(64, "HTTP: most open connections from one client IP; more are "
+                                           "refused with a 503", int)
 
     # GPU decode speed-ups: used on CUDA only, and only once verified on a device
     # (runtime/model/gpu_features.py); on CPU they have no effect
@@ -202,11 +212,25 @@ class ServerArgs:
 
     def _validate_http_limits(self) -> None:
         check_int("max_new_tokens_default", self.max_new_tokens_default, lo=1)
+        check_int("max_connections_per_client", self.max_connections_per_client, lo=1)
+        for name in ("http_keepalive_timeout_s", "http_header_timeout_s", "http_body_timeout_s"):
+            check_num(name, getattr(self, name))
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         check_int("max_json_depth", self.max_json_depth, lo=1, hi=MAX_JSON_DEPTH_CEILING)
         if self.max_json_depth < self.max_schema_depth + JSON_BODY_WRAPPING:
             raise ValueError(f"max_json_depth must be >= max_schema_depth + {JSON_BODY_WRAPPING} "
                              f"({self.max_schema_depth + JSON_BODY_WRAPPING}), so that a request body can "
                              f"carry the deepest schema the engine accepts; got {self.max_json_depth}")
+
+    @property
+    def queue_limit(self) -> int:
+        """The waiting-queue bound: ``max_queued_requests``, or the default derived from the engine's
+        capacity (never below ``max_sequences_per_request``, so that every request the fan-out limits
+        allow can fit an empty queue)."""
+        if self.max_queued_requests is not None:
+            return self.max_queued_requests
+        return max(QUEUE_PER_RUNNING * self.max_running_requests, self.max_sequences_per_request)
 
     @property
     def chunk_size(self) -> int | None:

@@ -45,6 +45,7 @@ from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.scheduler import Scheduler
 from radixlm.runtime.scheduler.stop_checker import StopChecker
 from radixlm.runtime.server_args import ServerArgs
+from radixlm.runtime.validation import FieldError
 
 # sampling_params as Engine.generate takes it: shared by every prompt, or one per prompt
 SamplingLike = SamplingParams | dict[str, Any] | list[SamplingParams | dict[str, Any] | None] | None
@@ -158,8 +159,11 @@ class Engine:
         return reqs, ResultCollector(len(reqs), single=not is_batch and params[0].n == 1)
 
     def _submit(self, reqs: list[Req], handle: RequestHandle) -> None:
-        limit = self.server_args.max_queued_requests
-        if limit is not None and self._loop.num_queued() + len(reqs) > limit:
+        limit = self.server_args.queue_limit
+        if len(reqs) > limit:  # no retry can help: the request alone overflows an empty queue
+            raise FieldError("n", f"n: {len(reqs)} sequences in one request can never fit the waiting queue "
+                             f"(max_queued_requests={limit})")
+        if self._loop.num_queued() + len(reqs) > limit:
             raise QueueFullError(f"too many queued requests (max_queued_requests={limit})")
         now = time.perf_counter()
         caller = reqs[0].arrival  # one id for the whole call (fair admission between calls)

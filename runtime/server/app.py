@@ -3,12 +3,15 @@
 ``create_app(engine, config)`` wires the native routes (:mod:`.native_api`) and the OpenAI
 routes (:mod:`.openai_api`) behind the middlewares: errors (every failure becomes an
 OpenAI-shaped JSON error), the URL limit (414), authentication (:mod:`.auth`; ``/health`` stays
-open) and the body limit (aiohttp's ``client_max_size``, answered with 413).
+open) and the body limit (aiohttp's ``client_max_size``, answered with 413; a compressed body is
+inflated in bounded steps by :mod:`.json_body`, so the limit also holds after decompression).
 
 ``serve(engine, config)`` runs until SIGINT/SIGTERM (or ``stop`` is set): it then stops accepting
-connections, gives in-flight requests ``graceful_shutdown_s`` to finish, and cancels the rest,
-which aborts their engine requests. ``BackgroundServer`` runs the same in a thread, for tests,
-benchmarks and notebooks.
+connections, gives in-flight requests ``graceful_shutdown_s`` to finish, and cuts the rest: their
+engine requests are aborted and their handlers answer 503 (a stream: an error event, then
+``data: [DONE]``) within ``CUT_MARGIN_S``, after which the connections close. Connections go through
+:mod:`.connection_guard` (per-client cap, header timeout). ``BackgroundServer`` runs the same in a
+thread, for tests, benchmarks and notebooks.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from radixlm.runtime.server.auth import auth_middleware
+from radixlm.runtime.server.connection_guard import ConnectionGuard, GuardedSite
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
@@ -38,6 +42,7 @@ MAX_URL_BYTES = 8192  # longer URLs (path and query) get a JSON 414
 # 400 that no middleware sees; it parses URLs up to this size instead, so the URL middleware
 # answers them in JSON. Header limits (max_field_size 8190, max_headers 128) stay aiohttp's.
 PARSER_MAX_LINE = 1 << 20
+CUT_MARGIN_S = 2.0  # after the grace: how long cut handlers get to send their 503 / last events
 RANDOM_WEIGHTS_NOTE = (" -- the embedded tiny model has RANDOM weights and answers in noise; serve a real "
                        "checkpoint with --model-path DIR")
 
@@ -57,6 +62,19 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 @web.middleware
+async def handler_count_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Counts running handlers, so that the shutdown knows when every request has been answered."""
+    state = request.app[STATE_KEY]
+    state.handlers += 1
+    try:
+        return await handler(request)
+    finally:
+        state.handlers -= 1
+        if state.guard is not None:  # the next request's headers are timed from here
+            state.guard.request_done(request.transport)
+
+
+@web.middleware
 async def url_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """414 for a URL over ``MAX_URL_BYTES``, before authentication or routing look at it."""
     if len(request.raw_path) > MAX_URL_BYTES:
@@ -69,12 +87,12 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     """The aiohttp application serving ``engine`` (an ``Engine``, or anything with the members of
     :class:`~radixlm.runtime.server.engine_api.ServedEngine`)."""
     config = config or ServerConfig()
-    middlewares = [error_middleware, url_limit_middleware,
+    middlewares = [handler_count_middleware, error_middleware, url_limit_middleware,
                    origin_middleware(config.host, engine.server_args.allowed_hosts)]
     if config.keys or config.admin_api_key:
         middlewares.append(auth_middleware(config.keys, config.admin_api_key))
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares,
-                          handler_args={"max_line_size": PARSER_MAX_LINE})
+                          handler_args={"max_line_size": PARSER_MAX_LINE, "auto_decompress": False})
     state = ServerState(engine, config)
     app[STATE_KEY] = state
     NativeRoutes(state).register(app)
@@ -97,11 +115,13 @@ async def serve(engine: ServedEngine, config: ServerConfig, stop: asyncio.Event 
     """Serve until SIGINT/SIGTERM or ``stop``; then drain (see the module docstring) and return."""
     stop = stop or asyncio.Event()
     app = create_app(engine, config)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None,
-                           shutdown_timeout=config.graceful_shutdown_s)
+    args = engine.server_args
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=CUT_MARGIN_S / 2,
+                           keepalive_timeout=args.http_keepalive_timeout_s)
     await runner.setup()
     sock = sock or bind_socket(config.host, config.port)
-    site = web.SockSite(runner, sock)
+    guard = app[STATE_KEY].guard = ConnectionGuard(args.max_connections_per_client, args.http_header_timeout_s)
+    site = GuardedSite(runner, sock, guard)
     await site.start()
     port = sock.getsockname()[1]
     app[STATE_KEY].port = port
@@ -119,10 +139,29 @@ async def serve(engine: ServedEngine, config: ServerConfig, stop: asyncio.Event 
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-        state = app[STATE_KEY]
-        state.draining = True
-        logger.info("shutting down: %d request(s) in flight", len(state.inflight))
-        await runner.cleanup()  # closes the listener, waits up to shutdown_timeout, cancels the rest
+        await _drain(runner, app[STATE_KEY], config.graceful_shutdown_s)
+
+
+async def _drain(runner: web.AppRunner, state: ServerState, grace_s: float) -> None:
+    """Stop accepting, give the running handlers ``grace_s``, cut the rest (see the module docstring)."""
+    state.draining = True
+    for site in list(runner.sites):
+        await site.stop()
+    logger.info("shutting down: %d request(s) in flight", state.handlers)
+    if not await _until_idle(state, grace_s):
+        logger.warning("graceful shutdown: cutting %d engine request(s) after %.1f s", state.cut_all(), grace_s)
+        await _until_idle(state, CUT_MARGIN_S)
+    await runner.cleanup()  # closes idle connections; a handler still running is cancelled
+    state.prompts.close()
+
+
+async def _until_idle(state: ServerState, timeout_s: float) -> bool:
+    """Wait until no handler runs, at most ``timeout_s``; True if none does."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    while state.handlers and loop.time() < end:
+        await asyncio.sleep(0.02)
+    return not state.handlers
 
 
 class BackgroundServer:

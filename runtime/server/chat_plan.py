@@ -48,7 +48,8 @@ def plan_chat(state: ServerState, req: ChatRequest, extra_key: str | None) -> Ch
     """The plan of ``req`` (400 for messages the template cannot render, a context overflow, or a
     forced call's schema the tool-call format cannot express)."""
     text = _render(state, req)
-    ids = state.tokenizer.encode(text, add_special_tokens=False)
+    state.prompts.check_chars(text, "messages")  # before tokenizing a text that cannot fit
+    ids = state.prompts.encode_sync(text, add_special_tokens=False)
     ctx = state.context_len
     if ctx and len(ids) >= ctx:
         raise APIError(400, f"this model's maximum context length is {ctx} tokens, but the messages "

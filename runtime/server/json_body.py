@@ -4,11 +4,16 @@
 (and every later walk over a deep value risks the same). :func:`nesting_depth` measures the depth
 on the raw bytes first, without recursion and at C speed (bytes methods and numpy), so a body
 deeper than ``max_json_depth`` is a 400 and never reaches the decoder.
+
+A compressed body (``Content-Encoding: gzip`` or ``deflate``; the server turns aiohttp's automatic
+decompression off) is inflated by :func:`decompress_body` in bounded steps, stopping with a 413 as
+soon as the output passes the body limit: a small bomb never expands in memory.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from typing import Any
 
 import numpy as np
@@ -20,6 +25,36 @@ _STEP[[ord("["), ord("{")]] = 1
 _STEP[[ord("]"), ord("}")]] = -1
 _QUOTE = ord('"')
 _CHUNK = 1 << 20  # brackets per running-sum slice: bounds the int64 scratch to 8 MiB
+_INFLATE_STEP = 1 << 20  # most bytes one decompress call may produce
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+def decompress_body(raw: bytes, encoding: str | None, limit: int) -> bytes:
+    """``raw`` decoded from its ``Content-Encoding`` (gzip, deflate or identity), at most ``limit``
+    bytes of output (413 beyond it; 415 for another encoding, 400 for a corrupt stream)."""
+    name = (encoding or "identity").strip().lower()
+    if name == "identity":
+        return raw
+    if name not in _WBITS:
+        raise APIError(415, f"unsupported Content-Encoding {encoding!r} (gzip, deflate or none)",
+                       code="unsupported_encoding")
+    wbits = _WBITS[name]
+    if name == "deflate" and raw[:1] != b"\x78":  # raw deflate, without the zlib header some clients skip
+        wbits = -zlib.MAX_WBITS
+    inflater = zlib.decompressobj(wbits)
+    out, size, pending = [], 0, raw
+    try:
+        while pending and not inflater.eof:
+            piece = inflater.decompress(pending, _INFLATE_STEP)
+            pending = inflater.unconsumed_tail
+            size += len(piece)
+            if size > limit:
+                raise APIError(413, f"request body too large: more than {limit} bytes once decompressed "
+                               "(max_body_bytes)", code="request_too_large")
+            out.append(piece)
+    except zlib.error as e:
+        raise APIError(400, f"request body is not valid {name} data ({e})", code="invalid_encoding") from None
+    return b"".join(out)
 
 
 def nesting_depth(raw: bytes, limit: int | None = None) -> int:

@@ -22,6 +22,7 @@ from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.auth import CURRENT_TENANT, forbidden_unless_admin, is_admin
 from radixlm.runtime.server.cumulative_stream import CumulativeStream
 from radixlm.runtime.server.engine_api import ServedTokenizer
+from radixlm.runtime.server.fan_out import check_fan_out
 from radixlm.runtime.server.field_names import with_route_names
 from radixlm.runtime.server.generate_request import GenerateRequest, parse_generate_request
 from radixlm.runtime.server.http_errors import APIError, client_message
@@ -65,8 +66,11 @@ class NativeRoutes:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/generate") as record:
             req = parse_generate_request(await self.state.read_json(request), self.strict)
+            check_fan_out(self.state.engine.server_args, [sp.n for sp in req.sampling],
+                          "input_ids" if req.is_ids else "text", "sampling_params.n")
             headers = req.ignored.report("/generate")
             extra_key = self.state.extra_key(request, req.salt)
+            req = await self._encoded(req)
             try:
                 if req.stream:
                     return await write_stream(request, self._events(req, record, extra_key), headers)
@@ -78,6 +82,16 @@ class NativeRoutes:
                 raise APIError(400, f"sampling_params.json_schema: {client_message(str(e))}",
                                param="sampling_params.json_schema", code="unsupported_schema") from None
             return web.json_response(results if req.is_batch else results[0], headers=headers)
+
+    async def _encoded(self, req: GenerateRequest) -> GenerateRequest:
+        """``req`` with its text prompts tokenized off the event loop (every size check first)."""
+        if req.is_ids:
+            return req
+        params = [f"text[{i}]" if req.is_batch else "text" for i in range(len(req.prompts))]
+        for prompt, param in zip(req.prompts, params):
+            self.state.prompts.check_chars(prompt, param)
+        ids = await gather_all([self.state.prompts.encode(p, param) for p, param in zip(req.prompts, params)])
+        return dataclasses.replace(req, prompts=ids, is_ids=True)
 
     def _kwargs(self, req: GenerateRequest, i: int, record: RequestRecord,
                 extra_key: str | None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from radixlm.runtime.chat_formats.tools import ToolCall
 from radixlm.runtime.sampling_params import choice_seed
 from radixlm.runtime.server.chat_generation import ChoiceEvent, ChoiceRunner
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
+from radixlm.runtime.server.fan_out import check_fan_out
 from radixlm.runtime.server.field_names import OPENAI_NAMES, with_route_names
 from radixlm.runtime.server.openai_logprobs import (
     TextCursor,
@@ -69,17 +70,19 @@ class OpenAIRoutes:
         async with self.state.track("/v1/completions") as record:
             req = parse_completion_request(await self.state.read_json(request), self.strict)
             self.state.check_model(req.model)
+            check_fan_out(self.state.engine.server_args, [req.n] * len(req.prompts), "prompt", "n")
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/completions")
             jobs = [(p, j) for p in range(len(req.prompts)) for j in range(req.n)]
             rid = new_id("cmpl")
             extra_key = self.state.extra_key(request, req.salt)
+            ids = await self._encoded(req)
             if req.stream:
-                return await write_stream(request, self._completion_chunks(req, jobs, rid, record, extra_key),
+                return await write_stream(request, self._completion_chunks(req, ids, jobs, rid, record, extra_key),
                                           headers)
             results = await gather_all([
                 self.state.generate(self.state.new_rid(record, f"-{k}"),
-                                    **self._completion_kwargs(req, p, j, extra_key))
+                                    **self._completion_kwargs(req, ids, p, j, extra_key))
                 for k, (p, j) in enumerate(jobs)])
             choices = []
             for k, ((p, j), res) in enumerate(zip(jobs, results)):
@@ -93,14 +96,21 @@ class OpenAIRoutes:
             return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage),
                                      headers=headers)
 
-    def _completion_kwargs(self, req: CompletionRequest, p: int, j: int,
+    async def _encoded(self, req: CompletionRequest) -> list[list[int]]:
+        """Each prompt's token ids, text tokenized off the event loop (every size check first)."""
+        params = [f"prompt[{i}]" if len(req.prompts) > 1 else "prompt" for i in range(len(req.prompts))]
+        for prompt, param in zip(req.prompts, params):
+            if isinstance(prompt, str):
+                self.state.prompts.check_chars(prompt, param)
+        return await gather_all([self.state.prompts.encode(p, param) if isinstance(p, str) else _ready(p)
+                                 for p, param in zip(req.prompts, params)])
+
+    def _completion_kwargs(self, req: CompletionRequest, ids: list[list[int]], p: int, j: int,
                            extra_key: str | None) -> dict[str, Any]:
         sampling = req.sampling
         if sampling.seed is not None:
             sampling = sampling.replace(seed=choice_seed(sampling.seed, j))  # choices must differ even with a fixed seed
-        prompt = req.prompts[p]
-        kwargs: dict[str, Any] = {"sampling_params": sampling, "extra_key": extra_key}
-        kwargs["input_ids" if isinstance(prompt, list) else "prompt"] = prompt
+        kwargs: dict[str, Any] = {"sampling_params": sampling, "extra_key": extra_key, "input_ids": ids[p]}
         if req.logprobs is not None:
             kwargs.update(return_logprob=True, top_logprobs_num=req.logprobs)
             if req.echo:
@@ -125,10 +135,10 @@ class OpenAIRoutes:
         return merge_completion_logprobs(out, completion_logprobs(tok, extract(meta, res.get("output_ids")),
                                                                   cursor))
 
-    async def _completion_chunks(self, req: CompletionRequest, jobs: list[tuple[int, int]], rid: str,
-                                 record: RequestRecord, extra_key: str | None) -> AsyncIterator[dict]:
+    async def _completion_chunks(self, req: CompletionRequest, ids: list[list[int]], jobs: list[tuple[int, int]],
+                                 rid: str, record: RequestRecord, extra_key: str | None) -> AsyncIterator[dict]:
         streams = [self.state.stream(self.state.new_rid(record, f"-{k}"),
-                                     **self._completion_kwargs(req, p, j, extra_key))
+                                     **self._completion_kwargs(req, ids, p, j, extra_key))
                    for k, (p, j) in enumerate(jobs)]
         sent: dict[int, TextCursor] = {}  # where each choice's next token starts in its text
         async with aclosing(merge_streams(streams)) as merged:
@@ -170,11 +180,13 @@ class OpenAIRoutes:
             req = parse_chat_request(await self.state.read_json(request), self.strict,
                                      self.state.max_new_tokens_default)
             self.state.check_model(req.model)
+            check_fan_out(self.state.engine.server_args, [req.n], "messages", "n")
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/chat/completions")
             if req.tools:  # every tool, whatever tool_choice: auto would otherwise fail mid-answer
                 await self.state.offload(check_tool_schemas, req.tools)
-            plan = plan_chat(self.state, req, self.state.extra_key(request, req.salt))
+            # template rendering and tokenizing run in the tokenizer pool, off the event loop
+            plan = await self.state.prompts.run(plan_chat, self.state, req, self.state.extra_key(request, req.salt))
             runners = [ChoiceRunner(self.state, plan, record, j) for j in range(req.n)]
             rid = new_id("chatcmpl")
             try:
@@ -241,6 +253,10 @@ def with_violations(choice: dict[str, Any], violations: list[str] | None) -> dic
     if isinstance(violations, list):
         choice["constraint_violations"] = list(violations)
     return choice
+
+
+async def _ready(value: Any) -> Any:
+    return value
 
 
 async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:

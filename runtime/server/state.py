@@ -23,10 +23,12 @@ from aiohttp import web
 from radixlm.runtime.chat_formats.reasoning.registry import resolve as resolve_reasoning
 from radixlm.runtime.chat_formats.tool_formats.registry import resolve
 from radixlm.runtime.server.auth import CURRENT_TENANT, TENANT_KEY, cache_namespace, check_api_key
+from radixlm.runtime.server.connection_guard import ConnectionGuard
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
-from radixlm.runtime.server.json_body import parse_json_body
+from radixlm.runtime.server.json_body import decompress_body, parse_json_body
 from radixlm.runtime.server.metrics import ServerMetrics
+from radixlm.runtime.server.prompt_encoder import PromptEncoder
 from radixlm.runtime.server.request_fields import reject_lone_surrogates
 
 logger = logging.getLogger("radixlm.server.requests")  # one INFO line per request
@@ -127,6 +129,11 @@ class ServerState:
         self.owners: dict[str, str | None] = {}  # engine rid -> the tenant that started it
         self.cache_isolation = args.cache_isolation
         self.draining = False
+        self.cut = False  # the shutdown grace is over: engine requests still running end with a 503
+        self.handlers = 0  # HTTP handlers running (the shutdown waits for them)
+        self.guard: ConnectionGuard | None = None  # the connection limits, once serving
+        self.body_timeout_s = float(args.http_body_timeout_s)
+        self.prompts = PromptEncoder(self.tokenizer, self.context_len)  # size check, tokenizer pool
 
     def check_model(self, model: str | None) -> None:
         """404 unless ``model`` is absent, the served name, the model path or ``"default"``."""
@@ -136,7 +143,12 @@ class ServerState:
 
     async def read_json(self, request: web.Request) -> dict[str, Any]:
         """The request's body as a JSON object, within the size and depth limits (400 / 413 otherwise)."""
-        raw = await request.read()
+        try:
+            raw = await asyncio.wait_for(request.read(), self.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise APIError(408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                           "(http_body_timeout_s)", code="body_timeout") from None
+        raw = decompress_body(raw, request.headers.get("Content-Encoding"), self.config.max_body_bytes)
         body = parse_json_body(raw, self.max_json_depth)
         reject_lone_surrogates(raw, body)
         return body
@@ -170,6 +182,21 @@ class ServerState:
                         "latency=%.1fms", record.route, record.id, record.status, record.prompt,
                         record.cached, record.completion, latency * 1000)
 
+    def cut_all(self) -> int:
+        """End of the shutdown grace: abort every engine request still in flight (and refuse new ones);
+        their handlers answer 503, streams with an error event and ``[DONE]``. Returns how many."""
+        self.cut = True
+        running = list(self.inflight)
+        for rid in running:
+            self.engine.abort(rid)
+        return len(running)
+
+    def _check_cut(self, meta: dict[str, Any] | None = None) -> None:
+        """503 once the shutdown has cut the requests (for ``meta``: if it is an aborted one's end)."""
+        if self.cut and (meta is None or _is_abort(meta)):
+            raise APIError(503, "the server is shutting down; the request was cut at the end of the "
+                           "graceful-shutdown period", code="shutting_down")
+
     def new_rid(self, record: RequestRecord, suffix: str = "") -> str:
         return f"{record.id}{suffix}-{uuid.uuid4().hex[:6]}"
 
@@ -178,10 +205,13 @@ class ServerState:
 
         Its time to first token comes from the engine's ``first_token_latency`` (``observe_ttft=False``
         for continuation phases, whose first token is not the request's)."""
+        self._check_cut()
         self.inflight.add(rid)
         self.owners[rid] = CURRENT_TENANT.get()
         try:
             result = await self.engine.async_generate(rid=rid, stream=False, **kwargs)
+            for out in result if isinstance(result, list) else [result]:
+                self._check_cut(out.get("meta_info", {}))
             if observe_ttft:
                 for out in result if isinstance(result, list) else [result]:
                     meta = out.get("meta_info", {})
@@ -200,6 +230,7 @@ class ServerState:
         """One streamed engine request: incremental dicts. Leaving early aborts it in the engine.
 
         ``observe_ttft=False`` for continuation phases, whose first token is not the request's."""
+        self._check_cut()
         self.inflight.add(rid)
         self.owners[rid] = CURRENT_TENANT.get()
         finished = False
@@ -220,6 +251,8 @@ class ServerState:
                     sent_tokens += new
                     last = now
                 finished = chunk.get("meta_info", {}).get("finish_reason") is not None
+                if finished:
+                    self._check_cut(chunk["meta_info"])
                 if finished and observe_ttft:
                     self.metrics.record_output(chunk["meta_info"])
                 yield chunk
@@ -228,6 +261,11 @@ class ServerState:
             self.owners.pop(rid, None)
             if not finished:
                 self.engine.abort(rid)
+
+
+def _is_abort(meta: dict[str, Any]) -> bool:
+    finish = meta.get("finish_reason")
+    return (finish.get("type") if isinstance(finish, dict) else finish) == "abort"
 
 
 def _new_tokens(chunk: dict[str, Any], sent: int) -> int:

@@ -15,6 +15,7 @@ from aiohttp import web
 from radixlm.runtime.server.chat_messages import parse_messages
 from radixlm.runtime.server.http_errors import bad_request, client_message
 from radixlm.runtime.server.openai_requests import check_template_kwargs
+from radixlm.runtime.server.prompt_encoder import PromptEncoder
 from radixlm.runtime.server.request_fields import FieldReader, UnknownFields, check_str_list, check_token_ids
 from radixlm.runtime.server.state import ServerState
 
@@ -38,7 +39,6 @@ class TokenizeRoutes:
 
     async def tokenize(self, request: web.Request) -> web.Response:
         r = await self._reader(request)
-        tok = self.state.tokenizer
         if r.has("messages") == r.has("prompt"):
             raise bad_request("exactly one of 'prompt' and 'messages' is required", param="prompt")
         add_special = r.get("add_special_tokens", "bool", True)
@@ -49,7 +49,8 @@ class TokenizeRoutes:
             raw = r.get("prompt", ("str", "list"), required=True)
             prompts, single = check_str_list(raw, "prompt", allow_empty=True), isinstance(raw, str)
         r.reject_unknown()
-        tokens = [tok.encode(p, add_special_tokens=add_special) for p in prompts]
+        # off the event loop: a long text (counted, never rejected here) must not stall other routes
+        tokens = await self.state.prompts.run(_encode_all, self.state.prompts, prompts, add_special)
         counts = [len(t) for t in tokens]
         return web.json_response({"tokens": tokens[0] if single else tokens, "count": counts[0] if single else counts,
                                   "max_model_len": self.state.context_len},
@@ -84,3 +85,7 @@ class TokenizeRoutes:
             raise bad_request(f"'{param}' holds token id {bad}, outside the vocabulary (size {size})",
                               param=param, code="out_of_range")
         return self.state.tokenizer.decode(ids, skip_special_tokens=skip)
+
+
+def _encode_all(encoder: PromptEncoder, prompts: list[str], add_special: bool) -> list[list[int]]:
+    return [encoder.encode_sync(p, add_special) for p in prompts]

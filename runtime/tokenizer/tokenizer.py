@@ -122,6 +122,14 @@ class Tokenizer:
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         return self.hf.encode(text, add_special_tokens=add_special_tokens).ids
 
+    def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
+        """``encode`` of each text; the GIL is released while encoding (the HF tokenizers batch path), so
+        a long text does not stall the process's other threads."""
+        for text in texts:
+            if not isinstance(text, str):
+                raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return [e.ids for e in self.hf.encode_batch(texts, add_special_tokens=add_special_tokens)]
+
     def decode(self, ids: list[int], skip_special_tokens: bool = True, keep: Collection[int] = ()) -> str:
         """Text of ``ids``; incomplete UTF-8 sequences decode to U+FFFD. With ``skip_special_tokens``,
         the special tokens in ``keep`` (a chat format's markers) are decoded all the same."""
