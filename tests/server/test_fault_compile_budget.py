@@ -40,7 +40,7 @@ def test_matcher_over_the_bound_is_a_400_and_the_server_goes_on(tiny_llama, tmp_
         status, body = post(base, "/generate", {"text": "Code:", "sampling_params": {
             "max_new_tokens": 4, "regex": "[a-z]{4}"}})
         assert status == 200 and len(body["text"]) == 4, body
-        with urllib.request.urlopen(base + "/flush_cache", data=b"{}", timeout=60) as r:
+        with urllib.request.urlopen(urllib.request.Request(base + "/flush_cache", b"{}", {"Content-Type": "application/json"}), timeout=60) as r:
             assert r.status == 200
         with urllib.request.urlopen(base + "/health", timeout=60) as r:
             assert r.status == 200
