@@ -32,6 +32,8 @@ from radixlm.runtime.server.http_errors import APIError
 
 logger = logging.getLogger("radixlm.router")
 
+REPLICA_CONNECTIONS = 64  # the replicas' default --max-connections-per-client
+
 GENERATION_ROUTES = ("/generate", "/v1/completions", "/v1/chat/completions")
 FORWARDED_GET_ROUTES = ("/get_model_info", "/v1/models", "/v1/models/{model:.+}", "/health_generate")
 # the replicas share one tokenizer: any of them answers
@@ -108,7 +110,10 @@ class Router:
 
     async def start(self, _app: web.Application | None = None) -> None:
         timeout = aiohttp.ClientTimeout(total=self.config.request_timeout_s, sock_connect=5)
-        self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        # A replica counts the router as one client: stay within its per-client connection cap (further
+        # requests wait here for a pooled connection instead of being refused there).
+        connector = aiohttp.TCPConnector(limit=0, limit_per_host=REPLICA_CONNECTIONS)
+        self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False, connector=connector)
         await self.check_health()
         self._health_task = asyncio.create_task(self._health_loop())
 
