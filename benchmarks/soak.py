@@ -32,13 +32,22 @@ from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 SYSTEM = ("You are the planning agent of a logistics company. Tools: route(origin, dest), "
           "weather(city), book(truck, date). Rules: " + " ".join(f"rule {i}: confirm twice." for i in range(40)))
-HOSTILE = [  # (route, raw body): each must get a 4xx, never a 5xx
-    ("/generate", b"{not json"),
-    ("/generate", b"[" * 5000 + b"]" * 5000),
-    ("/generate", json.dumps({"text": "x", "sampling_params": {"seed": 10**30}}).encode()),
-    ("/generate", json.dumps({"text": "x", "sampling_params": {"temperature": 1e308}}).encode()),
-    ("/v1/chat/completions", json.dumps({"model": "default", "messages": "hi"}).encode()),
-    ("/v1/completions", json.dumps({"model": "default", "prompt": "x", "n": 100000}).encode()),
+JSON = "application/json"
+HOSTILE = [  # (route, raw body, content type): each must get a 4xx, never a 5xx or a stall
+    ("/generate", b"{not json", JSON),
+    ("/generate", b"[" * 5000 + b"]" * 5000, JSON),
+    ("/generate", json.dumps({"text": "x", "sampling_params": {"seed": 10**30}}).encode(), JSON),
+    ("/generate", json.dumps({"text": "x", "sampling_params": {"temperature": 1e308}}).encode(), JSON),
+    ("/v1/chat/completions", json.dumps({"model": "default", "messages": "hi"}).encode(), JSON),
+    ("/v1/completions", json.dumps({"model": "default", "prompt": "x", "n": 100000}).encode(), JSON),
+    # what the reliability report lists (docs/reliability.md)
+    ("/generate", json.dumps({"text": "a", "sampling_params": {"stop_regex": "(a)\\1"}}).encode(), JSON),
+    ("/generate", json.dumps({"text": "a", "sampling_params": {"stop_regex": ["x"] * 1000}}).encode(), JSON),
+    ("/v1/completions", json.dumps({"model": "default", "prompt": ["x"] * 5000}).encode(), JSON),
+    ("/generate", json.dumps({"text": "x", "sampling_params": {"logit_bias": {"1": 1e308}}}).encode(), JSON),
+    ("/generate", json.dumps({"text": "\ud800", "sampling_params": {"max_new_tokens": 1}}).encode(), JSON),
+    ("/generate", json.dumps({"text": "x", "sampling_params": {"json_schema": False}}).encode(), JSON),
+    ("/abort_request", json.dumps({"abort_all": True}).encode(), "text/plain"),
 ]
 
 
@@ -89,8 +98,8 @@ class Soak:
         if roll < self.args.abort_fraction:
             return await self._abort_by_rid(session, i)
         if roll < self.args.abort_fraction + 0.01:
-            route, body = HOSTILE[i % len(HOSTILE)]
-            async with session.post(self.url + route, data=body, headers={"Content-Type": "application/json"}) as r:
+            route, body, ctype = HOSTILE[i % len(HOSTILE)]
+            async with session.post(self.url + route, data=body, headers={"Content-Type": ctype}) as r:
                 await r.read()
                 return "hostile 4xx" if 400 <= r.status < 500 else f"hostile got {r.status}"
         route, body = self._normal(i)

@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import functools
 import re
-import re._constants as sre_c  # the parser's opcodes (Python >= 3.11)
-import re._parser as sre_parse
+
+try:  # the regex parser and its opcodes: Python >= 3.11
+    import re._constants as sre_c
+    import re._parser as sre_parse
+except ImportError:  # Python 3.10
+    import sre_constants as sre_c  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
 
 MAX_STOP_REGEX_PROGRAM = 512  # instructions per pattern: bounds the work per character
 MAX_STOP_REGEX_TOTAL = 2048  # instructions of all a request's patterns together
