@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from polling import wait_for
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab, schema_to_grammar
 from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.compile.pool import CompilePool
@@ -19,7 +20,6 @@ from radixlm.constrained.compile.slots import CompileJob
 from radixlm.constrained.compile.threads import ThreadCompilePool
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 # A compile that spins for a minute in its worker (the hook below); other constraints compile as usual.
 SLOW = SamplingParams(regex="slow:60")
@@ -31,29 +31,12 @@ SELF_REQUIRED = {"type": "object", "properties": {"child": {"$ref": "#"}}, "requ
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_llama):
-    return Tokenizer(tiny_llama)
-
-
-@pytest.fixture(scope="module")
-def vocab(tokenizer):
-    return TokenizerVocab.from_tokenizer(tokenizer)
-
-
-@pytest.fixture(scope="module")
 def backend(vocab):
     """One warm worker, default budgets (10 s, 4 GiB)."""
     b = GrammarBackend(vocab, num_workers=1)
     wait_for(lambda: len(b.pool.worker_pids()) == 1)
     yield b
     b.shutdown()
-
-
-def wait_for(cond, timeout: float = 20.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out waiting"
-        time.sleep(0.02)
 
 
 def gone(pid: int) -> bool:

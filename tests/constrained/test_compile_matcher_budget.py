@@ -6,29 +6,16 @@ in this process stops when its last waiter leaves."""
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
-from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab
+from polling import wait_for
+from radixlm.constrained import ConstraintError, GrammarBackend
 from radixlm.constrained import backend as backend_module
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 HOOKED = "radixlm.constrained.testing.compile_hooks:slow_marked"
 # Forces a 400,000-byte prefix: the engine-side warm-up walk added ~126 MB here before the probe.
 PATHOLOGICAL = "x{400000}"
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama):
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
-
-
-def wait_for(cond, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out waiting"
-        time.sleep(0.02)
 
 
 def started(vocab, **kwargs) -> GrammarBackend:

@@ -8,26 +8,14 @@ import queue
 import time
 
 import pytest
-from radixlm.constrained import GrammarBackend, TokenizerVocab
+from polling import wait_for
+from radixlm.constrained import GrammarBackend
 from radixlm.constrained.compile.fair_queue import FairQueue
 from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.compile.slots import CompileJob
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 HOOKED = "radixlm.constrained.testing.compile_hooks:slow_marked"
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama):
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
-
-
-def wait_for(cond, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out waiting"
-        time.sleep(0.02)
 
 
 def started(vocab, **kwargs) -> GrammarBackend:

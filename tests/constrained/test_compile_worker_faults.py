@@ -9,21 +9,14 @@ import os
 import signal
 import time
 
-import pytest
-from radixlm.constrained import CompileUnavailable, ConstraintError, TokenizerVocab
+from radixlm.constrained import CompileUnavailable, ConstraintError
 from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.compile.pool import CompilePool, worker_environ
 from radixlm.constrained.compile.slots import CompileJob
 from radixlm.runtime.server.http_errors import from_exception
-from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 SPIN = "radixlm.constrained.testing.compile_hooks:spin"
 HANG_GUARD_S = 60.0  # guards only: every wait ends on an event
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama):
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
 
 def wait_for(cond, timeout: float = HANG_GUARD_S) -> None:

@@ -11,9 +11,7 @@ import pytest
 from radixlm.constrained import compile_grammar
 from radixlm.constrained.decoding.completion_keys import schema_keys
 from radixlm.constrained.decoding.hints import completion_hints
-from radixlm.constrained.vocab import TokenizerVocab
 from radixlm.runtime.engine.budget_close import BudgetClose
-from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 
@@ -32,11 +30,6 @@ LARGE = {
     "$defs": {"item": {"anyOf": [{"type": "object", "properties": {"id": {"type": "integer"}},
                                   "required": ["id"]}]}},
 }
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama):
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
 
 def _complete_after(grammar, text: str) -> bytes:

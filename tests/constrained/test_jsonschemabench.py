@@ -28,13 +28,6 @@ def docs() -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_llama):
-    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
-
-    return Tokenizer(tiny_llama)
-
-
-@pytest.fixture(scope="module")
 def compiled(docs, tokenizer) -> dict:
     """The subset: per subset, the first PER_SUBSET schemas with a small regex, compiled once."""
     vocab = TokenizerVocab.from_tokenizer(tokenizer)

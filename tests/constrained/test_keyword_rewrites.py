@@ -10,7 +10,7 @@ import json
 
 import jsonschema
 import pytest
-from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_grammar
+from radixlm.constrained import ConstraintError, compile_grammar, schema_to_grammar
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 
@@ -70,13 +70,6 @@ CASES = [
     ({"allOf": [{"anyOf": [{"type": "integer", "minimum": i} for i in range(20)]},
                 {"anyOf": [{"type": "integer", "maximum": 100 + i} for i in range(20)]}]}, [50], [-1, 200]),
 ]
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
-
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
 
 def _validator(schema):

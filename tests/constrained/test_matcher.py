@@ -28,18 +28,6 @@ def toy():
     return TokenizerVocab.from_token_bytes([b"a", b"b", b"ab", None, None], [EOS], vocab_size=40)
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_llama):
-    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
-
-    return Tokenizer(tiny_llama)
-
-
-@pytest.fixture(scope="module")
-def vocab(tokenizer):
-    return TokenizerVocab.from_tokenizer(tokenizer)
-
-
 def vocab_ids(vocab, text: str) -> list[int]:
     """``text`` as single-byte tokens (the tiny tokenizer would add a word-start marker)."""
     return [vocab.byte_tokens[b] for b in text.encode()]

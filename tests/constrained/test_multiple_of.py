@@ -163,13 +163,6 @@ def test_merge_keeps_every_divisor():
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_llama):
-    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
-
-    return Tokenizer(tiny_llama)
-
-
-@pytest.fixture(scope="module")
 def vocab(tokenizer) -> TokenizerVocab:
     return TokenizerVocab.from_tokenizer(tokenizer)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_grammar
+from radixlm.constrained import ConstraintError, compile_grammar, schema_to_grammar
 from radixlm.constrained.testing.walks import compact_json, random_walk
 
 HANDWRITTEN = Path(__file__).resolve().parents[1] / "data" / "jsonschemabench" / "Handwritten"
@@ -91,13 +91,6 @@ BENCH = {
     "allany20": (["a1xx2xxxxz", "a12bbbbbbz"], ["a1z", "ab12bc12ca12", "a1" + "b" * 87 + "z", "a1xx!xxxxz"]),
     "allany22": (["a1.-.-.-.-z", "xA2 --,,,,,Z"], [" A1......Z", " A1" + "." * 80 + "Z", "a1z"]),
 }
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
-
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
 
 def _check(vocab, schema, good, bad, walks: int, max_tokens: int = 40) -> int:

@@ -69,13 +69,6 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_llama):
-    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
-
-    return Tokenizer(tiny_llama)
-
-
-@pytest.fixture(scope="module")
 def grammars(tokenizer) -> dict:
     vocab = TokenizerVocab.from_tokenizer(tokenizer)
     return {name: compile_grammar(vocab, "json_schema", schema) for name, schema, _, _ in CASES}

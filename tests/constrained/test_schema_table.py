@@ -8,7 +8,7 @@ import random
 
 import jsonschema
 import pytest
-from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_grammar
+from radixlm.constrained import ConstraintError, compile_grammar, schema_to_grammar
 from radixlm.constrained.testing.walks import compact_json, random_walk
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
@@ -158,13 +158,6 @@ STRICT_CASES = [
     ({"$defs": {"a": {"type": "array", "contains": {}, "minContains": 3, "maxContains": 2}}, "$ref": "#/$defs/a"},
      "#/$defs/a/maxContains"),
 ]
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
-
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
 
 def _validator(schema):

@@ -14,7 +14,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
-from radixlm.constrained import TokenizerVocab, compile_grammar
+from radixlm.constrained import compile_grammar
 from radixlm.constrained.testing.walks import compact_json
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
@@ -22,13 +22,6 @@ pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model for
 SCHEMA = Path(__file__).resolve().parents[1] / "data" / "jsonschemabench" / "Handwritten" / "Handwritten---string3.json"
 VALID = "a1" + "c1d3g3a1b2" * 6 + "a1" * 14 + "t8" * 5
 INVALID = "c1d3g3a1b2" * 6 + "a1" * 15 + "t8" * 5  # starts with what a ``not`` pattern forbids
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama) -> TokenizerVocab:
-    from radixlm.runtime.tokenizer.tokenizer import Tokenizer
-
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
 
 def _accepts(matcher, ids: list[int]) -> bool:

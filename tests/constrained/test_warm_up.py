@@ -21,7 +21,6 @@ from radixlm.constrained.decoding.completion import greedy_completion, opening_b
 from radixlm.constrained.masks.member_memo import MemoEntry, memo_for, memo_key
 from radixlm.constrained.masks.members import FirstVisit
 from radixlm.constrained.vocab import TokenizerVocab
-from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 
@@ -39,11 +38,6 @@ SCHEMAS = {
     "nested": {"type": "object", "properties": {"inner": CLOSED, "list": {"type": "array", "items": CHECKED}},
                "required": ["inner", "list"]},
 }
-
-
-@pytest.fixture(scope="module")
-def vocab(tiny_llama) -> TokenizerVocab:
-    return TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
 
 @pytest.fixture(autouse=True)
