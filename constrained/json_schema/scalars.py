@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from decimal import Decimal, localcontext
 
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
@@ -17,9 +18,17 @@ from radixlm.constrained.pattern.bounds import narrow_to_length, within_length
 from radixlm.constrained.pattern.chars import escape_literal, sre_parse
 from radixlm.constrained.pattern.ecma import STRING_CHAR, emit_tokens, parse_pattern, search_tokens
 from radixlm.constrained.pattern.formats import FORMAT_REGEXES
-from radixlm.constrained.pattern.int_range import INTEGER, integer_range_regex, number_range_regex
+from radixlm.constrained.pattern.int_range import (
+    BOUND_CONTEXT,
+    INTEGER,
+    MAX_BOUND_DIGITS,
+    integer_range_regex,
+    number_range_regex,
+    significant,
+)
 from radixlm.constrained.pattern.multiple_of import multiples_regex
 
+_FLOAT_SAFE = 2**52  # multipleOf a float: multiples past this are not generated
 MAX_STRING_LENGTH = 100_000  # minLength/maxLength past this raise (a lexer state per count)
 
 
@@ -29,9 +38,19 @@ def number(t: str, flat: dict, pointer: str) -> str | None:
     for d in divisors:
         if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d <= 0:
             raise ConstraintError(f"multipleOf must be a number > 0, got {d!r}", pointer, "multipleOf")
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        v = flat.get(key)
+        if isinstance(v, int) and len(str(abs(v))) > MAX_BOUND_DIGITS:
+            raise ConstraintError(f"bounds of more than {MAX_BOUND_DIGITS} digits are not supported",
+                                  pointer, key)
     lo, lo_x, hi, hi_x = _bounds(flat)
     if divisors:
-        return multiples_regex(divisors, t == "integer", lo, lo_x, hi, hi_x)
+        found = multiples_regex(divisors, t == "integer", lo, lo_x, hi, hi_x)
+        beyond = (lo is not None and lo > _FLOAT_SAFE) or (hi is not None and hi < -_FLOAT_SAFE)
+        if found is None and beyond and any(isinstance(d, float) for d in divisors):
+            raise ConstraintError("multipleOf a fraction is generated only within ±2**52; the bounds "
+                                  "leave nothing there", pointer, "multipleOf")
+        return found
     if t == "number":
         return number_range_regex(lo, lo_x, hi, hi_x)
     if lo is None and hi is None:
@@ -44,6 +63,9 @@ def integer_bounds(flat: dict) -> tuple[int | None, int | None]:
     lo, lo_x, hi, hi_x = _bounds(flat)
     ilo = None if lo is None else (math.floor(lo) + 1 if lo_x else math.ceil(lo))
     ihi = None if hi is None else (math.ceil(hi) - 1 if hi_x else math.floor(hi))
+    with localcontext(BOUND_CONTEXT):  # 17 significant digits, inward
+        ilo = None if ilo is None else int(significant(Decimal(ilo), lower=True))
+        ihi = None if ihi is None else int(significant(Decimal(ihi), lower=False))
     return ilo, ihi
 
 

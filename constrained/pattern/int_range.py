@@ -7,12 +7,20 @@ unbounded on that side.
 from __future__ import annotations
 
 import math
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+import sys
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal, localcontext
 
 INTEGER = r"(0|-?[1-9][0-9]*)"
 NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
 _FRACTION = r"(\.[0-9]+)?"
 _QUANTUM = Decimal("1e-15")
+MAX_BOUND_DIGITS = 400  # integer digits of a bound (a double has at most 309); more raise ValueError
+# Exact arithmetic for every bound up to MAX_BOUND_DIGITS digits with 15 fraction digits.
+BOUND_CONTEXT = Context(prec=MAX_BOUND_DIGITS + 40)
+_MAX_DOUBLE = Decimal(sys.float_info.max)  # an integer: its exact value
+_OVERFLOW = _MAX_DOUBLE + 2**970  # the decimals at least this large parse to inf
+SIGNIFICANT = 17  # digits kept of a bound past 10**17 (rounded inward: a restriction)
+_EXACT_FROM = 2**53  # doubles at least this large are integers, and repr() is not their value
 
 
 def _digit_class(lo: str, hi: str) -> str:
@@ -43,7 +51,8 @@ def _group(parts: list[str]) -> str:
 
 
 def _natural_range(lo: int, hi: int | None) -> list[str]:
-    """Alternatives for the naturals in [lo, hi] (hi None: unbounded), lo >= 0."""
+    """Alternatives for the naturals in [lo, hi] (hi None: unbounded), lo >= 0. Whole lengths in
+    a row share one repetition (``[1-9][0-9]{1,307}``), so a 309-digit bound stays small."""
     if hi is not None and hi < lo:
         return []
     parts: list[str] = []
@@ -55,6 +64,11 @@ def _natural_range(lo: int, hi: int | None) -> list[str]:
             return parts + _same_length(str(start), str(hi))
         if hi is None and start == 10 ** (length - 1) and length > 1:
             return parts + [f"[1-9][0-9]{{{length - 1},}}"]
+        full = len(str(hi)) - 1 if hi is not None else length  # lengths wholly inside [start, hi]
+        if start == 10 ** (length - 1) and length > 1 and full > length:
+            parts.append(f"[1-9][0-9]{{{length - 1},{full - 1}}}")
+            start, length = 10**full, full + 1
+            continue
         parts += _same_length(str(start), str(top))
         start, length = top + 1, length + 1
     return parts
@@ -76,18 +90,34 @@ def integer_range_regex(lo: int | None, hi: int | None) -> str | None:
     return _group(parts) if parts else None
 
 
-def _decimal_bound(v: float, excl: bool, lower: bool) -> Decimal:
+def _decimal_bound(v: int | float, excl: bool, lower: bool) -> Decimal:
     """An inclusive decimal bound B such that every decimal x >= B (lower) or x <= B (upper)
-    passes ``jsonschema``'s float comparison against ``v``: x parses to the nearest double and
-    rounding is monotone, so B is the decimal of a double on the right side of ``v``."""
+    passes ``jsonschema``'s comparison against ``v``: x parses to an int (no fraction: compared
+    exactly) or to the nearest double (rounding is monotone), so B is a double on the right side
+    of ``v``, written as its value where ints and ``repr`` would disagree (``2**53`` and up)."""
+    if isinstance(v, int) and abs(v) > _MAX_DOUBLE:  # no double: only ints compare exactly to it
+        if (v > 0) != lower:  # fractions past the double range parse to inf: stop at the largest
+            return _MAX_DOUBLE if v > 0 else -_MAX_DOUBLE
+        return significant(Decimal(v + (1 if excl else 0) if lower else v - (1 if excl else 0)), lower)
     d = float(v)
     if lower and (d < v or (excl and d == v)):
         d = math.nextafter(d, math.inf)
     elif not lower and (d > v or (excl and d == v)):
         d = math.nextafter(d, -math.inf)
-    b = Decimal(repr(d))
+    if math.isinf(d):  # past the largest double: decimals from here on parse to inf (or are ints)
+        return _OVERFLOW if lower else -_OVERFLOW
+    b = significant(Decimal(d), lower) if abs(d) >= _EXACT_FROM else Decimal(repr(d))
     # Bounds like 5e-324 (exclusive 0) would spell hundreds of digits: round inward instead.
     return b.quantize(_QUANTUM, rounding=ROUND_CEILING if lower else ROUND_FLOOR)
+
+
+def significant(b: Decimal, lower: bool) -> Decimal:
+    """``b`` rounded inward to ``SIGNIFICANT`` significant digits: a 309-digit bound would nest one
+    regex group per digit (past llguidance's nesting limit); a double has 17 digits of precision."""
+    if not b or b.adjusted() < SIGNIFICANT:
+        return b
+    step = Decimal(1).scaleb(b.adjusted() - SIGNIFICANT + 1)
+    return b.quantize(step, rounding=ROUND_CEILING if lower else ROUND_FLOOR).quantize(Decimal(1))
 
 
 def _split_decimal(x: Decimal) -> tuple[int, str]:
@@ -167,10 +197,18 @@ def number_range_regex(
     lo: float | None, lo_excl: bool, hi: float | None, hi_excl: bool
 ) -> str | None:
     """A regex of exactly the exponent-free JSON numbers x within the bounds, as ``jsonschema``
-    compares them (x parsed to a double); None if the range is empty. Bounds needing more than
-    15 fraction digits are rounded inward."""
+    compares them (x parsed to an int or a double); None if the range is empty. Bounds needing
+    more than 15 fraction digits are rounded inward; ValueError past ``MAX_BOUND_DIGITS``."""
     if lo is None and hi is None:
         return NUMBER
+    for v in (lo, hi):
+        if isinstance(v, int) and len(str(abs(v))) > MAX_BOUND_DIGITS:
+            raise ValueError(f"a bound of more than {MAX_BOUND_DIGITS} digits is not supported")
+    with localcontext(BOUND_CONTEXT):
+        return _number_range(lo, lo_excl, hi, hi_excl)
+
+
+def _number_range(lo: float | None, lo_excl: bool, hi: float | None, hi_excl: bool) -> str | None:
     low = None if lo is None else _decimal_bound(lo, lo_excl, lower=True)
     high = None if hi is None else _decimal_bound(hi, hi_excl, lower=False)
     if low is not None and high is not None and low > high:
