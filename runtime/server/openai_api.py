@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 from radixlm.runtime.chat_formats.tools import ToolCall
 from radixlm.runtime.sampling_params import choice_seed
+from radixlm.runtime.server.bare_tool_calls import with_bare_calls
 from radixlm.runtime.server.chat_generation import ChoiceEvent, ChoiceRunner
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
 from radixlm.runtime.server.fan_out import check_fan_out
@@ -201,7 +202,7 @@ class OpenAIRoutes:
 
     async def _chat_chunks(self, req: ChatRequest, runners: list[ChoiceRunner], rid: str,
                            record: RequestRecord) -> AsyncIterator[dict]:
-        async with aclosing(merge_streams([r.events() for r in runners])) as merged:
+        async with aclosing(merge_streams([with_bare_calls(r.events(), r.plan) for r in runners])) as merged:
             try:
                 first = await anext(merged)  # engine errors surface before any byte is sent
             except StopAsyncIteration:
@@ -266,7 +267,7 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
     calls: dict[int, ToolCall] = {}
     lps: list[dict] = []
     reason, violations = None, None
-    async for ev in runner.events():
+    async for ev in with_bare_calls(runner.events(), runner.plan):
         if ev.kind == "content":
             content.append(ev.text)
             lps.extend(ev.logprobs or [])

@@ -120,6 +120,9 @@ class ToolFormat(ABC):
     # where the model writes one). Set for JSON-argument layouts, whose arguments then stream as
     # they are generated; None: the call is sent whole when its block ends.
     call_head: re.Pattern | None = None
+    # Whether the family's models also write a call as the bare output ``{"name": ..., "arguments":
+    # ...}`` without wrapper (see :mod:`radixlm.runtime.chat_formats.tool_formats.bare_json`).
+    bare_json_calls: bool = False
 
     @property
     def auto_openers(self) -> tuple[str, ...]:

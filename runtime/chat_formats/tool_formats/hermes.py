@@ -27,6 +27,7 @@ class HermesFormat(ToolFormat, tags=(OPEN, CLOSE)):
     name = "hermes"
     aliases = ("qwen25", "qwen", "qwen3")
     call_head = json_head(re.escape(OPEN))
+    bare_json_calls = True  # Qwen2.5(-Coder) / Llama 3.x write bare call objects under auto
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         if not block.endswith(CLOSE):

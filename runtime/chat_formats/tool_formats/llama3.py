@@ -29,6 +29,7 @@ class Llama3Format(ToolFormat):
     open_marker = CALL_OPEN
     forced_prefix = CALL_OPEN
     call_head = json_head(f"(?:{re.escape(PYTHON_TAG)})?", "parameters|arguments")
+    bare_json_calls = True  # Qwen2.5(-Coder) / Llama 3.x write bare call objects under auto
 
     @property
     def auto_openers(self) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixlm.runtime.chat_formats.marker_hold import held_prefix
+from radixlm.runtime.chat_formats.tool_formats.bare_json import BareJsonHold
 from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ParseResult, ToolFormat
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
@@ -48,14 +49,28 @@ class StreamParser:
         self.first_index = first_index
         self.next_index = first_index
         self.calls: list[ParsedCall] = []
+        # the output held back while it may be one bare JSON call (families that write them)
+        self.bare = BareJsonHold(tools) if tools and fmt.bare_json_calls else None
 
     def feed(self, delta: str) -> list[StreamEvent]:
         """Add generated text; return the events it completes."""
+        if self.bare is not None:
+            if self.bare.feed(delta):
+                return []
+            delta, self.bare = self.bare.text, None  # not a bare call: scan it as usual
         self.buf += delta
         return self._scan(final=False)
 
     def finish(self) -> list[StreamEvent]:
         """The end of the output: release everything still held."""
+        if self.bare is not None:
+            calls, self.buf, self.bare = self.bare.calls(), self.buf + self.bare.text, None
+            if calls:
+                out: list[StreamEvent] = []
+                for call in calls:
+                    self._call(out, call)
+                self.buf = ""
+                return out
         return self._scan(final=True)
 
     def _find_opener(self) -> int:
