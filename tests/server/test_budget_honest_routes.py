@@ -147,7 +147,7 @@ FORCED = [("required", "required"),
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
-@pytest.mark.parametrize("budget", [1, 3, 6, 7, 9, 12, 16, 40])
+@pytest.mark.parametrize("budget", [1, 3, 6, 7, 9, 12, 16, 24, 40])
 @pytest.mark.parametrize("mode", [m for m, _ in FORCED])
 def test_a_forced_call_cut_by_the_budget_is_never_a_complete_call(client, mode, budget, stream):
     choice_arg = dict(FORCED)[mode]
@@ -181,3 +181,19 @@ def test_a_forced_call_cut_by_the_budget_is_never_a_complete_call(client, mode, 
             jsonschema.validate(json.loads(args), WEATHER)
     else:
         assert reason == "length", (budget, reason)
+
+
+def test_a_call_closed_by_the_budget_is_reported_apart_from_tool_calls(client):
+    """The close that once came back as a complete call (``finish_reason: tool_calls``) is ``length``,
+    ``budget_closed``, and the closed call is in ``truncated_tool_call`` (its arguments parse)."""
+    closed = []
+    for budget in (24, 40):
+        c = client.chat.completions.create(model="default", messages=ASK, tools=TOOLS, tool_choice="required",
+                                           max_tokens=budget, temperature=1.0, seed=budget).choices[0]
+        if getattr(c, "budget_closed", False):
+            assert c.finish_reason == "length" and not c.message.tool_calls
+            call = c.truncated_tool_call
+            assert call["function"]["name"] == "get_weather"
+            jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER)
+            closed.append(budget)
+    assert closed  # these budgets end inside the arguments, where the close fits
