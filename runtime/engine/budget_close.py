@@ -6,8 +6,8 @@ so far (``GrammarMatcher.completion_bytes``), tokenises it, and once what is lef
 barely holds it (``MARGIN`` tokens to spare), the completion is spliced in at once and the request
 finishes as ``length`` (the model did not finish it: OpenAI clients raise their length error), its
 text valid; ``closed_tokens`` says how many tokens the closing took (``meta_info["budget_closed"]``).
-An output the model completed itself just stops before the budget ends, as ``stop``. When even the completion does not fit, nothing is spliced, the request
-ends as ``length`` and ``note`` says why (``meta_info["constraint_notes"]``).
+An output the model completed itself stops as ``stop``. When even the completion does not fit,
+nothing is spliced, the request ends as ``length`` and ``note`` says why (``meta_info["constraint_notes"]``).
 
 Cost: the completion is computed when the budget left is within ``WINDOW`` tokens or within twice
 the last estimate (a long ``minLength`` string needs an early start), not at every step. A search

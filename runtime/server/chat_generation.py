@@ -16,6 +16,10 @@ first runs a *think* phase that stops at the format's end marker, then the call 
 A lenient constraint (``strict=False``) has the engine list what the output violates in
 ``meta_info["constraint_violations"]``; the finish event carries the text phases' lists (None when no
 lenient constraint ran), which the OpenAI routes show as the choice's ``constraint_violations``.
+
+Budgets: the finish event says whether budget-aware completion closed a phase's output
+(``budget_closed``) and which call the budget cut off (``cut_call``: announced, never completed);
+a call phase's content is raw call markup, so it is held and dropped unless the call completed.
 """
 
 from __future__ import annotations
