@@ -81,7 +81,7 @@ def extract(client: OpenAI, text: str) -> Invoice:
                   {"role": "user", "content": text}],
         response_format={"type": "json_schema",
                          "json_schema": {"name": "invoice", "schema": Invoice.model_json_schema()}},
-        temperature=0, max_tokens=64)
+        temperature=0, max_tokens=128)  # the longest Invoice document, one token per character, fits
     return Invoice.model_validate_json(reply.choices[0].message.content)
 
 

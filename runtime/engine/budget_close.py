@@ -4,8 +4,10 @@ A model that runs to ``max_new_tokens`` stops wherever it is, mid-string, and an
 output would not parse. After each step this asks the grammar for a short completion of the text
 so far (``GrammarMatcher.completion_bytes``), tokenises it, and once what is left of the budget
 barely holds it (``MARGIN`` tokens to spare), the completion is spliced in at once and the request
-finishes as ``stop``, valid. When even the completion does not fit, nothing is spliced, the request
-ends as ``length`` and ``note`` says why (``meta_info["constraint_notes"]``).
+finishes as ``length`` (the model did not finish it: OpenAI clients raise their length error), its
+text valid; ``closed_tokens`` says how many tokens the closing took (``meta_info["budget_closed"]``).
+An output the model completed itself stops as ``stop``. When even the completion does not fit,
+nothing is spliced, the request ends as ``length`` and ``note`` says why (``meta_info["constraint_notes"]``).
 
 Cost: the completion is computed when the budget left is within ``WINDOW`` tokens or within twice
 the last estimate (a long ``minLength`` string needs an early start), not at every step. A search
@@ -34,6 +36,7 @@ class BudgetClose:
         self.need: int | None = None  # tokens the last completion took
         self.short_by: int | None = None  # the completion did not fit: tokens missing
         self.failed_at: int | None = None  # room when the last search found no completion
+        self.closed_tokens: int | None = None  # tokens of the closing completion, once spliced
 
     def splice(self, room: int) -> Splice | None:
         """The completion as a splice when ``room`` (tokens left) barely holds it, else None."""
@@ -60,7 +63,8 @@ class BudgetClose:
         for t in ids:
             if not m.accept_token(t):
                 raise RuntimeError("the grammar rejected its own completion")
-        return Splice(0, tuple(ids), m.is_accepting())
+        self.closed_tokens = len(ids)
+        return Splice(0, tuple(ids), m.is_accepting(), closed=True)
 
     def _completion_ids(self, room: int) -> list[int] | None:
         """The completion's tokens: the tokenizer's own when they are a path through the grammar,

@@ -85,6 +85,11 @@ class ReasoningGate:
     def notes(self) -> list[str]:
         return self.inner.notes
 
+    @property
+    def budget_closed(self) -> dict | None:
+        """The answer's budget close (``RequestMatcher.budget_closed``)."""
+        return self.inner.budget_closed
+
     def violations(self, text: str) -> list[str]:
         """Why the answer (the text after the marker) does not satisfy the grammar."""
         if self.open:

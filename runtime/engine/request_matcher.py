@@ -71,6 +71,13 @@ class RequestMatcher:
         return Splice(jf.num_drop, new_ids, self.matcher.is_terminated())
 
     @property
+    def budget_closed(self) -> dict[str, Any] | None:
+        """``{"closed": True, "tokens": N}`` once budget-aware completion closed the output with
+        ``N`` tokens the model did not write, else None."""
+        n = self.budget.closed_tokens if self.budget is not None else None
+        return None if n is None else {"closed": True, "tokens": n}
+
+    @property
     def notes(self) -> list[str]:
         """Restrictions the compiler applied to fit the schema, and why the output ran out of
         budget before it could be completed (empty for most requests)."""

@@ -12,7 +12,9 @@ Result of one request (``Engine.generate``)::
                    # with a constraint and strict=False:
                    "constraint_violations",
                    # with a schema too large for one automaton (the restriction applied):
-                   "constraint_notes"}}
+                   "constraint_notes",
+                   # when budget-aware completion closed the output (finish_reason "length"):
+                   "budget_closed": {"closed": True, "tokens": int}}}
 
 A stream chunk has the same keys, but ``text`` is the new text since the previous chunk,
 ``output_ids`` the new token ids, the logprob lists cover only the new tokens, and
@@ -79,6 +81,9 @@ def _meta(req: Req) -> dict[str, Any]:
             meta["constraint_violations"] = req.matcher.violations(StopChecker.final_text(req))
         if req.matcher.notes:
             meta["constraint_notes"] = list(req.matcher.notes)
+        closed = getattr(req.matcher, "budget_closed", None)
+        if closed is not None:
+            meta["budget_closed"] = dict(closed)
     return meta
 
 

@@ -19,12 +19,15 @@ class Splice:
     """Jump-forward: drop the last ``num_drop`` output tokens and append ``new_ids`` (forced text).
 
     ``terminated``: the grammar is complete after the splice (the request finishes as ``stop``).
+    ``closed``: the new ids are a closing completion the model did not write (budget-aware
+    completion): the request finishes as ``length``, whether or not the grammar terminated.
     The matcher has already moved to the spliced state when it returns this.
     """
 
     num_drop: int
     new_ids: tuple[int, ...]
     terminated: bool
+    closed: bool = False
 
 
 class Constraint(Protocol):

@@ -36,9 +36,12 @@ def finish_prefill_only(batch: ScheduledBatch) -> None:
 
 def apply_splice(req: Req, splice: Splice, stop_checker: StopChecker) -> None:
     """Replace ``req``'s output tail with the constraint's forced ids (its KV already released),
-    then finish it if the grammar terminated, else run the stop checks over the new ids."""
+    then finish it if the grammar terminated (as ``length`` when the budget closed it), else run the
+    stop checks over the new ids."""
     req.replace_tail(splice.num_drop, splice.new_ids)
-    if splice.terminated:
+    if splice.closed:
+        req.finish("length")
+    elif splice.terminated:
         req.finish("stop")
     else:
         stop_checker.check(req, num_new=max(len(splice.new_ids), 1))

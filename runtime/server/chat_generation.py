@@ -16,6 +16,10 @@ first runs a *think* phase that stops at the format's end marker, then the call 
 A lenient constraint (``strict=False``) has the engine list what the output violates in
 ``meta_info["constraint_violations"]``; the finish event carries the text phases' lists (None when no
 lenient constraint ran), which the OpenAI routes show as the choice's ``constraint_violations``.
+
+Budgets: the finish event says whether budget-aware completion closed a phase's output
+(``budget_closed``) and which call the budget cut off (``cut_call``: announced, never completed);
+a call phase's content is raw call markup, so it is held and dropped unless the call completed.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class ChoiceEvent:
     logprobs: list[dict[str, Any]] | None = None
     finish_reason: str | None = None
     violations: list[str] | None = None  # finish: what a lenient (strict=False) constraint saw violated
+    budget_closed: bool = False  # finish: budget-aware completion closed an output (reason "length")
+    cut_call: int | None = None  # finish: index of a call cut off by the budget (not a complete call)
 
 
 @dataclass
@@ -84,6 +90,8 @@ class ChoiceRunner:
         self.keep = state.tokenizer.special_ids_of(_markers(plan))
         # the engine's lenient-mode report over the text phases (None: no lenient constraint ran)
         self.violations: list[str] | None = None
+        self.budget_closed = False  # some phase's output was closed by budget-aware completion
+        self.cut_call: int | None = None  # a call announced but cut off by the budget
 
     def _sampling(self, **changes: Any) -> SamplingParams:
         """This choice's copy of the plan's settings, with ``changes``."""
@@ -137,7 +145,8 @@ class ChoiceRunner:
                 return
 
     def _finish(self, reason: str) -> ChoiceEvent:
-        return ChoiceEvent("finish", finish_reason=reason, violations=self.violations)
+        return ChoiceEvent("finish", finish_reason=reason, violations=self.violations,
+                           budget_closed=self.budget_closed, cut_call=self.cut_call)
 
     def _encode(self, text: str) -> list[int]:
         return self.state.tokenizer.encode(text, add_special_tokens=False) if text else []
@@ -185,17 +194,28 @@ class ChoiceRunner:
             **self.fmt.body_constraint(self.plan.tools, name))
         stream, phase = CallStream(self.fmt, self.plan.tools, self.calls), _Phase()
         events = stream.feed(self.fmt.forced_prefix)
+        held: list[ChoiceEvent] = []  # content of a call phase is raw call markup until it completes
         async for ev in self._run(phase, sampling, False):
             events += stream.feed(ev.text)
             for out in self._call_events(events):
-                yield out
+                if out.kind == "content":
+                    held.append(out)
+                else:
+                    yield out
             events = []
         complete = phase.finish.get("type") not in ("length", "abort")
         if complete:
             events += stream.feed(self.fmt.call_suffix)
         events += stream.finish()
         for out in self._call_events(events):
+            if out.kind != "content":
+                yield out
+            elif complete:
+                held.append(out)
+        for out in held if complete else ():
             yield out
+        if not complete and stream.started:
+            self.cut_call = self.calls
         self.cut_off = not complete
         if self.cut_off or stream.next_index == self.calls:  # cut off by max_tokens (or aborted)
             self.call_end = _openai_reason(phase.finish)
@@ -236,6 +256,7 @@ class ChoiceRunner:
             for ev in self._events_of(self._absorb(phase, result, want_lp), is_text):
                 yield ev
         self.record.add(phase.meta, prompt=self.first_phase)
+        self.budget_closed = self.budget_closed or bool(phase.meta.get("budget_closed"))
         found = phase.meta.get("constraint_violations")
         if is_text and isinstance(found, list):  # call phases' constraint is ours, always strict
             self.violations = (self.violations or []) + found

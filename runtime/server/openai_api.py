@@ -92,6 +92,7 @@ class OpenAIRoutes:
                 text = (self._prompt_text(req, p) if req.echo else "") + res.get("text", "")
                 lps = self._completion_lps(req, res, req.echo, self._cursor(len(text) - len(res.get("text", ""))))
                 choice = {"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps}
+                with_budget_closed(choice, bool(meta.get("budget_closed")))
                 choices.append(with_violations(choice, meta.get("constraint_violations")))
             usage = Usage.count(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage),
@@ -168,6 +169,7 @@ class OpenAIRoutes:
         choice = {"index": k, "text": text, "logprobs": lps, "finish_reason": reason}
         if reason is not None:
             with_violations(choice, meta.get("constraint_violations"))
+            with_budget_closed(choice, bool(meta.get("budget_closed")))
         return [self._chunk("text_completion", rid, [choice], req.include_usage)]
 
     def _chunk(self, obj: str, rid: str, choices: list[dict], include_usage: bool) -> dict:
@@ -240,6 +242,7 @@ class OpenAIRoutes:
                                                                     "function": {"arguments": ev.text}}]})
         out = self._chat_chunk(req, rid, k, {}, reason=ev.finish_reason)
         with_violations(out["choices"][0], ev.violations)
+        with_budget_closed(out["choices"][0], ev.budget_closed)
         return out
 
     def _chat_chunk(self, req: ChatRequest, rid: str, k: int, delta: dict, reason: str | None = None,
@@ -256,6 +259,14 @@ def with_violations(choice: dict[str, Any], violations: list[str] | None) -> dic
     return choice
 
 
+def with_budget_closed(choice: dict[str, Any], closed: bool) -> dict[str, Any]:
+    """``choice`` with radixlm's ``budget_closed: true`` extension when budget-aware completion closed
+    the output (its ``finish_reason`` is then ``length``); absent otherwise."""
+    if closed:
+        choice["budget_closed"] = True
+    return choice
+
+
 async def _ready(value: Any) -> Any:
     return value
 
@@ -266,7 +277,7 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
     reasoning: list[str] = []
     calls: dict[int, ToolCall] = {}
     lps: list[dict] = []
-    reason, violations = None, None
+    reason, violations, closed, cut = None, None, False, None
     async for ev in with_bare_calls(runner.events(), runner.plan):
         if ev.kind == "content":
             content.append(ev.text)
@@ -278,7 +289,8 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
         elif ev.kind == "call_args":
             calls[ev.call_index].arguments += ev.text
         else:
-            reason, violations = ev.finish_reason, ev.violations
+            reason, violations, closed, cut = ev.finish_reason, ev.violations, ev.budget_closed, ev.cut_call
+    truncated = calls.pop(cut, None) if cut is not None else None  # not a complete call: kept apart
     text, thought = "".join(content), "".join(reasoning)
     # no answer after the thinking (the budget ran out in it): null, not an empty (invalid) answer
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not (calls or thought) else None}
@@ -286,6 +298,8 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
         message["reasoning_content"] = thought or None
     if calls:
         message["tool_calls"] = [c.to_dict() for c in calls.values()]
-    return with_violations({"index": runner.index, "message": message,
-                            "logprobs": {"content": lps, "refusal": None} if want_logprobs else None,
-                            "finish_reason": reason}, violations)
+    choice = {"index": runner.index, "message": message,
+              "logprobs": {"content": lps, "refusal": None} if want_logprobs else None, "finish_reason": reason}
+    if truncated is not None:
+        choice["truncated_tool_call"] = truncated.to_dict()
+    return with_budget_closed(with_violations(choice, violations), closed)

@@ -33,7 +33,8 @@ _EXTENSIONS = {"top_k": ("int", None, None), "min_p": ("number", 0.0, 1.0),
                "repetition_penalty": ("number", 0.0, None), "min_tokens": ("int", 0, None),
                "ignore_eos": ("bool", None, None), "stop_token_ids": ("list", None, None),
                "no_stop_trim": ("bool", None, None), "skip_special_tokens": ("bool", None, None),
-               "spaces_between_special_tokens": ("bool", None, None), "stop_regex": (("str", "list"), None, None)}
+               "spaces_between_special_tokens": ("bool", None, None), "stop_regex": (("str", "list"), None, None),
+               "budget_aware_completion": ("bool", None, None)}
 _EXTENSION_TARGET = {"min_tokens": "min_new_tokens"}  # request name -> SamplingParams name
 
 # request field -> (SamplingParams field, JSON kinds accepted)

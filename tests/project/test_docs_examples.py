@@ -1,5 +1,9 @@
 """Every ```bash and ```python block of README.md and docs/*.md runs as written, so the docs cannot rot.
 
+Every structured example (a block that builds ``schema``; a curl body with a ``json_schema``) has
+its output parsed and validated against its schema, and must end on its own (``stop``): the docs'
+budgets fit the schema's longest document.
+
 Blocks not meant to run use another fence (```text, or none). The blocks run against a live server
 on the tiny model (``localhost:30000`` in a block means it; the port is swapped for the test's):
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 import shlex
 import shutil
@@ -23,6 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
@@ -35,6 +41,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
 PARSED_ONLY = ("serve", "router", "bench")  # radixlm subcommands that would block or run for minutes
 NOT_RUN = ("pip", "bash", "git")  # installs and CI scripts: checked for the files they name
+SCHEMA_BLOCK = re.compile(r"^schema = ", re.M)  # a structured example: its result is ``out``
 
 
 def blocks(path: Path, lang: str) -> list[tuple[int, str]]:
@@ -110,8 +117,28 @@ def test_python_blocks_run(doc: Path, live, monkeypatch: pytest.MonkeyPatch):
                 exec(compile(_at_port(source, port), f"{doc.name}:{line}", "exec"), namespace)  # noqa: S102
         except Exception as e:  # noqa: BLE001 - report which block failed
             pytest.fail(f"{doc.name} line {line}: {type(e).__name__}: {e}\n{source}")
+        if SCHEMA_BLOCK.search(source):
+            _check_structured(namespace["out"], namespace["schema"], f"{doc.name} line {line}")
     # a block may have shut down the shared engine's peers, never the shared engine itself
     assert engine.generate("still alive", {"max_new_tokens": 1})["meta_info"]["completion_tokens"] <= 1
+
+
+def _check_structured(out, schema: dict, where: str) -> None:
+    """``out`` (an engine result or a chat completion) ended on its own and validates against ``schema``."""
+    if isinstance(out, dict):
+        text, reason = out["text"], out["meta_info"]["finish_reason"]["type"]
+    else:
+        text, reason = out.choices[0].message.content, out.choices[0].finish_reason
+    assert reason == "stop", f"{where}: the budget does not fit the schema ({reason}): {text!r}"
+    jsonschema.validate(json.loads(text), schema)
+
+
+def _curl_schema(words: list[str]) -> dict | None:
+    """The JSON schema a curl command's ``-d`` body sends to ``/generate``, if any."""
+    if "-d" not in words:
+        return None
+    body = json.loads(words[words.index("-d") + 1])
+    return (body.get("sampling_params") or {}).get("json_schema")
 
 
 def _run_bash(command: str, port: int) -> None:
@@ -126,6 +153,10 @@ def _run_bash(command: str, port: int) -> None:
         proc = subprocess.run(["curl", "--fail-with-body", "--max-time", "120", *words[1:]],
                               capture_output=True, text=True, timeout=180)
         assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
+        schema = _curl_schema(words)
+        if schema is not None:
+            out = json.loads(proc.stdout)
+            _check_structured(out if isinstance(out, dict) else out[0], schema, command)
     elif name == "radixlm" and words[1] in PARSED_ONLY and "--help" not in words:
         build_parser().parse_args(words[1:])  # SystemExit(2) on a flag that does not exist
     elif name == "radixlm":
