@@ -13,9 +13,7 @@ import jsonschema
 import openai
 import pytest
 import requests
-from radixlm.runtime.engine.engine import Engine
-from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from openai_reads import chat_answer
 
 SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
@@ -26,15 +24,6 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
 ASK = [{"role": "user", "content": "Weather in Paris?"}]
 SEEDS = range(4)
 MARKUP = ("<tool_call>", "</tool_call>", '{"name"')
-
-
-@pytest.fixture(scope="module")
-def server():
-    engine = Engine(max_total_tokens=16384, random_seed=0)
-    srv = BackgroundServer(engine, ServerConfig(port=0)).start()
-    yield srv
-    srv.stop()
-    engine.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -89,16 +78,7 @@ def _chat(client, seed: int, budget_aware: bool, stream: bool) -> tuple[str, str
     kwargs = {"model": "default", "messages": ASK, "max_tokens": 24, "temperature": 1.0, "seed": seed,
               "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}},
               "extra_body": {"budget_aware_completion": budget_aware}}
-    if not stream:
-        choice = client.chat.completions.create(**kwargs).choices[0]
-        return choice.message.content, choice.finish_reason, bool(getattr(choice, "budget_closed", False))
-    text, reason, closed = "", None, False
-    for chunk in client.chat.completions.create(**kwargs, stream=True):
-        for c in chunk.choices:
-            text += c.delta.content or ""
-            reason = c.finish_reason or reason
-            closed = closed or bool(getattr(c, "budget_closed", False))
-    return text, reason, closed
+    return chat_answer(client, kwargs, stream)
 
 
 ROUTES = {"generate": lambda server, client, *a: _generate(server, *a),

@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import requests
+from openai_reads import chat_answer
 from radixlm.runtime.checkpoints import checkpoint_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -51,16 +52,7 @@ def test_chat_response_format_closed_by_a_small_budget(client, stream):
     for budget in (8, 12, 16):
         kwargs = dict(model="default", messages=ASK, max_tokens=budget, temperature=1.0, seed=budget,
                       response_format={"type": "json_schema", "json_schema": {"name": "o", "schema": ORDER}})
-        if stream:
-            text, reason, closed = "", None, False
-            for chunk in client.chat.completions.create(**kwargs, stream=True):
-                for c in chunk.choices:
-                    text += c.delta.content or ""
-                    reason = c.finish_reason or reason
-                    closed = closed or bool(getattr(c, "budget_closed", False))
-        else:
-            c = client.chat.completions.create(**kwargs).choices[0]
-            text, reason, closed = c.message.content, c.finish_reason, bool(getattr(c, "budget_closed", False))
+        text, reason, closed = chat_answer(client, kwargs, stream)
         _reply_check(text, reason, closed)
         closes += closed
     assert closes  # random weights ramble in the customer string: the budget closes some

@@ -8,21 +8,9 @@ import re
 import time
 
 import aiohttp
-import pytest
-from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
 
 GREEDY = {"temperature": 0.0, "max_new_tokens": 8}
-
-
-@pytest.fixture(scope="module")
-def server():
-    engine = Engine(max_total_tokens=16384, random_seed=0)
-    srv = BackgroundServer(engine, ServerConfig(port=0)).start()
-    yield srv
-    srv.stop()
-    engine.shutdown()
 
 
 async def _request(url: str, method: str = "GET", body: object = None) -> tuple[int, object]:

@@ -7,9 +7,6 @@ import json
 import jsonschema
 import openai
 import pytest
-from radixlm.runtime.engine.engine import Engine
-from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
 from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN
 
 MODEL = "default"
@@ -25,15 +22,6 @@ TOOLS = [
 ]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 ASK = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Weather in Paris?"}]
-
-
-@pytest.fixture(scope="module")
-def server():
-    engine = Engine(max_total_tokens=16384, random_seed=0)
-    srv = BackgroundServer(engine, ServerConfig(port=0)).start()
-    yield srv
-    srv.stop()
-    engine.shutdown()
 
 
 @pytest.fixture(scope="module")
