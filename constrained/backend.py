@@ -14,6 +14,7 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from radixlm.constrained.adapters import adapter_compile_fn
+from radixlm.constrained.cache_view import entry_view
 from radixlm.constrained.checks.paths import UniquePaths
 from radixlm.constrained.compile.job import CompileRequest, constraint_grammar
 from radixlm.constrained.compile.pool import CompilePool
@@ -77,6 +78,7 @@ class _Compile:
         self.grammar: CompiledGrammar | None = None
         self.error: ConstraintError | None = None
         self.nbytes = 0  # its share of the cache's byte count, once done
+        self.hits = 0  # later requests that found it in the cache
 
 
 class GrammarBackend:
@@ -168,6 +170,7 @@ class GrammarBackend:
             else:
                 self._cache.move_to_end(key)
                 self.stats["hits"] += 1
+                entry.hits += 1
             if not entry.done:
                 entry.waiters.append(fut)
         if entry.done:
@@ -248,6 +251,12 @@ class GrammarBackend:
         """``entries`` and ``bytes`` (the estimated size of the grammars) held by the cache."""
         with self._lock:
             return {"entries": len(self._cache), "bytes": self._cached_bytes}
+
+    def cache_entries(self) -> list[dict[str, Any]]:
+        """The cached compiles, most recently used first (``cache_view.entry_view``)."""
+        with self._lock:
+            entries = list(self._cache.values())
+        return [entry_view(e.key, e.done, e.hits, e.nbytes, e.grammar, e.error) for e in reversed(entries)]
 
     def flush_cache(self) -> int:
         """Drop every finished entry (grammars and cached errors); compiles in flight stay, so

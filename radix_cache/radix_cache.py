@@ -27,11 +27,14 @@ returns a multiple of ``page_size`` slots.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from typing import Any
 
 from radixlm.radix_cache.eviction import EVICTION_POLICIES, EvictionQueue
 from radixlm.radix_cache.inspection import check_tree, child_key_of, render_tree
 from radixlm.radix_cache.key_match import as_tokens, common_prefix_len
+from radixlm.radix_cache.snapshot import EvictionLog, namespace_of, snapshot_tree
 from radixlm.radix_cache.tree_node import MatchResult, TreeNode
 
 
@@ -52,6 +55,7 @@ class RadixCache:
         self.page_size = page_size
         self.eviction_policy = eviction_policy
         self._queue = EvictionQueue(eviction_policy)
+        self.evictions = EvictionLog()  # the last evictions, for the dashboard
         self.reset()
 
     # ------------------------------------------------------------------ lookup and insertion
@@ -165,6 +169,7 @@ class RadixCache:
             if leaf is None:
                 break
             parent = leaf.parent
+            self.evictions.record(leaf, namespace_of(parent), leaf.depth_tokens())
             del parent.children[child_key_of(leaf.key, self.page_size)]
             leaf.parent = None
             freed.extend(leaf.value)
@@ -202,6 +207,10 @@ class RadixCache:
             "hit_tokens": self._hit_tokens,
             "hit_rate": rate,
         }
+
+    def snapshot(self, max_nodes: int = 64, shown_ids: int = 32) -> dict[str, Any]:
+        """The largest branches of every namespace, read-only (``snapshot.snapshot_tree``)."""
+        return snapshot_tree(self._roots, max_nodes, shown_ids)
 
     def reset(self) -> None:
         """Forget every cached prefix, lock and statistic. Nodes handed out before are invalid."""
@@ -263,6 +272,7 @@ class RadixCache:
         upper = TreeNode(node.key[:m], node.value[:m], parent)
         upper.lock_ref = node.lock_ref
         upper.last_access = node.last_access
+        upper.last_access_time = node.last_access_time
         upper.hit_count = node.hit_count
         parent.children[child_key_of(upper.key, self.page_size)] = upper
         node.key = node.key[m:]
@@ -281,6 +291,7 @@ class RadixCache:
     def _touch(self, node: TreeNode) -> None:
         self._clock += 1
         node.last_access = self._clock
+        node.last_access_time = time.monotonic()
         node.hit_count += 1
 
     def _path_to_root(self, node: TreeNode) -> list[TreeNode]:

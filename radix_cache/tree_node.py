@@ -26,6 +26,7 @@ class TreeNode:
         "children",
         "lock_ref",
         "last_access",
+        "last_access_time",
         "hit_count",
         "heap_stamp",
         "is_root",
@@ -39,6 +40,7 @@ class TreeNode:
         self.children: dict[object, TreeNode] = {}
         self.lock_ref = 0
         self.last_access = 0
+        self.last_access_time = 0.0  # time.monotonic() of the last access (the dashboard's age)
         self.hit_count = 0
         # Stamp of this node's one valid entry in the eviction heap (0: none).
         self.heap_stamp = 0

@@ -72,6 +72,8 @@ class SamplingParams:
     budget_aware_completion: bool = True
     # The text that ends a reasoning model's thinking: the constraint applies only after it (None: at once).
     reasoning_end: str | None = None
+    # meta_info["token_origins"]: where each output token came from (runtime/scheduler/req_origins.py)
+    return_token_origins: bool = False
 
     def __post_init__(self) -> None:
         self._normalise()
@@ -188,7 +190,8 @@ class SamplingParams:
             raise FieldError("keep_special_token_ids", "keep_special_token_ids must be a list of non-negative integers")
         check_int("n", self.n, lo=1)
         check_bools(self, ("ignore_eos", "no_stop_trim", "skip_special_tokens", "json_object", "strict",
-                     "disable_jump_forward", "spaces_between_special_tokens", "budget_aware_completion"))
+                     "disable_jump_forward", "spaces_between_special_tokens", "budget_aware_completion",
+                     "return_token_origins"))
         kinds = [n for n in CONSTRAINT_FIELDS if getattr(self, n) not in (None, False)]
         if len(kinds) > 1:
             raise FieldError(kinds[1], f"at most one constraint may be set, got {', '.join(kinds)}")

@@ -141,6 +141,8 @@ class ServerArgs:
     http_body_timeout_s: float = _arg(60.0, "HTTP: most seconds reading one request body (408 after)", float)
     max_connections_per_client: int = _arg(64, "HTTP: most open connections from one client IP; more are "
                                            "refused with a 503", int)
+    enable_dashboard: bool = _arg(False, "HTTP: serve the live dashboard and playground at /dashboard (with API "
+                                  "keys its data needs the admin key: it shows every client's prompts)", bool)
 
     # GPU decode speed-ups: used on CUDA only, and only once verified on a device
     # (runtime/model/gpu_features.py); on CPU they have no effect
@@ -188,7 +190,7 @@ class ServerArgs:
         check_num("grammar_compile_timeout_s", self.grammar_compile_timeout_s)
         if self.grammar_compile_timeout_s <= 0:
             raise ValueError(f"grammar_compile_timeout_s must be > 0, got {self.grammar_compile_timeout_s}")
-        check_bools(self, ("enable_mixed_chunk",))
+        check_bools(self, ("enable_mixed_chunk", "enable_dashboard"))
         check_bools(self, ("disable_radix_cache", "enable_jump_forward", "strict_api",
                            "incremental_streaming_output"))
         if self.allowed_hosts is not None and (not isinstance(self.allowed_hosts, str)

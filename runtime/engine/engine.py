@@ -36,6 +36,7 @@ from radixlm.runtime.engine.inputs import (
     normalize_params,
     normalize_rids,
 )
+from radixlm.runtime.engine.inspection import inspect_engine
 from radixlm.runtime.engine.step_loop import EngineLoop
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
@@ -226,6 +227,14 @@ class Engine:
             "num_retractions": self.scheduler.num_retractions,
             "timers": loop.timers.as_dict(),
         }
+
+    def inspect(self, max_nodes: int = 64, shown_ids: int = 32, events_since: int = 0,
+                requests_since: int = 0) -> dict[str, Any]:
+        """A read-only picture for the dashboard: the radix tree's largest branches, its evictions
+        after ``events_since``, the requests finished after ``requests_since``, the grammar cache
+        (``inspection.inspect_engine``). Waits for the current step to end."""
+        return inspect_engine(self._loop, self.scheduler, self._grammar, max_nodes, shown_ids,
+                              events_since, requests_since)
 
     def check_no_leak(self) -> None:
         """Flush the cache and assert every KV slot and table row is free (for tests)."""

@@ -12,6 +12,7 @@ its matcher behind a ``ReasoningGate``: the grammar applies only after that mark
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -59,6 +60,10 @@ class GrammarCompiler:
         if self._backend is not None:
             self._backend.shutdown()
 
+    def cache_entries(self) -> list[dict[str, Any]]:
+        """The compiled-grammar cache's entries (empty before the first constrained request)."""
+        return self._backend.cache_entries() if self._backend is not None else []
+
     def flush_cache(self) -> int:
         """Empty the compiled-grammar cache (compiles in flight go on); how many entries went."""
         return self._backend.flush_cache() if self._backend is not None else 0
@@ -66,10 +71,14 @@ class GrammarCompiler:
     def start(self, req: Req) -> None:
         """Submit ``req``'s constraint for compilation; it waits here until ``poll`` returns it."""
         future = None
+        started = time.perf_counter()
         try:
             future = self.backend().submit(req.params, caller=req.caller)  # fair between callers
         except Exception as e:  # noqa: BLE001 - the request fails, the engine goes on
             req.error = _as_value_error(e)
+        # cached: the grammar was ready at submission (a compile-cache hit)
+        req.constraint_stats = {"kind": req.params.constraint_kind, "started": started,
+                                "cached": future is not None and future.done()}
         self._pending[req] = future
 
     def poll(self) -> tuple[list[Req], list[Req]]:
@@ -81,7 +90,11 @@ class GrammarCompiler:
             del self._pending[req]
             if req.error is None:
                 try:
-                    req.matcher = self._matcher(req, future.result())
+                    compiled = future.result()
+                    stats = req.constraint_stats
+                    stats["wait_s"] = time.perf_counter() - stats.pop("started")
+                    stats["compile_s"] = getattr(compiled, "compile_s", None)
+                    req.matcher = self._matcher(req, compiled)
                 except Exception as e:  # noqa: BLE001 - ConstraintError, timeout: this request only
                     req.error = _as_value_error(e)
             if req.error is None:

@@ -68,7 +68,19 @@ class RequestMatcher:
         self.matcher.rollback(jf.num_drop)
         for token in new_ids:
             self.matcher.accept_token(token)
-        return Splice(jf.num_drop, new_ids, self.matcher.is_terminated())
+        resampled = self._resampled(output_ids[len(output_ids) - jf.num_drop:], new_ids)
+        return Splice(jf.num_drop, new_ids, self.matcher.is_terminated(), resampled=resampled)
+
+    def _resampled(self, dropped: list[int], new_ids: tuple[int, ...]) -> int:
+        """How many leading ``new_ids`` start inside the dropped tokens' (sampled) bytes."""
+        sampled = sum(len(self.tokenizer.id_to_bytes(t)) for t in dropped)
+        count = at = 0
+        for token in new_ids:
+            if at >= sampled:
+                break
+            count += 1
+            at += len(self.tokenizer.id_to_bytes(token))
+        return count
 
     @property
     def budget_closed(self) -> dict[str, Any] | None:

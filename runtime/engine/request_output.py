@@ -14,7 +14,13 @@ Result of one request (``Engine.generate``)::
                    # with a schema too large for one automaton (the restriction applied):
                    "constraint_notes",
                    # when budget-aware completion closed the output (finish_reason "length"):
-                   "budget_closed": {"closed": True, "tokens": int}}}
+                   "budget_closed": {"closed": True, "tokens": int},
+                   # with sampling_params.return_token_origins (codes: scheduler/req_origins.py):
+                   "token_origins": {"offset": int, "ids": [...], "origins": [...],
+                                     "prompt": {"cache": int, "prefill": int}}}}
+
+``token_origins`` of a stream chunk replaces the reader's ids and codes from ``offset`` on (a
+jump-forward splice may rewrite tokens already streamed); the final result starts at 0.
 
 A stream chunk has the same keys, but ``text`` is the new text since the previous chunk,
 ``output_ids`` the new token ids, the logprob lists cover only the new tokens, and
@@ -40,6 +46,8 @@ def final_output(req: Req) -> dict[str, Any]:
     """The complete result dict of a finished request."""
     out = {"text": StopChecker.final_text(req), "output_ids": list(req.output_ids),
            "meta_info": _meta(req)}
+    if req.origins is not None:
+        out["meta_info"]["token_origins"] = _origins(req, 0)
     if req.logprobs.return_logprob:
         out["meta_info"].update(_logprob_meta(req, 0, include_input=True))
     return out
@@ -58,6 +66,8 @@ def stream_chunk(req: Req) -> dict[str, Any] | None:
     sent.text_len = max(sent.text_len, safe)
     sent.ids_len = len(req.output_ids)
     out = {"text": delta, "output_ids": new_ids, "meta_info": _meta(req)}
+    if req.origins is not None:
+        out["meta_info"]["token_origins"] = _origins(req, req.origins.take())
     if req.logprobs.return_logprob:
         out["meta_info"].update(_logprob_meta(req, first_lp, include_input=not sent.input_logprobs_sent))
         sent.input_logprobs_sent = True
@@ -85,6 +95,11 @@ def _meta(req: Req) -> dict[str, Any]:
         if closed is not None:
             meta["budget_closed"] = dict(closed)
     return meta
+
+
+def _origins(req: Req, offset: int) -> dict[str, Any]:
+    return {"offset": offset, "ids": req.output_ids[offset:], "origins": req.origins.codes[offset:],
+            "prompt": {"cache": req.cached_tokens, "prefill": req.prompt_len - req.cached_tokens}}
 
 
 def _triple(logprob: float | None, token_id: int) -> list:

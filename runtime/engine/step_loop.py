@@ -34,6 +34,7 @@ from typing import Any
 
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.overlap_loop import DeviceWorker, OverlapStepper
+from radixlm.runtime.engine.request_log import RequestLog
 from radixlm.runtime.engine.request_output import final_output, stream_chunk
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
@@ -50,9 +51,14 @@ class StepTimers:
         self.steps = self.decode_steps = 0
         self.step_s = self.forward_s = self.decode_step_s = self.decode_forward_s = 0.0
         self.decode_tokens = 0
+        self.prefill_tokens = 0  # prompt (and spliced) tokens computed by extend steps
 
-    def add(self, is_decode: bool, bs: int, step_s: float, forward_s: float) -> None:
+    def add(self, is_decode: bool, bs: int, step_s: float, forward_s: float, prefill_tokens: int = 0,
+            mixed_decode: int = 0) -> None:
+        """Count one step: ``bs`` requests; an extend step's ``prefill_tokens`` and decode rows."""
         self.steps += 1
+        self.prefill_tokens += prefill_tokens
+        self.decode_tokens += mixed_decode
         self.step_s += step_s
         self.forward_s += forward_s
         if is_decode:
@@ -75,6 +81,7 @@ class EngineLoop:
         self.grammar = grammar
         self.timers = StepTimers()
         self.prompt_tokens = self.cached_tokens = self.finished_requests = 0
+        self.request_log = RequestLog()  # the last finished requests (the dashboard's)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._inbox: deque[Req] = deque()
@@ -184,7 +191,9 @@ class EngineLoop:
         for req in batch.reqs:
             if req.stream and not req.finished:
                 self._emit_chunk(req)
-        self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s)
+        mixed = 0 if batch.is_decode else len(batch.decode_reqs)
+        self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s,
+                        0 if batch.is_decode else batch.num_tokens - mixed, mixed)
 
     def doors_idle(self) -> bool:
         """Nothing waits at the doors but aborts (which apply between two steps either way)."""
@@ -220,6 +229,10 @@ class EngineLoop:
 
     def _emit_final(self, req: Req) -> None:
         self.finished_requests += 1
+        try:
+            self.request_log.record(req)
+        except Exception:  # noqa: BLE001 - the record is for the dashboard; the result must still go out
+            logger.exception("recording %s for the dashboard failed", req.rid)
         self.prompt_tokens += req.prompt_len
         self.cached_tokens += req.cached_tokens
         if req.error is None:

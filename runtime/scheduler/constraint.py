@@ -21,6 +21,8 @@ class Splice:
     ``terminated``: the grammar is complete after the splice (the request finishes as ``stop``).
     ``closed``: the new ids are a closing completion the model did not write (budget-aware
     completion): the request finishes as ``length``, whether or not the grammar terminated.
+    ``resampled``: how many leading ``new_ids`` re-spell the dropped tokens' text (the model sampled
+    that text; only the rest is forced).
     The matcher has already moved to the spliced state when it returns this.
     """
 
@@ -28,6 +30,7 @@ class Splice:
     new_ids: tuple[int, ...]
     terminated: bool
     closed: bool = False
+    resampled: int = 0
 
 
 class Constraint(Protocol):

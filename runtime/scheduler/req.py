@@ -30,6 +30,7 @@ from typing import Any
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.req_kv import KVState
 from radixlm.runtime.scheduler.req_logprobs import LogprobState
+from radixlm.runtime.scheduler.req_origins import TokenOrigins, splice_codes
 from radixlm.runtime.scheduler.req_text import TextState
 
 _arrival = itertools.count()
@@ -79,6 +80,10 @@ class Req:
         self.forward_passes = 0
         self.num_retractions = 0
         self.first_token_at: float | None = None  # time.perf_counter() when the first output token came
+        self.forced_tokens = 0  # output tokens a jump-forward splice added (the grammar's text)
+        self.closed_tokens = 0  # output tokens budget-aware completion added
+        self.constraint_stats: dict[str, Any] | None = None  # the grammar compiler's: compile_s, wait_s, cached
+        self.origins = TokenOrigins() if params.return_token_origins else None
         # outcome
         self.finished_reason: FinishReason | None = None
         self.error: Exception | None = None  # raised in the caller instead of a result
@@ -134,16 +139,27 @@ class Req:
 
     # ------------------------------------------------------------------ outputs
 
-    def append_token(self, token_id: int) -> None:
-        """Append a sampled token and its text."""
+    def append_token(self, token_id: int, origin: str = "free") -> None:
+        """Append a sampled token and its text; ``origin`` is ``free`` or ``masked`` (``req_origins``)."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
+        if self.origins is not None:
+            self.origins.append(origin)
         self.output_ids.append(token_id)
         self.decoded.append([token_id])
 
-    def replace_tail(self, num_drop: int, new_ids: list[int] | tuple[int, ...]) -> None:
-        """Drop ``num_drop`` output tokens, append ``new_ids`` and re-decode (jump-forward)."""
+    def replace_tail(self, num_drop: int, new_ids: list[int] | tuple[int, ...], resampled: int = 0,
+                     closed: bool = False) -> None:
+        """Drop ``num_drop`` output tokens, append ``new_ids`` and re-decode (jump-forward); the first
+        ``resampled`` new ids re-spell sampled text, the rest are forced (``closed``: a closing completion)."""
         keep = len(self.output_ids) - num_drop
+        added = len(new_ids) - resampled
+        if closed:
+            self.closed_tokens += added
+        else:
+            self.forced_tokens += added
+        if self.origins is not None:
+            self.origins.replace_tail(keep, splice_codes(len(new_ids), resampled, closed))
         del self.output_ids[keep:]
         self.output_ids.extend(new_ids)
         self.logprobs.replace_output_tail(keep, len(new_ids))

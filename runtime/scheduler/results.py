@@ -16,7 +16,7 @@ def take_token(req: Req, token: int, result: BatchResult, row: int, stop_checker
     """Append the sampled ``token`` (row ``row`` of ``result``), ask the request's constraint,
     run the stop checks."""
     req.logprobs.finish_input(req.wants_input_logprobs)
-    req.append_token(token)
+    req.append_token(token, "free" if req.matcher is None else "masked")
     if result.next_token_logprobs:
         req.logprobs.add_output(result.next_token_logprobs[row], result.next_top_logprobs[row])
     if req.matcher is not None:
@@ -38,7 +38,7 @@ def apply_splice(req: Req, splice: Splice, stop_checker: StopChecker) -> None:
     """Replace ``req``'s output tail with the constraint's forced ids (its KV already released),
     then finish it if the grammar terminated (as ``length`` when the budget closed it), else run the
     stop checks over the new ids."""
-    req.replace_tail(splice.num_drop, splice.new_ids)
+    req.replace_tail(splice.num_drop, splice.new_ids, splice.resampled, splice.closed)
     if splice.closed:
         req.finish("length")
     elif splice.terminated:

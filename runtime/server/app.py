@@ -24,8 +24,9 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from radixlm.runtime.server.auth import auth_middleware
+from radixlm.runtime.server.auth import OPEN_PATHS, auth_middleware
 from radixlm.runtime.server.connection_guard import ConnectionGuard, GuardedSite
+from radixlm.runtime.server.dashboard.routes import DashboardRoutes, public_paths
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
@@ -89,14 +90,18 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     config = config or ServerConfig()
     middlewares = [handler_count_middleware, error_middleware, url_limit_middleware,
                    origin_middleware(config.host, engine.server_args.allowed_hosts)]
-    if config.keys or config.admin_api_key:
-        middlewares.append(auth_middleware(config.keys, config.admin_api_key))
+    dashboard = bool(engine.server_args.enable_dashboard)
+    if config.keys or config.admin_api_key:  # the dashboard's page is open, its data needs the admin key
+        open_paths = OPEN_PATHS | public_paths() if dashboard else OPEN_PATHS
+        middlewares.append(auth_middleware(config.keys, config.admin_api_key, open_paths))
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares,
                           handler_args={"max_line_size": PARSER_MAX_LINE, "auto_decompress": False})
     state = ServerState(engine, config)
     app[STATE_KEY] = state
     NativeRoutes(state).register(app)
     OpenAIRoutes(state).register(app)
+    if dashboard:
+        DashboardRoutes(state).register(app)
     return app
 
 

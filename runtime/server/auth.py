@@ -99,11 +99,12 @@ def forbidden_unless_admin(request: web.Request, what: str, param: str | None = 
                        param=param, code="admin_only")
 
 
-def auth_middleware(keys: Sequence[str], admin_key: str | None = None) -> Any:
+def auth_middleware(keys: Sequence[str], admin_key: str | None = None,
+                    open_paths: frozenset[str] = OPEN_PATHS) -> Any:
     """401 unless ``Authorization: Bearer <one of keys, or admin_key>``; with several keys, the
     request is tagged with its key's tenant (``TENANT_KEY``), and every request with whether it is
     an admin's (``ADMIN_KEY``). Every key is compared, in constant time, so the timing says
-    nothing about which key (or how much of one) matched."""
+    nothing about which key (or how much of one) matched. ``open_paths`` need no key."""
     every = list(dict.fromkeys([*keys, *([admin_key] if admin_key else [])]))
     admins = {admin_key} if admin_key else set(keys) if len(keys) == 1 else set()
     expected = [(k.encode(), tenant_id(k), k in admins) for k in every]
@@ -111,7 +112,7 @@ def auth_middleware(keys: Sequence[str], admin_key: str | None = None) -> Any:
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in OPEN_PATHS:
+        if request.path not in open_paths:
             scheme, _, token = request.headers.get("Authorization", "").partition(" ")
             given = token.strip().encode()
             tenant, admin = None, False
