@@ -19,7 +19,7 @@ PACKAGES = ["radixlm", "radixlm.radix_cache", "radixlm.constrained", "radixlm.co
             "radixlm.runtime", "radixlm.runtime.server", "radixlm.runtime.engine", "radixlm.runtime.scheduler",
             "radixlm.runtime.model", "radixlm.runtime.model.parallel", "radixlm.runtime.router",
             "radixlm.runtime.chat_formats", "radixlm.runtime.tokenizer", "radixlm.runtime.checkpoints",
-            "radixlm.kernels", "radixlm.kernels.testing"]
+            "radixlm.kernels", "radixlm.kernels.testing", "radixlm.runtime.server.dashboard"]
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +43,10 @@ def test_wheel_maps_root_folders_and_ships_data(wheel: Path):
     assert "radixlm/runtime/checkpoints/data/corpus.txt" in names
     assert "radixlm/runtime/checkpoints/data/chat_template.jinja" in names
     assert not any(n.startswith(("tests/", "radix_cache/", "runtime/")) for n in names)
+    # the dashboard's page and every asset its routes serve (no CDN: the wheel holds them all)
+    from radixlm.runtime.server.dashboard.routes import ASSETS
+    for asset in ("index.html", *ASSETS):
+        assert f"radixlm/runtime/server/dashboard/static/{asset}" in names, asset
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "radixlm = radixlm.__main__:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 

@@ -1,0 +1,227 @@
+"""The dashboard's routes on a live server: off by default, their shapes, the admin-key rules,
+tenants kept apart, the shared prefix of a batch in the tree, the playground's token origins."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from polling import wait_for
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.server.app import BackgroundServer
+from radixlm.runtime.server.dashboard import routes
+from radixlm.runtime.server.state import ServerConfig
+
+SHARED = "You are the dashboard test's assistant. Read the question and answer it briefly. "
+SCHEMA = {"type": "object", "properties": {"city": {"enum": ["Paris", "Lima", "Oslo"]},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["city", "age"], "additionalProperties": False}
+
+
+def call(url: str, path: str, body: Any = None, key: str | None = None) -> tuple[int, dict[str, str], bytes]:
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url + path, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def events(raw: bytes) -> list[dict[str, Any]]:
+    frames = [f[len("data: "):] for f in raw.decode().split("\n\n") if f.startswith("data: ")]
+    return [json.loads(f) for f in frames if f != "[DONE]"]
+
+
+def generate(url: str, text: str | list[str], key: str | None = None, max_new_tokens: int = 4) -> Any:
+    status, _, body = call(url, "/generate", {"text": text, "sampling_params": {"max_new_tokens": max_new_tokens,
+                                                                               "temperature": 0}}, key)
+    assert status == 200, body
+    return json.loads(body)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    eng = Engine(max_total_tokens=16384, random_seed=0, enable_dashboard=True)
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def open_url(engine):
+    with BackgroundServer(engine, ServerConfig(port=0)) as srv:
+        yield srv.url
+
+
+@pytest.fixture(scope="module")
+def keyed_url(engine):
+    with BackgroundServer(engine, ServerConfig(port=0, api_keys=("key-a", "key-b"), admin_api_key="admin-k")) as srv:
+        yield srv.url
+
+
+def test_off_by_default(server):
+    for path in ("/dashboard", "/dashboard/dashboard.js", "/dashboard/api/info", "/dashboard/events"):
+        status, _, body = call(server.url, path)
+        assert status == 404, (path, body)
+    assert call(server.url, "/dashboard/api/playground", {"prompt": "x"})[0] == 404
+
+
+def test_page_and_assets_ship_without_a_cdn(open_url):
+    status, headers, page = call(open_url, "/dashboard")
+    assert status == 200 and headers["Content-Type"].startswith("text/html")
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    html = page.decode()
+    assert "http://" not in html and "https://" not in html  # every asset is served from here
+    for name, kind in routes.ASSETS.items():
+        status, headers, body = call(open_url, f"/dashboard/{name}")
+        assert status == 200 and headers["Content-Type"].startswith(kind) and body, name
+        assert f"/dashboard/{name}" in html
+    static = Path(routes.__file__).parent / "static"
+    for path in static.iterdir():  # data is written as text, never parsed as HTML
+        text = path.read_text(encoding="utf-8")
+        assert "innerHTML" not in text and "insertAdjacentHTML" not in text and "document.write" not in text, path
+
+
+def test_info_and_series_shapes(open_url):
+    status, headers, body = call(open_url, "/dashboard/api/info")
+    info = json.loads(body)
+    assert status == 200 and headers["Cache-Control"] == "no-store"
+    assert info["auth"] == "none" and info["host"] == "127.0.0.1" and info["loopback"] is True
+    assert info["port"] == int(open_url.rsplit(":", 1)[1]) and info["inspect"] is True
+    generate(open_url, "series warm-up")
+    wait_for(lambda: len(json.loads(call(open_url, "/dashboard/api/series")[2])["samples"]) >= 2)
+    sample = json.loads(call(open_url, "/dashboard/api/series")[2])["samples"][-1]
+    for key in ("t", "prefill_tps", "decode_tps", "running", "queued", "kv_usage", "hit_rate",
+                "ttft_p50", "ttft_p90", "ttft_p99", "itl_p50", "itl_p90", "itl_p99"):
+        assert key in sample, key
+
+
+def test_tree_shows_the_shared_prefix_of_a_batch(open_url):
+    generate(open_url, [SHARED + q for q in ("What is red?", "Why is the sky blue?", "Name a fish.")])
+    view = json.loads(call(open_url, "/dashboard/api/inspect?max_nodes=32")[2])
+    nodes = [n for ns in view["tree"]["namespaces"] for n in ns["nodes"]]
+    shared = [n for n in nodes if "dashboard test's assistant" in n["text"] and n["children"] >= 3]
+    assert shared, [n["text"] for n in nodes]
+    node = shared[0]
+    assert node["subtree_tokens"] > node["tokens"] and node["hits"] >= 3 and node["locks"] == 0
+    kids = [n for n in nodes if n["parent"] == node["id"]]
+    assert len(kids) >= 3 and all(n["depth"] == node["depth"] + node["tokens"] for n in kids)
+    recent = view["requests"][-3:]
+    assert all(r["prompt_tokens"] > r["cached_tokens"] >= 0 and r["finish_reason"] == "length" for r in recent)
+    assert sum(r["cached_tokens"] for r in recent) > 0  # the batch's later prompts hit the first's prefix
+    later = json.loads(call(open_url, f"/dashboard/api/inspect?requests_since={view['request_seq']}")[2])
+    assert later["requests"] == []
+
+
+def test_prompt_text_comes_back_as_data_not_markup(open_url):
+    hostile = "<img src=x onerror=alert(1)> & </script><script>alert(2)</script>"
+    generate(open_url, hostile)
+    status, headers, body = call(open_url, "/dashboard/api/inspect?max_nodes=64")
+    assert headers["Content-Type"].startswith("application/json") and headers["X-Content-Type-Options"] == "nosniff"
+    texts = [n["text"] for ns in json.loads(body)["tree"]["namespaces"] for n in ns["nodes"]]
+    assert any("<img src=x onerror=alert(1)>" in t for t in texts)  # verbatim: the page writes textContent
+
+
+@pytest.mark.parametrize("path", ["/dashboard/api/inspect?max_nodes=abc", "/dashboard/api/inspect?max_nodes=0",
+                                  "/dashboard/api/inspect?events_since=-1"])
+def test_bad_query_values_name_the_parameter(open_url, path):
+    status, _, body = call(open_url, path)
+    err = json.loads(body)["error"]
+    assert status == 400 and err["param"] == path.split("?")[1].split("=")[0]
+
+
+def test_keyed_server_needs_the_admin_key_for_data_but_not_for_the_page(keyed_url):
+    assert call(keyed_url, "/dashboard")[0] == 200
+    assert call(keyed_url, "/dashboard/charts.js")[0] == 200
+    for path in ("/dashboard/api/info", "/dashboard/api/series", "/dashboard/api/inspect", "/dashboard/events"):
+        assert call(keyed_url, path)[0] == 401, path
+        status, _, body = call(keyed_url, path, key="key-a")
+        err = json.loads(body)["error"]
+        assert status == 403 and err["code"] == "admin_only" and "admin key" in err["message"], path
+    status, _, body = call(keyed_url, "/dashboard/api/playground", {"prompt": "hi"}, key="key-b")
+    assert status == 403
+    status, _, body = call(keyed_url, "/dashboard/api/info", key="admin-k")
+    info = json.loads(body)
+    assert status == 200 and info["auth"] == "api-keys" and info["tenants"] is True
+
+
+def test_tenants_are_labelled_and_never_mixed(keyed_url):
+    prompt = "The same words from two tenants, cached twice and never shared."
+    generate(keyed_url, prompt, key="key-a")
+    generate(keyed_url, prompt, key="key-b")
+    b = generate(keyed_url, prompt, key="key-b")
+    assert b["meta_info"]["cached_tokens"] > 0
+    view = json.loads(call(keyed_url, "/dashboard/api/inspect?max_nodes=64", key="admin-k")[2])
+    holding = [ns for ns in view["tree"]["namespaces"]
+               if any("cached twice" in n["text"] for n in ns["nodes"])]
+    tenants = {ns["tenant"] for ns in holding}
+    assert len(holding) == 2 and len(tenants) == 2 and None not in tenants
+    labels = {ns["label"] for ns in holding}
+    assert len(labels) == 2 and all(label.startswith("tenant ") for label in labels)
+    assert "key-a" not in json.dumps(view) and "key-b" not in json.dumps(view)  # keys never shown
+    assert {r["tenant"] for r in view["requests"][-3:]} == tenants
+
+
+def test_playground_streams_origins_and_the_parsed_json(open_url):
+    body = {"messages": [{"role": "user", "content": "A person as JSON."}], "json_schema": SCHEMA,
+            "max_new_tokens": 48, "temperature": 0.7, "seed": 3}
+    status, headers, raw = call(open_url, "/dashboard/api/playground", body)
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    evs = events(raw)
+    assert evs[0]["type"] == "prompt" and evs[0]["tokens"] and evs[0]["cached"] >= 0
+    answer: list[dict[str, str]] = []
+    for ev in evs[1:-1]:
+        assert ev["type"] == "tokens"
+        answer = answer[: ev["offset"]] + ev["tokens"]
+    done = evs[-1]
+    assert done["type"] == "done" and "".join(t["text"] for t in answer) == done["text"]
+    origins = {t["origin"] for t in answer}
+    assert "forced" in origins and "masked" in origins and origins <= {"forced", "masked", "closed"}
+    assert done["forced_tokens"] == sum(t["origin"] == "forced" for t in answer) > 0
+    assert done["json"] == json.loads(done["text"]) and done["json"]["city"] in ("Paris", "Lima", "Oslo")
+
+
+def test_playground_regex_and_free_sampling(open_url):
+    evs = events(call(open_url, "/dashboard/api/playground", {"prompt": "Say", "regex": "(yes|no)!",
+                                                             "temperature": 0})[2])
+    assert evs[-1]["type"] == "done" and evs[-1]["text"] in ("yes!", "no!") and evs[-1]["json"] is None
+    evs = events(call(open_url, "/dashboard/api/playground", {"prompt": "Say", "max_new_tokens": 5})[2])
+    assert {t["origin"] for ev in evs if ev["type"] == "tokens" for t in ev["tokens"]} == {"free"}
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"prompt": "x", "messages": [{"role": "user", "content": "x"}]}, "prompt"),
+    ({"prompt": "x", "temperature": "hot"}, "temperature"),
+    ({"prompt": "x", "max_new_tokens": 0}, "max_new_tokens"),
+    ({"prompt": "x", "regex": "a", "json_schema": {}}, "regex"),
+    ({"prompt": "x", "tools": [{"type": "function"}]}, "tools[0].function"),
+    ({"prompt": "x", "unknown_field": 1}, "unknown_field"),
+])
+def test_playground_bad_input_is_a_400_naming_the_field(open_url, body, param):
+    status, _, raw = call(open_url, "/dashboard/api/playground", body)
+    err = json.loads(raw)["error"]
+    assert status == 400 and err["param"] == param, err
+
+
+def test_event_stream_sends_the_series_then_live_inspections(open_url):
+    req = urllib.request.Request(open_url + "/dashboard/events?max_nodes=8")
+    seen: list[str] = []
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        buffer = b""
+        while "samples" not in seen or seen.count("inspect") < 2:
+            buffer += resp.read1(65536)
+            while b"\n\n" in buffer:
+                frame, buffer = buffer.split(b"\n\n", 1)
+                ev = json.loads(frame[len(b"data: "):])
+                seen.append(ev["type"])
+                if ev["type"] == "inspect":
+                    assert {"tree", "evictions", "requests", "grammars", "eviction_seq"} <= set(ev)
+    assert seen[0] == "series"
