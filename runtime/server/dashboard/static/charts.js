@@ -2,7 +2,7 @@
 (function () {
   "use strict";
   const SVG = "http://www.w3.org/2000/svg";
-  const WINDOW_S = 300;
+  const WINDOW_S = 300, MIN_WINDOW_S = 60;  // the window grows with the data, up to five minutes
   const W = 300, H = 120, PAD_L = 34, PAD_B = 14, PAD_T = 6;
   const secs = (v) => (v < 1 ? (v * 1000).toFixed(v < 0.01 ? 1 : 0) + " ms" : v.toFixed(2) + " s");
   const pct = (v) => (v * 100).toFixed(0) + "%";
@@ -58,17 +58,19 @@
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     while (legend.firstChild) legend.removeChild(legend.firstChild);
     const tEnd = samples.length ? samples[samples.length - 1].t : Date.now() / 1000;
-    const shown = samples.filter((s) => s.t >= tEnd - WINDOW_S);
+    const span = samples.length ? tEnd - samples[0].t : 0;
+    const win = Math.min(WINDOW_S, Math.max(MIN_WINDOW_S, Math.ceil(span / 30) * 30));
+    const shown = samples.filter((s) => s.t >= tEnd - win);
     let top = def.max || 0;
     if (!def.max) for (const s of shown) for (const [key] of def.series) if (s[key] > top) top = s[key];
     top = def.max || niceMax(top);
-    const x = (t) => PAD_L + ((t - (tEnd - WINDOW_S)) / WINDOW_S) * (W - PAD_L - 2);
+    const x = (t) => PAD_L + ((t - (tEnd - win)) / win) * (W - PAD_L - 2);
     const y = (v) => H - PAD_B - (Math.min(v, top) / top) * (H - PAD_B - PAD_T);
     for (const frac of [0, 0.5, 1]) {
       el("line", { class: "grid", x1: PAD_L, x2: W, y1: y(top * frac), y2: y(top * frac) }, svg);
       el("text", { class: "axis", x: 2, y: y(top * frac) + 3 }, svg).textContent = def.fmt(top * frac);
     }
-    el("text", { class: "axis", x: PAD_L, y: H - 2 }, svg).textContent = "-5 min";
+    el("text", { class: "axis", x: PAD_L, y: H - 2 }, svg).textContent = win >= 120 ? `-${win / 60} min` : `-${win} s`;
     el("text", { class: "axis", x: W - 22, y: H - 2 }, svg).textContent = "now";
     def.series.forEach(([key, label], i) => {
       let d = "", points = 0, pen = "M", last = null;

@@ -18,10 +18,10 @@
     return tr;
   }
 
+  // the grammar: "cached" when it was ready at submission, else its compile time
   function constraintCells(c) {
     if (!c) return [["–"], ["–"]];
-    const compile = c.cached ? "cached" : ms(c.compile_s);
-    return [[c.kind], [compile + (c.wait_s !== null && c.wait_s !== undefined ? ` (waited ${ms(c.wait_s)})` : "")]];
+    return [[c.kind], [c.cached ? "cached" : ms(c.compile_s)]];
   }
 
   function requests(list) {
@@ -33,7 +33,8 @@
       const tr = row([[when], [r.label], [dash(r.prompt_tokens)], [dash(r.cached_tokens)],
         [dash(r.completion_tokens)], ...constraintCells(r.constraint), [dash(r.forced_tokens)],
         [dash(r.closed_tokens)], [ms(r.ttft_s)], [r.decode_tps ? r.decode_tps.toFixed(1) : "–"],
-        [r.error ? "error" : dash(r.finish_reason)]], r.error || r.rid);
+        [r.error ? "error" : dash(r.finish_reason)]],
+      (r.error || r.rid) + (r.constraint ? ` · waited ${ms(r.constraint.wait_s)} for its grammar` : ""));
       tr.dataset.seq = r.seq;
       body.insertBefore(tr, body.firstChild);
     }

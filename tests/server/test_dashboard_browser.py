@@ -1,0 +1,136 @@
+"""The dashboard in a real browser: headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
+driven by selenium) against a live tiny server under a small load. The charts receive data, the
+tree shows the shared prefix of a batch, the playground streams a schema-constrained answer with
+its origin colours and the parsed JSON, and the browser console logs no error.
+
+Skips, naming what is missing, without ``/usr/bin/chromium``, ``chromedriver`` or selenium
+(``.ci/run`` installs the browser with apt-get when it can).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+from radixlm.runtime.engine import Engine
+from radixlm.runtime.server.app import BackgroundServer
+from radixlm.runtime.server.state import ServerConfig
+
+CHROMIUM = "/usr/bin/chromium"
+SHARED = "Every request of this browser test shares this long system prompt about the radix tree. "
+QUESTIONS = ("What is a prefix?", "Why cache it?", "Who evicts?", "When is it locked?")
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--window-size=1500,2200")
+
+
+def _missing() -> str | None:
+    if not Path(CHROMIUM).exists():
+        return f"{CHROMIUM} is missing (apt-get install chromium chromium-driver)"
+    if shutil.which("chromedriver") is None:
+        return "chromedriver is missing (apt-get install chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "selenium is missing (pip install selenium, in the test extra)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_missing() is not None, reason=f"the browser test needs Chromium: {_missing()}")
+
+
+def _post(url: str, body: dict) -> None:
+    req = urllib.request.Request(url + "/generate", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        resp.read()
+
+
+def _load(url: str, stop: threading.Event) -> None:
+    """A small steady load: batches sharing a prefix, and a schema-constrained request now and then."""
+    round_ = 0
+    while not stop.is_set():
+        _post(url, {"text": [SHARED + q for q in QUESTIONS], "sampling_params": {"max_new_tokens": 12}})
+        if round_ % 3 == 0:
+            _post(url, {"text": "A city as JSON:", "sampling_params": {
+                "max_new_tokens": 24, "json_schema": json.dumps({"type": "object", "properties": {
+                    "city": {"enum": ["Paris", "Lima"]}}, "required": ["city"]})}})
+        round_ += 1
+
+
+@pytest.fixture(scope="module")
+def loaded_server():
+    engine = Engine(max_total_tokens=16384, random_seed=0, enable_dashboard=True)
+    srv = BackgroundServer(engine, ServerConfig(port=0)).start()
+    stop = threading.Event()
+    worker = threading.Thread(target=_load, args=(srv.url, stop), daemon=True)
+    worker.start()
+    yield srv.url
+    stop.set()
+    worker.join(timeout=60)
+    srv.stop()
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    profile = tempfile.mkdtemp(prefix="radixlm-chromium-")
+    for flag in (*FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def _wait(driver, what: str, script: str, timeout: float = 45.0):
+    """Poll ``script`` (JavaScript returning a truthy value when ready) until it holds."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.25).until(
+        lambda d: d.execute_script(script), message=f"the page never showed {what}")
+
+
+def test_dashboard_live_in_a_browser(loaded_server, browser):
+    browser.get(loaded_server + "/dashboard")
+    _wait(browser, "throughput points", """
+        const p = document.querySelector('#chart-throughput path[data-key="decode_tps"]');
+        return p && Number(p.dataset.points) >= 3;""")
+    _wait(browser, "a decode rate above zero", """
+        return [...document.querySelectorAll('#chart-throughput .legend span')]
+            .some(s => /decode: [1-9]/.test(s.textContent));""")
+    for chart in ("requests", "cache"):
+        assert browser.execute_script(
+            f"return Number(document.querySelector('#chart-{chart} path.series').dataset.points)") >= 3
+    _wait(browser, "the shared prefix node", f"""
+        return [...document.querySelectorAll('rect.tree-node')].some(r =>
+            Number(r.dataset.children) >= {len(QUESTIONS)} &&
+            r.querySelector('title').textContent.includes('shares this long system prompt'));""")
+    _wait(browser, "recent requests", "return document.querySelectorAll('#requests-table tbody tr').length >= 4")
+    _wait(browser, "a compiled grammar", "return document.querySelectorAll('#grammars-table tbody tr').length >= 1")
+    assert "No API key is configured" in browser.find_element("id", "access-note").text
+
+    browser.find_element("id", "pg-run").click()
+    _wait(browser, "the playground's end", "return document.getElementById('pg-status').textContent.startsWith('finished')")
+    classes = browser.execute_script("return [...document.querySelectorAll('#pg-answer .tok')].map(s => s.className)")
+    assert any("origin-forced" in c for c in classes), classes
+    assert any("origin-masked" in c for c in classes), classes
+    assert browser.find_elements("css selector", "#pg-prompt-tokens .tok")
+    parsed = json.loads(browser.find_element("id", "pg-json").text)
+    answer = "".join(browser.execute_script(
+        "return [...document.querySelectorAll('#pg-answer .tok')].map(s => s.textContent)"))
+    assert parsed == json.loads(answer) and set(parsed) <= {"name", "age", "city"}
+
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
