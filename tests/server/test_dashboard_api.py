@@ -225,3 +225,18 @@ def test_event_stream_sends_the_series_then_live_inspections(open_url):
                 if ev["type"] == "inspect":
                     assert {"tree", "evictions", "requests", "grammars", "eviction_seq"} <= set(ev)
     assert seen[0] == "series"
+
+
+def test_generate_returns_token_origins_only_when_asked(open_url):
+    params = {"max_new_tokens": 24, "json_schema": json.dumps(SCHEMA), "temperature": 0}
+    plain = json.loads(call(open_url, "/generate", {"text": "City:", "sampling_params": params})[2])
+    assert "token_origins" not in plain["meta_info"]
+    status, _, raw = call(open_url, "/generate", {"text": "City:", "sampling_params": {
+        **params, "return_token_origins": True}})
+    meta = json.loads(raw)["meta_info"]
+    marks = meta["token_origins"]
+    assert status == 200 and marks["offset"] == 0 and len(marks["origins"]) == meta["completion_tokens"]
+    assert marks["prompt"]["cache"] + marks["prompt"]["prefill"] == meta["prompt_tokens"]
+    assert set(marks["origins"]) <= {"masked", "forced", "closed"} and "forced" in marks["origins"]
+    status, _, raw = call(open_url, "/generate", {"text": "x", "sampling_params": {"return_token_origins": "yes"}})
+    assert status == 400 and json.loads(raw)["error"]["param"] == "sampling_params.return_token_origins"

@@ -24,6 +24,7 @@ from radixlm.runtime.server.state import ServerConfig
 CHROMIUM = "/usr/bin/chromium"
 SHARED = "Every request of this browser test shares this long system prompt about the radix tree. "
 QUESTIONS = ("What is a prefix?", "Why cache it?", "Who evicts?", "When is it locked?")
+HOSTILE = "<img src=/never-loaded onerror=window.__pwned=1> prompt text is data, not markup"
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1500,2200")
@@ -54,11 +55,12 @@ def _post(url: str, body: dict) -> None:
 def _load(url: str, stop: threading.Event) -> None:
     """A small steady load: batches sharing a prefix, and a schema-constrained request now and then."""
     round_ = 0
+    _post(url, {"text": HOSTILE, "sampling_params": {"max_new_tokens": 2}})
     while not stop.is_set():
-        _post(url, {"text": [SHARED + q for q in QUESTIONS], "sampling_params": {"max_new_tokens": 12}})
+        _post(url, {"text": [SHARED + q for q in QUESTIONS], "sampling_params": {"max_new_tokens": 12, "temperature": 0}})
         if round_ % 3 == 0:
             _post(url, {"text": "A city as JSON:", "sampling_params": {
-                "max_new_tokens": 24, "json_schema": json.dumps({"type": "object", "properties": {
+                "max_new_tokens": 24, "temperature": 0, "json_schema": json.dumps({"type": "object", "properties": {
                     "city": {"enum": ["Paris", "Lima"]}}, "required": ["city"]})}})
         round_ += 1
 
@@ -120,6 +122,10 @@ def test_dashboard_live_in_a_browser(loaded_server, browser):
     _wait(browser, "recent requests", "return document.querySelectorAll('#requests-table tbody tr').length >= 4")
     _wait(browser, "a compiled grammar", "return document.querySelectorAll('#grammars-table tbody tr').length >= 1")
     assert "No API key is configured" in browser.find_element("id", "access-note").text
+    _wait(browser, "the hostile prompt as text", """
+        return [...document.querySelectorAll('rect.tree-node title')].some(t =>
+            t.textContent.includes('<img src=/never-loaded'));""")
+    assert browser.execute_script("return window.__pwned === undefined && !document.querySelector('img')")
 
     browser.find_element("id", "pg-run").click()
     _wait(browser, "the playground's end", "return document.getElementById('pg-status').textContent.startsWith('finished')")
