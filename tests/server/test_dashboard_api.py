@@ -14,6 +14,7 @@ from polling import wait_for
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
 from radixlm.runtime.server.dashboard import routes
+from radixlm.runtime.server.dashboard.views import InspectedEngine
 from radixlm.runtime.server.state import ServerConfig
 
 SHARED = "You are the dashboard test's assistant. Read the question and answer it briefly. "
@@ -64,6 +65,12 @@ def open_url(engine):
 def keyed_url(engine):
     with BackgroundServer(engine, ServerConfig(port=0, api_keys=("key-a", "key-b"), admin_api_key="admin-k")) as srv:
         yield srv.url
+
+
+def test_engine_offers_the_inspection_the_dashboard_reads(engine):
+    assert isinstance(engine, InspectedEngine)
+    with pytest.raises(ValueError, match="max_nodes"):
+        engine.inspect(max_nodes=0)
 
 
 def test_off_by_default(server):
@@ -240,3 +247,13 @@ def test_generate_returns_token_origins_only_when_asked(open_url):
     assert set(marks["origins"]) <= {"masked", "forced", "closed"} and "forced" in marks["origins"]
     status, _, raw = call(open_url, "/generate", {"text": "x", "sampling_params": {"return_token_origins": "yes"}})
     assert status == 400 and json.loads(raw)["error"]["param"] == "sampling_params.return_token_origins"
+
+
+def test_without_a_radix_cache_the_tree_says_so():
+    with Engine(max_total_tokens=2048, random_seed=0, enable_dashboard=True, disable_radix_cache=True) as eng, \
+            BackgroundServer(eng, ServerConfig(port=0)) as srv:
+        generate(srv.url, "no cache here")
+        view = json.loads(call(srv.url, "/dashboard/api/inspect")[2])
+        assert view["radix_cache"] is False and view["tree"] is None and view["evictions"] == []
+        assert view["requests"][-1]["cached_tokens"] == 0
+        assert json.loads(call(srv.url, "/dashboard/api/info")[2])["radix_cache"] is False

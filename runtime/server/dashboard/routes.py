@@ -27,7 +27,7 @@ from aiohttp import web
 from radixlm.runtime.server.auth import forbidden_unless_admin
 from radixlm.runtime.server.dashboard.playground import parse_playground, playground_events
 from radixlm.runtime.server.dashboard.series import SeriesSampler
-from radixlm.runtime.server.dashboard.views import inspection_view
+from radixlm.runtime.server.dashboard.views import InspectedEngine, inspection_view
 from radixlm.runtime.server.http_errors import APIError, bad_request
 from radixlm.runtime.server.sse import open_stream, send_event, write_stream
 from radixlm.runtime.server.state import ServerState
@@ -112,7 +112,7 @@ class DashboardRoutes:
             "auth": "api-keys" if config.keys or config.admin_api_key else "none",
             "tenants": len(config.keys) > 1, "cache_isolation": state.cache_isolation,
             "radix_cache": not state.engine.server_args.disable_radix_cache,
-            "inspect": hasattr(state.engine, "inspect")}, headers=DATA_HEADERS)
+            "inspect": isinstance(state.engine, InspectedEngine)}, headers=DATA_HEADERS)
 
     async def series(self, request: web.Request) -> web.Response:
         self._admin(request)
@@ -121,7 +121,7 @@ class DashboardRoutes:
 
     async def _inspection(self, max_nodes: int, events_since: int, requests_since: int) -> dict[str, Any]:
         engine = self.state.engine
-        if not hasattr(engine, "inspect"):
+        if not isinstance(engine, InspectedEngine):
             raise APIError(501, "this engine offers no inspection (Engine.inspect)", code="not_implemented")
 
         def read() -> dict[str, Any]:
@@ -152,7 +152,7 @@ class DashboardRoutes:
                 cursor = self.sampler.count
                 if new:
                     await send_event(resp, {"type": "samples", "samples": new})
-                if tick % INSPECT_EVERY == 0:
+                if tick % INSPECT_EVERY == 0 and isinstance(self.state.engine, InspectedEngine):
                     view = await self._inspection(max_nodes, seqs["eviction_seq"], seqs["request_seq"])
                     seqs = {k: view[k] for k in seqs}
                     await send_event(resp, {"type": "inspect", **view})

@@ -6,10 +6,19 @@ sent as plain JSON strings: the page writes it with ``textContent`` only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from radixlm.runtime.server.dashboard.namespaces import namespace_view
 from radixlm.runtime.server.engine_api import ServedTokenizer
+
+
+@runtime_checkable
+class InspectedEngine(Protocol):
+    """What the dashboard reads of an engine besides ``ServedEngine`` (``Engine.inspect``); an
+    engine without it still serves the charts, and its tree and tables answer 501."""
+
+    def inspect(self, max_nodes: int = 64, shown_ids: int = 32, events_since: int = 0,
+                requests_since: int = 0) -> dict[str, Any]: ...
 
 
 def decode(tokenizer: ServedTokenizer, ids: list[int]) -> str:
