@@ -7,6 +7,10 @@ full-page screenshot once every panel has data.
 
     python benchmarks/dashboard_screenshot.py                       # -> docs/dashboard.png
     python benchmarks/dashboard_screenshot.py --out /tmp/d.png --warmup-s 30
+    python benchmarks/dashboard_screenshot.py --url http://127.0.0.1:30000 --load-only 300
+
+``--url`` uses a running server instead (``radixlm serve --enable-dashboard``, no API key);
+``--load-only S`` only runs the load for S seconds, for watching the dashboard in a browser.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` and ``pip install selenium``.
 """
@@ -94,20 +98,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "dashboard.png")
     parser.add_argument("--warmup-s", type=float, default=25.0, help="seconds of load before the screenshot")
+    parser.add_argument("--url", default=None, help="a running server (default: a tiny one in this process)")
+    parser.add_argument("--load-only", type=float, default=None, metavar="S",
+                        help="only run the load for S seconds (no browser, no screenshot)")
     args = parser.parse_args()
-    engine = Engine(max_total_tokens=3072, random_seed=0, enable_dashboard=True)
-    srv = BackgroundServer(engine, ServerConfig(port=0)).start()
+    engine = srv = None
+    if args.url is None:
+        engine = Engine(max_total_tokens=3072, random_seed=0, enable_dashboard=True)
+        srv = BackgroundServer(engine, ServerConfig(port=0)).start()
+    url = args.url.rstrip("/") if args.url else srv.url
     stop = threading.Event()
-    worker = threading.Thread(target=load, args=(srv.url, stop), daemon=True)
+    worker = threading.Thread(target=load, args=(url, stop), daemon=True)
     worker.start()
     try:
-        shoot(srv.url, args.out, args.warmup_s)
+        if args.load_only is not None:
+            stop.wait(args.load_only)
+        else:
+            shoot(url, args.out, args.warmup_s)
+            print(f"saved {args.out}")
     finally:
         stop.set()
         worker.join(timeout=120)
-        srv.stop()
-        engine.shutdown()
-    print(f"saved {args.out}")
+        if srv is not None:
+            srv.stop()
+            engine.shutdown()
 
 
 if __name__ == "__main__":
