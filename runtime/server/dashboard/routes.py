@@ -28,7 +28,7 @@ from radixlm.runtime.server.auth import forbidden_unless_admin
 from radixlm.runtime.server.dashboard.playground import parse_playground, playground_events
 from radixlm.runtime.server.dashboard.series import SeriesSampler
 from radixlm.runtime.server.dashboard.views import InspectedEngine, inspection_view
-from radixlm.runtime.server.http_errors import APIError, bad_request
+from radixlm.runtime.server.http_errors import APIError, bad_request, from_exception
 from radixlm.runtime.server.sse import open_stream, send_event, write_stream
 from radixlm.runtime.server.state import ServerState
 
@@ -162,6 +162,9 @@ class DashboardRoutes:
             await resp.write_eof()
         except ConnectionResetError:
             pass
+        except Exception as e:  # noqa: BLE001 - the stream has started: report in-band, then end it
+            await resp.write(from_exception(e).to_sse())
+            await resp.write_eof()
         return resp
 
     async def playground(self, request: web.Request) -> web.StreamResponse:

@@ -81,6 +81,7 @@
       R.tables.requests(ev.requests);
       R.tables.grammars(ev.grammars);
     } else if (ev.type === "bye") status(ev.reason, "error");
+    else if (ev.error) status("error: " + ev.error.message, "error");
   }
 
   async function connect() {
