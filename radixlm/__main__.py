@@ -127,12 +127,13 @@ def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str],
                          admin_key: str | None = None) -> int:
     from radixlm.runtime.router.launcher import serve_data_parallel
     from radixlm.runtime.server.auth import ADMIN_KEY_ENV, API_KEY_ENV
-    from radixlm.startup import StartupError, check_checkpoint, check_port_free
+    from radixlm.startup import StartupError, check_checkpoint, check_port_free, resolve_sources
 
     if args.dp_size < 1:
         args.parser.error(f"--dp-size must be >= 1, got {args.dp_size}")
     try:  # before any replica starts loading
         check_port_free(args.host, args.port)
+        server_args = resolve_sources(server_args)  # the replicas load the downloaded snapshot
         check_checkpoint(server_args.model_path, server_args.tokenizer_path)
     except StartupError as e:
         _fail(e)

@@ -62,11 +62,15 @@ class Engine:
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
         args = self.server_args
         logging.getLogger("radixlm").setLevel(args.log_level.upper())
+        from radixlm.runtime.checkpoints.model_source import model_name, resolve_model_path
         from radixlm.runtime.checkpoints.synthetic import default_model_path
         from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
-        self.model_path = args.model_path or default_model_path()
-        self.tokenizer = Tokenizer(args.tokenizer_path or self.model_path, args.chat_template)
+        # a hub id (ORG/NAME[@REVISION]) is downloaded, or found in the Hugging Face cache
+        self.model_path = resolve_model_path(args.model_path) if args.model_path else default_model_path()
+        self.model_name = model_name(self.model_path)
+        tokenizer_path = resolve_model_path(args.tokenizer_path, "--tokenizer-path") if args.tokenizer_path else None
+        self.tokenizer = Tokenizer(tokenizer_path or self.model_path, args.chat_template)
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
         self.model_config = self.runner.model_config
         cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -111,7 +110,7 @@ class ServerState:
         self.tokenizer = engine.tokenizer
         args = engine.server_args
         self.model_path = str(engine.model_path)
-        self.model_name = config.served_model_name or os.path.basename(self.model_path.rstrip("/")) or "default"
+        self.model_name = config.served_model_name or engine.model_name
         self.metrics = ServerMetrics(self.model_name)
         # no --model-path: the embedded tiny checkpoint, whose random weights answer in noise
         self.random_weights = args.model_path is None
