@@ -106,7 +106,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for line in notices(args):
         print(line, file=sys.stderr)
     logging.basicConfig(level=server_args.log_level.upper(), format=LOG_FORMAT)
-    logging.getLogger("radixlm.server").setLevel(logging.INFO)  # start-up and shutdown lines
     if not args.log_requests:
         logging.getLogger("radixlm.server.requests").setLevel(logging.WARNING)
     if args.dp_size != 1:
@@ -185,7 +184,7 @@ def add_generate_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--show-meta", action="store_true", help="print meta_info as JSON to stderr")
     ServerArgs.add_cli_args(p.add_argument_group("engine (ServerArgs)"))
-    p.set_defaults(func=cmd_generate, parser=p)
+    p.set_defaults(func=cmd_generate, parser=p, log_level="warning")  # the output is the text: no INFO lines
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

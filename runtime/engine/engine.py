@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixlm.runtime.engine.delivery import Delivery, RequestHandle, ResultCollector
+from radixlm.runtime.engine.engine_summary import EngineSummary, summarize
 from radixlm.runtime.engine.gc_freeze import freeze_startup_objects, thaw_startup_objects
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.inputs import (
@@ -209,6 +210,10 @@ class Engine:
         The compiled-grammar cache is emptied either way (running requests keep their grammars)."""
         self._grammar.flush_cache()
         return self._loop.call(self.scheduler.flush_cache)
+
+    def summary(self) -> EngineSummary:
+        """What was loaded and how it runs (the start-up line of ``radixlm serve``)."""
+        return summarize(self.model_name, self.server_args, self.runner, self.scheduler.cache.usable_slots)
 
     def get_stats(self) -> dict[str, Any]:
         """Cache hit rate, queue and running counts, KV usage, and the step timers."""
