@@ -259,3 +259,22 @@ def test_row_parallel_int8_equals_the_unsharded_int8(tmp_path):
 
     path = make_checkpoint(tmp_path / "tp", "qwen2", "tiny", overrides={"num_hidden_layers": 2})  # biases
     mp.spawn(_rank_main, args=(free_port(), str(path)), nprocs=2, join=True)
+
+
+def test_int8_summary_counts_each_weight_once(tiny_qwen3, tmp_path):
+    from radixlm.runtime.checkpoints.synthetic import make_checkpoint
+    from radixlm.runtime.model.weight_stats import parameter_count
+
+    from radixlm import Engine
+
+    tied = str(make_checkpoint(tmp_path / "tied", "qwen3", "tiny",
+                               overrides={"tie_word_embeddings": True, "num_hidden_layers": 2}))
+    ref, _ = load_model(tied, "float32")
+    engine = Engine(tied, quantization="int8", max_total_tokens=256, log_level="error")
+    try:
+        summary = engine.summary()
+        assert summary.weight_format == "int8 (weight-only)"
+        floats = sum(t.numel() for t in ref.parameters())  # norms included; the tied head once
+        assert summary.parameters == parameter_count(ref) == floats
+    finally:
+        engine.shutdown()
