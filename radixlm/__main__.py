@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import logging
 import os
@@ -198,6 +199,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         args.parser.error(str(e))
     server_args = _server_args(args.parser, args)
     logging.basicConfig(level=server_args.log_level.upper(), format=LOG_FORMAT)
+    if server_args.model_path is None:  # the text below is noise: say so where the user reads it
+        print("radixlm: notice: the embedded tiny model has RANDOM weights and answers in noise; pass "
+              "--model-path (a checkpoint folder, a .gguf file or a hub id) for a real model", file=sys.stderr)
     engine = _make_engine(server_args)
     try:
         prompt = args.prompt
@@ -316,11 +320,30 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        owner = getattr(args, "parser", parser)  # the subcommand's parser: its usage, its flags
+        owner.error(unknown_arguments(unknown, owner))
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C while loading or generating: one line, not a traceback
+        print("radixlm: interrupted", file=sys.stderr)
+        return 130
+
+
+def unknown_arguments(unknown: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """``unrecognized arguments: --max-token 5 (did you mean --max-tokens?)``: argparse's message with
+    the closest flags of ``parser`` for each unknown flag."""
+    known = [f for f in parser._option_string_actions if f.startswith("--")]
+    hints = []
+    for arg in unknown:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=2, cutoff=0.6)
+            hints += [f"did you mean {' or '.join(close)}?"] if close else []
+    return f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else "")
 
 
 if __name__ == "__main__":

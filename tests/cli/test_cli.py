@@ -96,6 +96,8 @@ def test_serve_logs_requests_and_exits_0_on_sigterm():
         assert out["meta_info"]["completion_tokens"] <= 3
         log.wait_for(r"/generate \S+ status=200 prompt_tokens=\d+ cached_tokens=\d+ completion_tokens=\d+ "
                      r"latency=[\d.]+ms", timeout=10)
+        _post(url + "/generate", {"text": "hi", "rid": "client-7\nfake line", "sampling_params": {"max_new_tokens": 1}})
+        log.wait_for(r"/generate \S+ rid='client-7\\nfake line' status=200", timeout=10)  # quoted: one line
         # a long request in flight when the signal arrives is finished or aborted, never left hanging
         result = {}
         body = {"text": "go on", "stream": True, "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}
