@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import difflib
 import json
 import logging
 import os
@@ -18,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from radixlm import __version__
+from radixlm.flag_hints import unknown_arguments
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -334,17 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def unknown_arguments(unknown: Sequence[str], parser: argparse.ArgumentParser) -> str:
-    """``unrecognized arguments: --max-token 5 (did you mean --max-tokens?)``: argparse's message with
-    the closest flags of ``parser`` for each unknown flag."""
-    known = [f for f in parser._option_string_actions if f.startswith("--")]
-    hints = []
-    for arg in unknown:
-        if arg.startswith("--"):
-            close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=2, cutoff=0.6)
-            hints += [f"did you mean {' or '.join(close)}?"] if close else []
-    return f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else "")
-
 
 if __name__ == "__main__":
+    # `python -m radixlm` in a clone puts its root first on sys.path, where our `kernels/` shadows
+    # Hugging Face's `kernels` package (transformers imports it); the installed names need no root.
+    if os.path.isfile("pyproject.toml") and os.path.isdir("kernels"):
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.getcwd()]
     sys.exit(main())
