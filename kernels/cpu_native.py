@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 DISABLE_ENV = "RADIXLM_DISABLE_NATIVE"
 ABI_VERSION = 7
@@ -108,8 +109,12 @@ def build() -> Path:
     os.close(fd)
     try:
         sources = [str(s) for s in SOURCES if s.suffix == ".c"]
-        subprocess.run([compiler, *FLAGS, *sources, "-o", tmp, "-lm"], check=True, capture_output=True,
-                       timeout=120)
+        logger.info("building the native CPU kernels (once per version) into %s", path.parent)
+        with tqdm(total=1, desc="building native CPU kernels (once)", leave=False, disable=None,
+                  bar_format="{desc}: {elapsed}") as bar:
+            subprocess.run([compiler, *FLAGS, *sources, "-o", tmp, "-lm"], check=True, capture_output=True,
+                           timeout=120)
+            bar.update()
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -1,7 +1,8 @@
 """The HTTP backend: a radixlm (or SGLang-native) server's ``/generate`` route.
 
-Uses only the standard library so that many interpreter threads can block on requests at once.
-The chat template comes from the server's model when its path is readable here (the usual case for
+Requests go through one pooled ``requests.Session`` per backend: connections are kept alive and
+reused, and up to ``POOL_SIZE`` interpreter threads (``run_batch``) can block on requests at once,
+each on its own connection. The chat template comes from the server's model when its path is readable here (the usual case for
 a local server); otherwise ChatML is assumed. A server streams the whole text so far in every chunk
 (SGLang's default) unless its ``/get_server_info`` says ``incremental_streaming_output``; either
 way :meth:`RuntimeEndpoint._stream` yields deltas, as the interpreter expects.
@@ -11,13 +12,15 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import requests
 from radixlm.lang.backend_base import Backend
 from radixlm.lang.chat_template import RoleTemplate
+from requests.adapters import HTTPAdapter
+
+POOL_SIZE = 64  # kept-alive connections per backend (run_batch's default thread count fits)
 
 
 class RuntimeEndpoint(Backend):
@@ -35,6 +38,12 @@ class RuntimeEndpoint(Backend):
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.session = requests.Session()
+        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=POOL_SIZE, max_retries=0)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
+        if api_key:
+            self.session.headers["Authorization"] = f"Bearer {api_key}"
         self.model_info = self._request("GET", "/get_model_info")
         self._cumulative: bool | None = None  # whether stream chunks hold everything so far
 
@@ -64,8 +73,8 @@ class RuntimeEndpoint(Backend):
             info = self.get_server_info()
             self._cumulative = not info.get("incremental_streaming_output", False)
         deltas = _Deltas() if self._cumulative else None
-        with self._open("POST", "/generate", body) as resp:
-            for raw in resp:
+        with self._open("POST", "/generate", body, stream=True) as resp:
+            for raw in resp.iter_lines():
                 line = raw.decode("utf-8").strip()
                 if not line.startswith("data:"):
                     continue
@@ -91,27 +100,29 @@ class RuntimeEndpoint(Backend):
                 body["logprob_start_len"] = logprob_start_len
         return body
 
-    def _open(self, method: str, path: str, body: dict | None = None):
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(self.base_url + path, data=data, headers=headers, method=method)
+    def _open(self, method: str, path: str, body: dict | None = None, stream: bool = False) -> requests.Response:
         try:
-            return urllib.request.urlopen(req, timeout=self.timeout_s)
-        except urllib.error.HTTPError as e:
+            resp = self.session.request(method, self.base_url + path, json=body, stream=stream,
+                                        timeout=self.timeout_s)
+        except requests.ConnectionError as e:
+            raise ConnectionError(f"cannot reach {self.base_url}: {e}") from None
+        if resp.status_code >= 400:
             try:
-                payload = json.loads(e.read() or b"{}")
-            except json.JSONDecodeError:
+                payload = resp.json()
+            except ValueError:
                 payload = {}
-            raise _error_from(e.code, payload) from None
-        except urllib.error.URLError as e:
-            raise ConnectionError(f"cannot reach {self.base_url}: {e.reason}") from None
+            resp.close()
+            raise _error_from(resp.status_code, payload if isinstance(payload, dict) else {})
+        return resp
 
     def _request(self, method: str, path: str, body: dict | None = None) -> Any:
         with self._open(method, path, body) as resp:
-            raw = resp.read()
+            raw = resp.content
         return json.loads(raw) if raw.strip() else {}
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self.session.close()
 
     def _load_template(self) -> RoleTemplate:
         path = self.model_info.get("model_path") or self.model_info.get("tokenizer_path")

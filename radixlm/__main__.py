@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from radixlm import __version__
+from radixlm.flag_hints import unknown_arguments
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -106,7 +107,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for line in notices(args):
         print(line, file=sys.stderr)
     logging.basicConfig(level=server_args.log_level.upper(), format=LOG_FORMAT)
-    logging.getLogger("radixlm.server").setLevel(logging.INFO)  # start-up and shutdown lines
     if not args.log_requests:
         logging.getLogger("radixlm.server.requests").setLevel(logging.WARNING)
     if args.dp_size != 1:
@@ -127,12 +127,13 @@ def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str],
                          admin_key: str | None = None) -> int:
     from radixlm.runtime.router.launcher import serve_data_parallel
     from radixlm.runtime.server.auth import ADMIN_KEY_ENV, API_KEY_ENV
-    from radixlm.startup import StartupError, check_checkpoint, check_port_free
+    from radixlm.startup import StartupError, check_checkpoint, check_port_free, resolve_sources
 
     if args.dp_size < 1:
         args.parser.error(f"--dp-size must be >= 1, got {args.dp_size}")
     try:  # before any replica starts loading
         check_port_free(args.host, args.port)
+        server_args = resolve_sources(server_args)  # the replicas load the downloaded snapshot
         check_checkpoint(server_args.model_path, server_args.tokenizer_path)
     except StartupError as e:
         _fail(e)
@@ -184,7 +185,7 @@ def add_generate_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--stream", action="store_true", help="print text as it is generated")
     p.add_argument("--show-meta", action="store_true", help="print meta_info as JSON to stderr")
     ServerArgs.add_cli_args(p.add_argument_group("engine (ServerArgs)"))
-    p.set_defaults(func=cmd_generate, parser=p)
+    p.set_defaults(func=cmd_generate, parser=p, log_level="warning")  # the output is the text: no INFO lines
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -198,6 +199,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         args.parser.error(str(e))
     server_args = _server_args(args.parser, args)
     logging.basicConfig(level=server_args.log_level.upper(), format=LOG_FORMAT)
+    if server_args.model_path is None:  # the text below is noise: say so where the user reads it
+        print("radixlm: notice: the embedded tiny model has RANDOM weights and answers in noise; pass "
+              "--model-path (a checkpoint folder, a .gguf file or a hub id) for a real model", file=sys.stderr)
     engine = _make_engine(server_args)
     try:
         prompt = args.prompt
@@ -316,12 +320,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        owner = getattr(args, "parser", parser)  # the subcommand's parser: its usage, its flags
+        owner.error(unknown_arguments(unknown, owner))
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C while loading or generating: one line, not a traceback
+        print("radixlm: interrupted", file=sys.stderr)
+        return 130
+
 
 
 if __name__ == "__main__":
+    # `python -m radixlm` in a clone puts its root first on sys.path, where our `kernels/` shadows
+    # Hugging Face's `kernels` package (transformers imports it); the installed names need no root.
+    if os.path.isfile("pyproject.toml") and os.path.isdir("kernels"):
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != os.getcwd()]
     sys.exit(main())

@@ -13,8 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-NO_CUDA_GRAPHS = "radixlm runs no CUDA graphs or torch.compile"
-LOCAL_ONLY = "radixlm serves local checkpoint directories and downloads nothing"
+NO_TORCH_COMPILE = "radixlm runs no torch.compile"
 
 # flag -> (takes a value, why it has no effect here)
 IGNORED_FLAGS: dict[str, tuple[bool, str]] = {
@@ -25,17 +24,15 @@ IGNORED_FLAGS: dict[str, tuple[bool, str]] = {
     "--enable-cache-report": (False, "cached token counts are always reported (meta_info.cached_tokens, "
                                      "usage.prompt_tokens_details)"),
     "--skip-server-warmup": (False, "radixlm runs no warm-up request"),
-    "--disable-cuda-graph": (False, NO_CUDA_GRAPHS),
-    "--cuda-graph-max-bs": (True, NO_CUDA_GRAPHS),
-    "--enable-torch-compile": (False, NO_CUDA_GRAPHS),
-    "--torch-compile-max-bs": (True, NO_CUDA_GRAPHS),
+    "--enable-torch-compile": (False, NO_TORCH_COMPILE),
+    "--torch-compile-max-bs": (True, NO_TORCH_COMPILE),
     "--disable-overlap-schedule": (False, "radixlm's scheduler does not overlap steps"),
     "--schedule-conservativeness": (True, "admission keeps its own reserve for running requests' future tokens"),
     "--stream-interval": (True, "streams carry every decoded token"),
     "--watchdog-timeout": (True, "radixlm has no step watchdog"),
-    "--load-format": (True, "weights are always read from *.safetensors"),
-    "--revision": (True, LOCAL_ONLY),
-    "--download-dir": (True, LOCAL_ONLY),
+    "--load-format": (True, "the format is read from --model-path (*.safetensors or a .gguf file)"),
+    "--revision": (True, "give the revision in the hub id: --model-path ORG/NAME@REVISION"),
+    "--download-dir": (True, "hub downloads go to the Hugging Face cache (set HF_HOME or HF_HUB_CACHE)"),
     "--tokenizer-mode": (True, "the tokenizer is always tokenizer.json (the fast tokenizer)"),
     "--base-gpu-id": (True, "choose the GPU with --device cuda:N"),
     "--disable-custom-all-reduce": (False, "tensor parallelism uses torch.distributed's all-reduce"),

@@ -46,8 +46,8 @@ def check_checkpoint(model_path: str | None, tokenizer_path: str | None = None) 
     if model_path is not None:
         path = Path(model_path)
         if not path.exists():
-            raise StartupError(f"--model-path {model_path}: no such directory (radixlm serves a local "
-                               "Hugging Face checkpoint directory: config.json, *.safetensors, tokenizer.json)")
+            raise StartupError(f"--model-path {model_path}: no such file or directory (pass a checkpoint "
+                               "folder: config.json, *.safetensors, tokenizer.json; or a hub id ORG/NAME)")
         if not path.is_dir():
             raise StartupError(f"--model-path {model_path}: not a directory (pass the checkpoint's folder)")
         if not (path / "config.json").is_file():
@@ -60,8 +60,27 @@ def check_checkpoint(model_path: str | None, tokenizer_path: str | None = None) 
         raise StartupError(f"{flag} {tokenizer_dir}: tokenizer.json is missing")
 
 
+def resolve_sources(server_args: Any) -> Any:
+    """``server_args`` with hub ids in ``model_path``/``tokenizer_path`` replaced by their local snapshots.
+
+    Downloads what is not cached yet (with progress bars); failures raise ``StartupError``.
+    """
+    from radixlm.runtime.checkpoints.model_source import ModelSourceError, resolve_model_path
+
+    changes = {}
+    for name, flag in (("model_path", "--model-path"), ("tokenizer_path", "--tokenizer-path")):
+        value = getattr(server_args, name)
+        if value is not None:
+            try:
+                changes[name] = resolve_model_path(value, flag)
+            except ModelSourceError as e:
+                raise StartupError(str(e)) from None
+    return dataclasses.replace(server_args, **changes) if changes else server_args
+
+
 def load_engine(server_args: Any) -> Any:
     """The ``Engine`` for ``server_args``; a checkpoint that fails to load raises ``StartupError``."""
+    server_args = resolve_sources(server_args)
     check_checkpoint(server_args.model_path, server_args.tokenizer_path)
     from radixlm.runtime.engine.engine import Engine
 

@@ -99,7 +99,7 @@ class ServerArgs:
                                "character, at most 512 matcher states each)", int)
     max_schema_bytes: int = _arg(1 << 20, "largest constraint (JSON schema, regex, choices) in bytes of JSON", int)
     max_schema_depth: int = _arg(128, "deepest nesting of a JSON schema document", int)
-    log_level: str = _arg("warning", "logging level", str, LOG_LEVELS)
+    log_level: str = _arg("info", "logging level (info: the start-up line and request logs)", str, LOG_LEVELS)
     grammar_compile_max_memory_mb: int = _arg(
         4096, "memory budget of one constraint's compile in its worker process (MiB of address space "
         "above the worker's start-up size); a compile past it fails its request; 0 = no budget", int)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,14 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Keep tests off the user's real cache unless they point RADIXLM_CACHE somewhere themselves.
 os.environ.setdefault("RADIXLM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "radixlm"))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say where the test checkpoints go before writing gigabytes there."""
+    cache = os.environ["RADIXLM_CACHE"]
+    used = sum(f.stat().st_size for f in Path(cache).rglob("*") if f.is_file()) if os.path.isdir(cache) else 0
+    return (f"radixlm cache: {cache} ({used / 2**30:.1f} GB now; the default run builds test checkpoints "
+            "there, about 3 GB, and `-m slow` real-shape ones, about 6 GB; set RADIXLM_CACHE to move it)")
 
 
 @pytest.fixture(scope="session")

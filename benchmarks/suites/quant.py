@@ -50,7 +50,7 @@ def _logit_rows_radix(model_path: str, prompts: list[list[int]], **load: Any) ->
     rows = []
     for ids in prompts:
         n = len(ids)
-        pool = KVPool(n + 2, c.num_layers, model.num_kv_heads, c.head_dim, model.embed_tokens.dtype, "cpu")
+        pool = KVPool(n + 2, c.num_layers, model.num_kv_heads, c.head_dim, model.norm.weight.dtype, "cpu")
         spec = BatchSpec(False, [0], ids, [0], [n], list(range(1, n + 1)), list(range(n)))
         rows.append(model.forward(ForwardBatch.from_spec(spec, ReqToTokenTable(1, n + 2, "cpu"), "cpu"), pool))
     return rows

@@ -28,6 +28,9 @@ def markdown(result: dict[str, Any]) -> str:
     """One Markdown table: a row per system with its median metric, time, ratio and cache hits."""
     metric, suite = result["metric"], result["suite"]
     lines = [f"### {suite}", "", f"{result.get('description', '')}", ""]
+    if result.get("quick"):  # the description names the full workload, which did not run
+        lines[2] = (f"QUICK smoke run, a reduced workload: {_workload_text(result.get('workload'))}. "
+                    f"(The full run: {result.get('description', '')})")
     base = next(iter(result["systems"]))
     if "table_md" in result:  # a suite that renders its own tables (profile)
         lines += result["table_md"]
@@ -71,9 +74,19 @@ def markdown(result: dict[str, Any]) -> str:
     lines += _floor_lines(result.get("flop_floor"))
     for t in result.get("targets", []):
         state = "n/a" if t["met"] is None else ("met" if t["met"] else "MISSED")
+        if result.get("quick"):
+            state = "not judged (--quick: a reduced workload)"
         lines.append(f"\nTarget: {t['name']} = {_fmt(t['value'])}{t['unit']} (>= {t['threshold']}{t['unit']}): "
                      f"**{state}**")
     return "\n".join(lines) + "\n"
+
+
+def _workload_text(workload: dict[str, Any] | None) -> str:
+    """What actually ran, from a suite's ``workload`` record (``requests 8, new_tokens 8, ...``)."""
+    if not workload:
+        return "see the JSON's workload record"
+    shown = [f"{k.replace('_', ' ')} {v}" for k, v in workload.items() if isinstance(v, (int, float, str))]
+    return ", ".join(shown) or "see the JSON's workload record"
 
 
 def _floor_lines(floor: dict[str, Any] | None) -> list[str]:

@@ -18,6 +18,7 @@ from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
 from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
+from radixlm.constrained.pattern.ascii_classes import ascii_classes
 from radixlm.constrained.vocab import TokenizerVocab
 
 
@@ -38,7 +39,7 @@ def lark_of(req: CompileRequest) -> str:
     if kind == "regex":
         if not isinstance(spec, str) or not spec:
             raise ConstraintError("regex must be a non-empty string")
-        return json.loads(llguidance.LLMatcher.grammar_from_regex(spec))["grammars"][0]["lark_grammar"]
+        return json.loads(llguidance.LLMatcher.grammar_from_regex(ascii_classes(spec)))["grammars"][0]["lark_grammar"]
     if kind == "ebnf":
         if not isinstance(spec, str) or not spec.strip():
             raise ConstraintError("ebnf must be a non-empty string (an EBNF or Lark grammar)", keyword="ebnf")

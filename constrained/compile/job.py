@@ -20,6 +20,7 @@ from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.ir.ebnf import ebnf_to_lark
 from radixlm.constrained.json_schema import json_object_grammar, schema_to_grammar
+from radixlm.constrained.pattern.ascii_classes import ascii_classes
 from radixlm.constrained.pattern.chars import warm_up as _warm_pattern_classes
 from radixlm.constrained.vocab import TokenizerVocab
 
@@ -65,7 +66,7 @@ def constraint_grammar(req: CompileRequest) -> CompiledParts:
     if kind == "regex":
         if not isinstance(spec, str) or not spec:
             raise ConstraintError("regex must be a non-empty string")
-        return CompiledParts(ir.Grammar(ir.Lex(spec)).to_lark())
+        return CompiledParts(ir.Grammar(ir.Lex(ascii_classes(spec))).to_lark())
     if kind == "ebnf":
         return CompiledParts(ebnf_to_lark(spec))
     if kind == "choices":

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixlm.runtime.engine.delivery import Delivery, RequestHandle, ResultCollector
+from radixlm.runtime.engine.engine_summary import EngineSummary, summarize
 from radixlm.runtime.engine.gc_freeze import freeze_startup_objects, thaw_startup_objects
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.inputs import (
@@ -63,11 +64,15 @@ class Engine:
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
         args = self.server_args
         logging.getLogger("radixlm").setLevel(args.log_level.upper())
+        from radixlm.runtime.checkpoints.model_source import model_name, resolve_model_path
         from radixlm.runtime.checkpoints.synthetic import default_model_path
         from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
-        self.model_path = args.model_path or default_model_path()
-        self.tokenizer = Tokenizer(args.tokenizer_path or self.model_path, args.chat_template)
+        # a hub id (ORG/NAME[@REVISION]) is downloaded, or found in the Hugging Face cache
+        self.model_path = resolve_model_path(args.model_path) if args.model_path else default_model_path()
+        self.model_name = model_name(self.model_path)
+        tokenizer_path = resolve_model_path(args.tokenizer_path, "--tokenizer-path") if args.tokenizer_path else None
+        self.tokenizer = Tokenizer(tokenizer_path or self.model_path, args.chat_template)
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
         self.model_config = self.runner.model_config
         cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,
@@ -206,6 +211,10 @@ class Engine:
         The compiled-grammar cache is emptied either way (running requests keep their grammars)."""
         self._grammar.flush_cache()
         return self._loop.call(self.scheduler.flush_cache)
+
+    def summary(self) -> EngineSummary:
+        """What was loaded and how it runs (the start-up line of ``radixlm serve``)."""
+        return summarize(self.model_name, self.server_args, self.runner, self.scheduler.cache.usable_slots)
 
     def get_stats(self) -> dict[str, Any]:
         """Cache hit rate, queue and running counts, KV usage, and the step timers."""

@@ -1,4 +1,5 @@
-"""glibc malloc tuning for the CPU engine: keep freed memory in the process instead of the OS.
+"""glibc malloc tuning for the CPU engine: keep freed memory in the process instead of the OS (and
+release what loading left behind once, with ``release_free_memory``).
 
 Why: every forward allocates the same large temporaries again (gathered K/V, attention scores,
 MLP activations: megabytes each). glibc serves blocks above ``M_MMAP_THRESHOLD`` with a fresh
@@ -57,3 +58,24 @@ def _apply() -> bool:
     trimmed = mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES) == 1
     mapped = mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES) == 1 or mallopt(M_MMAP_THRESHOLD, MMAP_FALLBACK_BYTES) == 1
     return trimmed and mapped
+
+
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the OS once (glibc's ``malloc_trim(0)``); return whether it ran.
+
+    Loading leaves large freed blocks behind (the float weights that quantization replaced, the
+    storage that the huge-page copies replaced); with the raised trim threshold they would stay
+    resident for the life of the process. ``malloc_trim`` releases every whole free page, not only
+    the heap's top, so this is called once after loading. A no-op where ``tune_malloc`` is (not
+    glibc, not Linux, opted out).
+    """
+    if not sys.platform.startswith("linux") or os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        return False
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True

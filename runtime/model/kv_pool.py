@@ -8,11 +8,31 @@ Memory picture for one request in row ``r`` of the table::
 
 Slot 0 of the pool is padding (``SlotAllocator`` never hands it out), so unused table entries,
 which are 0, always point at a harmless row.
+
+On the CPU the large buffers are anonymous mappings (``lazy_zeros``): zero-filled like
+``torch.zeros`` but resident only once written, so a pool sized for the whole context and a table of
+``max_running_requests x context_len`` rows cost memory as requests fill them, not at start-up.
 """
 
 from __future__ import annotations
 
+import mmap
+
 import torch
+
+LAZY_MIN_BYTES = 1 << 21  # below one huge page, torch.zeros is as cheap
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """``torch.zeros(shape)``; on the CPU a large one is a fresh anonymous mapping (resident when written)."""
+    numel = 1
+    for n in shape:
+        numel *= n
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if torch.device(device).type != "cpu" or nbytes < LAZY_MIN_BYTES:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    region = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)  # zero pages until written
+    return torch.frombuffer(region, dtype=dtype, count=numel).view(shape)  # keeps the mapping alive
 
 
 class KVPool:
@@ -29,8 +49,8 @@ class KVPool:
         self.dtype = dtype
         self.device = torch.device(device)
         shape = (num_slots, num_kv_heads, head_dim)
-        self.k_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.k_buffers = [lazy_zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.v_buffers = [lazy_zeros(shape, dtype, device) for _ in range(num_layers)]
 
     @staticmethod
     def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
@@ -53,7 +73,7 @@ class ReqToTokenTable:
         self.max_reqs = max_reqs
         self.max_context_len = max_context_len
         self.device = torch.device(device)
-        self.table = torch.zeros((max_reqs, max_context_len), dtype=torch.int64, device=device)
+        self.table = lazy_zeros((max_reqs, max_context_len), torch.int64, device)
 
     def write(self, req_pool_index: int, start: int, slots: list[int]) -> None:
         """Set ``table[req_pool_index, start:start + len(slots)] = slots``."""

@@ -265,6 +265,7 @@ class LlamaForCausalLM(nn.Module):
         if torch.device(device).type == "cpu" and dtype == torch.float32:
             cpu_native.available()  # build / load the native decode kernels now, not in the first step
         self.quantized_lm_head: nn.Module | None = None  # set by quantization.quantize_model
+        self.quantized_embed: nn.Module | None = None  # int8 lookup; embed_tokens is then None
 
     @torch.no_grad()  # not inference_mode: callers mask the returned logits in place
     def forward(self, batch: ForwardBatch, kv_pool: KVPool) -> torch.Tensor:
@@ -273,7 +274,10 @@ class LlamaForCausalLM(nn.Module):
         Returns float32 logits ``[len(batch.logits_indices), vocab_size]``.
         """
         # [num_tokens, hidden_size]
-        hidden = vocab_parallel_embedding(batch.input_ids, self.embed_tokens, self.vocab_shard, self.tp)
+        if self.quantized_embed is not None:
+            hidden = self.quantized_embed(batch.input_ids)
+        else:
+            hidden = vocab_parallel_embedding(batch.input_ids, self.embed_tokens, self.vocab_shard, self.tp)
         cos, sin = self.rotary.cos_sin(batch.positions, hidden.dtype)  # each [num_tokens, 1, head_dim]
         step = self._native_step(batch, hidden, cos, sin, kv_pool)
         for layer in self.layers:

@@ -19,6 +19,7 @@ from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.quantization import check_quantization, quantize_model
 from safetensors import safe_open
+from tqdm import tqdm
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -107,9 +108,12 @@ def load_weights(model: LlamaForCausalLM, files: list[str]) -> None:
     """Copy every tensor of ``files`` into its place in ``model.checkpoint_layout()``."""
     layout = model.checkpoint_layout()
     loaded: set[str] = set()
+    bar = tqdm(total=len(layout), desc="loading weights", unit="tensor", leave=False,
+               disable=None if model.tp.rank == 0 else True)  # None: shown on a terminal only
     for file in files:
         with safe_open(file, framework="pt", device="cpu") as f:
             for name in f.keys():
+                bar.update()
                 if _ignored(name, model):
                     continue
                 if name not in layout:
@@ -124,6 +128,7 @@ def load_weights(model: LlamaForCausalLM, files: list[str]) -> None:
                 data = _read(f, name, tensor_slice, target)
                 target.param.data[target.row:target.row + data.shape[0]].copy_(data)
                 loaded.add(name)
+    bar.close()
     missing = sorted(set(layout) - loaded)
     if missing:
         shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")

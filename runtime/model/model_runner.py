@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 from radixlm.kernels import get_ops
 from radixlm.runtime.model.attention import resolve_attention_backend
-from radixlm.runtime.model.cpu_malloc import tune_malloc
+from radixlm.runtime.model.cpu_malloc import release_free_memory, tune_malloc
 from radixlm.runtime.model.cuda_graph_runner import DecodeGraphRunner, Graph, cuda_graph_factory
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
@@ -99,7 +99,8 @@ class ModelRunner:
                                                    quantization=args.quantization)
         if self.device.type == "cpu":
             move_weights_to_huge_pages(self.model)  # streamed every decode step: fewer TLB misses
-        self.dtype = self.model.embed_tokens.dtype
+            release_free_memory()  # the float weights that quantization or the copies above left behind
+        self.dtype = self.model.norm.weight.dtype
         self.context_len = args.context_length or self.model_config.context_len
         self.vocab_size = self.model_config.vocab_size  # logit width (may exceed the tokenizer's)
         self.token_vocab_size = min(token_vocab_size, self.vocab_size)

@@ -3,7 +3,9 @@
 Every decoder linear (fused q/k/v, o_proj, fused gate/up, down_proj) and the LM head (tied or not)
 becomes an int8 weight ``q [out, in]`` with one float32 scale per output channel, symmetric:
 ``scale[o] = max_i |W[o, i]| / 127`` and ``q = round(W / scale)`` in ``[-127, 127]``, so
-``|W - q * scale| <= scale / 2`` elementwise. The embedding lookup, norms and biases stay float.
+``|W - q * scale| <= scale / 2`` elementwise. A tied embedding shares the head's int8 rows (the
+lookup dequantizes the rows it reads: ``Int8Embedding``); an untied one is quantized the same way,
+so no float copy of the vocabulary remains. Norms and biases stay float.
 Under tensor parallelism a row-parallel shard (o_proj, down_proj: a slice of the input features)
 takes its rows' maximum over the *whole* row (a max all-reduce), so every rank quantizes exactly
 as the unsharded model would; the sum over ranks and the bias after it are unchanged.
@@ -209,7 +211,36 @@ def quantize_model(model: nn.Module, method: str | None, backend: str = "torch")
         layer.down_proj = Int8RowParallelLinear.from_linear(layer.down_proj, backend)
     head = model.embed_tokens if model.lm_head is None else model.lm_head
     model.quantized_lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
+    if model.lm_head is None:  # tied: the lookup reads the head's int8 rows
+        model.quantized_embed = Int8Embedding(model.quantized_lm_head.qweight, model.quantized_lm_head.scale,
+                                              model.embed_tokens.dtype, model.vocab_shard, model.tp)
+    else:
+        q, scale = quantize_int8(model.embed_tokens.data)
+        model.quantized_embed = Int8Embedding(q, scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
     model.lm_head = None
+    model.embed_tokens = None
+
+
+class Int8Embedding(nn.Module):
+    """The embedding lookup over int8 rows: ids ``[n]`` -> ``q[ids] * scale[ids]`` ``[n, hidden]`` in ``dtype``.
+
+    ``q``/``scale`` are this rank's vocabulary rows (``shard``); under tensor parallelism the rows of
+    other ranks are zero here and the all-reduce fills them in, as ``vocab_parallel_embedding`` does.
+    """
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, shard, tp: TPGroup) -> None:
+        super().__init__()
+        self.register_buffer("q", q)  # may be the LM head's own buffer (tied weights)
+        self.register_buffer("scale", scale.float())
+        self.dtype, self.shard, self.tp = dtype, shard, tp
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.tp.size == 1:
+            return (self.q[ids].float() * self.scale[ids, None]).to(self.dtype)
+        outside = (ids < self.shard.start) | (ids >= self.shard.end)  # [n]
+        local = torch.where(outside, 0, ids - self.shard.start)
+        rows = (self.q[local].float() * self.scale[local, None]).masked_fill_(outside.unsqueeze(-1), 0.0)
+        return self.tp.all_reduce(rows.to(self.dtype))
 
 
 def native_operands(proj: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:

@@ -134,8 +134,10 @@ async def serve(engine: ServedEngine, config: ServerConfig, stop: asyncio.Event 
     if handle_signals:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-    logger.info("radixlm serving %s on http://%s:%d%s", app[STATE_KEY].model_name, config.host, port,
-                RANDOM_WEIGHTS_NOTE if app[STATE_KEY].random_weights else "")
+    served = app[STATE_KEY]
+    what = served.engine.summary().line() if hasattr(served.engine, "summary") else served.model_name
+    logger.info("radixlm serving %s; listening on http://%s:%d%s", what, config.host, port,
+                RANDOM_WEIGHTS_NOTE if served.random_weights else "")
     if on_ready is not None:
         on_ready(port)
     try:

@@ -58,6 +58,7 @@ class ServedEngine(Protocol):
 
     server_args: ServerArgs
     model_path: str
+    model_name: str  # ORG/NAME for a hub snapshot, else the checkpoint's folder or file name
     tokenizer: ServedTokenizer
     model_config: ServedModelConfig
 

@@ -66,6 +66,7 @@ class NativeRoutes:
     async def generate(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/generate") as record:
             req = parse_generate_request(await self.state.read_json(request), self.strict)
+            record.client_rids = [r for r in req.rids if r is not None]
             check_fan_out(self.state.engine.server_args, [sp.n for sp in req.sampling],
                           "input_ids" if req.is_ids else "text", "sampling_params.n")
             headers = req.ignored.report("/generate")

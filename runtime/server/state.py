@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -83,6 +82,7 @@ class RequestRecord:
     def __init__(self, route: str, request_id: str):
         self.route = route
         self.id = request_id
+        self.client_rids: list[str] = []  # the ``rid``s the client gave (``/generate``), for the log line
         self.start = time.perf_counter()
         self.prompt = self.cached = self.completion = 0
         self.outcome = "success"
@@ -111,7 +111,7 @@ class ServerState:
         self.tokenizer = engine.tokenizer
         args = engine.server_args
         self.model_path = str(engine.model_path)
-        self.model_name = config.served_model_name or os.path.basename(self.model_path.rstrip("/")) or "default"
+        self.model_name = config.served_model_name or engine.model_name
         self.metrics = ServerMetrics(self.model_name)
         # no --model-path: the embedded tiny checkpoint, whose random weights answer in noise
         self.random_weights = args.model_path is None
@@ -178,8 +178,9 @@ class ServerState:
             latency = time.perf_counter() - record.start
             self.metrics.record_request(record.outcome, record.prompt, record.cached, record.completion,
                                         latency if record.outcome == "success" else None)
-            logger.info("%s %s status=%d prompt_tokens=%d cached_tokens=%d completion_tokens=%d "
-                        "latency=%.1fms", record.route, record.id, record.status, record.prompt,
+            rid = f" rid={','.join(record.client_rids)[:200]!r}" if record.client_rids else ""  # quoted: no log injection
+            logger.info("%s %s%s status=%d prompt_tokens=%d cached_tokens=%d completion_tokens=%d "
+                        "latency=%.1fms", record.route, record.id, rid, record.status, record.prompt,
                         record.cached, record.completion, latency * 1000)
 
     def cut_all(self) -> int:

@@ -37,3 +37,18 @@ def test_other_suites_print_their_table_only(capsys):
     _run_module().print_table(result)
     out = capsys.readouterr().out
     assert "| radixlm-nocache | 10.00 | 1.00 | 10.00x |" in out and "jump-forward:" not in out
+
+
+def test_quick_run_says_what_ran_and_judges_no_target(capsys):
+    target = {"name": "radixlm / hf output tok/s", "value": 2.0, "unit": "x", "threshold": 6.0, "met": False}
+    result = {"suite": "agent", "description": "64 tool-calling requests sharing a ~1,500-token prompt.",
+              "metric": "output_tok_per_s", "quick": True, "targets": [target],
+              "workload": {"requests": 8, "shared_system_tokens": 400, "new_tokens": 8},
+              "systems": {"radixlm": _row(90.0, 8, 1.0, "radixlm")}}
+    _run_module().print_table(result)
+    out = capsys.readouterr().out
+    assert "QUICK smoke run, a reduced workload: requests 8, shared system tokens 400, new tokens 8." in out
+    assert "MISSED" not in out and "not judged (--quick" in out
+    result["quick"] = False
+    _run_module().print_table(result)
+    assert "**MISSED**" in capsys.readouterr().out

@@ -96,6 +96,8 @@ def test_serve_logs_requests_and_exits_0_on_sigterm():
         assert out["meta_info"]["completion_tokens"] <= 3
         log.wait_for(r"/generate \S+ status=200 prompt_tokens=\d+ cached_tokens=\d+ completion_tokens=\d+ "
                      r"latency=[\d.]+ms", timeout=10)
+        _post(url + "/generate", {"text": "hi", "rid": "client-7\nfake line", "sampling_params": {"max_new_tokens": 1}})
+        log.wait_for(r"/generate \S+ rid='client-7\\nfake line' status=200", timeout=10)  # quoted: one line
         # a long request in flight when the signal arrives is finished or aborted, never left hanging
         result = {}
         body = {"text": "go on", "stream": True, "sampling_params": {"max_new_tokens": 3000, "ignore_eos": True}}
@@ -188,3 +190,41 @@ def test_replicas_start_whatever_the_current_directory_holds(tmp_path, layout):
         naive = subprocess.run([sys.executable, "-m", "radixlm", "serve", "--help"], cwd=tmp_path,
                                capture_output=True, text=True, timeout=120)
         assert naive.returncode != 0
+
+
+def test_unknown_flag_names_the_closest_ones(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--max-totl-tokens", "5"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: radixlm serve")  # the subcommand's usage, not the top level's
+    assert "unrecognized arguments: --max-totl-tokens 5 (did you mean --max-total-tokens" in err
+    with pytest.raises(SystemExit):
+        main(["generate", "hi", "--zzz"])
+    assert "unrecognized arguments: --zzz\n" in capsys.readouterr().err  # nothing close: no hint
+
+
+def test_cuda_graph_flags_are_real_flags_not_ignored_ones(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    assert "runs no CUDA graphs" not in out and "--cuda-graph-max-bs" in out
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    import radixlm.__main__ as cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_generate", interrupted)
+    assert cli.main(["generate", "hi"]) == 130
+    assert capsys.readouterr().err == "radixlm: interrupted\n"
+
+
+def test_generate_on_the_embedded_model_says_its_weights_are_random():
+    run = subprocess.run([sys.executable, "-m", "radixlm", "generate", "hi", "--max-new-tokens", "2",
+                          "--max-total-tokens", "1024"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "radixlm: notice: the embedded tiny model has RANDOM weights" in run.stderr
+    assert " INFO " not in run.stderr  # generate's output is the text

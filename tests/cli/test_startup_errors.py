@@ -51,7 +51,7 @@ def test_port_in_use_is_reported_before_the_model_loads(broken_checkpoint: Path)
 
 
 @pytest.mark.parametrize("kind, expect", [
-    ("missing", "no such directory"), ("file", "not a directory"), ("empty dir", "config.json is missing")])
+    ("missing", "no such file or directory"), ("file", "not a directory"), ("empty dir", "config.json is missing")])
 def test_model_path_that_is_no_checkpoint(tmp_path: Path, kind: str, expect: str):
     path = {"missing": tmp_path / "missing", "file": tmp_path / "file.txt", "empty dir": tmp_path}[kind]
     if kind == "file":

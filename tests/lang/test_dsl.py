@@ -247,3 +247,24 @@ def test_trace_prints_the_ir_and_finds_the_prefix(engine):
     template = as_backend(engine).role_template
     prefix = mixed.shared_prefix([{"topic": "rivers"}, {"topic": "roads"}], template)
     assert prefix.endswith("Topic: r") and "You write short notes." in prefix
+
+
+def test_http_backend_reuses_its_connections(engine):
+    """Kept-alive connections serve a sequence of requests; run_batch's threads share a bounded pool."""
+    from radixlm.lang.backend_http import POOL_SIZE
+    from radixlm.runtime.server.app import BackgroundServer
+
+    with BackgroundServer(engine) as server:
+        endpoint = sgl.RuntimeEndpoint(server.url)
+        for topic in ("rivers", "roads", "rails"):
+            assert mixed.run(topic=topic, backend=endpoint, temperature=0).error() is None
+        pools = endpoint.session.get_adapter(server.url).poolmanager.pools
+        assert len(pools) == 1
+        pool = pools[next(iter(pools.keys()))]
+        # `mixed` forks 2 branches: two requests may be in flight at once, never one connection each
+        assert pool.num_connections <= 2 and pool.num_requests >= 4 * pool.num_connections
+        states = mixed.run_batch([{"topic": t} for t in ("a", "b", "c", "d")], backend=endpoint,
+                                 num_threads=4, temperature=0)
+        assert all(s.error() is None for s in states)
+        assert 1 <= pool.num_connections <= min(POOL_SIZE, 4 * 2)  # 4 programs x 2 forks at most
+        endpoint.close()

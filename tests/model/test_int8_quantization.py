@@ -113,7 +113,7 @@ def test_int8_linear_is_within_the_rounding_bound_of_the_float_linear():
 def _logits(model, prompt: list[int]) -> torch.Tensor:
     """float32 logits of every position of ``prompt`` (one prefill)."""
     c, n = model.config, len(prompt)
-    pool = KVPool(n + 2, c.num_layers, model.num_kv_heads, c.head_dim, model.embed_tokens.dtype, "cpu")
+    pool = KVPool(n + 2, c.num_layers, model.num_kv_heads, c.head_dim, model.norm.weight.dtype, "cpu")
     table = ReqToTokenTable(1, n + 2, "cpu")
     spec = BatchSpec(False, [0], prompt, [0], [n], list(range(1, n + 1)), list(range(n)))
     return model.forward(ForwardBatch.from_spec(spec, table, "cpu"), pool)
@@ -148,7 +148,24 @@ def test_tied_embeddings_quantize_the_head_and_keep_the_lookup(tiny_qwen3, tmp_p
                                overrides={"tie_word_embeddings": True, "num_hidden_layers": 2}))
     _assert_within_tolerance(tied, _token_prompts(tiny_qwen3)[:2])
     q8, _ = load_model(tied, "float32", quantization="int8")
-    assert q8.embed_tokens.dtype == torch.float32 and q8.quantized_lm_head.qweight.dtype == torch.int8
+    assert q8.embed_tokens is None and q8.quantized_lm_head.qweight.dtype == torch.int8
+    assert q8.quantized_embed.q is q8.quantized_lm_head.qweight  # one int8 copy serves lookup and head
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_int8_keeps_no_float_weight_matrix(tmp_path, tied):
+    """Every 2-D weight (linears, embedding, head) is int8: only norms, biases and scales stay float."""
+    from radixlm.runtime.checkpoints.synthetic import make_checkpoint
+
+    path = str(make_checkpoint(tmp_path / "m", "qwen3", "tiny",
+                               overrides={"tie_word_embeddings": tied, "num_hidden_layers": 2}))
+    q8, _ = load_model(path, "float32", quantization="int8")
+    tensors = {id(t): t for t in (*q8.parameters(), *q8.buffers())}.values()
+    floats = [t for t in tensors if t.is_floating_point() and t.dim() >= 2]
+    assert floats == []
+    int8_bytes = sum(t.numel() for t in tensors if t.dtype == torch.int8)
+    float_bytes = sum(t.numel() * t.element_size() for t in tensors if t.is_floating_point())
+    assert float_bytes < 0.1 * int8_bytes  # scales, norms and biases only
 
 
 def test_small_logits_within_tolerance_of_float32(checkpoint):
@@ -242,3 +259,22 @@ def test_row_parallel_int8_equals_the_unsharded_int8(tmp_path):
 
     path = make_checkpoint(tmp_path / "tp", "qwen2", "tiny", overrides={"num_hidden_layers": 2})  # biases
     mp.spawn(_rank_main, args=(free_port(), str(path)), nprocs=2, join=True)
+
+
+def test_int8_summary_counts_each_weight_once(tiny_qwen3, tmp_path):
+    from radixlm.runtime.checkpoints.synthetic import make_checkpoint
+    from radixlm.runtime.model.weight_stats import parameter_count
+
+    from radixlm import Engine
+
+    tied = str(make_checkpoint(tmp_path / "tied", "qwen3", "tiny",
+                               overrides={"tie_word_embeddings": True, "num_hidden_layers": 2}))
+    ref, _ = load_model(tied, "float32")
+    engine = Engine(tied, quantization="int8", max_total_tokens=256, log_level="error")
+    try:
+        summary = engine.summary()
+        assert summary.weight_format == "int8 (weight-only)"
+        floats = sum(t.numel() for t in ref.parameters())  # norms included; the tied head once
+        assert summary.parameters == parameter_count(ref) == floats
+    finally:
+        engine.shutdown()

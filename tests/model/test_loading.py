@@ -43,7 +43,7 @@ def write_llama(path, max_shard_size: str | None = None, **overrides) -> LlamaFo
 
 def prefill_logits(model, ids: list[int]) -> torch.Tensor:
     c = model.config
-    pool = KVPool(64, c.num_layers, c.num_kv_heads, c.head_dim, model.embed_tokens.dtype, "cpu")
+    pool = KVPool(64, c.num_layers, c.num_kv_heads, c.head_dim, model.norm.weight.dtype, "cpu")
     spec = BatchSpec(False, [0], ids, [0], [len(ids)], list(range(1, len(ids) + 1)), list(range(len(ids))))
     return model.forward(ForwardBatch.from_spec(spec, ReqToTokenTable(1, 64, "cpu"), "cpu"), pool)
 

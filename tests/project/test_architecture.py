@@ -24,7 +24,8 @@ RUNTIME_PARTS = ("router", "server", "engine", "scheduler", "model", "chat_forma
 
 # unit -> the units it may import (docs/DESIGN.md draws the same picture)
 ALLOWED: dict[str, set[str]] = {
-    "radixlm.cli": {"radixlm", "runtime", "runtime.router", "runtime.server", "runtime.engine"},
+    "radixlm.cli": {"radixlm", "runtime", "runtime.router", "runtime.server", "runtime.engine",
+                    "runtime.checkpoints"},  # hub ids resolved before the replicas start
     "radixlm": set(),  # the facade names its exports lazily, by string
     "lang": {"runtime", "runtime.chat_formats", "runtime.tokenizer"},  # the engine comes in as an object
     "runtime.server": {"radixlm", "runtime", "runtime.chat_formats", "constrained"},  # engine: an object

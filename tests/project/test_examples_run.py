@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,6 @@ def test_example_runs(name: str, tiny_llama: str) -> None:
                           timeout=150, env=env, cwd=EXAMPLES.parent)
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     assert EXPECTED[name] in proc.stdout, proc.stdout[-2000:]
+    rate = re.search(r"cache hit rate ([\d.]+)%", proc.stdout)
+    if rate:  # an example that reports its cache hits shows the prefix sharing it is about
+        assert float(rate.group(1)) > 0, proc.stdout[-2000:]
