@@ -6,7 +6,6 @@ import importlib
 import re
 
 import pytest
-
 from radixlm.constrained.pattern.ascii_classes import ascii_classes
 
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 import random
 
 import pytest
-from tokenizers.decoders import DecodeStream
-
 from radixlm.runtime.tokenizer.detokenizer import IncrementalDetokenizer
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
+from tokenizers.decoders import DecodeStream
 
 TEXTS = ["Hello, wörld! 你好 🙂 ", "  spaced   out\n\ttabs", "naïve café — “quotes” 𝟯 ۶", "a\u200db\u0301"]
 
