@@ -1,0 +1,91 @@
+"""Resident memory of a loaded model: radixlm (float32, int8, GGUF) and llama.cpp on the same file.
+
+Each system runs in its own fresh process: it loads the model with a KV cache of ``--context``
+tokens, prefills one ``--prompt-tokens`` prompt and decodes ``--new-tokens``, then reports its
+resident set (``VmRSS``) and its peak (``VmHWM``). Both systems see the same context, so the
+figures compare weights plus runtime, not cache sizes.
+
+    python3 benchmarks/bench_memory.py --model-path ~/.cache/radixlm/real-Qwen2.5-0.5B-seed0-v2 \\
+        --systems radixlm,radixlm-int8
+    python3 benchmarks/bench_memory.py --model-path model.gguf --systems radixlm,llama.cpp
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+_CHILD = r"""
+import json, sys
+args = json.loads(sys.argv[1])
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key):
+            return int(line.split()[1]) // 1024
+    return -1
+
+ids = list(range(1000, 1000 + args["prompt_tokens"]))
+if args["system"] == "llama.cpp":
+    from llama_cpp import Llama
+    llm = Llama(model_path=args["model_path"], n_ctx=args["context"], n_batch=512, verbose=False)
+    loaded = status("VmRSS")
+    llm.eval(ids)
+    for _ in range(args["new_tokens"]):
+        llm.eval([llm.sample(temp=0)])
+else:
+    from radixlm import Engine
+    quant = "int8" if args["system"] == "radixlm-int8" else None
+    engine = Engine(model_path=args["model_path"], quantization=quant, max_total_tokens=args["context"],
+                    log_level="error")
+    loaded = status("VmRSS")
+    engine.generate(input_ids=ids, sampling_params={"max_new_tokens": args["new_tokens"], "ignore_eos": True})
+print(json.dumps({"loaded_mb": loaded, "rss_mb": status("VmRSS"), "peak_mb": status("VmHWM")}))
+"""
+
+SYSTEMS = ("radixlm", "radixlm-int8", "llama.cpp")
+
+
+def measure(system: str, args: argparse.Namespace) -> dict:
+    """One system's figures, measured in a fresh interpreter."""
+    spec = {"system": system, "model_path": args.model_path, "context": args.context,
+            "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens}
+    run = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(spec)], capture_output=True, text=True,
+                         timeout=args.timeout_s)
+    if run.returncode != 0:
+        return {"error": run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"}
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model-path", required=True, help="checkpoint folder or .gguf file")
+    p.add_argument("--systems", default="radixlm,radixlm-int8", help=f"comma-separated, from {SYSTEMS}")
+    p.add_argument("--context", type=int, default=4096, help="KV-cache tokens (n_ctx for llama.cpp)")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--new-tokens", type=int, default=16)
+    p.add_argument("--timeout-s", type=float, default=1800)
+    args = p.parse_args(argv)
+    systems = args.systems.split(",")
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        p.error(f"--systems: unknown {unknown}; choose from {SYSTEMS}")
+    rows = {s: measure(s, args) for s in systems}
+    base = rows[systems[0]].get("rss_mb")
+    print(f"model {args.model_path}, context {args.context} tokens, prompt {args.prompt_tokens} + "
+          f"{args.new_tokens} new tokens\n")
+    print(f"| system | after load MB | after the request MB | peak MB | / {systems[0]} |")
+    print("|---|---:|---:|---:|---:|")
+    for name, r in rows.items():
+        if "error" in r:
+            print(f"| {name} | {r['error']} | | | |")
+            continue
+        ratio = f"{r['rss_mb'] / base:.2f}x" if base else "-"
+        print(f"| {name} | {r['loaded_mb']:,} | {r['rss_mb']:,} | {r['peak_mb']:,} | {ratio} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
