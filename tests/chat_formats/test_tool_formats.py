@@ -93,10 +93,15 @@ def test_our_checkpoint_template_is_hermes():
 
 
 def test_layouts_that_cannot_express_a_schema_name_the_tool():
-    nested = [ToolSpec("f", None, {"type": "object", "properties": {"a": {"type": "array"}}, "required": ["a"]})]
-    for family in ("pythonic", "qwen3_coder", "glm45"):
+    """A parameter layout writes one parameter per declared property: a root that is not an object
+    of properties, or a name the layout cannot spell, is refused (naming the tool), never guessed."""
+    union = [ToolSpec("f", None, {"anyOf": [{"type": "object"}, {"type": "array"}]})]
+    for family in ("pythonic", "qwen3_coder", "glm45", "deepseekv32"):
         with pytest.raises(ValueError, match=r"tools\[0\]\.function\.parameters"):
-            FORMATS[family].body_constraint(nested, None)
+            FORMATS[family].body_constraint(union, None)
+    reserved = [ToolSpec("f", None, {"type": "object", "properties": {"class": {"type": "string"}}})]
+    with pytest.raises(ValueError, match=r"tools\[0\]\.function\.parameters.*'class'"):
+        FORMATS["pythonic"].body_constraint(reserved, None)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +159,7 @@ def _sample_body(family: str) -> str:
 
     seen: list[str] = []
 
-    def capture(tools, name, body):
+    def capture(tools, name, body, *more):
         seen.append(body(0, tools[0]))
         return {"regex": "x"}
 
