@@ -27,7 +27,7 @@ class GptOssFormat(ToolFormat):
     """gpt-oss harmony calls, one message per call."""
 
     name = "gpt_oss"
-    aliases = ("gpt-oss",)
+    aliases = ("gpt-oss", "openai")
     openers = (OPEN, TEMPLATE_OPEN)
     closer = CALL
     open_marker = OPEN

@@ -24,7 +24,7 @@ class Llama3Format(ToolFormat):
     """Bare JSON call objects (the output starts one with ``{"name": ``)."""
 
     name = "llama3"
-    aliases = ("llama", "llama31", "llama33")
+    aliases = ("llama", "llama31", "llama33", "llama3_json", "llama4_json")
     openers = (PYTHON_TAG, CALL_OPEN)
     open_marker = CALL_OPEN
     forced_prefix = CALL_OPEN

@@ -56,7 +56,7 @@ class PythonicFormat(ToolFormat):
     """A Python list of calls with keyword arguments."""
 
     name = "pythonic"
-    aliases = ("llama4", "llama32")
+    aliases = ("llama4", "llama32", "llama4_pythonic")
     openers = ("[",)
     open_marker = "["
     forced_prefix = "["

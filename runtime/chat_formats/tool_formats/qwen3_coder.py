@@ -44,6 +44,7 @@ class Qwen3CoderFormat(ToolFormat):
     """XML-parameter calls, one function per ``<tool_call>`` block."""
 
     name = "qwen3_coder"
+    aliases = ("qwen3_xml",)
     openers = (OPEN,)
     closer = CLOSE
     open_marker = OPEN
@@ -51,10 +52,12 @@ class Qwen3CoderFormat(ToolFormat):
     call_suffix = "\n" + CLOSE
     call_separator = "\n" + CLOSE + "\n" + OPEN + "\n"
 
+    open_tag, close_tag = OPEN, CLOSE  # the block's wrapper (subclasses change it)
+
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
-        if not block.endswith(CLOSE):
+        if not block.endswith(self.close_tag):
             return None
-        m = _FUNC.match(block[len(OPEN):-len(CLOSE)])
+        m = _FUNC.match(block[len(self.open_tag):-len(self.close_tag)])
         if not m:
             return None
         name = m.group(1).strip()
