@@ -1,5 +1,5 @@
 """The families added with their real chat templates (llama-cpp-python's sdist corpus): MiniMax-M2,
-Seed-OSS, Cohere Command R7B / Command A and Functionary v3.1.
+Seed-OSS, Cohere Command R7B / Command A, Functionary v3.1 and Gemma 4.
 
 For each: the template is detected as the family; a forced call (random walks under the family's
 grammar, a tool schema with bounds, an array, an enum and a ``$ref``) parses and validates, and its
@@ -36,7 +36,8 @@ SCHEMAS = {t.name: t.parameters for t in TOOLS}
 # family -> the corpus templates that are its own
 FAMILIES = {"minimax_m2": ["MiniMax-M2"], "seed_oss": ["ByteDance-Seed-OSS"],
             "cohere": ["CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Cohere2MoE"],
-            "functionary_v31": ["meetkai-functionary-medium-v3.1"]}
+            "functionary_v31": ["meetkai-functionary-medium-v3.1"],
+            "gemma4": ["google-gemma-4-31B-it", "google-gemma-4-31B-it-interleaved"]}
 CASES = [(family, template) for family, templates in FAMILIES.items() for template in templates]
 SPECIALS = {"bos_token": "<s>", "eos_token": "</s>"}
 

@@ -15,6 +15,7 @@ from radixlm.runtime.chat_formats.tool_formats.deepseekv3 import DeepSeekV3Forma
 from radixlm.runtime.chat_formats.tool_formats.deepseekv31 import DeepSeekV31Format
 from radixlm.runtime.chat_formats.tool_formats.deepseekv32 import DeepSeekV32Format
 from radixlm.runtime.chat_formats.tool_formats.functionary import FunctionaryV31Format
+from radixlm.runtime.chat_formats.tool_formats.gemma4 import Gemma4Format
 from radixlm.runtime.chat_formats.tool_formats.glm45 import Glm45Format
 from radixlm.runtime.chat_formats.tool_formats.gpt_oss import GptOssFormat
 from radixlm.runtime.chat_formats.tool_formats.granite import GraniteFormat
@@ -42,6 +43,7 @@ _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("minimax_m2", ("<minimax:tool_call>",)),
     ("seed_oss", ("<seed:tool_call>",)),
     ("cohere", ("<|START_ACTION|>",)),
+    ("gemma4", ("<|tool_call>call:",)),
     ("qwen3_coder", ("<function=", "<parameter=")),
     ("granite", ("<|tool_call|>",)),
     ("pythonic", ("[func_name1(",)),
@@ -53,7 +55,7 @@ _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
 REGISTRY: FormatRegistry[ToolFormat] = FormatRegistry("tool_call_parser", (
     HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
     DeepSeekV3Format(), DeepSeekV31Format(), DeepSeekV32Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat(),
-    MiniMaxM2Format(), SeedOssFormat(), CohereFormat(), FunctionaryV31Format()),
+    MiniMaxM2Format(), SeedOssFormat(), CohereFormat(), FunctionaryV31Format(), Gemma4Format()),
     _DETECT, default="hermes")
 FORMATS, ALIASES, DEFAULT = REGISTRY.formats, REGISTRY.aliases, REGISTRY.default
 names, get_format, detect_name = REGISTRY.names, REGISTRY.get, REGISTRY.detect_name

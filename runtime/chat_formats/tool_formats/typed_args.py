@@ -73,20 +73,23 @@ def typed_value(raw: str, prop: Any) -> Any:
 
 
 def params_grammar(index: int, tool: ToolSpec, param: Param, sep: str = "", layout: str = "",
-                   python: bool = False) -> ir.Grammar:
+                   python: bool = False, values: Callable[[ir.Grammar], ir.Grammar] | None = None,
+                   sort_keys: bool = False) -> ir.Grammar:
     """The grammar of ``tool``'s parameters: ``param(key, value, raw)`` for each declared property in
-    schema order (optional ones may be absent), joined by ``sep``. ``python``: every value is a
-    Python literal (strings quoted), else raw strings are bare and other values tag-safe JSON.
-    ``FormatUnsupported`` names the tool when its schema is not an object of declared properties
-    or a property cannot compile."""
+    schema order (``sort_keys``: sorted by name; optional ones may be absent), joined by ``sep``.
+    ``python``: every value is a Python literal (strings quoted); ``values``: every value is the
+    JSON grammar of its sub-schema rewritten by this function (a family's own value syntax); else
+    raw strings are bare and other values tag-safe JSON. ``FormatUnsupported`` names the tool when
+    its schema is not an object of declared properties or a property cannot compile."""
     root = _check_root(index, tool, layout)
     required = set(root.get("required") or [])
     rules: dict[str, ir.Node] = {}
     items: list[tuple[ir.Node, bool]] = []
-    for k, (key, prop) in enumerate(property_schemas(tool).items()):
-        raw = is_raw(prop) and not python
-        leaf = python_literal if python else (_same if raw else tag_safe)
-        value = _value(index, root, key, prop, raw, rules, f"t{index}_p{k}_", leaf)
+    props = property_schemas(tool).items()
+    for k, (key, prop) in enumerate(sorted(props, key=lambda kv: kv[0]) if sort_keys else props):
+        raw = is_raw(prop) and not python and values is None
+        leaf = python_literal if python else (_same if raw or values else tag_safe)
+        value = _value(index, root, key, prop, raw, rules, f"t{index}_p{k}_", leaf, values)
         node = param(key, value, raw)
         if node is None:
             raise FormatUnsupported(index, f"the {layout} call layout cannot write the parameter name {key!r}")
@@ -128,7 +131,8 @@ def _check_root(index: int, tool: ToolSpec, layout: str) -> dict:
 
 
 def _value(index: int, root: dict, key: str, prop: Any, raw: bool, rules: dict[str, ir.Node],
-           prefix: str, leaf: Callable[[ir.Node], ir.Node]) -> ir.Node:
+           prefix: str, leaf: Callable[[ir.Node], ir.Node],
+           values: Callable[[ir.Grammar], ir.Grammar] | None = None) -> ir.Node:
     """One property's value node (its rules added to ``rules`` under ``prefix``)."""
     if raw and isinstance(prop, dict) and set(prop) <= _PLAIN_STRING_KEYS:
         lo, hi = int(prop.get("minLength", 0)), prop.get("maxLength")
@@ -141,7 +145,7 @@ def _value(index: int, root: dict, key: str, prop: Any, raw: bool, rules: dict[s
         grammar = schema_to_grammar(sub, any_order=False, unspecified_extras=False).grammar
     except ValueError as e:
         raise FormatUnsupported(index, f"property {key!r}: {e}") from None
-    start = merge_rules(grammar, prefix, rules, leaf)
+    start = merge_rules(values(grammar) if values else grammar, prefix, rules, leaf)
     if not raw:
         return start
     bare = unquoted(start)
