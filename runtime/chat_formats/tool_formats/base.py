@@ -126,6 +126,9 @@ class ToolFormat(ABC):
     # The text between two calls of one forced turn, generated under the grammar (after one call's
     # body, before the next one's); None: the family writes one call per turn.
     call_separator: str | None = None
+    # How a call writes its arguments: a JSON object, or one of the parameter layouts of
+    # :mod:`radixlm.runtime.chat_formats.tool_formats.typed_args`.
+    arguments_layout: str = "JSON object"
     # The head of a later call of the same turn, searched after the previous call's arguments
     # (None: ``call_head``).
     next_call_head: re.Pattern | None = None

@@ -43,6 +43,7 @@ class DeepSeekV32Format(ToolFormat):
     """DSML invocations, several per block."""
 
     name = "deepseekv32"
+    arguments_layout = 'DSML parameters'
     aliases = ("deepseek_v32",)
     openers, closer, open_marker, forced_prefix = (OPEN,), CLOSE, OPEN, OPEN
     call_suffix = "\n" + CLOSE

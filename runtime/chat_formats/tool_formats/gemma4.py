@@ -40,6 +40,7 @@ class Gemma4Format(ToolFormat):
     """Gemma 4's call blocks."""
 
     name = "gemma4"
+    arguments_layout = 'Gemma values (`<|"|>` strings, bare keys)'
     aliases = ("gemma-4", "gemma_4")
     openers, closer, open_marker, forced_prefix, call_suffix = (OPEN,), CLOSE, OPEN, OPEN + CALL, CLOSE
     call_separator = CLOSE + OPEN + CALL

@@ -23,6 +23,7 @@ class Glm45Format(ToolFormat, tags=(OPEN, CLOSE)):
     """Key/value tags, one function per ``<tool_call>`` block."""
 
     name = "glm45"
+    arguments_layout = 'key/value tags'
     aliases = ("glm4_moe", "glm46", "glm47", "glm", "glm4")
     call_separator = CLOSE + "\n" + OPEN
     inner_markers = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")

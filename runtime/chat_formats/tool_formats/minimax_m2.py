@@ -31,6 +31,7 @@ class MiniMaxM2Format(ToolFormat):
     """MiniMax-M2 invocations, several per block."""
 
     name = "minimax_m2"
+    arguments_layout = 'XML parameters'
     aliases = ("minimax-m2",)
     openers, closer, open_marker, forced_prefix, call_suffix = (OPEN,), CLOSE, OPEN, OPEN + "\n", CLOSE
     call_separator = ""  # each invocation ends with a newline

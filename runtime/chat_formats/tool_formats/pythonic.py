@@ -56,6 +56,7 @@ class PythonicFormat(ToolFormat):
     """A Python list of calls with keyword arguments."""
 
     name = "pythonic"
+    arguments_layout = 'Python keyword arguments'
     aliases = ("llama4", "llama32", "llama4_pythonic")
     openers = ("[",)
     open_marker = "["

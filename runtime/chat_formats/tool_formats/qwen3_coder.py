@@ -44,6 +44,7 @@ class Qwen3CoderFormat(ToolFormat):
     """XML-parameter calls, one function per ``<tool_call>`` block."""
 
     name = "qwen3_coder"
+    arguments_layout = 'XML parameters'
     aliases = ("qwen3_xml",)
     openers = (OPEN,)
     closer = CLOSE

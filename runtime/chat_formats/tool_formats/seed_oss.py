@@ -21,6 +21,7 @@ class SeedOssFormat(Qwen3CoderFormat):
     """XML-parameter calls, one function per ``<seed:tool_call>`` block."""
 
     name = "seed_oss"
+    arguments_layout = 'XML parameters'
     aliases = ("seed-oss",)
     open_tag, close_tag = OPEN, CLOSE
     openers, closer, open_marker, forced_prefix, call_suffix = (OPEN,), CLOSE, OPEN, OPEN + "\n", "\n" + CLOSE

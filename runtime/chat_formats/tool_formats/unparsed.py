@@ -15,7 +15,7 @@ logger = logging.getLogger("radixlm.chat_formats")
 
 # marker-like texts around calls: <|tool_call>, <tool_calls>, [TOOL_CALLS], <|START_ACTION|>, >>>
 _MARKER = re.compile(r"<\|?/?[A-Za-z_:｜▁]*(?:tool|function|action|call)[A-Za-z_▁]*\|?>|\[/?TOOL[A-Z_]*\]|"
-                     r">>>|Action:\\n```json|<\|[A-Z_]*(?:ACTION|TOOL)[A-Z_]*\|>", re.I)
+                     r">>>|Action:(?=\\n```json)|<\|[A-Z_]*(?:ACTION|TOOL)[A-Z_]*\|>", re.I)
 # families we know by their markers but do not parse, named in the warning
 KNOWN = (("Gemma 4", "<|tool_call>"), ("Functionary v3.2", ">>>"), ("Command R / R+", "Action:"),
          ("MiniMax-M1", "<tool_calls>"))
