@@ -26,7 +26,7 @@ CORPUS = {
     "Bielik-11B-v3.0-Instruct": ("hermes", "qwen3"),
     "ByteDance-Seed-OSS": ("seed_oss", None),
     "Cohere2MoE": ("cohere", None),
-    "CohereForAI-c4ai-command-r-plus-tool_use": ("hermes", None),
+    "CohereForAI-c4ai-command-r-plus-tool_use": ("command_r", None),
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": ("cohere", None),
     "GLM-4.6": ("glm45", "qwen3"),
     "GLM-4.7-Flash": ("glm45", "qwen3"),

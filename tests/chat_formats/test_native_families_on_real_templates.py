@@ -1,5 +1,5 @@
 """The families added with their real chat templates (llama-cpp-python's sdist corpus): MiniMax-M2,
-Seed-OSS, Cohere Command R7B / Command A, Functionary v3.1 and Gemma 4.
+Seed-OSS, Cohere Command R7B / Command A and Command R / R+, Functionary v3.1 and Gemma 4.
 
 For each: the template is detected as the family; a forced call (random walks under the family's
 grammar, a tool schema with bounds, an array, an enum and a ``$ref``) parses and validates, and its
@@ -31,11 +31,20 @@ from test_forced_call_grammars import SEARCH, k_seed  # noqa: E402
 
 LOOKUP = {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer"}},
           "required": ["q", "n"]}
-TOOLS = [ToolSpec("search", "Search the index", SEARCH), ToolSpec("lookup", "Look a word up", LOOKUP)]
+
+
+def _described(schema: dict) -> dict:
+    """``schema`` with a description on each property (Command R+'s template requires them)."""
+    props = {k: {**v, "description": f"the {k}"} for k, v in schema["properties"].items()}
+    return {**schema, "properties": props}
+
+
+TOOLS = [ToolSpec("search", "Search the index", _described(SEARCH)), ToolSpec("lookup", "Look a word up", _described(LOOKUP))]
 SCHEMAS = {t.name: t.parameters for t in TOOLS}
 # family -> the corpus templates that are its own
 FAMILIES = {"minimax_m2": ["MiniMax-M2"], "seed_oss": ["ByteDance-Seed-OSS"],
             "cohere": ["CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Cohere2MoE"],
+            "command_r": ["CohereForAI-c4ai-command-r-plus-tool_use"],
             "functionary_v31": ["meetkai-functionary-medium-v3.1"],
             "gemma4": ["google-gemma-4-31B-it", "google-gemma-4-31B-it-interleaved"]}
 CASES = [(family, template) for family, templates in FAMILIES.items() for template in templates]

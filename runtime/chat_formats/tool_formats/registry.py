@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from radixlm.runtime.chat_formats.format_registry import FormatRegistry
 from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
-from radixlm.runtime.chat_formats.tool_formats.cohere import CohereFormat
+from radixlm.runtime.chat_formats.tool_formats.cohere import CohereFormat, CommandRFormat
 from radixlm.runtime.chat_formats.tool_formats.deepseekv3 import DeepSeekV3Format
 from radixlm.runtime.chat_formats.tool_formats.deepseekv31 import DeepSeekV31Format
 from radixlm.runtime.chat_formats.tool_formats.deepseekv32 import DeepSeekV32Format
@@ -43,6 +43,7 @@ _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("minimax_m2", ("<minimax:tool_call>",)),
     ("seed_oss", ("<seed:tool_call>",)),
     ("cohere", ("<|START_ACTION|>",)),
+    ("command_r", ("Action:", "```json", "tool_name")),
     ("gemma4", ("<|tool_call>call:",)),
     ("qwen3_coder", ("<function=", "<parameter=")),
     ("granite", ("<|tool_call|>",)),
@@ -55,7 +56,8 @@ _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
 REGISTRY: FormatRegistry[ToolFormat] = FormatRegistry("tool_call_parser", (
     HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
     DeepSeekV3Format(), DeepSeekV31Format(), DeepSeekV32Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat(),
-    MiniMaxM2Format(), SeedOssFormat(), CohereFormat(), FunctionaryV31Format(), Gemma4Format()),
+    MiniMaxM2Format(), SeedOssFormat(), CohereFormat(), FunctionaryV31Format(), Gemma4Format(),
+    CommandRFormat()),
     _DETECT, default="hermes")
 FORMATS, ALIASES, DEFAULT = REGISTRY.formats, REGISTRY.aliases, REGISTRY.default
 names, get_format, detect_name = REGISTRY.names, REGISTRY.get, REGISTRY.detect_name
