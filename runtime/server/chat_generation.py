@@ -113,7 +113,8 @@ class ChoiceRunner:
                     yield self._finish(_openai_reason(thought.finish))
                     return
             self.ids += self._encode(self.fmt.forced_prefix)
-            async for ev in self._call_phase(choice.name, self.plan.max_calls):
+            # "required": one or more calls (parallel_tool_calls); a named function: that one call
+            async for ev in self._call_phase(choice.name, self.plan.max_calls if choice.name is None else 1):
                 yield ev
             yield self._finish("tool_calls" if self.calls and not self.cut_off else self.call_end)
             return

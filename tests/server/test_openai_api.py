@@ -142,6 +142,11 @@ def test_tools_required_and_named(client):
     choice = out.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     _check_calls(choice.message.tool_calls, {"get_weather", "get_time"})
+    assert len(choice.message.tool_calls) == 1
+    one = client.chat.completions.create(  # a named function is one call, parallel_tool_calls or not
+        model=MODEL, messages=ASK, tools=TOOLS, max_tokens=200, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert one.choices[0].finish_reason == "tool_calls" and len(one.choices[0].message.tool_calls) == 1
     named = client.chat.completions.create(
         model=MODEL, messages=ASK, tools=TOOLS, max_tokens=60, temperature=0.8, seed=3, parallel_tool_calls=False,
         tool_choice={"type": "function", "function": {"name": "get_time"}})
