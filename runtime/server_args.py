@@ -21,12 +21,19 @@ DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
 CACHE_ISOLATIONS = ("shared", "per-request")  # runtime/server/auth.py: cache_namespace
 # runtime.chat_formats.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import it)
-TOOL_CALL_PARSERS = ("deepseek-r1", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseekr1", "deepseekv3",
-                     "deepseekv31", "deepseekv32", "glm45", "glm46", "glm47", "glm4_moe", "gpt-oss", "gpt_oss", "granite", "hermes", "kimi", "kimi_k2",
-                     "llama", "llama3", "llama31", "llama32", "llama33", "llama4", "mistral", "pythonic", "qwen",
-                     "qwen25", "qwen3", "qwen3_coder")
+TOOL_CALL_PARSERS = ("cohere", "cohere2", "command-a", "command-r", "command-r-plus", "command-r7b",
+                     "command_a", "command_r", "command_r7b", "command_r_plus", "deepseek-r1", "deepseek_v3",
+                     "deepseek_v31", "deepseek_v32", "deepseekr1", "deepseekv3", "deepseekv31", "deepseekv32",
+                     "functionary", "functionary-v3.1", "functionary_llama31", "functionary_v31", "gemma-4",
+                     "gemma4", "gemma_4", "glm", "glm4", "glm45", "glm46", "glm47", "glm4_moe", "gpt-oss",
+                     "gpt_oss", "granite", "hermes", "kimi", "kimi_k2", "llama", "llama3", "llama31",
+                     "llama32", "llama33", "llama3_json", "llama4", "llama4_json", "llama4_pythonic",
+                     "minimax-m2", "minimax_m2", "mistral", "openai", "pythonic", "qwen", "qwen25", "qwen3",
+                     "qwen3_coder", "qwen3_xml", "seed-oss", "seed_oss")
 # runtime.chat_formats.reasoning.registry.names() (tests keep the two equal, as for TOOL_CALL_PARSERS)
-REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gpt-oss", "gpt_oss", "openai_gptoss", "qwen3", "qwq")
+REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gemma-4", "gemma4", "glm45", "gpt-oss", "gpt_oss",
+                     "kimi_k2", "magistral", "minimax", "minimax-append-think", "mistral", "openai_gptoss",
+                     "qwen3", "qwen3-thinking", "qwen3_thinking", "qwq", "step3")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")  # == constrained.adapters.CORES (tested)
 QUANTIZATIONS = ("int8",)  # runtime/model/quantization.py implements them

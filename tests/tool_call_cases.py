@@ -117,10 +117,67 @@ GOLDEN = {
         ('Let me see. <|tool_call|>[{"name": "get_time", "arguments": {"zone": "UTC"}}]', "Let me see. ", [T]),
         ('<|tool_call|>[{"name": "get_time"}]', '<|tool_call|>[{"name": "get_time"}]', []),
     ],
+    "minimax_m2": [
+        ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+         '<parameter name="metric">true</parameter>\n</invoke>\n</minimax:tool_call>', "", [W]),
+        ('<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n'
+         '<parameter name="metric">true</parameter>\n</invoke>\n<invoke name="get_time">\n'
+         '<parameter name="zone">UTC</parameter>\n</invoke>\n</minimax:tool_call>', "", [W, T]),
+        ('Checking.\n<minimax:tool_call>\n<invoke name="get_time">\n<parameter name="zone">UTC</parameter>\n'
+         '</invoke>\n</minimax:tool_call>', "Checking.\n", [T]),
+        ('<minimax:tool_call>\n<invoke name="get_time">zone=UTC</invoke>\n</minimax:tool_call>',
+         '<minimax:tool_call>\n<invoke name="get_time">zone=UTC</invoke>\n</minimax:tool_call>', []),
+    ],
+    "seed_oss": [
+        ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=metric>true"
+         "</parameter>\n</function>\n</seed:tool_call>", "", [W]),
+        ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=metric>true"
+         "</parameter>\n</function>\n</seed:tool_call>\n<seed:tool_call>\n<function=get_time>\n<parameter=zone>"
+         "UTC</parameter>\n</function>\n</seed:tool_call>", "\n", [W, T]),
+        ("Let me look.\n<seed:tool_call>\n<function=get_time>\n<parameter=zone>UTC</parameter>\n</function>\n"
+         "</seed:tool_call>", "Let me look.\n", [T]),
+        ("<seed:tool_call>\n<function=get_time>\nzone=UTC\n</seed:tool_call>",
+         "<seed:tool_call>\n<function=get_time>\nzone=UTC\n</seed:tool_call>", []),
+    ],
+    "cohere": [
+        ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", '
+         '"metric": true}}\n]<|END_ACTION|>', "", [W]),
+        ('<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", '
+         '"metric": true}},\n    {"tool_call_id": "1", "tool_name": "get_time", "parameters": {"zone": "UTC"}}\n]'
+         '<|END_ACTION|>', "", [W, T]),
+        ('<|START_THINKING|>the time<|END_THINKING|><|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_time", '
+         '"parameters": {"zone": "UTC"}}]<|END_ACTION|>', "<|START_THINKING|>the time<|END_THINKING|>", [T]),
+        ('<|START_ACTION|>[{"tool_name": "get_time"}]<|END_ACTION|>',
+         '<|START_ACTION|>[{"tool_name": "get_time"}]<|END_ACTION|>', []),
+    ],
+    "command_r": [
+        ('Action:\n```json\n[\n    {"tool_name": "get_weather", "parameters": {"city": "Paris", "metric": true}}\n]```',
+         "", [W]),
+        ('Action:\n```json\n[\n    {"tool_name": "get_weather", "parameters": {"city": "Paris", "metric": true}},\n'
+         '    {"tool_name": "get_time", "parameters": {"zone": "UTC"}}\n]```', "", [W, T]),
+        ('I will check.\nAction:\n```json\n[{"tool_name": "get_time", "parameters": {"zone": "UTC"}}]```\n',
+         "I will check.\n\n", [T]),
+        ('Action:\n```json\n[{"tool_name": "get_time"}]```', 'Action:\n```json\n[{"tool_name": "get_time"}]```', []),
+    ],
+    "functionary_v31": [
+        ('<function=get_weather>{"city": "Paris", "metric": true}</function>', "", [W]),
+        ('<function=get_weather>{"city": "Paris", "metric": true}</function><function=get_time>{"zone": "UTC"}'
+         '</function>', "", [W, T]),
+        ('Sure: <function=get_time>{"zone": "UTC"}</function>', "Sure: ", [T]),
+        ('<function=get_time>{"zone": UTC}</function>', '<function=get_time>{"zone": UTC}</function>', []),
+    ],
+    "gemma4": [
+        ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,metric:true}<tool_call|>', "", [W]),
+        ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,metric:true}<tool_call|><|tool_call>call:get_time'
+         '{zone:<|"|>UTC<|"|>}<tool_call|>', "", [W, T]),
+        ('One moment.<|tool_call>call:get_time{zone:<|"|>UTC<|"|>}<tool_call|>', "One moment.", [T]),
+        ('<|tool_call>call:get_time{zone:<|"|>UTC}<tool_call|>', '<|tool_call>call:get_time{zone:<|"|>UTC}<tool_call|>',
+         []),
+    ],
 }
 LIVE = ("hermes", "qwen3_coder", "llama3", "pythonic", "mistral", "deepseekv31", "glm45", "kimi_k2", "granite",
-        "deepseekv3", "deepseekv32")
-MAX_TOKENS = {"deepseekv32": 240}  # DSML's fullwidth markers take many byte-level tokens of the tiny vocab
+        "deepseekv3", "deepseekv32", "minimax_m2", "seed_oss", "cohere", "functionary_v31", "gemma4", "command_r")
+MAX_TOKENS = {"command_r": 160, "deepseekv32": 240, "minimax_m2": 160, "seed_oss": 160, "cohere": 160, "gemma4": 160}  # DSML's fullwidth markers take many byte-level tokens of the tiny vocab
 ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
         "additionalProperties": False}  # an enum: a free string from the tiny model may run past max_tokens
 SCHEMAS = {"get_weather": WEATHER, "get_time": ZONE}

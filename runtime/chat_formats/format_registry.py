@@ -39,11 +39,15 @@ class FormatRegistry(Generic[F]):
 
     def detect_name(self, chat_template: str | None) -> str | None:
         """The format whose markers the template writes, else ``default``."""
+        return self.detected(chat_template) or self.default
+
+    def detected(self, chat_template: str | None) -> str | None:
+        """The format whose markers the template writes, or None when none matches."""
         source = chat_template or ""
         for name, markers in self._detect:
             if all(m in source for m in markers):
                 return name
-        return self.default
+        return None
 
     def resolve(self, parser: str | None, chat_template: str | None) -> F | None:
         """The flag's format if set, else the one detected from the chat template (or None)."""

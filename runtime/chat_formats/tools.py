@@ -30,16 +30,30 @@ class ToolSpec:
 def call_schema(tools: list[ToolSpec], name: str | None = None) -> dict[str, Any]:
     """The JSON schema of one call: ``{"name": <declared name>, "arguments": <its parameters>}``."""
     chosen = [t for t in tools if name is None or t.name == name]
+    # each tool's local $refs now point into the call schema where its parameters sit
+    bases = ["#/properties/arguments"] if len(chosen) == 1 else \
+        [f"#/anyOf/{k}/properties/arguments" for k in range(len(chosen))]
     variants = [
         {"type": "object",
-         "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+         "properties": {"name": {"const": t.name}, "arguments": rebased(t.parameters, base)},
          "required": ["name", "arguments"], "additionalProperties": False}
-        for t in chosen
+        for t, base in zip(chosen, bases)
     ]
     schema = variants[0] if len(variants) == 1 else {"anyOf": variants}
     # The family's layout: "name" before "arguments", the arguments' keys in schema order, and
     # only the declared arguments (like OpenAI's strict function calling).
     return {**schema, SCHEMA_OPTIONS_KEY: {"property_order": "schema", "additional_properties": "declared"}}
+
+
+def rebased(schema: Any, base: str) -> Any:
+    """``schema`` with every local ``$ref`` (``#...``) prefixed by ``base``, the pointer where the
+    schema is embedded in a larger one."""
+    if isinstance(schema, list):
+        return [rebased(x, base) for x in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {k: base + v[1:] if k == "$ref" and isinstance(v, str) and v.startswith("#") else rebased(v, base)
+            for k, v in schema.items()}
 
 
 @dataclass

@@ -113,7 +113,8 @@ class ChoiceRunner:
                     yield self._finish(_openai_reason(thought.finish))
                     return
             self.ids += self._encode(self.fmt.forced_prefix)
-            async for ev in self._call_phase(choice.name):
+            # "required": one or more calls (parallel_tool_calls); a named function: that one call
+            async for ev in self._call_phase(choice.name, self.plan.max_calls if choice.name is None else 1):
                 yield ev
             yield self._finish("tool_calls" if self.calls and not self.cut_off else self.call_end)
             return
@@ -184,14 +185,15 @@ class ChoiceRunner:
         """What the reasoning parser held back, at the end of a text phase that ends the text."""
         return _split_events(self.splitter.finish(), None) if self.splitter is not None else []
 
-    async def _call_phase(self, name: str | None) -> AsyncIterator[ChoiceEvent]:
-        """One constrained call body in the family's wrapper; ``self.calls`` counts the calls it made.
+    async def _call_phase(self, name: str | None, max_calls: int = 1) -> AsyncIterator[ChoiceEvent]:
+        """Constrained call bodies (one, or up to ``max_calls`` in a forced turn) in the family's
+        wrapper; ``self.calls`` counts the calls it made.
 
         The call stream reads the wrapper text, the generated body and the suffix: a JSON-argument
         call is announced once its head is generated and its arguments stream as they come; others
         are the events the family's parser gives for the whole call text."""
         sampling = self._sampling(max_new_tokens=self.budget).reset(*_NOT_IN_CALL_PHASE).replace(
-            **self.fmt.body_constraint(self.plan.tools, name))
+            **self.fmt.body_constraint(self.plan.tools, name, max_calls))
         stream, phase = CallStream(self.fmt, self.plan.tools, self.calls), _Phase()
         events = stream.feed(self.fmt.forced_prefix)
         held: list[ChoiceEvent] = []  # content of a call phase is raw call markup until it completes
@@ -215,7 +217,7 @@ class ChoiceRunner:
         for out in held if complete else ():
             yield out
         if not complete and stream.started:
-            self.cut_call = self.calls
+            self.cut_call = stream.next_index - 1
         self.cut_off = not complete
         if self.cut_off or stream.next_index == self.calls:  # cut off by max_tokens (or aborted)
             self.call_end = _openai_reason(phase.finish)

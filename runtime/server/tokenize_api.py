@@ -2,7 +2,8 @@
 
 ``POST /tokenize`` ``{"prompt": str | [str], "add_special_tokens": true}`` (or ``"messages"``,
 rendered with the chat template as a chat request would be) answers ``{"tokens", "count",
-"max_model_len"}``, lists for a list of prompts. ``POST /detokenize`` ``{"tokens": [int] | [[int]],
+"max_model_len"}``, lists for a list of prompts; with ``messages``, ``tools`` (and ``tool_choice``)
+render as a chat request's do, so the tokens are the chat prompt's. ``POST /detokenize`` ``{"tokens": [int] | [[int]],
 "skip_special_tokens": true}`` answers ``{"text"}``.
 """
 
@@ -18,6 +19,7 @@ from radixlm.runtime.server.openai_requests import check_template_kwargs
 from radixlm.runtime.server.prompt_encoder import PromptEncoder
 from radixlm.runtime.server.request_fields import FieldReader, UnknownFields, check_str_list, check_token_ids
 from radixlm.runtime.server.state import ServerState
+from radixlm.runtime.server.tool_calls import parse_tool_choice, parse_tools
 
 
 class TokenizeRoutes:
@@ -43,7 +45,12 @@ class TokenizeRoutes:
             raise bad_request("exactly one of 'prompt' and 'messages' is required", param="prompt")
         add_special = r.get("add_special_tokens", "bool", True)
         if r.has("messages"):
-            text = self._render(parse_messages(r), check_template_kwargs(r.get("chat_template_kwargs", "object")))
+            tools = parse_tools(r.get("tools", "list"))
+            choice = parse_tool_choice(r.get("tool_choice", ("str", "object")), tools)
+            kwargs = check_template_kwargs(r.get("chat_template_kwargs", "object"))
+            if tools and choice.mode != "none":  # as the chat route renders them
+                kwargs = {**kwargs, "tools": [t.to_template() for t in tools]}
+            text = self._render(parse_messages(r), kwargs)
             prompts, single, add_special = [text], True, False  # the template wrote the special tokens
         else:
             raw = r.get("prompt", ("str", "list"), required=True)

@@ -1,10 +1,10 @@
 """Tool calling: parsing ``tools`` / ``tool_choice``, the constraint for a call, and extracting calls.
 
-A call is generated in the chat template's format, ``<tool_call>\\n{"name": ..., "arguments":
-{...}}\\n</tool_call>``. The JSON object between the markers is always generated under a JSON-schema
-constraint (:func:`~radixlm.runtime.chat_formats.tools.call_schema`): ``name`` is one of the declared
-tools (or the one named) and ``arguments`` follows that tool's ``parameters`` schema, so every call
-parses and validates.
+A call is generated in the chat template's format (the server's tool-call family; Hermes:
+``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>``), always under the family's call
+grammar (:mod:`radixlm.runtime.chat_formats.tool_formats.grammar`): the name is one of the declared
+tools (or the one named) and the arguments follow that tool's whole ``parameters`` schema, so every
+call parses and validates.
 
 - ``required`` / a named function: the prompt ends with ``<tool_call>\\n`` and the whole completion
   is the constrained object.

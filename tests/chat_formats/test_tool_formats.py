@@ -93,10 +93,15 @@ def test_our_checkpoint_template_is_hermes():
 
 
 def test_layouts_that_cannot_express_a_schema_name_the_tool():
-    nested = [ToolSpec("f", None, {"type": "object", "properties": {"a": {"type": "array"}}, "required": ["a"]})]
-    for family in ("pythonic", "qwen3_coder", "glm45"):
+    """A parameter layout writes one parameter per declared property: a root that is not an object
+    of properties, or a name the layout cannot spell, is refused (naming the tool), never guessed."""
+    union = [ToolSpec("f", None, {"anyOf": [{"type": "object"}, {"type": "array"}]})]
+    for family in ("pythonic", "qwen3_coder", "glm45", "deepseekv32"):
         with pytest.raises(ValueError, match=r"tools\[0\]\.function\.parameters"):
-            FORMATS[family].body_constraint(nested, None)
+            FORMATS[family].body_constraint(union, None)
+    reserved = [ToolSpec("f", None, {"type": "object", "properties": {"class": {"type": "string"}}})]
+    with pytest.raises(ValueError, match=r"tools\[0\]\.function\.parameters.*'class'"):
+        FORMATS["pythonic"].body_constraint(reserved, None)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +126,26 @@ def test_forced_calls_parse_and_validate_in_each_family(engine, family):
             jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
             if family == "mistral":
                 assert len(call.id) == 9 and call.id.isalnum()
+
+
+@pytest.mark.parametrize("family", ["qwen3_coder", "glm45", "pythonic", "llama3", "gemma4", "cohere"])
+def test_required_with_parallel_calls_in_each_layout(engine, family):
+    """``required`` with ``parallel_tool_calls``: one or more complete, valid calls in the family's
+    layout (XML and key/value blocks parsed whole, JSON arguments streamed), streamed alike."""
+    with family_client(engine, family) as client:
+        kwargs = {"model": "default", "messages": ASK, "tools": API_TOOLS, "tool_choice": "required",
+                  "max_tokens": 600, "temperature": 1.0, "seed": 7}
+        out = client.chat.completions.create(**kwargs).choices[0]
+        assert out.finish_reason == "tool_calls" and 1 <= len(out.message.tool_calls) <= 8, out
+        for call in out.message.tool_calls:
+            jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+        streamed: dict[int, list[str]] = {}
+        for chunk in client.chat.completions.create(**kwargs, stream=True):
+            for tc in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                got = streamed.setdefault(tc.index, [tc.function.name or "", ""])
+                got[1] += tc.function.arguments or ""
+        assert [tuple(v) for _, v in sorted(streamed.items())] == [
+            (c.function.name, c.function.arguments) for c in out.message.tool_calls]
 
 
 @pytest.mark.parametrize("family", ["llama3", "mistral", "deepseekv31", "kimi_k2", "granite", "deepseekv3", "gpt_oss"])
@@ -154,7 +179,7 @@ def _sample_body(family: str) -> str:
 
     seen: list[str] = []
 
-    def capture(tools, name, body):
+    def capture(tools, name, body, *more):
         seen.append(body(0, tools[0]))
         return {"regex": "x"}
 

@@ -138,12 +138,17 @@ def test_chat_json_schema_response_format(client):
 
 def test_tools_required_and_named(client):
     out = client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required",
-                                         max_tokens=60, temperature=0)
+                                         max_tokens=60, temperature=0, parallel_tool_calls=False)
     choice = out.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     _check_calls(choice.message.tool_calls, {"get_weather", "get_time"})
+    assert len(choice.message.tool_calls) == 1
+    one = client.chat.completions.create(  # a named function is one call, parallel_tool_calls or not
+        model=MODEL, messages=ASK, tools=TOOLS, max_tokens=200, temperature=0,
+        tool_choice={"type": "function", "function": {"name": "get_time"}})
+    assert one.choices[0].finish_reason == "tool_calls" and len(one.choices[0].message.tool_calls) == 1
     named = client.chat.completions.create(
-        model=MODEL, messages=ASK, tools=TOOLS, max_tokens=60, temperature=0.8, seed=3,
+        model=MODEL, messages=ASK, tools=TOOLS, max_tokens=60, temperature=0.8, seed=3, parallel_tool_calls=False,
         tool_choice={"type": "function", "function": {"name": "get_time"}})
     assert named.choices[0].finish_reason == "tool_calls"
     _check_calls(named.choices[0].message.tool_calls, {"get_time"})
@@ -153,6 +158,8 @@ def test_tools_required_and_named(client):
 def test_tools_streamed_like_openai(client, server, mode):
     kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": mode, "max_tokens": 60,
               "temperature": 0}
+    if mode == "required":  # one call fits in 60 tokens (parallel calls: the test below)
+        kwargs["parallel_tool_calls"] = False
     if mode == "auto":  # force the model to open calls (see the auto test); two fit in 60 tokens
         kwargs["logit_bias"] = {str(server.engine.tokenizer.encode("<tool_call>")[0]): 100}
     full = client.chat.completions.create(**kwargs).choices[0]
@@ -162,6 +169,34 @@ def test_tools_streamed_like_openai(client, server, mode):
     for i, want in enumerate(full.message.tool_calls):
         assert calls[i]["name"] == want.function.name and calls[i]["arguments"] == want.function.arguments
         assert calls[i]["id"].startswith("call_")
+
+
+def test_tools_required_with_parallel_calls_makes_one_or_more(client):
+    """``required`` with ``parallel_tool_calls`` (the default): the grammar admits one to eight
+    calls in one turn; every call is complete and valid, streamed as the whole response says."""
+    kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 400,
+              "temperature": 0}
+    full = client.chat.completions.create(**kwargs).choices[0]
+    assert full.finish_reason == "tool_calls" and 1 <= len(full.message.tool_calls) <= 8
+    _check_calls(full.message.tool_calls, {"get_weather", "get_time"})
+    content, calls, reason, _ = _collect_stream(client.chat.completions.create(**kwargs, stream=True))
+    assert reason == "tool_calls" and list(calls) == list(range(len(full.message.tool_calls)))
+    for i, want in enumerate(full.message.tool_calls):
+        assert calls[i]["name"] == want.function.name and calls[i]["arguments"] == want.function.arguments
+
+
+def test_tools_required_parallel_cut_by_the_budget_is_honest(client):
+    """Several forced calls cut by ``max_tokens``: the complete ones stand in ``tool_calls``, the cut
+    one is kept apart in ``truncated_tool_call``, and the reason is ``length``; streamed alike."""
+    kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 60,
+              "temperature": 0}
+    choice = client.chat.completions.create(**kwargs).choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None
+    _check_calls(choice.message.tool_calls or [], {"get_weather", "get_time"})
+    truncated = getattr(choice, "truncated_tool_call", None)
+    assert truncated is not None and truncated["function"]["name"] in ("get_weather", "get_time")
+    _, calls, reason, _ = _collect_stream(client.chat.completions.create(**kwargs, stream=True))
+    assert reason == "length" and len(calls) == len(choice.message.tool_calls or []) + 1  # the cut one streamed
 
 
 def test_tools_auto_detects_and_constrains_a_call(client, server):

@@ -14,5 +14,6 @@ class Qwen3Format(ThinkTagFormat):
     """Qwen3's reasoning."""
 
     name = "qwen3"
-    aliases = ("qwq",)
+    # SGLang's names of the families that write <think>...</think> themselves
+    aliases = ("qwq", "glm45", "kimi_k2", "minimax", "minimax-append-think", "step3")
     forced = False

@@ -12,11 +12,22 @@ from radixlm.runtime.chat_formats.reasoning.base import ReasoningFormat
 from radixlm.runtime.chat_formats.reasoning.deepseek_r1 import DeepSeekR1Format
 from radixlm.runtime.chat_formats.reasoning.gpt_oss import GptOssFormat
 from radixlm.runtime.chat_formats.reasoning.qwen3 import Qwen3Format
+from radixlm.runtime.chat_formats.reasoning.think_variants import (
+    Gemma4Format,
+    MistralThinkFormat,
+    Qwen3ThinkingFormat,
+)
 
 # (format, markers that must all be in the template), most specific first
 REGISTRY: FormatRegistry[ReasoningFormat] = FormatRegistry(
-    "reasoning_parser", (DeepSeekR1Format(), Qwen3Format(), GptOssFormat()),
+    "reasoning_parser", (DeepSeekR1Format(), Qwen3Format(), GptOssFormat(), Qwen3ThinkingFormat(),
+                         MistralThinkFormat(), Gemma4Format()),
     (("gpt-oss", ("<|channel|>", "<|start|>assistant")),
+     ("gemma4", ("<|channel>thought", "<channel|>")),
+     ("mistral", ("[THINK]", "[/THINK]")),
+     ("qwen3", ("<arg_key>", "<think>")),  # GLM-4.5 / 4.6 / 4.7
+     ("qwen3", ("<|tool_calls_section_begin|>", "<think>")),  # Kimi-K2-Thinking
+     ("qwen3", ("<minimax:tool_call>", "<think>")),  # MiniMax-M2
      ("deepseek-r1", ("<｜Assistant｜><think>",)),
      ("deepseek-r1", ("｜DSML｜", "<think>")),  # V3.2: thinking opened (or closed) by the template
      ("qwen3", ("<|im_start|>", "<think>"))))

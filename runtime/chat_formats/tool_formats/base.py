@@ -123,6 +123,15 @@ class ToolFormat(ABC):
     # Whether the family's models also write a call as the bare output ``{"name": ..., "arguments":
     # ...}`` without wrapper (see :mod:`radixlm.runtime.chat_formats.tool_formats.bare_json`).
     bare_json_calls: bool = False
+    # The text between two calls of one forced turn, generated under the grammar (after one call's
+    # body, before the next one's); None: the family writes one call per turn.
+    call_separator: str | None = None
+    # How a call writes its arguments: a JSON object, or one of the parameter layouts of
+    # :mod:`radixlm.runtime.chat_formats.tool_formats.typed_args`.
+    arguments_layout: str = "JSON object"
+    # The head of a later call of the same turn, searched after the previous call's arguments
+    # (None: ``call_head``).
+    next_call_head: re.Pattern | None = None
 
     @property
     def auto_openers(self) -> tuple[str, ...]:
@@ -144,9 +153,10 @@ class ToolFormat(ABC):
         (the rest is content), or None when the block is not a well-formed call."""
 
     @abstractmethod
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
-        """Sampling fields constraining one call body (``json_schema`` or ``regex``) generated
-        after ``forced_prefix``; raises :class:`FormatUnsupported` for inexpressible schemas."""
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        """Sampling fields constraining the calls generated after ``forced_prefix`` (``json_schema``,
+        ``regex`` or ``ebnf``): one call, or one to ``max_calls`` joined by ``call_separator`` where
+        the family writes several; raises :class:`FormatUnsupported` for inexpressible schemas."""
 
     def new_call_id(self, name: str, index: int) -> str:
         """The id of call ``index`` of a response (OpenAI style by default)."""

@@ -1,6 +1,7 @@
 """``CallStream``: one generated call, streamed as it is generated.
 
-A call phase generates one call under the grammar, in the family's wrapper. For the JSON-argument
+A call phase generates one call under the grammar, in the family's wrapper (or several, joined by
+the family's separator, when the turn allows parallel calls). For the JSON-argument
 layouts (those whose format sets ``call_head``) the call is announced (index, id, name) as soon as
 its head is complete, and then every character of the arguments object is sent as it arrives: the
 arguments are the JSON text exactly as generated, so their fragments, however the output was cut
@@ -22,7 +23,7 @@ class CallStream:
     def __init__(self, fmt: ToolFormat, tools: list[ToolSpec], index: int):
         self.fmt, self.tools, self.index = fmt, tools, index
         self.text = ""
-        self.started = False  # the call was announced (its arguments stream)
+        self.started = False  # a call was announced (its arguments stream)
         self.args_from = self.args_end = 0  # the arguments' span in ``text`` (args_end 0: not closed)
         self.sent = 0  # how much of ``text`` was sent as arguments
         self.next_index = index  # the index of the call after this one
@@ -32,21 +33,38 @@ class CallStream:
         """Add generated text; return the events it makes certain."""
         self.text += delta
         out: list[StreamEvent] = []
-        if not self.started:
-            head = self.fmt.call_head.match(self.text) if self.fmt.call_head is not None else None
-            if head is None:
+        while True:
+            if not self._open_call(out):
                 return out
-            self.started, self.next_index = True, self.index + 1
-            self.args_from = self.sent = self._pos = head.end()
-            name = head.group("name")
-            call_id = head.groupdict().get("id") or self.fmt.new_call_id(name, self.index)
-            out.append(StreamEvent("call_start", index=self.index, id=call_id, name=name))
-        self._scan()
-        upto = self.args_end or len(self.text)
-        if upto > self.sent:
-            out.append(StreamEvent("call_args", self.text[self.sent:upto], index=self.index))
-            self.sent = upto
-        return out
+            self._scan()
+            upto = self.args_end or len(self.text)
+            if upto > self.sent:
+                out.append(StreamEvent("call_args", self.text[self.sent:upto], index=self.next_index - 1))
+                self.sent = upto
+            if not self.args_end:
+                return out
+
+    def _open_call(self, out: list[StreamEvent]) -> bool:
+        """Whether a call's arguments are streaming: the first call's head, or after a closed call
+        the next call's head (a turn of several calls), announced in ``out`` when found now."""
+        if self.started and not self.args_end:
+            return True
+        if self.fmt.call_head is None:
+            return False
+        if not self.started:
+            head = self.fmt.call_head.match(self.text)
+        else:
+            head = (self.fmt.next_call_head or self.fmt.call_head).search(self.text, self.args_end)
+        if head is None:
+            return False
+        index = self.next_index
+        self.started, self.next_index = True, index + 1
+        self.args_from = self.sent = self._pos = head.end()
+        self.args_end, self._depth = 0, 0
+        name = head.group("name")
+        call_id = head.groupdict().get("id") or self.fmt.new_call_id(name, index)
+        out.append(StreamEvent("call_start", index=index, id=call_id, name=name))
+        return True
 
     def _scan(self) -> None:
         """Advance the bracket count; set ``args_end`` when the arguments object closes."""
@@ -72,7 +90,7 @@ class CallStream:
 
     @property
     def complete(self) -> bool:
-        """Whether a streamed call's arguments object closed (False when the output was cut off)."""
+        """Whether the last streamed call's arguments object closed (False when the output was cut off)."""
         return bool(self.args_end)
 
     def finish(self) -> list[StreamEvent]:

@@ -50,10 +50,14 @@ class DeepSeekV3Format(ToolFormat):
     inner_markers = (CALL_OPEN, SEP, CALL_CLOSE)
     call_head = re.compile(re.escape(SECTION_OPEN + CALL_OPEN + "function" + SEP) + f"(?P<name>{NAME_RE})"
                            + r"\n```json\n(?=\{)")
+    call_separator = CALL_CLOSE + "\n" + CALL_OPEN + "function" + SEP
+    next_call_head = re.compile(re.escape(CALL_CLOSE) + r"\s*" + re.escape(CALL_OPEN + "function" + SEP)
+                                + f"(?P<name>{NAME_RE})" + r"\n```json\n(?=\{)")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         calls = section_calls(block, _CALL)
         return (calls, len(block)) if calls else None
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
-        return per_tool(tools, name, lambda i, t: lit(t.name + "\n```json\n") + json_args(i, t) + lit("\n```"))
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        return per_tool(tools, name, lambda i, t: lit(t.name + "\n```json\n") + json_args(i, t) + lit("\n```"),
+                        self.call_separator, max_calls)

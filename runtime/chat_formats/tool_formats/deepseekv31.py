@@ -35,10 +35,13 @@ class DeepSeekV31Format(ToolFormat):
     call_suffix = CALL_CLOSE + SECTION_CLOSE
     inner_markers = (CALL_OPEN, SEP, CALL_CLOSE)
     call_head = re.compile(re.escape(SECTION_OPEN + CALL_OPEN) + f"(?P<name>{NAME_RE}?)" + re.escape(SEP) + r"(?=\{)")
+    call_separator = CALL_CLOSE + CALL_OPEN
+    next_call_head = re.compile(re.escape(CALL_CLOSE) + r"\s*" + re.escape(CALL_OPEN) + f"(?P<name>{NAME_RE}?)"
+                                + re.escape(SEP) + r"(?=\{)")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         calls = section_calls(block, _CALL)
         return (calls, len(block)) if calls else None
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
-        return per_tool(tools, name, lambda i, t: lit(t.name + SEP) + json_args(i, t))
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        return per_tool(tools, name, lambda i, t: lit(t.name + SEP) + json_args(i, t), self.call_separator, max_calls)

@@ -12,8 +12,8 @@ import re
 from typing import Any
 
 from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, calls_in, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import flat_properties, lit, per_tool, required_only
-from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import value_regex
+from radixlm.runtime.chat_formats.tool_formats.grammar import per_tool
+from radixlm.runtime.chat_formats.tool_formats.typed_args import params_grammar, tag_param, wrapped
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 DSML = "｜DSML｜"
@@ -39,16 +39,15 @@ def _params(body: str) -> dict[str, Any] | None:
     return args if not body[pos:].strip() else None
 
 
-def _is_text(prop: dict) -> bool:
-    """Whether the template writes this property with ``string="true"`` (a string value)."""
-    return prop.get("type") == "string" or bool(prop.get("enum")) and all(isinstance(v, str) for v in prop["enum"])
-
-
-class DeepSeekV32Format(ToolFormat, tags=(OPEN, CLOSE)):
+class DeepSeekV32Format(ToolFormat):
     """DSML invocations, several per block."""
 
     name = "deepseekv32"
+    arguments_layout = 'DSML parameters'
     aliases = ("deepseek_v32",)
+    openers, closer, open_marker, forced_prefix = (OPEN,), CLOSE, OPEN, OPEN
+    call_suffix = "\n" + CLOSE
+    call_separator = ""  # each invocation's body starts on a new line
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         if not block.endswith(CLOSE):
@@ -60,12 +59,8 @@ class DeepSeekV32Format(ToolFormat, tags=(OPEN, CLOSE)):
         calls = calls_in(block[len(OPEN):-len(CLOSE)], _INVOKE, call_of)
         return (calls, len(block)) if calls else None
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
-        def body(i: int, tool: ToolSpec) -> str:
-            parts = [lit(f'\n<{DSML}invoke name="{tool.name}">\n')]
-            for key, prop in required_only(flat_properties(i, tool, "deepseekv32 DSML-parameter")):
-                kind = "true" if _is_text(prop) else "false"
-                parts.append(lit(f'<{DSML}parameter name="{key}" string="{kind}">') + value_regex(prop)
-                             + lit(f"</{DSML}parameter>\n"))
-            return "".join(parts) + lit(f"</{DSML}invoke>\n")
-        return per_tool(tools, name, body)
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        param = tag_param(f'<{DSML}parameter name="{{key}}" string="{{string}}">', f"</{DSML}parameter>\n", '<>\n"')
+        return per_tool(tools, name, lambda i, t: wrapped(
+            params_grammar(i, t, param, layout="deepseekv32 DSML-parameter"),
+            f'\n<{DSML}invoke name="{t.name}">\n', f"</{DSML}invoke>"), self.call_separator, max_calls)

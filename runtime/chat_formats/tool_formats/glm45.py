@@ -10,8 +10,9 @@ import re
 from typing import Any
 
 from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import flat_properties, lit, per_tool, required_only
-from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import value_regex, xml_params
+from radixlm.runtime.chat_formats.tool_formats.grammar import per_tool
+from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import xml_params
+from radixlm.runtime.chat_formats.tool_formats.typed_args import params_grammar, tag_param, wrapped
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -22,7 +23,9 @@ class Glm45Format(ToolFormat, tags=(OPEN, CLOSE)):
     """Key/value tags, one function per ``<tool_call>`` block."""
 
     name = "glm45"
-    aliases = ("glm4_moe", "glm46", "glm47")
+    arguments_layout = 'key/value tags'
+    aliases = ("glm4_moe", "glm46", "glm47", "glm", "glm4")
+    call_separator = CLOSE + "\n" + OPEN
     inner_markers = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
@@ -38,11 +41,7 @@ class Glm45Format(ToolFormat, tags=(OPEN, CLOSE)):
         args = xml_params(body, next((t for t in tools if t.name == name), None), _ARG)
         return ([ParsedCall(name, dump_args(args))], len(block)) if args is not None else None
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
-        def body(i: int, tool: ToolSpec) -> str:
-            parts = [lit(tool.name + "\n")]
-            for key, prop in required_only(flat_properties(i, tool, "glm45 key/value")):
-                parts.append(lit(f"<arg_key>{key}</arg_key>\n<arg_value>") + value_regex(prop)
-                             + lit("</arg_value>\n"))
-            return "".join(parts)
-        return per_tool(tools, name, body)
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        param = tag_param("<arg_key>{key}</arg_key>\n<arg_value>", "</arg_value>\n")
+        return per_tool(tools, name, lambda i, t: wrapped(
+            params_grammar(i, t, param, layout="glm45 key/value"), t.name + "\n", ""), self.call_separator, max_calls)

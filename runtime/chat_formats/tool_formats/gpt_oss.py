@@ -27,7 +27,7 @@ class GptOssFormat(ToolFormat):
     """gpt-oss harmony calls, one message per call."""
 
     name = "gpt_oss"
-    aliases = ("gpt-oss",)
+    aliases = ("gpt-oss", "openai")
     openers = (OPEN, TEMPLATE_OPEN)
     closer = CALL
     open_marker = OPEN
@@ -45,5 +45,5 @@ class GptOssFormat(ToolFormat):
             return None
         return [ParsedCall(m.group(1), dump_args(args))], len(block)
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
         return per_tool(tools, name, lambda i, t: lit(t.name + " <|constrain|>json<|message|>") + json_args(i, t))

@@ -35,6 +35,9 @@ class KimiK2Format(ToolFormat):
     forced_prefix = SECTION_OPEN + CALL_OPEN + "functions."
     call_suffix = CALL_CLOSE + SECTION_CLOSE
     inner_markers = (CALL_OPEN, ARGS_OPEN, CALL_CLOSE)
+    call_separator = CALL_CLOSE + CALL_OPEN + "functions."
+    next_call_head = re.compile(re.escape(CALL_CLOSE) + r"\s*" + re.escape(CALL_OPEN)
+                                + r"\s*(?P<id>functions\.(?P<name>[A-Za-z0-9_.-]+?):\d+)\s*" + re.escape(ARGS_OPEN) + r"(?=\{)")
     call_head = re.compile(re.escape(SECTION_OPEN + CALL_OPEN) + r"\s*(?P<id>functions\.(?P<name>[A-Za-z0-9_.-]+?):\d+)\s*"
                            + re.escape(ARGS_OPEN) + r"(?=\{)")
 
@@ -49,8 +52,9 @@ class KimiK2Format(ToolFormat):
         calls = calls_in(block[len(SECTION_OPEN):-len(SECTION_CLOSE)], _CALL, call_of)
         return (calls, len(block)) if calls else None
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
-        return per_tool(tools, name, lambda i, t: lit(t.name + ":") + "[0-9]" + lit(ARGS_OPEN) + json_args(i, t))
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        return per_tool(tools, name, lambda i, t: lit(t.name + ":") + "[0-9]" + lit(ARGS_OPEN) + json_args(i, t),
+                        self.call_separator, max_calls)
 
     def new_call_id(self, name: str, index: int) -> str:
         return f"functions.{name}:{index}"

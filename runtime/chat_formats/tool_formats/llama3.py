@@ -24,12 +24,14 @@ class Llama3Format(ToolFormat):
     """Bare JSON call objects (the output starts one with ``{"name": ``)."""
 
     name = "llama3"
-    aliases = ("llama", "llama31", "llama33")
+    aliases = ("llama", "llama31", "llama33", "llama3_json", "llama4_json")
     openers = (PYTHON_TAG, CALL_OPEN)
     open_marker = CALL_OPEN
     forced_prefix = CALL_OPEN
     call_head = json_head(f"(?:{re.escape(PYTHON_TAG)})?", "parameters|arguments")
     bare_json_calls = True  # Qwen2.5(-Coder) / Llama 3.x write bare call objects under auto
+    call_separator = "; " + CALL_OPEN
+    next_call_head = json_head(r";\s*", "parameters|arguments")
 
     @property
     def auto_openers(self) -> tuple[str, ...]:
@@ -54,6 +56,6 @@ class Llama3Format(ToolFormat):
         end = len(block) - len(block[pos:].lstrip()) if not block[pos:].strip() else pos
         return calls, end
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
         return per_tool(tools, name, lambda i, t: lit(json.dumps(t.name) + ', "parameters": ')
-                        + json_args(i, t) + lit("}"))
+                        + json_args(i, t) + lit("}"), self.call_separator, max_calls)

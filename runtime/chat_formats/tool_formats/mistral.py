@@ -38,8 +38,13 @@ def _named_calls(block: str) -> tuple[list[ParsedCall], int] | None:
     return (calls, pos) if calls else None
 
 
-class MistralFormat(ToolFormat, tags=(OPEN, None)):
+class MistralFormat(ToolFormat):
     """``[TOOL_CALLS]`` calls, which run to the end of the answer."""
+
+    # the calls are one JSON list: its bracket is part of the forced text, the calls inside it
+    openers, closer, open_marker, forced_prefix, call_suffix = (OPEN,), None, OPEN, OPEN + "[", "]"
+    call_separator = ", "
+    next_call_head = json_head(r",\s*")
 
     name = "mistral"
     inner_markers = ("[ARGS]", "[CALL_ID]")
@@ -50,9 +55,9 @@ class MistralFormat(ToolFormat, tags=(OPEN, None)):
             return call_list(block, len(OPEN))
         return _named_calls(block)
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
-        return per_tool(tools, name, lambda i, t: lit('[{"name": ' + json.dumps(t.name) + ', "arguments": ')
-                        + json_args(i, t) + lit("}]"))
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        return per_tool(tools, name, lambda i, t: lit('{"name": ' + json.dumps(t.name) + ', "arguments": ')
+                        + json_args(i, t) + lit("}"), self.call_separator, max_calls)
 
     def new_call_id(self, name: str, index: int) -> str:
         return mistral_call_id()

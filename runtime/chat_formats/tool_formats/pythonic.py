@@ -1,28 +1,20 @@
 """Llama 3.2 / Llama 4 pythonic calls: ``[get_weather(city="Paris", metric=True), f(x=1)]``.
 
-Arguments are Python literals written as keyword arguments; the call body is built from the
-tool's schema for flat objects of scalar properties (strings, numbers, booleans, enums).
+Arguments are Python literals written as keyword arguments; a forced call's arguments are
+constrained by the tool's whole schema (each value a Python literal of its property's sub-schema,
+see :mod:`radixlm.runtime.chat_formats.tool_formats.typed_args`).
 """
 
 from __future__ import annotations
 
 import ast
-import json
 from typing import Any
 
+from radixlm.constrained.ir import builder as ir
 from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import (
-    alternatives,
-    flat_properties,
-    json_scalar,
-    lit,
-    per_tool,
-    required_only,
-    scalar_kind,
-)
+from radixlm.runtime.chat_formats.tool_formats.grammar import per_tool
+from radixlm.runtime.chat_formats.tool_formats.typed_args import params_grammar, python_keyword, wrapped
 from radixlm.runtime.chat_formats.tools import ToolSpec
-
-_STRING = r'"[^"\\\x0a]*"'
 
 
 def _call(node: ast.expr) -> ParsedCall | None:
@@ -56,31 +48,26 @@ def parse_list(text: str) -> tuple[list[ParsedCall], int] | None:
     return None
 
 
-def _value(prop: dict) -> str:
-    if scalar_kind(prop) == "boolean":
-        return "(True|False)"
-    if scalar_kind(prop) == "enum":
-        vals = prop.get("enum", [prop.get("const")])
-        return alternatives([lit(repr(v) if isinstance(v, bool) else json.dumps(v)) for v in vals])
-    return json_scalar(prop, _STRING)
+def _keyword(key: str, value: ir.Node, raw: bool) -> ir.Node | None:
+    return ir.seq(ir.Lit(key + "="), value) if python_keyword(key) else None
 
 
 class PythonicFormat(ToolFormat):
     """A Python list of calls with keyword arguments."""
 
     name = "pythonic"
-    aliases = ("llama4", "llama32")
+    arguments_layout = 'Python keyword arguments'
+    aliases = ("llama4", "llama32", "llama4_pythonic")
     openers = ("[",)
     open_marker = "["
     forced_prefix = "["
     call_suffix = "]"
+    call_separator = ", "
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         return parse_list(block)
 
-    def body_constraint(self, tools: list[ToolSpec], name: str | None) -> dict[str, Any]:
-        def body(i: int, tool: ToolSpec) -> str:
-            props = required_only(flat_properties(i, tool, "pythonic"))
-            args = lit(", ").join(lit(f"{k}=") + _value(p) for k, p in props)
-            return lit(f"{tool.name}(") + args + lit(")")
-        return per_tool(tools, name, body)
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        return per_tool(tools, name, lambda i, t: wrapped(
+            params_grammar(i, t, _keyword, ", ", "pythonic", python=True), t.name + "(", ")"),
+            self.call_separator, max_calls)
