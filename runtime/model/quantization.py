@@ -39,6 +39,7 @@ from torch import nn
 
 INT8_MAX = 127
 QUANTIZE_ROWS = 4096  # rows quantized at a time: bounds the float32 temporary of a large LM head
+DEQUANT_ROWS = 2048  # weight rows dequantized at a time by the float32 fallback matmul
 # Most rows for which _weight_int8pack_mm beats converting the weights per call (2-core AVX2, the
 # `small` shapes: bfloat16 wins up to ~32 rows, ties at 48, loses at 64; float32 wins at 1 row only)
 INT8PACK_MAX_ROWS = {torch.bfloat16: 32, torch.float32: 1}
@@ -116,8 +117,20 @@ def int8_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: tor
         scale_act = scale.to(x.dtype) if scale_act is None or scale_act.dtype != x.dtype else scale_act
         y = torch.ops.aten._weight_int8pack_mm(_aligned(x), q, scale_act)  # [n, out]
     else:  # in float32: a half-precision F.linear would round the unscaled sums
-        y = (F.linear(x.float(), q.float()) * scale.float()).to(x.dtype)
+        y = _dequantized_linear(x.float(), q, scale).to(x.dtype)
     return y if bias is None else y + bias
+
+
+def _dequantized_linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """float32 ``x @ (q * scale).T``, dequantizing ``DEQUANT_ROWS`` weight rows at a time, so the float
+    copy of a weight never exists whole (an LM head's would be hundreds of MB, kept by the allocator)."""
+    if q.shape[0] <= DEQUANT_ROWS:
+        return F.linear(x, q.float()) * scale.float()
+    y = torch.empty((x.shape[0], q.shape[0]), dtype=torch.float32, device=x.device)
+    for start in range(0, q.shape[0], DEQUANT_ROWS):
+        end = min(start + DEQUANT_ROWS, q.shape[0])
+        y[:, start:end] = F.linear(x, q[start:end].float()) * scale[start:end].float()
+    return y
 
 
 class Int8Linear(nn.Module):
