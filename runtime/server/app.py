@@ -31,6 +31,7 @@ from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
 from radixlm.runtime.server.openai_api import OpenAIRoutes
 from radixlm.runtime.server.origin_checks import origin_middleware
+from radixlm.runtime.server.responses_api import ResponsesRoutes
 from radixlm.runtime.server.state import ServerConfig, ServerState
 
 logger = logging.getLogger("radixlm.server")
@@ -97,6 +98,7 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     app[STATE_KEY] = state
     NativeRoutes(state).register(app)
     OpenAIRoutes(state).register(app)
+    ResponsesRoutes(state).register(app)
     return app
 
 

@@ -122,6 +122,9 @@ class FieldReader:
         if not policy.strict:  # a null asks for nothing: not worth naming
             extra = [k for k in extra if self.body[k] is not None]
         policy.found([self.path(k) for k in extra])
+        # accepted without effect: never a 400, but named like any other dropped field
+        policy.names.extend(p for p in (self.path(k) for k in sorted(ignored & set(self.body) - self.seen)
+                                        if self.body[k] is not None) if p not in policy.names)
 
 
 def check_str_list(value: Any, param: str, allow_empty: bool = False) -> list[str]:
