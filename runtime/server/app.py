@@ -24,6 +24,7 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from radixlm.runtime.server.anthropic_api import AnthropicRoutes
 from radixlm.runtime.server.auth import auth_middleware
 from radixlm.runtime.server.connection_guard import ConnectionGuard, GuardedSite
 from radixlm.runtime.server.engine_api import ServedEngine
@@ -99,6 +100,7 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     NativeRoutes(state).register(app)
     OpenAIRoutes(state).register(app)
     ResponsesRoutes(state).register(app)
+    AnthropicRoutes(state).register(app)
     return app
 
 
