@@ -30,6 +30,7 @@ from radixlm.runtime.server.connection_guard import ConnectionGuard, GuardedSite
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
+from radixlm.runtime.server.ollama_api import OllamaRoutes
 from radixlm.runtime.server.openai_api import OpenAIRoutes
 from radixlm.runtime.server.origin_checks import origin_middleware
 from radixlm.runtime.server.responses_api import ResponsesRoutes
@@ -101,6 +102,7 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     OpenAIRoutes(state).register(app)
     ResponsesRoutes(state).register(app)
     AnthropicRoutes(state).register(app)
+    OllamaRoutes(state).register(app)
     return app
 
 

@@ -101,6 +101,29 @@ async def start_chat(state: ServerState, request: web.Request, record: RequestRe
     return ChatTurn(req, ChoiceRunner(state, plan, record, 0), params)
 
 
+async def start_raw(state: ServerState, request: web.Request, record: RequestRecord, body: dict[str, Any],
+                    params: ParamMap, prompt: str, param: str) -> ChatTurn:
+    """As :func:`start_chat`, but ``prompt`` is the model's input as it is (no chat template; ``param``
+    names it); ``body`` gives the settings (its ``messages`` are not read)."""
+    try:
+        req = parse_chat_request({**body, "messages": [{"role": "user", "content": prompt}]}, False,
+                                 state.max_new_tokens_default)
+    except APIError as e:
+        raise params.error(e) from None
+    state.prompts.check_chars(prompt, param)
+    ids = await state.prompts.encode(prompt, param)
+    sampling, ctx = req.sampling, state.context_len
+    if ctx and len(ids) >= ctx:
+        raise APIError(400, f"this model's maximum context length is {ctx} tokens, but '{param}' takes "
+                       f"{len(ids)} tokens", param=param, code="context_length_exceeded")
+    if not req.max_tokens_given:  # the server's default, within the context left
+        sampling = sampling.replace(max_new_tokens=min(sampling.max_new_tokens, ctx - len(ids) - 1) if ctx
+                                    else sampling.max_new_tokens)
+    plan = ChatPlan(ids, sampling, stream=req.stream, extra_key=state.extra_key(request, req.salt),
+                    fmt=state.tool_format)
+    return ChatTurn(req, ChoiceRunner(state, plan, record, 0), params)
+
+
 async def collect(turn: ChatTurn) -> Answer:
     """Run ``turn`` to its end (an announced call the budget cut off is not a complete call: dropped)."""
     out = Answer()
