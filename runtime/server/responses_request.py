@@ -51,23 +51,10 @@ class ResponsesRequest:
 def parse_responses_request(body: dict[str, Any], strict: bool = False) -> ResponsesRequest:
     """Check a ``/v1/responses`` body (400 naming the bad field; unknown fields too if ``strict``)."""
     r = FieldReader(body, unknown=UnknownFields(strict))
-    for key in ("previous_response_id", "conversation"):
-        if r.get(key, ("str", "object")) is not None:
-            raise bad_request(f"'{key}' needs stored responses, and this server keeps none (it is "
-                              "stateless); send the whole conversation in 'input'", param=key,
-                              code="unsupported_parameter")
-    if r.get("background", "bool", False):
-        raise bad_request("'background' needs stored responses, and this server keeps none; stream "
-                          "instead", param="background", code="unsupported_parameter")
+    _refuse_stored(r)
     messages = _instructions(r) + input_messages(r.get("input", ("str", "list"), required=True))
     chat: dict[str, Any] = {"messages": messages, "model": r.get("model", "str")}
-    for key, chat_key, kind in (("temperature", "temperature", "number"), ("top_p", "top_p", "number"),
-                                ("max_output_tokens", "max_tokens", "int"),
-                                ("parallel_tool_calls", "parallel_tool_calls", "bool"),
-                                ("prompt_cache_key", "cache_salt", "str"), ("seed", "seed", "int")):
-        value = r.get(key, kind, lo=1 if key == "max_output_tokens" else None)
-        if value is not None:
-            chat[chat_key] = value
+    _sampler_fields(r, chat)
     tools = [_tool(t, i) for i, t in enumerate(r.get("tools", "list") or [])]
     if tools:
         chat["tools"] = tools
@@ -77,16 +64,14 @@ def parse_responses_request(body: dict[str, Any], strict: bool = False) -> Respo
     fmt = _text_format(r)
     if fmt is not None:
         chat["response_format"] = fmt
-    effort, summary = _reasoning(r)
+    effort = _reasoning(r)
     if effort is not None:
         chat["reasoning_effort"] = effort
     top = r.get("top_logprobs", "int", lo=0, hi=20)
-    include = r.get("include", "list") or []
-    logprobs = top is not None or "message.output_text.logprobs" in include
+    logprobs = top is not None or "message.output_text.logprobs" in (r.get("include", "list") or [])
     if logprobs:
         chat.update(logprobs=True, top_logprobs=top or 0)
-    stream = r.get("stream", "bool", False)
-    chat["stream"] = stream
+    chat["stream"] = r.get("stream", "bool", False)
     r.get("store", "bool")  # nothing is stored: the response says store false
     truncation = r.get("truncation", "str", "disabled", choices=("disabled", "auto"))
     metadata = _metadata(r)
@@ -99,9 +84,32 @@ def parse_responses_request(body: dict[str, Any], strict: bool = False) -> Respo
             "tool_choice": choice if choice is not None else "auto",
             "tools": [{"type": "function", **t["function"]} for t in tools],
             "text": {"format": body["text"]["format"] if fmt is not None else {"type": "text"}},
-            "reasoning": {"effort": effort, "summary": summary}, "truncation": truncation,
+            "reasoning": {"effort": effort, "summary": None}, "truncation": truncation,
             "top_logprobs": top, "user": body.get("user")}
-    return ResponsesRequest(chat, echo, stream, logprobs, r.unknown)
+    return ResponsesRequest(chat, echo, chat["stream"], logprobs, r.unknown)
+
+
+def _refuse_stored(r: FieldReader) -> None:
+    """400 for what needs stored responses: this server keeps none."""
+    for key in ("previous_response_id", "conversation"):
+        if r.get(key, ("str", "object")) is not None:
+            raise bad_request(f"'{key}' needs stored responses, and this server keeps none (it is "
+                              "stateless); send the whole conversation in 'input'", param=key,
+                              code="unsupported_parameter")
+    if r.get("background", "bool", False):
+        raise bad_request("'background' needs stored responses, and this server keeps none; stream "
+                          "instead", param="background", code="unsupported_parameter")
+
+
+def _sampler_fields(r: FieldReader, chat: dict[str, Any]) -> None:
+    """The sampler and cache fields, under their chat names."""
+    for key, chat_key, kind in (("temperature", "temperature", "number"), ("top_p", "top_p", "number"),
+                                ("max_output_tokens", "max_tokens", "int"),
+                                ("parallel_tool_calls", "parallel_tool_calls", "bool"),
+                                ("prompt_cache_key", "cache_salt", "str"), ("seed", "seed", "int")):
+        value = r.get(key, kind, lo=1 if key == "max_output_tokens" else None)
+        if value is not None:
+            chat[chat_key] = value
 
 
 def _instructions(r: FieldReader) -> list[dict[str, Any]]:
@@ -251,18 +259,19 @@ def _text_format(r: FieldReader) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": spec}
 
 
-def _reasoning(r: FieldReader) -> tuple[str | None, str | None]:
+def _reasoning(r: FieldReader) -> str | None:
+    """``reasoning.effort`` (``summary`` is named as ignored: the thinking is returned whole)."""
     raw = r.get("reasoning", "object")
     if raw is None:
-        return None, None
+        return None
     sub = r.sub(raw, "reasoning")
     effort = sub.get("effort", "str", choices=("none", "minimal", "low", "medium", "high", "xhigh"))
     summary = sub.get("summary", "str", choices=("auto", "concise", "detailed"))
     sub.get("generate_summary", "str")
     sub.reject_unknown()
-    if summary is not None:  # the thinking is returned whole, never summarised
+    if summary is not None:
         r.unknown.names.append("reasoning.summary")
-    return effort, None
+    return effort
 
 
 def _metadata(r: FieldReader) -> dict[str, str]:
