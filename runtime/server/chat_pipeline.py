@@ -48,8 +48,13 @@ class ParamMap:
         if not err.param:
             return err
         new = self.name(err.param)
-        return err if new == err.param else APIError(err.status, err.message.replace(err.param, new), param=new,
-                                                     code=err.code, retry_after_s=err.retry_after_s)
+        if new == err.param:
+            return err
+        # the field as the message names it: quoted, or bare when it cannot be an English word
+        message = err.message.replace(f"'{err.param}'", f"'{new}'")
+        if "_" in err.param or "." in err.param:  # no English word: safe to rename wherever it stands
+            message = re.sub(rf"(?<![\w.\[]){re.escape(err.param)}(?![\w\[])", new, message)
+        return APIError(err.status, message, param=new, code=err.code, retry_after_s=err.retry_after_s)
 
 
 @dataclass
@@ -119,6 +124,10 @@ async def start_raw(state: ServerState, request: web.Request, record: RequestRec
     if not req.max_tokens_given:  # the server's default, within the context left
         sampling = sampling.replace(max_new_tokens=min(sampling.max_new_tokens, ctx - len(ids) - 1) if ctx
                                     else sampling.max_new_tokens)
+    elif ctx and len(ids) + sampling.max_new_tokens > ctx:
+        raise params.error(APIError(400, f"this model's maximum context length is {ctx} tokens; '{param}' takes "
+                                    f"{len(ids)} and 'max_tokens' asks for {sampling.max_new_tokens}",
+                                    param="max_tokens", code="context_length_exceeded"))
     plan = ChatPlan(ids, sampling, stream=req.stream, extra_key=state.extra_key(request, req.salt),
                     fmt=state.tool_format)
     return ChatTurn(req, ChoiceRunner(state, plan, record, 0), params)

@@ -104,6 +104,10 @@ def test_errors_have_ollama_shape(server, client):
     resp = requests.post(server.url + "/api/chat", json={"model": "default", "stream": False, "messages": [
         {"role": "user", "content": "x", "images": ["aGk="]}]}, timeout=30)
     assert resp.status_code == 400 and "messages[0].images" in resp.json()["error"]
+    for raw in (False, True):  # past the context: a 400 naming the option, templated or raw
+        resp = requests.post(server.url + "/api/generate", timeout=30, json={
+            "model": "default", "prompt": "x", "raw": raw, "stream": False, "options": {"num_predict": 99999}})
+        assert resp.status_code == 400 and "options.num_predict" in resp.json()["error"], resp.text
 
 
 def test_runner_options_are_named(server):
