@@ -42,7 +42,8 @@ CONVERSATION_KEYS = {"/v1/chat/completions": ("messages",), "/v1/messages": ("sy
 FORWARDED_GET_ROUTES = ("/get_model_info", "/v1/models", "/v1/models/{model:.+}", "/health_generate", "/",
                         "/version", "/api/tags", "/api/version")
 # the replicas share one tokenizer: any of them answers
-FORWARDED_POST_ROUTES = ("/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize", "/api/show")
+FORWARDED_POST_ROUTES = ("/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize", "/api/show",
+                         "/v1/messages/count_tokens")
 REPLICA_HEADER = "X-Radixlm-Replica"  # which replica answered, for clients and tests
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 

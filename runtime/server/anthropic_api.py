@@ -69,6 +69,19 @@ class AnthropicRoutes:
 
     def register(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", anthropic_errors(with_route_names(self.create, ANTHROPIC_NAMES)))
+        app.router.add_post("/v1/messages/count_tokens", anthropic_errors(self.count_tokens))
+
+    async def count_tokens(self, request: web.Request) -> web.Response:
+        """``{"input_tokens"}``: the prompt's tokens once the messages, system and tools are rendered."""
+        async with self.state.track("/v1/messages/count_tokens") as record:
+            body = await self.state.read_json(request)
+            if isinstance(body, dict):  # count_tokens takes no max_tokens; the parser wants one
+                body = {**body, "max_tokens": 1}
+            req = parse_messages_request(body, self.state.strict)
+            self.state.check_model(req.model)
+            turn = await start_chat(self.state, request, record, req.chat, PARAMS)
+            return web.json_response({"input_tokens": len(turn.plan.prompt_ids)},
+                                     headers=req.ignored.report("/v1/messages/count_tokens"))
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         async with self.state.track("/v1/messages") as record:

@@ -117,3 +117,9 @@ def test_unknown_model_is_not_found(client):
     with pytest.raises(anthropic.NotFoundError) as e:
         client.messages.create(model="claude-nope", max_tokens=5, messages=ASK)
     assert e.value.body["error"]["type"] == "not_found_error"
+
+
+def test_count_tokens_matches_usage(client):
+    counted = client.messages.count_tokens(model="default", system="Be terse.", messages=ASK, tools=TOOLS)
+    out = client.messages.create(model="default", max_tokens=1, system="Be terse.", messages=ASK, tools=TOOLS)
+    assert counted.input_tokens == out.usage.input_tokens + out.usage.cache_read_input_tokens > 0
