@@ -100,8 +100,8 @@ def forbidden_unless_admin(request: web.Request, what: str, param: str | None = 
 
 
 def auth_middleware(keys: Sequence[str], admin_key: str | None = None) -> Any:
-    """401 unless ``Authorization: Bearer <one of keys, or admin_key>`` (or ``x-api-key: <key>``); with several keys, the
-    request is tagged with its key's tenant (``TENANT_KEY``), and every request with whether it is
+    """401 unless ``Authorization: Bearer <one of keys, or admin_key>`` (or ``x-api-key: <key>``); with
+    several keys, the request is tagged with its key's tenant (``TENANT_KEY``), and every request with whether it is
     an admin's (``ADMIN_KEY``). Every key is compared, in constant time, so the timing says
     nothing about which key (or how much of one) matched."""
     every = list(dict.fromkeys([*keys, *([admin_key] if admin_key else [])]))

@@ -116,7 +116,8 @@ class FieldReader:
 
     def reject_unknown(self, ignored: frozenset[str] = frozenset()) -> None:
         """Fields neither read nor explicitly ``ignored``: a 400 naming the first, unless the
-        reader's :class:`UnknownFields` policy ignores them."""
+        reader's :class:`UnknownFields` policy ignores them. ``ignored`` fields (accepted without
+        effect) are never a 400 but are named with the others."""
         policy = self.unknown or UnknownFields(strict=True)
         extra = sorted(set(self.body) - self.seen - ignored)
         if not policy.strict:  # a null asks for nothing: not worth naming
