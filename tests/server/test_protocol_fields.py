@@ -73,7 +73,7 @@ def test_logprobs_length_counts_incremental_chunks():
     assert counts == [1, 1, 3]
 
 
-@pytest.mark.parametrize("route", ["chat", "responses"])
+@pytest.mark.parametrize("route", ["chat", "responses", "ollama"])
 def test_reasoning_effort_reaches_the_template(custom, route):
     tok = custom.engine.tokenizer
     expected = len(tok.encode(tok.apply_chat_template(MSGS, reasoning_effort="high"), add_special_tokens=False))
@@ -84,10 +84,14 @@ def test_reasoning_effort_reaches_the_template(custom, route):
             "messages": MSGS, "max_tokens": 1, "reasoning_effort": "high"})
         assert out.status_code == 200 and IGNORED_HEADER not in out.headers
         assert out.json()["usage"]["prompt_tokens"] == expected
-    else:
+    elif route == "responses":
         out = requests.post(custom.url + "/v1/responses", headers=_auth(), timeout=60, json={
             "input": MSGS, "max_output_tokens": 1, "reasoning": {"effort": "high"}})
         assert out.status_code == 200 and out.json()["usage"]["input_tokens"] == expected
+    else:  # Ollama's think level
+        out = requests.post(custom.url + "/api/chat", headers=_auth(), timeout=60, json={
+            "model": "default", "messages": MSGS, "stream": False, "think": "high", "options": {"num_predict": 1}})
+        assert out.status_code == 200 and out.json()["prompt_eval_count"] == expected
 
 
 def test_reasoning_effort_is_checked(server):
@@ -163,3 +167,15 @@ def test_metrics_prefix(custom):
 def test_bad_flags_name_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         ServerArgs(**{field: value})
+
+
+@pytest.mark.unit
+def test_flags_on_the_command_line():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    args = ServerArgs.from_cli_args(parser.parse_args(["--allowed-origins", "https://a.example,http://localhost:5173",
+                                                       "--metrics-prefix", "sglang"]))
+    assert (args.allowed_origins, args.metrics_prefix) == ("https://a.example,http://localhost:5173", "sglang")
+    assert ServerArgs().metrics_prefix == "radixlm" and ServerArgs().allowed_origins is None

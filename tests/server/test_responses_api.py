@@ -144,3 +144,12 @@ def test_dropped_fields_are_named_and_metadata_echoed(server):
 def test_retrieve_is_404(server):
     resp = requests.get(server.url + "/v1/responses/resp_x", timeout=30)
     assert resp.status_code == 404 and "stateless" in resp.json()["error"]["message"]
+
+
+def test_output_text_logprobs(client):
+    out = client.responses.create(model="default", input="Hi", max_output_tokens=4, top_logprobs=2,
+                                  include=["message.output_text.logprobs"])
+    part = out.output[0].content[0]
+    assert len(part.logprobs) == out.usage.output_tokens
+    assert "".join(lp.token for lp in part.logprobs) == part.text
+    assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
