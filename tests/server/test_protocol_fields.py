@@ -53,7 +53,7 @@ def test_generate_stream_chunks_carry_sglang_meta(server):
     for chunk in chunks:
         meta = chunk["meta_info"]
         assert meta["output_token_logprobs_length"] == len(meta["output_token_logprobs"])  # cumulative chunks
-        assert meta["weight_version"] == "default"
+        assert meta["weight_version"] == "default" and meta["total_retractions"] == 0
     assert chunks[-1]["meta_info"]["output_token_logprobs_length"] == chunks[-1]["meta_info"]["completion_tokens"]
     plain = requests.post(server.url + "/generate", timeout=60, json={
         "text": "Hello", "return_logprob": True, "sampling_params": {"max_new_tokens": 3}}).json()
