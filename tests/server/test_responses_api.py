@@ -153,3 +153,15 @@ def test_output_text_logprobs(client):
     assert len(part.logprobs) == out.usage.output_tokens
     assert "".join(lp.token for lp in part.logprobs) == part.text
     assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
+
+
+def test_parse_into_a_pydantic_model(client):
+    from pydantic import BaseModel, Field
+
+    class Person(BaseModel):
+        name: str = Field(max_length=8)
+        age: int = Field(ge=0, le=120)
+
+    out = client.responses.parse(model="default", input="A person", text_format=Person, max_output_tokens=80,
+                                 temperature=0)
+    assert out.status == "completed" and isinstance(out.output_parsed, Person)
