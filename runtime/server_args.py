@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from radixlm.runtime.validation import check_bools, check_int, check_num
 
@@ -137,6 +139,11 @@ class ServerArgs:
     allowed_hosts: str | None = _arg(None, "HTTP: comma-separated host names a request's Host header may "
                                      "carry besides the bound address (421 otherwise), * = any; default: the loopback names when "
                                      "bound to loopback, the bound address, any name when bound to 0.0.0.0", str)
+    allowed_origins: str | None = _arg(None, "HTTP: comma-separated browser origins (scheme://host[:port]) that may "
+                                       "call the API: CORS headers and preflights for them, * = any; default: none "
+                                       "(cross-origin requests refused)", str)
+    metrics_prefix: str = _arg("radixlm", "HTTP: the prefix of /metrics names (radixlm:...); sglang for "
+                               "SGLang's dashboards", str)
     cache_isolation: str = _arg("shared", "HTTP: which requests share cached prefixes (cached_tokens and "
                                 "latency reveal them): shared = all requests of one API key (or all, with no "
                                 "key) unless a cache_salt splits them; per-request = only requests sending "
@@ -203,6 +210,11 @@ class ServerArgs:
         if self.allowed_hosts is not None and (not isinstance(self.allowed_hosts, str)
                                                or not self.allowed_hosts.strip(" ,")):
             raise ValueError("allowed_hosts must be a non-empty comma-separated list of host names, or *")
+        if self.allowed_origins is not None:
+            check_origins(self.allowed_origins)
+        if not isinstance(self.metrics_prefix, str) or not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", self.metrics_prefix):
+            raise ValueError(f"metrics_prefix must be a Prometheus name ([a-zA-Z_][a-zA-Z0-9_]*), got "
+                             f"{self.metrics_prefix!r}")
         if self.chat_template is not None and (not isinstance(self.chat_template, str) or not self.chat_template):
             raise ValueError("chat_template must be a non-empty string: a Jinja file or the template text")
         check_bools(self, ("disable_cuda_graph", "disable_overlap_schedule"))
@@ -292,3 +304,14 @@ def _with_value_aliases(value_type: Any, aliases: dict[str, str] | None) -> Any:
 
     convert.__name__ = getattr(value_type, "__name__", "value")  # argparse names it in errors
     return convert
+
+
+def check_origins(text: Any) -> None:
+    """``allowed_origins``: ``*`` or comma-separated ``scheme://host[:port]`` origins (ValueError naming the bad one)."""
+    if not isinstance(text, str) or not text.strip(" ,"):
+        raise ValueError("allowed_origins must be a non-empty comma-separated list of origins, or *")
+    for name in (n.strip() for n in text.split(",") if n.strip()):
+        parts = urlsplit(name)
+        if name != "*" and (parts.scheme.lower() not in ("http", "https") or not parts.netloc
+                            or parts.path not in ("", "/") or parts.query or parts.fragment):
+            raise ValueError(f"allowed_origins: {name!r} is not an origin (scheme://host[:port]) or *")

@@ -5,7 +5,7 @@ Result of one request (``Engine.generate``)::
     {"text": str, "output_ids": list[int],
      "meta_info": {"id", "prompt_tokens", "completion_tokens", "cached_tokens",
                    "finish_reason": {"type": "stop"|"length"|"abort", "matched": str|int|None},
-                   "e2e_latency", "first_token_latency", "forward_passes",
+                   "e2e_latency", "first_token_latency", "forward_passes", "total_retractions",
                    # with return_logprob (SGLang's layout, entries [logprob, token_id, None]):
                    "output_token_logprobs", "output_top_logprobs",
                    "input_token_logprobs", "input_top_logprobs",
@@ -85,6 +85,7 @@ def _meta(req: Req) -> dict[str, Any]:
         "e2e_latency": time.perf_counter() - created,
         "first_token_latency": None if req.first_token_at is None else req.first_token_at - created,
         "forward_passes": req.forward_passes,
+        "total_retractions": req.num_retractions,  # SGLang's: times the request went back to the queue
     }
     if req.matcher is not None:
         if req.finished and not req.params.strict:  # lenient mode reports what the output violates

@@ -56,7 +56,8 @@ def merge_families(scrapes: Mapping[int, list[Metric]]) -> list[Metric]:
                 logger.warning("replica %d exposes %s as a %s, not a %s: left out", rank, fam.name,
                                fam.type, merged.type)
                 continue
-            summed = fam.type in SUMMED_TYPES or fam.name in SUMMED_GAUGES
+            # replicas may use another --metrics-prefix: the gauges are known by their suffix
+            summed = fam.type in SUMMED_TYPES or PREFIX + fam.name.partition(":")[2] in SUMMED_GAUGES
             into = samples.setdefault(fam.name, {})
             for s in fam.samples:
                 labels = dict(s.labels) if summed else {**s.labels, RANK_LABEL: str(rank)}

@@ -34,10 +34,16 @@ logger = logging.getLogger("radixlm.router")
 
 REPLICA_CONNECTIONS = 64  # the replicas' default --max-connections-per-client
 
-GENERATION_ROUTES = ("/generate", "/v1/completions", "/v1/chat/completions")
-FORWARDED_GET_ROUTES = ("/get_model_info", "/v1/models", "/v1/models/{model:.+}", "/health_generate")
+GENERATION_ROUTES = ("/generate", "/v1/completions", "/v1/chat/completions", "/v1/responses", "/v1/messages",
+                     "/api/chat", "/api/generate")
+# chat-like routes: their conversation, in the order the template renders it, routes them
+CONVERSATION_KEYS = {"/v1/chat/completions": ("messages",), "/v1/messages": ("system", "messages"),
+                     "/api/chat": ("messages",), "/v1/responses": ("instructions", "input")}
+FORWARDED_GET_ROUTES = ("/get_model_info", "/v1/models", "/v1/models/{model:.+}", "/health_generate", "/",
+                        "/version", "/api/tags", "/api/version")
 # the replicas share one tokenizer: any of them answers
-FORWARDED_POST_ROUTES = ("/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize")
+FORWARDED_POST_ROUTES = ("/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize", "/api/show",
+                         "/v1/messages/count_tokens")
 REPLICA_HEADER = "X-Radixlm-Replica"  # which replica answered, for clients and tests
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 
@@ -64,22 +70,27 @@ class RouterConfig:
             raise ValueError("health_interval_s, health_timeout_s and fanout_timeout_s must be > 0")
 
 
-def routing_text(path: str, body: Any) -> str:
-    """The text whose prefix decides the replica: the prompt, as the replica will see it."""
-    if not isinstance(body, dict):
-        return ""
-    if path == "/v1/chat/completions":
-        messages = body.get("messages")
-        if not isinstance(messages, list):
-            return ""
-        tools = json.dumps(body.get("tools"), sort_keys=True) if body.get("tools") else ""
-        parts = [tools]
-        for m in messages:
+def _conversation_text(body: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """A chat-like body's tools, then its system text and messages, as one string."""
+    parts = [json.dumps(body.get("tools"), sort_keys=True) if body.get("tools") else ""]
+    for key in keys:
+        value = body.get(key)
+        role = "user" if key == "input" else "system"  # a string input is the user's, a system text the system's
+        items = [{"role": role, "content": value}] if isinstance(value, str) else value
+        for m in items if isinstance(items, list) else []:
             if isinstance(m, dict):
                 content = m.get("content")
                 text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
                 parts.append(f"<{m.get('role')}>{text}")
-        return "".join(parts)
+    return "".join(parts)
+
+
+def routing_text(path: str, body: Any) -> str:
+    """The text whose prefix decides the replica: the prompt, as the replica will see it."""
+    if not isinstance(body, dict):
+        return ""
+    if path in CONVERSATION_KEYS:
+        return _conversation_text(body, CONVERSATION_KEYS[path])
     prompt = body.get("text") if path == "/generate" else body.get("prompt")
     if prompt is None and path == "/generate":
         prompt = body.get("input_ids")

@@ -24,14 +24,19 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
+from radixlm.runtime.server.anthropic_api import AnthropicRoutes
 from radixlm.runtime.server.auth import OPEN_PATHS, auth_middleware
 from radixlm.runtime.server.connection_guard import ConnectionGuard, GuardedSite
+from radixlm.runtime.server.cors import AllowedOrigins, cors_headers, preflight_middleware
 from radixlm.runtime.server.dashboard.routes import DashboardRoutes, public_paths
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
+from radixlm.runtime.server.ollama_api import OllamaRoutes
 from radixlm.runtime.server.openai_api import OpenAIRoutes
 from radixlm.runtime.server.origin_checks import origin_middleware
+from radixlm.runtime.server.responses_api import ResponsesRoutes
+from radixlm.runtime.server.server_info import ServerInfoRoutes
 from radixlm.runtime.server.state import ServerConfig, ServerState
 
 logger = logging.getLogger("radixlm.server")
@@ -88,8 +93,11 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     """The aiohttp application serving ``engine`` (an ``Engine``, or anything with the members of
     :class:`~radixlm.runtime.server.engine_api.ServedEngine`)."""
     config = config or ServerConfig()
-    middlewares = [handler_count_middleware, error_middleware, url_limit_middleware,
-                   origin_middleware(config.host, engine.server_args.allowed_hosts)]
+    origins = AllowedOrigins(engine.server_args.allowed_origins)
+    middlewares = [handler_count_middleware, error_middleware, url_limit_middleware]
+    if origins:  # an allowed origin's preflight is answered before the checks and authentication
+        middlewares.append(preflight_middleware(origins))
+    middlewares.append(origin_middleware(config.host, engine.server_args.allowed_hosts, origins.allows))
     dashboard = bool(engine.server_args.enable_dashboard)
     if config.keys or config.admin_api_key:  # the dashboard's page is open, its data needs the admin key
         open_paths = OPEN_PATHS | public_paths() if dashboard else OPEN_PATHS
@@ -98,8 +106,14 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
                           handler_args={"max_line_size": PARSER_MAX_LINE, "auto_decompress": False})
     state = ServerState(engine, config)
     app[STATE_KEY] = state
+    if origins:
+        app.on_response_prepare.append(cors_headers(origins))
     NativeRoutes(state).register(app)
     OpenAIRoutes(state).register(app)
+    ResponsesRoutes(state).register(app)
+    AnthropicRoutes(state).register(app)
+    OllamaRoutes(state).register(app)
+    ServerInfoRoutes(state).register(app)
     if dashboard:
         DashboardRoutes(state).register(app)
     return app

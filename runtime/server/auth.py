@@ -101,8 +101,8 @@ def forbidden_unless_admin(request: web.Request, what: str, param: str | None = 
 
 def auth_middleware(keys: Sequence[str], admin_key: str | None = None,
                     open_paths: frozenset[str] = OPEN_PATHS) -> Any:
-    """401 unless ``Authorization: Bearer <one of keys, or admin_key>``; with several keys, the
-    request is tagged with its key's tenant (``TENANT_KEY``), and every request with whether it is
+    """401 unless ``Authorization: Bearer <one of keys, or admin_key>`` (or ``x-api-key: <key>``); with
+    several keys, the request is tagged with its key's tenant (``TENANT_KEY``), and every request with whether it is
     an admin's (``ADMIN_KEY``). Every key is compared, in constant time, so the timing says
     nothing about which key (or how much of one) matched. ``open_paths`` need no key."""
     every = list(dict.fromkeys([*keys, *([admin_key] if admin_key else [])]))
@@ -113,7 +113,10 @@ def auth_middleware(keys: Sequence[str], admin_key: str | None = None,
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in open_paths:
-            scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+            header = request.headers.get("Authorization")
+            if header is None and "x-api-key" in request.headers:  # Anthropic's clients send the key here
+                header = "Bearer " + request.headers["x-api-key"]
+            scheme, _, token = (header or "").partition(" ")
             given = token.strip().encode()
             tenant, admin = None, False
             for key, tid, may_admin in expected:

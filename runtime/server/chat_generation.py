@@ -55,6 +55,7 @@ class ChoiceEvent:
     violations: list[str] | None = None  # finish: what a lenient (strict=False) constraint saw violated
     budget_closed: bool = False  # finish: budget-aware completion closed an output (reason "length")
     cut_call: int | None = None  # finish: index of a call cut off by the budget (not a complete call)
+    stop_matched: str | None = None  # finish: the request's stop string that ended the answer, if one did
 
 
 @dataclass
@@ -132,7 +133,8 @@ class ChoiceRunner:
                 yield ev
             if not called or self.budget <= 0 or self.calls >= self.plan.max_calls:
                 reason = "tool_calls" if self.calls and fr.get("type") == "stop" else _openai_reason(fr)
-                yield self._finish(reason)
+                matched = fr.get("matched") if reason == "stop" else None
+                yield self._finish(reason, matched if isinstance(matched, str) else None)
                 return
             self.ids += self._through_marker(phase, opener) + self._encode(self.fmt.resume_after(opener))
             calls_before = self.calls
@@ -145,9 +147,9 @@ class ChoiceRunner:
                 yield self._finish("tool_calls")
                 return
 
-    def _finish(self, reason: str) -> ChoiceEvent:
+    def _finish(self, reason: str, stop_matched: str | None = None) -> ChoiceEvent:
         return ChoiceEvent("finish", finish_reason=reason, violations=self.violations,
-                           budget_closed=self.budget_closed, cut_call=self.cut_call)
+                           budget_closed=self.budget_closed, cut_call=self.cut_call, stop_matched=stop_matched)
 
     def _encode(self, text: str) -> list[int]:
         return self.state.tokenizer.encode(text, add_special_tokens=False) if text else []

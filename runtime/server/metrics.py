@@ -1,14 +1,13 @@
-"""Server metrics under SGLang's names: ``radixlm:<name>`` where SGLang has ``sglang:<name>``.
+"""Server metrics under SGLang's names: ``<prefix>:<name>`` where SGLang has ``sglang:<name>``.
 
-Dashboards built for SGLang read these after one prefix change (``sglang:`` -> ``radixlm:``): the
-same suffixes, the same ``model_name`` label, histograms with SGLang's buckets. Counters and
-histograms are updated from the event loop only (one thread), so no lock is needed; the engine's
-live figures (running and queued requests, KV usage, cache hit rate, decode throughput) are read
-from ``Engine.get_stats()`` when ``/metrics`` is scraped. The text is Prometheus' exposition
-format 0.0.4, written here: a replica is one process, so prometheus_client's multi-process mode
-(a shared directory of mmap files) would add a dependency without adding anything; with
-``--dp-size`` each replica is its own server and the router merges their ``/metrics``
-(:mod:`radixlm.runtime.router.metrics_merge`).
+The prefix is ``--metrics-prefix``: ``radixlm`` by default, ``sglang`` for dashboards built for
+SGLang, which then read these as they are (the same suffixes, the same ``model_name`` label,
+histograms with SGLang's buckets). Counters and histograms are updated from the event loop only
+(one thread), so no lock is needed; the engine's live figures (running and queued requests, KV
+usage, cache hit rate, decode throughput) are read from ``Engine.get_stats()`` when ``/metrics`` is
+scraped. prometheus_client writes the exposition (text format 0.0.4) from metric families built at
+each scrape; with ``--dp-size`` each replica is its own server and the router merges their
+``/metrics`` (:mod:`radixlm.runtime.router.metrics_merge`).
 """
 
 from __future__ import annotations
@@ -19,7 +18,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-PREFIX = "radixlm:"
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.utils import floatToGoString
+
+DEFAULT_PREFIX = "radixlm"
+PREFIX = DEFAULT_PREFIX + ":"
 
 # Seconds; SGLang's buckets. TTFT spans a prefill, TPOT and ITL one decode step.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -66,35 +71,23 @@ class Histogram:
                 return bound
         return math.inf
 
-    def render(self, name: str, help_text: str, labels: str) -> list[str]:
-        """Exposition lines; ``labels`` is the rendered label set (``model_name="m"``)."""
-        lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
-        cumulative = 0
+    def family(self, name: str, help_text: str, model_name: str) -> HistogramMetricFamily:
+        """The histogram as a metric family labelled with ``model_name``."""
+        fam = HistogramMetricFamily(name, help_text, labels=["model_name"])
+        cumulative, buckets = 0, []
         for bound, n in zip(self.bounds, self.counts):
             cumulative += n
-            lines.append(f'{name}_bucket{{{labels},le="{bound:g}"}} {cumulative}')
-        lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
-        lines.append(f"{name}_sum{{{labels}}} {self.sum:.6f}")
-        lines.append(f"{name}_count{{{labels}}} {self.count}")
-        return lines
-
-
-def _number(value: float) -> str:
-    """A sample value: integers exactly, other floats in full precision."""
-    value = float(value)
-    return str(int(value)) if value.is_integer() else repr(value)
-
-
-def label_value(text: str) -> str:
-    """``text`` escaped for a Prometheus label value."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            buckets.append((floatToGoString(bound), cumulative))
+        fam.add_metric([model_name], buckets + [("+Inf", self.count)], self.sum)
+        return fam
 
 
 class ServerMetrics:
     """What the HTTP layer has seen: requests by outcome, token totals, latencies."""
 
-    def __init__(self, model_name: str = "default") -> None:
-        self.labels = f'model_name="{label_value(model_name)}"'
+    def __init__(self, model_name: str = "default", prefix: str = DEFAULT_PREFIX) -> None:
+        self.model_name = model_name
+        self.prefix = prefix + ":"
         # aborted: the client went away (499); abort: ended by /abort_request (the answer is a 200)
         self.requests: dict[str, int] = {"success": 0, "error": 0, "aborted": 0, "abort": 0}
         self.prompt_tokens = 0
@@ -134,16 +127,39 @@ class ServerMetrics:
 
     def render(self, engine_stats: dict[str, Any]) -> str:
         """The Prometheus exposition text for the server counters plus the engine's live stats."""
-        p, labels = PREFIX, self.labels
-        lines = [f"# HELP {p}requests_total Requests handled, by outcome.", f"# TYPE {p}requests_total counter"]
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Snapshot(self.families(engine_stats)))
+        return generate_latest(registry).decode()
+
+    def families(self, engine_stats: dict[str, Any]) -> list[Metric]:
+        """Every metric family, named with the prefix, from this scrape's ``engine_stats``."""
+        p, model = self.prefix, self.model_name
+        requests = CounterMetricFamily(f"{p}requests", "Requests handled, by outcome.",
+                                       labels=["model_name", "outcome"])
         for outcome, n in sorted(self.requests.items()):
-            lines.append(f'{p}requests_total{{{labels},outcome="{outcome}"}} {n}')
+            requests.add_metric([model, outcome], n)
+        out: list[Metric] = [requests]
         for name, value, text in (
-            ("prompt_tokens_total", self.prompt_tokens, "Number of prefill tokens processed."),
-            ("generation_tokens_total", self.generation_tokens, "Number of generation tokens processed."),
-            ("cached_tokens_total", self.cached_tokens, "Prompt tokens served from the radix cache."),
+            ("prompt_tokens", self.prompt_tokens, "Number of prefill tokens processed."),
+            ("generation_tokens", self.generation_tokens, "Number of generation tokens processed."),
+            ("cached_tokens", self.cached_tokens, "Prompt tokens served from the radix cache."),
         ):
-            lines += [f"# HELP {p}{name} {text}", f"# TYPE {p}{name} counter", f"{p}{name}{{{labels}}} {value}"]
+            out.append(CounterMetricFamily(p + name, text, labels=["model_name"]))
+            out[-1].add_metric([model], value)
+        for name, (value, text) in self._gauges(engine_stats).items():
+            out.append(GaugeMetricFamily(p + name, text, labels=["model_name"]))
+            out[-1].add_metric([model], float(value))
+        for name, hist, text in (
+            ("time_to_first_token_seconds", self.ttft, "Histogram of time to first token in seconds."),
+            ("time_per_output_token_seconds", self.tpot, "Histogram of time per output token in seconds."),
+            ("inter_token_latency_seconds", self.itl, "Histogram of time between streamed tokens in seconds."),
+            ("e2e_request_latency_seconds", self.e2e, "Histogram of end-to-end request latency in seconds."),
+        ):
+            out.append(hist.family(p + name, text, model))
+        return out
+
+    def _gauges(self, engine_stats: dict[str, Any]) -> dict[str, tuple[float, str]]:
+        """SGLang's engine gauges, the decode throughput, and the engine's other figures."""
         timers = engine_stats.get("timers")
         decode_tokens = timers.get("decode_tokens") if isinstance(timers, dict) else None
         gauges = {name: (engine_stats.get(key, 0), text) for name, (key, text) in ENGINE_GAUGES.items()}
@@ -152,13 +168,14 @@ class ServerMetrics:
         for key, value in sorted(engine_stats.items()):  # the engine's other figures, for debugging
             if key not in shown and isinstance(value, (int, float)) and not isinstance(value, bool):
                 gauges[f"engine_{key}"] = (value, f"Engine.get_stats()['{key}'].")
-        for name, (value, text) in gauges.items():
-            lines += [f"# HELP {p}{name} {text}", f"# TYPE {p}{name} gauge", f"{p}{name}{{{labels}}} {_number(value)}"]
-        for name, hist, text in (
-            ("time_to_first_token_seconds", self.ttft, "Histogram of time to first token in seconds."),
-            ("time_per_output_token_seconds", self.tpot, "Histogram of time per output token in seconds."),
-            ("inter_token_latency_seconds", self.itl, "Histogram of time between streamed tokens in seconds."),
-            ("e2e_request_latency_seconds", self.e2e, "Histogram of end-to-end request latency in seconds."),
-        ):
-            lines += hist.render(p + name, text, labels)
-        return "\n".join(lines) + "\n"
+        return gauges
+
+
+class _Snapshot(Collector):
+    """One scrape's families, for a throwaway registry."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families

@@ -109,6 +109,7 @@ class NativeRoutes:
         result = await self.state.generate(kwargs.pop("rid"), **kwargs)
         for item in result if isinstance(result, list) else [result]:
             record.add(item.get("meta_info", {}))
+            with_stream_meta(item.get("meta_info", {}), 0, req.return_logprob[i])
             if req.return_text_in_logprobs:
                 add_logprob_text(item.get("meta_info", {}), self.state.tokenizer)
         return result
@@ -120,9 +121,11 @@ class NativeRoutes:
             kwargs = self._kwargs(req, i, record, extra_key)
             streams.append(self.state.stream(kwargs.pop("rid"), **kwargs))
         totals = None if self.incremental else [CumulativeStream() for _ in streams]
+        lp_counts = [0] * len(streams)  # output logprobs sent so far, per prompt
         async with aclosing(merge_streams(streams)) as merged:
             async for i, chunk in merged:
                 meta = chunk.get("meta_info", {})
+                lp_counts[i] = with_stream_meta(meta, lp_counts[i], req.return_logprob[i])
                 if meta.get("finish_reason") is not None:
                     record.add(meta)
                 if req.return_text_in_logprobs:
@@ -236,6 +239,18 @@ class NativeRoutes:
         text = self.state.metrics.render(stats or {})
         return web.Response(text=text, content_type="text/plain", charset="utf-8",
                             headers={"X-Prometheus-Format": "0.0.4"})
+
+
+def with_stream_meta(meta: dict[str, Any], logprobs_before: int, return_logprob: bool) -> int:
+    """SGLang's ``meta_info`` fields on a ``/generate`` result or chunk: ``weight_version`` and, with
+    ``return_logprob``, ``output_token_logprobs_length`` (the output logprobs so far, whether the
+    chunk carries them all or only the new ones). Returns that count."""
+    meta.setdefault("weight_version", "default")
+    if not return_logprob:
+        return logprobs_before
+    count = logprobs_before + len(meta.get("output_token_logprobs") or [])
+    meta["output_token_logprobs_length"] = count
+    return count
 
 
 def add_logprob_text(meta: dict[str, Any], tokenizer: ServedTokenizer) -> None:

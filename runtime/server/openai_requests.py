@@ -28,9 +28,11 @@ from radixlm.runtime.server.request_fields import (
 )
 from radixlm.runtime.server.tool_calls import ToolChoice, parse_tool_choice, parse_tools
 
-# Accepted and ignored: they change nothing about how we generate.
+# Accepted and ignored: they change nothing about how we generate (named in the ignored-fields header).
 IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls",
-                            "suffix", "best_of", "modalities", "prediction", "reasoning_effort"})
+                            "suffix", "best_of", "modalities", "prediction", "safety_identifier",
+                            "prompt_cache_key", "verbosity"})
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 MAX_N = 64
 COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 
@@ -199,6 +201,9 @@ def parse_chat_request(body: dict[str, Any], strict: bool = False,
     salt = read_cache_salt(r)
     parallel = r.get("parallel_tool_calls", "bool", True)
     template_kwargs = check_template_kwargs(r.get("chat_template_kwargs", "object"))
+    effort = r.get("reasoning_effort", "str", choices=REASONING_EFFORTS)
+    if effort is not None:  # a template variable (gpt-oss renders it); chat_template_kwargs' own wins
+        template_kwargs.setdefault("reasoning_effort", effort)
     separate = r.get("separate_reasoning", "bool", True)
     cont = r.get("continue_final_message", "bool", False)
     add_prompt = r.get("add_generation_prompt", "bool", not cont)

@@ -10,7 +10,7 @@ A server on loopback is still reachable from a browser on the same machine: a pa
   itself always staying allowed. Otherwise 421.
 - A request carrying an ``Origin`` header (browsers send it on every cross-origin and every POST
   request) must come from this server's own origin, or from a host ``--allowed-hosts`` lists; otherwise
-  403.
+  403 -- unless ``--allowed-origins`` lists it (:mod:`.cors`).
 - A POST, PUT or PATCH with a body must say ``Content-Type: application/json`` (a ``charset``, if
   any, ``utf-8``); otherwise 415. Bodiless POSTs (``/flush_cache``) pass whatever their type.
 """
@@ -57,8 +57,10 @@ def host_name(netloc: str) -> str:
     return netloc
 
 
-def origin_middleware(bind_host: str, allowed_hosts: str | None) -> Any:
-    """The checks of the module docstring, as one aiohttp middleware."""
+def origin_middleware(bind_host: str, allowed_hosts: str | None,
+                      cors_allows: Callable[[str], bool] | None = None) -> Any:
+    """The checks of the module docstring, as one aiohttp middleware; an ``Origin`` that
+    ``cors_allows`` (``--allowed-origins``, :mod:`.cors`) passes the origin check."""
     allowed = allowed_host_names(bind_host, allowed_hosts)
     # other origins a browser may send from: only the names --allowed-hosts lists explicitly
     origins = allowed if allowed_hosts is not None and allowed is not None else frozenset()
@@ -70,7 +72,8 @@ def origin_middleware(bind_host: str, allowed_hosts: str | None) -> Any:
             raise APIError(421, f"the Host header {host!r} does not name this server; allowed: "
                            f"{', '.join(sorted(allowed))} (see --allowed-hosts)", code="host_not_allowed")
         origin = request.headers.get("Origin")
-        if origin is not None and not _same_origin(origin, host, origins):
+        if origin is not None and not _same_origin(origin, host, origins) \
+                and not (cors_allows is not None and cors_allows(origin)):
             raise APIError(403, f"cross-origin request from {origin!r} refused", code="cross_origin")
         if request.method in BODY_METHODS:
             check_json_content_type(request)

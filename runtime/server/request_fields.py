@@ -116,12 +116,16 @@ class FieldReader:
 
     def reject_unknown(self, ignored: frozenset[str] = frozenset()) -> None:
         """Fields neither read nor explicitly ``ignored``: a 400 naming the first, unless the
-        reader's :class:`UnknownFields` policy ignores them."""
+        reader's :class:`UnknownFields` policy ignores them. ``ignored`` fields (accepted without
+        effect) are never a 400 but are named with the others."""
         policy = self.unknown or UnknownFields(strict=True)
         extra = sorted(set(self.body) - self.seen - ignored)
         if not policy.strict:  # a null asks for nothing: not worth naming
             extra = [k for k in extra if self.body[k] is not None]
         policy.found([self.path(k) for k in extra])
+        # accepted without effect: never a 400, but named like any other dropped field
+        policy.names.extend(p for p in (self.path(k) for k in sorted(ignored & set(self.body) - self.seen)
+                                        if self.body[k] is not None) if p not in policy.names)
 
 
 def check_str_list(value: Any, param: str, allow_empty: bool = False) -> list[str]:

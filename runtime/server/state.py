@@ -112,7 +112,7 @@ class ServerState:
         args = engine.server_args
         self.model_path = str(engine.model_path)
         self.model_name = config.served_model_name or engine.model_name
-        self.metrics = ServerMetrics(self.model_name)
+        self.metrics = ServerMetrics(self.model_name, args.metrics_prefix)
         # no --model-path: the embedded tiny checkpoint, whose random weights answer in noise
         self.random_weights = args.model_path is None
         self.port = config.port  # the bound port once listening (config.port may be 0)

@@ -48,4 +48,6 @@ def test_retraction_under_tiny_pool(tiny_llama, reference):
         outs = engine.generate(prompts(), PARAMS)
         assert [o["output_ids"] for o in outs] == reference
         assert engine.get_stats()["num_retractions"] > 0
+        # each retraction is reported once, on the request it sent back (SGLang's total_retractions)
+        assert sum(o["meta_info"]["total_retractions"] for o in outs) == engine.get_stats()["num_retractions"]
         engine.check_no_leak()

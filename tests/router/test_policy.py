@@ -102,3 +102,15 @@ def test_config_and_routing_text_validation():
                                                               {"role": "user", "content": "U"}]})
     assert chat == "<system>S<user>U"
     assert routing_text("/generate", ["not", "a", "dict"]) == ""
+
+
+@pytest.mark.unit
+def test_routing_text_of_the_other_apis():
+    chat = routing_text("/v1/chat/completions", {"messages": [{"role": "system", "content": "S"},
+                                                              {"role": "user", "content": "U"}]})
+    # the same conversation routes alike whatever API carries it
+    assert routing_text("/v1/messages", {"system": "S", "messages": [{"role": "user", "content": "U"}]}) == chat
+    assert routing_text("/v1/responses", {"instructions": "S", "input": [{"role": "user", "content": "U"}]}) == chat
+    assert routing_text("/v1/responses", {"input": "U"}) == "<user>U"
+    assert routing_text("/api/chat", {"messages": [{"role": "user", "content": "U"}]}) == "<user>U"
+    assert routing_text("/api/generate", {"prompt": "p"}) == "p"

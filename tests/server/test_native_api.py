@@ -149,7 +149,7 @@ def _samples(text: str) -> dict[str, float]:
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             assert 'model_name="' in name, name
-            name = re.sub(r'model_name="[^"]*",?', "", name).replace("{}", "")
+            name = re.sub(r'model_name="[^"]*"', "", name).replace("{,", "{").replace(",}", "}").replace("{}", "")
             values[name] = float(value)
     return values
 
