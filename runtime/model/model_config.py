@@ -18,10 +18,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 # used when config.json has no "architectures" list (as a bare ``XConfig.save_pretrained`` writes)
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-               "qwen3": "Qwen3ForCausalLM"}
+               "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+               "gemma3": "Gemma3ForConditionalGeneration"}
 
 # rope type -> keys its parameters must carry
 SUPPORTED_ROPE_TYPES: dict[str, tuple[str, ...]] = {
@@ -59,6 +61,13 @@ class ModelConfig:
     o_bias: bool = False
     mlp_bias: bool = False
     sliding_window: int | None = None
+    # Gemma 3 (``gemma3_config``): per-layer "sliding_attention" / "full_attention", the sliding
+    # layers' RoPE base, the attention scale, the final logit soft cap, the MLP activation
+    layer_types: tuple[str, ...] = ()
+    local_rope_theta: float | None = None
+    attention_scale: float | None = None
+    final_logit_softcapping: float | None = None
+    hidden_act: str = "silu"
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> ModelConfig:
@@ -77,6 +86,10 @@ class ModelConfig:
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
         """Build from the parsed ``config.json`` contents."""
         architecture = _architecture(raw)
+        if architecture.startswith("Gemma3"):
+            from radixlm.runtime.model.gemma3_config import gemma3_config
+
+            return gemma3_config(cls, raw)
         num_heads = _required(raw, "num_attention_heads")
         hidden_size = _required(raw, "hidden_size")
         num_kv_heads = raw.get("num_key_value_heads") or num_heads
