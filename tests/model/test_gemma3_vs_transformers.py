@@ -1,9 +1,7 @@
 """Gemma 3 (text) forward over the paged KV pool vs transformers' ``Gemma3ForCausalLM`` (float32).
 
-Tiny checkpoints written by transformers: two sliding layers with a window of 8 and one global
-layer, ``head_dim * heads != hidden``, random norm weights (Gemma's ``1 + w``), prompts longer than
-the window, so both RoPE bases, the window mask and the sandwich norms all move the logits.
-The second checkpoint adds a final logit soft cap and linear RoPE scaling on the global layers.
+Tiny checkpoints written by transformers (``tests/gemma3_checkpoint.py``), prompts longer than
+the window. The second checkpoint adds a final logit soft cap and linear RoPE scaling on the global layers.
 """
 
 from __future__ import annotations
@@ -15,14 +13,10 @@ import torch
 from radixlm.runtime.model.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
+from gemma3_checkpoint import TINY, WINDOW, write_gemma3_checkpoint
 from test_forward_vs_transformers import Paged, assert_close, hf_logits, prompts
-from transformers import AutoModelForCausalLM, Gemma3ForCausalLM as HFGemma3, Gemma3TextConfig
+from transformers import AutoModelForCausalLM
 
-WINDOW = 8
-TINY = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 3,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "query_pre_attn_scalar": 24,
-        "sliding_window": WINDOW, "max_position_embeddings": 256,
-        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"]}
 VARIANTS = {
     "plain": {},
     "softcap-scaled": {"final_logit_softcapping": 30.0,
@@ -30,22 +24,6 @@ VARIANTS = {
                                                               "rope_theta": 1_000_000.0},
                                            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}}},
 }
-
-
-def write_gemma3_checkpoint(path, extra: dict, seed: int = 0) -> None:
-    """A tiny ``Gemma3ForCausalLM`` saved by transformers, with weights large enough to matter."""
-    config = Gemma3TextConfig(**{**TINY, **extra})
-    torch.manual_seed(seed)
-    model = HFGemma3(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(-0.3, 0.3)  # the scale is 1 + w
-            elif "embed_tokens" in name:
-                p.normal_(0.0, 0.3)  # scaled by sqrt(64) = 8 on lookup
-            else:
-                p.normal_(0.0, 1.5 / p.shape[1] ** 0.5)
-    model.save_pretrained(path, safe_serialization=True)
 
 
 @pytest.fixture(scope="module", params=sorted(VARIANTS))
