@@ -10,10 +10,10 @@ import json
 
 import pytest
 import torch
+from gemma3_checkpoint import TINY, WINDOW, write_gemma3_checkpoint
 from radixlm.runtime.model.gemma3 import Gemma3ForCausalLM
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
-from gemma3_checkpoint import TINY, WINDOW, write_gemma3_checkpoint
 from test_forward_vs_transformers import Paged, assert_close, hf_logits, prompts
 from transformers import AutoModelForCausalLM
 
