@@ -123,7 +123,11 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
 
         Returns float32 logits ``[len(batch.logits_indices), vocab_size]``.
         """
-        hidden = vocab_parallel_embedding(batch.input_ids, self.embed_tokens, self.vocab_shard, self.tp)
+        quantized = getattr(self, "quantized_embedding", None)  # a GGUF file's block-format embedding
+        if quantized is not None:
+            hidden = quantized(batch.input_ids).to(self.embed_scale.dtype)
+        else:
+            hidden = vocab_parallel_embedding(batch.input_ids, self.embed_tokens, self.vocab_shard, self.tp)
         hidden = hidden * self.embed_scale  # [num_tokens, hidden_size]
         rope = {False: self.rotary.cos_sin(batch.positions, hidden.dtype),  # each [num_tokens, 1, head_dim]
                 True: self.local_rotary.cos_sin(batch.positions, hidden.dtype)}
