@@ -10,6 +10,7 @@ dequantization (on the selected rows only for ``block_rows``), so they equal it 
 from __future__ import annotations
 
 import torch
+from radixlm.kernels import gguf_blocks_native
 from radixlm.kernels.gguf_block_weight import SUPPORTED_TYPES, BlockWeight, row_bytes
 from radixlm.kernels.gguf_blocks_ref import block_linear_ref, block_rows_ref, dequantize_ref
 
@@ -34,6 +35,10 @@ def block_linear(x: torch.Tensor, w: BlockWeight, bias: torch.Tensor | None = No
     the quantized types (as llama.cpp does); see ``gguf_blocks_native`` for the error this adds.
     """
     _check_x(x, w, bias)
+    if gguf_blocks_native.available():
+        x2 = x.reshape(-1, w.shape[1]).contiguous()
+        y = gguf_blocks_native.linear(x2, w, None if bias is None else bias.float().contiguous())
+        return y.reshape(*x.shape[:-1], w.shape[0])
     return block_linear_ref(x, w, bias)
 
 
