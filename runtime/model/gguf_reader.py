@@ -99,6 +99,8 @@ class GGUFFile:
     def _value(self, kind: GGUFValueType) -> Any:
         if kind == GGUFValueType.STRING:
             return self._string()
+        if kind == GGUFValueType.FLOAT32:  # the shortest decimal of the float32: 1e-05, not 9.99999974e-06
+            return float(str(np.float32(self._unpack("<f"))))
         if kind != GGUFValueType.ARRAY:
             return self._unpack(_SCALARS[kind])
         item_kind, count = GGUFValueType(self._unpack("<I")), self._unpack("<Q")
