@@ -37,6 +37,7 @@ from radixlm.runtime.engine.inputs import (
     normalize_rids,
 )
 from radixlm.runtime.engine.step_loop import EngineLoop
+from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import SamplingParams
@@ -66,7 +67,10 @@ class Engine:
         from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
         self.model_path = args.model_path or default_model_path()
-        self.tokenizer = Tokenizer(args.tokenizer_path or self.model_path, args.chat_template)
+        tokenizer_source = args.tokenizer_path or self.model_path
+        gguf = gguf_file(tokenizer_source)  # a GGUF file (or a folder holding one) carries its tokenizer
+        self.tokenizer = (Tokenizer.from_gguf(gguf, args.chat_template) if gguf is not None
+                          else Tokenizer(tokenizer_source, args.chat_template))
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
         self.model_config = self.runner.model_config
         cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,

@@ -29,6 +29,7 @@ MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qw
 SUPPORTED_ROPE_TYPES: dict[str, tuple[str, ...]] = {
     "linear": ("factor",),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "freq_factors": ("factors",),  # a GGUF's rope_freqs tensor: one divisor per frequency
 }
 
 
@@ -71,7 +72,15 @@ class ModelConfig:
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> ModelConfig:
-        """Read ``<path>/config.json``; ``FileNotFoundError`` if absent, ``ValueError`` if unsupported."""
+        """Read ``<path>/config.json`` (or a GGUF file's metadata: ``gguf_config``); ``FileNotFoundError``
+        if absent, ``ValueError`` if unsupported."""
+        from radixlm.runtime.gguf_path import gguf_file
+
+        gguf = gguf_file(path)
+        if gguf is not None:
+            from radixlm.runtime.model.gguf_config import gguf_model_config
+
+            return gguf_model_config(gguf)
         config_file = os.path.join(os.fspath(path), "config.json")
         if not os.path.isfile(config_file):
             raise FileNotFoundError(f"config.json not found: {config_file}")

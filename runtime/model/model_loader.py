@@ -13,6 +13,7 @@ import json
 import os
 
 import torch
+from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.attention import resolve_attention_backend
 from radixlm.runtime.model.gemma3 import Gemma3ForCausalLM, text_tensor_name
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
@@ -79,7 +80,8 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
                device: torch.device | str = "cpu", *,
                attention_backend: str = "auto", tp: TPGroup | None = None,
                quantization: str | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
-    """Build the model for ``path``'s ``config.json`` and fill it from its safetensors weights.
+    """Build the model for ``path``'s ``config.json`` and fill it from its safetensors weights; a GGUF
+    file (or a folder holding one) is loaded by ``gguf_loader.load_gguf_model`` instead.
 
     ``dtype``: see ``resolve_dtype``. ``attention_backend``: ``auto`` (triton on CUDA, torch
     otherwise), ``torch`` or ``triton``. ``tp``: build and read only this rank's shard (default:
@@ -90,6 +92,12 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
     model cannot be split by, or bad tensors.
     """
     check_quantization(quantization)
+    gguf = gguf_file(path)
+    if gguf is not None:  # a GGUF file, or a folder holding one: its weights stay in their block formats
+        from radixlm.runtime.model.gguf_loader import load_gguf_model
+
+        backend = resolve_attention_backend(attention_backend, device)
+        return load_gguf_model(gguf, dtype, device, attention_backend=backend, tp=tp, quantization=quantization)
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"model directory not found: {path}")
