@@ -46,3 +46,78 @@ def write_gemma3_checkpoint(path: str | Path, extra: dict | None = None, seed: i
         for name in TOKENIZER_FILES:
             shutil.copy(Path(tokenizer_from) / name, Path(path) / name)
     return Path(path)
+
+
+# HF layer tensor suffix -> llama.cpp's gemma3 name
+GGUF_LAYER_NAMES = {
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight", "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def write_gemma3_gguf(model_dir: str | Path, out: str | Path, qtypes: dict) -> Path:
+    """``out``: the checkpoint in ``model_dir`` as llama.cpp's converter writes a ``gemma3`` file (norm
+    weights stored as ``w + 1``, no layer pattern: every 6th layer global), the tensors whose HF name
+    ends with a key of ``qtypes`` quantized to its block type."""
+    import gguf
+    import numpy as np
+    from gguf_files import _qtype, _quantize
+    from suites.gguf_convert import _add_tokenizer, _load_float32
+
+    model_dir = Path(model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    writer = gguf.GGUFWriter(str(out), "gemma3")
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(config["num_attention_heads"])
+    writer.add_head_count_kv(config["num_key_value_heads"])
+    writer.add_key_length(config["head_dim"])
+    writer.add_value_length(config["head_dim"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_rope_freq_base(config["rope_parameters"]["full_attention"]["rope_theta"])
+    writer.add_sliding_window(config["sliding_window"])
+    _add_tokenizer(writer, model_dir, config)
+    for name, w in _load_float32(model_dir).items():
+        if name.endswith("norm.weight"):
+            w = w + 1.0
+        if name == "model.embed_tokens.weight":
+            gguf_name = "token_embd.weight"
+        elif name == "model.norm.weight":
+            gguf_name = "output_norm.weight"
+        else:
+            layer, suffix = name.removeprefix("model.layers.").split(".", 1)
+            gguf_name = f"blk.{layer}.{GGUF_LAYER_NAMES[suffix]}"
+        qtype = _qtype(name, qtypes)
+        if qtype == gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(gguf_name, np.ascontiguousarray(w))
+        else:
+            writer.add_tensor(gguf_name, _quantize(w, qtype), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return Path(out)
+
+
+def write_gemma3_dequantized(model_dir: str | Path, out_dir: str | Path, qtypes: dict) -> Path:
+    """The HF checkpoint of the model ``write_gemma3_gguf(model_dir, ..., qtypes)`` describes."""
+    import numpy as np
+    from gguf_files import _qtype, _round_trip
+    from safetensors.torch import save_file
+    from suites.gguf_convert import _load_float32
+
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("config.json", *TOKENIZER_FILES):
+        shutil.copy(model_dir / name, out_dir / name)
+    weights = {name: torch.from_numpy(np.ascontiguousarray(_round_trip(w, _qtype(name, qtypes))))
+               for name, w in _load_float32(model_dir).items()}
+    save_file(weights, str(out_dir / "model.safetensors"))
+    return out_dir

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from gguf import quants
+from radixlm.runtime.model import gguf_gemma3 as gemma3
 from radixlm.runtime.model.gguf_reader import GGUFFile
 from radixlm.runtime.model.model_config import ModelConfig
 
@@ -43,13 +45,17 @@ class GGUFArchitecture:
     """How one ``general.architecture`` maps onto our models.
 
     ``permuted_qk``: Q/K weight (and bias) rows were permuted per head by the converter.
-    ``extra_layer_tensors``: GGUF layer tensor suffix -> HF suffix, beyond ``LAYER_TENSORS``.
+    ``extra_layer_tensors``: GGUF layer tensor suffix -> HF suffix, beyond (or instead of) ``LAYER_TENSORS``.
+    ``norm_offset``: the converter stored every norm weight plus this (Gemma's ``1 + w``); subtracted.
+    ``extra_config``: ``(metadata, config) -> fields`` this architecture adds to the config dict.
     """
 
     hf_architecture: str
     model_type: str
     permuted_qk: bool = False
     extra_layer_tensors: dict[str, str] = field(default_factory=dict)
+    norm_offset: float = 0.0
+    extra_config: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
 
     def hf_name(self, gguf_name: str) -> str | None:
         """The HF tensor name of ``gguf_name``, or None when this architecture has no such tensor."""
@@ -58,7 +64,7 @@ class GGUFArchitecture:
         match = _LAYER_NAME.fullmatch(gguf_name)
         if match is None:
             return None
-        suffix = LAYER_TENSORS.get(match[2]) or self.extra_layer_tensors.get(match[2])
+        suffix = self.extra_layer_tensors.get(match[2]) or LAYER_TENSORS.get(match[2])
         return None if suffix is None else f"model.layers.{match[1]}.{suffix}"
 
 
@@ -68,6 +74,8 @@ GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "qwen2": GGUFArchitecture("Qwen2ForCausalLM", "qwen2"),
     "qwen3": GGUFArchitecture("Qwen3ForCausalLM", "qwen3", extra_layer_tensors={
         "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight"}),
+    "gemma3": GGUFArchitecture("Gemma3ForCausalLM", "gemma3_text", extra_layer_tensors=gemma3.LAYER_TENSORS,
+                               norm_offset=gemma3.NORM_OFFSET, extra_config=gemma3.gemma3_fields),
 }
 
 
@@ -145,6 +153,8 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
     scaling = _rope_scaling(reader, arch_name, freqs)
     if scaling is not None:
         config["rope_scaling"] = scaling
+    if spec.extra_config is not None:
+        config.update(spec.extra_config(reader.metadata, config))
     return config
 
 

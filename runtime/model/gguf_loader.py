@@ -32,6 +32,7 @@ from radixlm.runtime.model.gguf_config import ROPE_FREQS, GGUFArchitecture, gguf
 from radixlm.runtime.model.gguf_reader import GGUFFile, GGUFTensor
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
 from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.model.model_loader import model_class
 from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.parallel.layers import Linear
 from torch import nn
@@ -71,7 +72,7 @@ def load_gguf_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "
     with GGUFFile(path) as reader:
         config = ModelConfig.from_dict(hf_config(reader))
         arch = gguf_architecture(str(reader.metadata["general.architecture"]))
-        model = LlamaForCausalLM(config, dtype=torch.float32, device="cpu", attention_backend=attention_backend)
+        model = model_class(config)(config, dtype=torch.float32, device="cpu", attention_backend=attention_backend)
         fill_from_gguf(model, reader.tensors, arch, path.name)
     return model.eval(), config
 
@@ -143,6 +144,8 @@ def _row_permutation(hf_name: str, rows: int, config: ModelConfig, arch: GGUFArc
 def _float_rows(tensor: GGUFTensor, hf_name: str, config: ModelConfig, arch: GGUFArchitecture) -> np.ndarray:
     """A float (or 1-D) tensor's values as float32 ``[out(, in)]``, in HF row order."""
     values = np.asarray(quants.dequantize(tensor.data, tensor.qtype), dtype=np.float32).reshape(tensor.shape)
+    if arch.norm_offset and hf_name.endswith("norm.weight"):
+        values = values - arch.norm_offset
     perm = _row_permutation(hf_name, values.shape[0], config, arch)
     return np.array(values if perm is None else values[perm], dtype=np.float32, order="C")  # a writable copy
 

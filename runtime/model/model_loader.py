@@ -106,11 +106,15 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
     device = torch.device(device)
     run_dtype = resolve_dtype(dtype, device, config.torch_dtype)
     backend = resolve_attention_backend(attention_backend, device)
-    model_class = Gemma3ForCausalLM if config.architecture.startswith("Gemma3") else LlamaForCausalLM
-    model = model_class(config, dtype=run_dtype, device=device, attention_backend=backend, tp=tp)
+    model = model_class(config)(config, dtype=run_dtype, device=device, attention_backend=backend, tp=tp)
     load_weights(model, files)
     quantize_model(model, quantization, backend)
     return model.eval(), config
+
+
+def model_class(config: ModelConfig) -> type[LlamaForCausalLM]:
+    """The model class that runs ``config``'s architecture."""
+    return Gemma3ForCausalLM if config.architecture.startswith("Gemma3") else LlamaForCausalLM
 
 
 def load_weights(model: LlamaForCausalLM, files: list[str]) -> None:
