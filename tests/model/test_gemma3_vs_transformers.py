@@ -111,3 +111,26 @@ def test_config_forms(tmp_path):
         ModelConfig.from_path(tmp_path)
     with pytest.raises(ValueError, match="attn_logit_softcapping"):
         ModelConfig.from_dict({**old, "attn_logit_softcapping": 50.0})
+
+
+@pytest.mark.parametrize("prefix", ["model.language_model.", "language_model.model."])
+def test_multimodal_checkpoint_loads_its_text_model(tmp_path, prefix):
+    """A ``Gemma3ForConditionalGeneration`` folder (either transformers layout): the language model's
+    tensors are renamed, the vision tower's skipped; the logits are the text model's."""
+    from safetensors.torch import load_file, save_file
+
+    text_dir = write_gemma3_checkpoint(tmp_path / "text", {})
+    weights = {prefix + k.removeprefix("model."): v for k, v in load_file(text_dir / "model.safetensors").items()}
+    weights["model.vision_tower.vision_model.post_layernorm.weight" if prefix.startswith("model.")
+            else "vision_tower.vision_model.post_layernorm.weight"] = torch.ones(8)
+    mm_dir = tmp_path / "mm"
+    mm_dir.mkdir()
+    save_file(weights, str(mm_dir / "model.safetensors"))
+    text_config = json.loads((text_dir / "config.json").read_text())
+    (mm_dir / "config.json").write_text(json.dumps({"architectures": ["Gemma3ForConditionalGeneration"],
+                                                    "model_type": "gemma3", "text_config": text_config}))
+    mm, config = load_model(mm_dir, dtype="float32")
+    text, _ = load_model(text_dir, dtype="float32")
+    assert config.architecture == "Gemma3ForConditionalGeneration" and config.layer_types == tuple(TINY["layer_types"])
+    (ids,) = prompts(TINY["vocab_size"], [21], seed=9)
+    assert torch.equal(Paged(mm).run([0], [0], [ids]), Paged(text).run([0], [0], [ids]))
