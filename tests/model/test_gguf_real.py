@@ -29,8 +29,8 @@ from serve_process import serve
 
 pytestmark = pytest.mark.slow
 
-GAP_TOLERANCE = 2.0  # logits; twice the worst difference measured below
-MEASURED_MAX_DIFF = 1.0
+GAP_TOLERANCE = 1.0  # logits: twice the bound on |our logit - transformers'| asserted below
+MEASURED_MAX_DIFF = 0.28  # the worst logit difference seen on two of QUESTIONS (x86-64, AVX2)
 LLAMACPP_RSS_MB = 0.97 * 1000  # the issue's llama.cpp figure for this file
 RSS_BOUND = 1.3
 QUESTIONS = ["Write a python function that reverses a string.", "What is the capital of France?",
@@ -76,7 +76,7 @@ def test_greedy_tokens_match_transformers_on_the_dequantized_weights(qwen):
         top2 = want.topk(2, dim=-1).values
         clear = (top2[:, 0] - top2[:, 1]) > GAP_TOLERANCE
         assert (got.argmax(-1) == want.argmax(-1))[clear].all(), question
-        assert (got - want).abs().max().item() <= GAP_TOLERANCE, question
+        assert (got - want).abs().max().item() <= GAP_TOLERANCE / 2, question
         compared += int(clear.sum())
     assert compared >= len(QUESTIONS) * NEW_TOKENS // 2  # most positions are clear-cut
 
