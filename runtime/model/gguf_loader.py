@@ -1,6 +1,6 @@
 """Load a GGUF file into ``LlamaForCausalLM`` with its weights kept in their block formats.
 
-The file is read through ``gguf.GGUFReader`` (a memory map): the metadata becomes the
+The file is read through ``gguf_reader.GGUFFile`` (a memory map): the metadata becomes the
 ``ModelConfig`` (``gguf_config``), each tensor name its HF name, and the model's
 ``checkpoint_layout()`` says where it goes. Per model parameter (a fused q/k/v or gate/up counts as
 one), the file's parts are either all float32, then copied into the float parameter as an HF
@@ -36,7 +36,6 @@ from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.parallel.layers import Linear
 from torch import nn
 
-FLOAT_TYPES = ("F32", "F16", "BF16")
 # (target, file tensor, HF name) of one file tensor
 Piece = tuple[TensorTarget, GGUFTensor, str]
 
