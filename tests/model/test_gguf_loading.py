@@ -216,3 +216,17 @@ def test_startup_checks_name_the_gguf_problem(twins, tmp_path):
     shutil.copy(gguf, tmp_path / "b.gguf")
     with pytest.raises(StartupError, match=r"holds 2 GGUF files \(a\.gguf, b\.gguf\)"):
         check_checkpoint(str(tmp_path))
+
+
+@pytest.mark.unit
+def test_rope_freqs_factors_divide_the_frequencies():
+    from radixlm.runtime.model.rotary import rope_inv_freq
+
+    factors = tuple([1.0] * 8 + [4.0] * 8)
+    plain = rope_inv_freq(32, 500000.0, None)
+    scaled = rope_inv_freq(32, 500000.0, {"rope_type": "freq_factors", "factors": factors})
+    torch.testing.assert_close(scaled, plain / torch.tensor(factors))
+    raw = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "intermediate_size": 64, "max_position_embeddings": 64, "vocab_size": 10,
+           "rope_scaling": {"rope_type": "freq_factors", "factors": factors}}
+    assert ModelConfig.from_dict(raw).rope_scaling == {"rope_type": "freq_factors", "factors": factors}
