@@ -29,7 +29,7 @@ ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
 _P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
 _SIGNATURES = {
     "rl_gguf_linear": ([_P, _I, _P, _I, _P, _P, _L, _L, _I, _I], _I),
-    "rl_gguf_unpack_row": ([_P, _I, _L, _P, _P, _P], _I),
+    "rl_gguf_unpack_row": ([_P, _I, _L, _P, _P, _P, _I], _I),
     "rl_gguf_best_isa": ([], _I),
 }
 _forced: str | None = None
@@ -99,11 +99,12 @@ def linear(x: torch.Tensor, w: BlockWeight, bias: torch.Tensor | None = None) ->
 
 def unpack_row(w: BlockWeight, row: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row ``row`` of a quantized weight as the kernels see it: ``(u uint8 [in], ws [in/16], c [in/16])``
-    with ``weight[k] = ws[k // 16] * u[k] + c[k // 16]`` (tests)."""
+    with ``weight[k] = ws[k // 16] * u[k] + c[k // 16]``, by the current ``isa()``'s unpacking (tests)."""
     k = w.shape[1]
     u, ws, c = torch.empty(k, dtype=torch.uint8), torch.empty(k // 16), torch.empty(k // 16)
     raw = w.data[row].contiguous()
-    if _lib().rl_gguf_unpack_row(raw.data_ptr(), w.qtype, k, u.data_ptr(), ws.data_ptr(), c.data_ptr()) != 0:
+    if _lib().rl_gguf_unpack_row(raw.data_ptr(), w.qtype, k, u.data_ptr(), ws.data_ptr(), c.data_ptr(),
+                                  ISAS[isa()]) != 0:
         raise ValueError(f"{w.type_name} is not a quantized block type")
     return u, ws, c
 

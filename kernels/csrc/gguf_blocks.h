@@ -29,5 +29,7 @@ int64_t gb_row_bytes(int qtype, int64_t K);
 /* One quantized row of K values (K a multiple of the type's block) -> u[K], ws[K/16], c[K/16].
  * offset128: Q8_0's u = q + 128 (else u = (uint8_t)q, c = 0: the signed AVX2 path). */
 void gb_unpack_row(int qtype, const uint8_t *row, int64_t K, uint8_t *u, float *ws, float *c, int offset128);
+/* The same in AVX2 (gguf_unpack_avx2.c), for the AVX2 and AVX-512 paths. */
+void gb_unpack_row_avx2(int qtype, const uint8_t *row, int64_t K, uint8_t *u, float *ws, float *c, int offset128);
 /* One F32/F16/BF16 row of K values -> float32 w[K]. */
 void gb_float_row(int qtype, const uint8_t *row, int64_t K, float *w);

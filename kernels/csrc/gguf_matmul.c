@@ -6,6 +6,7 @@
  * ISA's tiles over every group of activation rows, so each weight byte is read from memory once per
  * call and unpacked once, whatever M is. */
 #include "gguf_blocks.h"
+#include "gguf_decode.h"
 #include "gguf_tiles.h"
 #include "pool.h"
 
@@ -26,7 +27,7 @@ int rl_gguf_best_isa(void) {
 
 /* One activation row: q[Kp] = round(x / dx) per 32-block (dx = max|x| / 127), dxe[h] = dx,
  * xd[h] = dx * sum of the 16 q of group h; zero past K. K is a multiple of 32. */
-static void quantize_row(const float *x, int64_t K, int64_t Kp, int8_t *q, float *dxe, float *xd) {
+static void quantize_row(const float *x, int64_t K, int64_t Kp, int8_t *q, float *dxe, float *xd, int32_t *xs) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t j = 0; j < K / 32; j++) {
         const float *xb = x + 32 * j;
@@ -47,6 +48,7 @@ static void quantize_row(const float *x, int64_t K, int64_t Kp, int8_t *q, float
                 s[i / 2] += lane[l];
             }
         }
+        xs[j] = s[0] + s[1];
         for (int h = 0; h < 2; h++) {
             dxe[2 * j + h] = d;
             xd[2 * j + h] = d * (float)s[h];
@@ -54,17 +56,19 @@ static void quantize_row(const float *x, int64_t K, int64_t Kp, int8_t *q, float
     }
     memset(q + K, 0, (size_t)(Kp - K));
     for (int64_t h = K / 16; h < Kp / 16; h++) dxe[h] = xd[h] = 0.0f;
+    for (int64_t h = K / 32; h < Kp / 32; h++) xs[h] = 0;
 }
 
 typedef struct {
     const gb_isa_tiles *tiles;
-    int qtype, flt, M;
+    int qtype, flt, M, isa, decode;  /* decode: gguf_decode.c's rows (1-2 x rows of a 32-block type) */
     int64_t N, K, Kp, rb, wbytes;
     const uint8_t *w;
     const float *x, *bias;
     float *y;
     int8_t *xq;
     float *dxe, *xd, *xf;
+    int32_t *xs;
 } gb_job;
 
 static void prepare_row(void *ctx, int64_t b) {
@@ -74,7 +78,7 @@ static void prepare_row(void *ctx, int64_t b) {
         memset(j->xf + b * j->Kp + j->K, 0, (size_t)(j->Kp - j->K) * 4);
     } else {
         quantize_row(j->x + b * j->K, j->K, j->Kp, j->xq + b * j->Kp, j->dxe + b * (j->Kp / 16),
-                     j->xd + b * (j->Kp / 16));
+                     j->xd + b * (j->Kp / 16), j->xs + b * (j->Kp / 32));
     }
 }
 
@@ -106,11 +110,19 @@ static void unpack_rows(const gb_job *j, int64_t n, int R, gb_wrows *wr, void *b
     float *ws = buf, *c = ws + GB_MAX_TILE * H;
     uint8_t *u = (uint8_t *)(c + GB_MAX_TILE * H);
     for (int r = 0; r < R; r++) {
-        gb_unpack_row(j->qtype, j->w + (n + r) * j->wbytes, K, u + r * Kp, ws + r * H, c + r * H, j->tiles->offset128);
+        (j->isa == GB_ISA_SCALAR ? gb_unpack_row : gb_unpack_row_avx2)(
+            j->qtype, j->w + (n + r) * j->wbytes, K, u + r * Kp, ws + r * H, c + r * H, j->tiles->offset128);
         memset(u + r * Kp + K, 0, (size_t)(Kp - K));
         for (int64_t h = K / 16; h < H; h++) ws[r * H + h] = c[r * H + h] = 0.0f;
     }
     *wr = (gb_wrows){.u = u, .ws = ws, .c = c, .ldu = Kp, .ldh = H};
+}
+
+/* y rows [b0, b0 + bt), columns [n, n + R) from res[b * R + r], plus the bias */
+static void store(const gb_job *j, int64_t n, int b0, int R, int bt, const float *res) {
+    for (int b = 0; b < bt; b++)
+        for (int r = 0; r < R; r++)
+            j->y[(int64_t)(b0 + b) * j->N + n + r] = res[b * R + r] + (j->bias ? j->bias[n + r] : 0.0f);
 }
 
 static void linear_item(void *ctx, int64_t item) {
@@ -119,6 +131,15 @@ static void linear_item(void *ctx, int64_t item) {
     void *buf = scratch_for((size_t)GB_MAX_TILE * (size_t)j->Kp * 4 + 2 * GB_MAX_TILE * (size_t)H * 4);
     int sgn = j->qtype == GB_Q8_0 && !j->tiles->offset128;
     float res[GB_MAX_TILE * GB_MAX_TILE];
+    if (j->decode) {
+        gb_xrows xr = {.q = j->xq, .dxe = j->dxe, .xs = j->xs, .ldq = j->Kp, .ldh = H, .lds = j->Kp / 32};
+        for (int64_t n = n0; n < n1; n += GB_MAX_TILE) {
+            int R = n1 - n < GB_MAX_TILE ? (int)(n1 - n) : GB_MAX_TILE;
+            gb_decode_rows(j->isa, j->qtype, j->w + n * j->wbytes, j->wbytes, R, j->K, &xr, j->M, res);
+            store(j, n, 0, R, j->M, res);
+        }
+        return;
+    }
     for (int64_t n = n0; n < n1; n += GB_MAX_TILE) {
         int R = n1 - n < GB_MAX_TILE ? (int)(n1 - n) : GB_MAX_TILE;
         gb_wrows wr;
@@ -129,9 +150,7 @@ static void linear_item(void *ctx, int64_t item) {
                            .f = j->xf + b0 * j->Kp, .ldq = j->Kp, .ldh = H};
             gb_tile_fn fn = j->flt ? j->tiles->flt[R][bt] : sgn ? j->tiles->signed8[R][bt] : j->tiles->quant[R][bt];
             fn(&wr, &xr, j->Kp, res);
-            for (int b = 0; b < bt; b++)
-                for (int r = 0; r < R; r++)
-                    j->y[(int64_t)(b0 + b) * j->N + n + r] = res[b * R + r] + (j->bias ? j->bias[n + r] : 0.0f);
+            store(j, n, b0, R, bt, res);
         }
     }
 }
@@ -144,15 +163,19 @@ int rl_gguf_linear(const float *x, int M, const uint8_t *w, int qtype, const flo
     int64_t block = qtype == GB_Q4_K || qtype == GB_Q5_K || qtype == GB_Q6_K ? 256 : flt ? 1 : 32;
     if (flt < 0 || K <= 0 || K % block || M < 0 || N < 0) return -1;
     int64_t Kp = (K + 63) / 64 * 64, H = Kp / 16;
-    gb_job j = {gb_tiles(isa), qtype, flt, M, N, K, Kp, 0, gb_row_bytes(qtype, K), w, x, bias, y, 0, 0, 0, 0};
-    void *xbuf = aligned_alloc(64, (size_t)M * (flt ? (size_t)Kp * 4 : (size_t)Kp + 2 * (size_t)H * 4) + 64);
+    gb_job j = {.tiles = gb_tiles(isa), .qtype = qtype, .flt = flt, .M = M, .isa = isa, .N = N, .K = K, .Kp = Kp,
+                .decode = isa != GB_ISA_SCALAR && M <= 2 && gb_decode_type(qtype),
+                .wbytes = gb_row_bytes(qtype, K), .w = w, .x = x, .bias = bias, .y = y};
+    size_t per_row = flt ? (size_t)Kp * 4 : (size_t)Kp + 2 * (size_t)H * 4 + (size_t)Kp / 32 * 4;
+    void *xbuf = aligned_alloc(64, ((size_t)M * per_row + 63) / 64 * 64);
     if (!xbuf) return -1;
     if (flt) {
         j.xf = xbuf;
     } else {
         j.dxe = xbuf;
         j.xd = j.dxe + (int64_t)M * H;
-        j.xq = (int8_t *)(j.xd + (int64_t)M * H);
+        j.xs = (int32_t *)(j.xd + (int64_t)M * H);
+        j.xq = (int8_t *)(j.xs + (int64_t)M * (Kp / 32));
     }
     rl_parallel(prepare_row, &j, M, M >= 8 ? nthreads : 1);
     /* work items: ~16 per thread at decode, at least 4 rows each (whole tiles) */
@@ -163,9 +186,9 @@ int rl_gguf_linear(const float *x, int M, const uint8_t *w, int qtype, const flo
     return 0;
 }
 
-/* One row unpacked as gb_unpack_row (offset128 = 1), for tests: w[k] = ws[k / 16] * u[k] + c[k / 16]. */
-int rl_gguf_unpack_row(const uint8_t *row, int qtype, int64_t K, uint8_t *u, float *ws, float *c) {
+/* One row unpacked (offset128 = 1) by the isa's unpacking, for tests: w[k] = ws[k / 16] * u[k] + c[k / 16]. */
+int rl_gguf_unpack_row(const uint8_t *row, int qtype, int64_t K, uint8_t *u, float *ws, float *c, int isa) {
     if (gb_is_float(qtype) != 0) return -1;
-    gb_unpack_row(qtype, row, K, u, ws, c, 1);
+    (isa == GB_ISA_SCALAR ? gb_unpack_row : gb_unpack_row_avx2)(qtype, row, K, u, ws, c, 1);
     return 0;
 }

@@ -12,12 +12,13 @@ typedef struct {
     int64_t ldu, ldh;
 } gb_wrows;
 
-/* BT quantized activation rows: row b's int8 q at q + b * ldq, dx / dx * sum per 16 at dxe / xd + b * ldh;
- * float rows (the float types) at f + b * ldq. */
+/* BT quantized activation rows: row b's int8 q at q + b * ldq, dx / dx * sum per 16 at dxe / xd + b * ldh,
+ * the int sum of each 32-block at xs + b * lds; float rows (the float types) at f + b * ldq. */
 typedef struct {
     const int8_t *q;
     const float *dxe, *xd, *f;
-    int64_t ldq, ldh;
+    const int32_t *xs;
+    int64_t ldq, ldh, lds;
 } gb_xrows;
 
 typedef void (*gb_tile_fn)(const gb_wrows *w, const gb_xrows *x, int64_t Kp, float *res);

@@ -46,16 +46,19 @@ class GGUFArchitecture:
 
     ``permuted_qk``: Q/K weight (and bias) rows were permuted per head by the converter.
     ``extra_layer_tensors``: GGUF layer tensor suffix -> HF suffix, beyond (or instead of) ``LAYER_TENSORS``.
+    ``extra_config``: GGUF metadata key (after ``<arch>.``) -> HF config field, beyond the common ones
+    (``hf_config``); a key the file lacks is left out.
+    ``config_fields``: ``(metadata, config) -> fields`` computed fields this architecture adds.
     ``norm_offset``: the converter stored every norm weight plus this (Gemma's ``1 + w``); subtracted.
-    ``extra_config``: ``(metadata, config) -> fields`` this architecture adds to the config dict.
     """
 
     hf_architecture: str
     model_type: str
     permuted_qk: bool = False
     extra_layer_tensors: dict[str, str] = field(default_factory=dict)
+    extra_config: dict[str, str] = field(default_factory=dict)
+    config_fields: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
     norm_offset: float = 0.0
-    extra_config: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None
 
     def hf_name(self, gguf_name: str) -> str | None:
         """The HF tensor name of ``gguf_name``, or None when this architecture has no such tensor."""
@@ -75,7 +78,8 @@ GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
     "qwen3": GGUFArchitecture("Qwen3ForCausalLM", "qwen3", extra_layer_tensors={
         "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight"}),
     "gemma3": GGUFArchitecture("Gemma3ForCausalLM", "gemma3_text", extra_layer_tensors=gemma3.LAYER_TENSORS,
-                               norm_offset=gemma3.NORM_OFFSET, extra_config=gemma3.gemma3_fields),
+                               norm_offset=gemma3.NORM_OFFSET, extra_config=gemma3.METADATA_FIELDS,
+                               config_fields=gemma3.gemma3_fields),
 }
 
 
@@ -110,6 +114,23 @@ def _rope_scaling(reader: GGUFFile, arch: str, rope_freqs: list[float] | None) -
                      "none, linear, rope_freqs")
 
 
+def _kv_heads_and_head_dim(reader: GGUFFile, arch: str, heads: int, hidden: int) -> tuple[int, int]:
+    p = f"{arch}."
+    kv_heads = field_value(reader, p + "attention.head_count_kv", heads)
+    if isinstance(kv_heads, np.ndarray):  # per-layer counts: ours are uniform
+        if len(set(kv_heads.tolist())) != 1:
+            raise ValueError(f"GGUF {p}attention.head_count_kv differs between layers "
+                             f"({sorted(set(kv_heads.tolist()))})")
+        kv_heads = kv_heads[0]
+    head_dim = int(field_value(reader, p + "attention.key_length", hidden // heads))
+    value_dim = int(field_value(reader, p + "attention.value_length", head_dim))
+    rope_dim = int(field_value(reader, p + "rope.dimension_count", head_dim))
+    if value_dim != head_dim or rope_dim != head_dim:
+        raise ValueError(f"GGUF {arch}: key_length {head_dim}, value_length {value_dim} and "
+                         f"rope.dimension_count {rope_dim} must be equal (partial RoPE is not supported)")
+    return int(kv_heads), head_dim
+
+
 def hf_config(reader: GGUFFile) -> dict[str, Any]:
     """The HF ``config.json`` dict a GGUF file's metadata describes."""
     tensors = reader.tensors
@@ -117,19 +138,8 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
     spec = gguf_architecture(arch_name)
     p = f"{arch_name}."
     heads = int(_required(reader, p + "attention.head_count"))
-    kv_heads = field_value(reader, p + "attention.head_count_kv", heads)
-    if isinstance(kv_heads, np.ndarray):  # per-layer counts: ours are uniform
-        if len(set(kv_heads.tolist())) != 1:
-            raise ValueError(f"GGUF {p}attention.head_count_kv differs between layers "
-                             f"({sorted(set(kv_heads.tolist()))})")
-        kv_heads = kv_heads[0]
     hidden = int(_required(reader, p + "embedding_length"))
-    head_dim = int(field_value(reader, p + "attention.key_length", hidden // heads))
-    value_dim = int(field_value(reader, p + "attention.value_length", head_dim))
-    rope_dim = int(field_value(reader, p + "rope.dimension_count", head_dim))
-    if value_dim != head_dim or rope_dim != head_dim:
-        raise ValueError(f"GGUF {arch_name}: key_length {head_dim}, value_length {value_dim} and "
-                         f"rope.dimension_count {rope_dim} must be equal (partial RoPE is not supported)")
+    kv_heads, head_dim = _kv_heads_and_head_dim(reader, arch_name, heads, hidden)
     embed = tensors.get("token_embd.weight")
     if embed is None:
         raise ValueError("GGUF file has no token_embd.weight tensor")
@@ -138,7 +148,7 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
     config = {
         "architectures": [spec.hf_architecture], "model_type": spec.model_type,
         "hidden_size": hidden, "num_hidden_layers": int(_required(reader, p + "block_count")),
-        "num_attention_heads": heads, "num_key_value_heads": int(kv_heads), "head_dim": head_dim,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
         "intermediate_size": int(_required(reader, p + "feed_forward_length")),
         "rms_norm_eps": float(_required(reader, p + "attention.layer_norm_rms_epsilon")),
         "rope_theta": float(field_value(reader, p + "rope.freq_base", 10000.0)),
@@ -150,11 +160,15 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
     window = field_value(reader, p + "attention.sliding_window")
     if window is not None:
         config["sliding_window"] = int(window)
+    for key, hf_key in spec.extra_config.items():
+        value = field_value(reader, p + key)
+        if value is not None:
+            config[hf_key] = value.tolist() if isinstance(value, np.ndarray) else value
     scaling = _rope_scaling(reader, arch_name, freqs)
     if scaling is not None:
         config["rope_scaling"] = scaling
-    if spec.extra_config is not None:
-        config.update(spec.extra_config(reader.metadata, config))
+    if spec.config_fields is not None:
+        config.update(spec.config_fields(reader.metadata, config))
     return config
 
 

@@ -21,6 +21,10 @@ LOCAL_ROPE_BASE = 10_000.0
 SLIDING_PATTERN = 6
 _GEMMA3_27B_LAYERS = 62
 
+# GGUF metadata key (after ``gemma3.``) -> config field, when the file has it
+METADATA_FIELDS = {"final_logit_softcapping": "final_logit_softcapping",
+                   "rope.local.freq_base": "rope_local_base_freq"}
+
 # GGUF layer tensor suffix -> HF suffix, where Gemma 3 differs from (or adds to) the llama names
 LAYER_TENSORS = {
     "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
@@ -31,17 +35,14 @@ LAYER_TENSORS = {
 
 
 def gemma3_fields(metadata: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """The ``config.json`` fields of a ``gemma3`` file beyond the common ones already in ``config``."""
-    p = "gemma3."
+    """The computed ``config.json`` fields of a ``gemma3`` file (``config``: the fields read so far)."""
     layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
     scalar = config["hidden_size"] // heads if layers == _GEMMA3_27B_LAYERS else config["head_dim"]
-    fields: dict[str, Any] = {
+    return {
         "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": scalar,
-        "rope_local_base_freq": float(metadata.get(p + "rope.local.freq_base", LOCAL_ROPE_BASE)),
-        "layer_types": _layer_types(metadata.get(p + "attention.sliding_window_pattern"), layers),
-        "final_logit_softcapping": metadata.get(p + "final_logit_softcapping"),
+        "rope_local_base_freq": float(config.get("rope_local_base_freq", LOCAL_ROPE_BASE)),
+        "layer_types": _layer_types(metadata.get("gemma3.attention.sliding_window_pattern"), layers),
     }
-    return fields
 
 
 def _layer_types(pattern: Any, layers: int) -> list[str]:

@@ -1,6 +1,6 @@
 """Load a GGUF file into ``LlamaForCausalLM`` with its weights kept in their block formats.
 
-The file is read through ``gguf.GGUFReader`` (a memory map): the metadata becomes the
+The file is read through ``gguf_reader.GGUFFile`` (a memory map): the metadata becomes the
 ``ModelConfig`` (``gguf_config``), each tensor name its HF name, and the model's
 ``checkpoint_layout()`` says where it goes. Per model parameter (a fused q/k/v or gate/up counts as
 one), the file's parts are either all float32, then copied into the float parameter as an HF
@@ -37,19 +37,18 @@ from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.parallel.layers import Linear
 from torch import nn
 
-FLOAT_TYPES = ("F32", "F16", "BF16")
 # (target, file tensor, HF name) of one file tensor
 Piece = tuple[TensorTarget, GGUFTensor, str]
 
 
 def check_gguf_options(dtype: str | torch.dtype | None, device: torch.device | str,
-                       tp: TPGroup | None, quantization: str | None) -> None:
+                       tp_size: int, quantization: str | None) -> None:
     """``ValueError`` naming the option a GGUF model cannot take."""
     if quantization is not None:
         raise ValueError(f"quantization {quantization!r}: a GGUF model is quantized already (its weights run in "
                          "their own block formats); drop --quantization")
-    if tp is not None and tp.size > 1:
-        raise ValueError(f"tp_size {tp.size}: tensor parallelism is not supported for GGUF models; use tp_size 1")
+    if tp_size > 1:
+        raise ValueError(f"tp_size {tp_size}: tensor parallelism is not supported for GGUF models; use tp_size 1")
     if torch.device(device).type != "cpu":
         raise ValueError(f"device {str(device)!r}: GGUF models run on the CPU; pass --device cpu")
     if dtype not in (None, "auto", "float32", "float", "fp32", torch.float32):
@@ -65,7 +64,7 @@ def load_gguf_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "
     ``attention_backend`` is already resolved (``torch`` on the CPU). Raises ``FileNotFoundError`` for
     a missing file, ``ValueError`` for an unsupported architecture, tensor type or option, or bad tensors.
     """
-    check_gguf_options(dtype, device, tp, quantization)
+    check_gguf_options(dtype, device, 1 if tp is None else tp.size, quantization)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path}")

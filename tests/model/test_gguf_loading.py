@@ -25,7 +25,6 @@ from radixlm.runtime.model.gguf_loader import check_gguf_options
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
-from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.scheduler.batch import BatchSpec
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
@@ -156,15 +155,15 @@ def test_gguf_path_dispatch(tmp_path):
 
 @pytest.mark.unit
 def test_options_a_gguf_model_cannot_take():
-    check_gguf_options("auto", "cpu", None, None)
+    check_gguf_options("auto", "cpu", 1, None)
     with pytest.raises(ValueError, match="quantization 'int8': a GGUF model is quantized already"):
-        check_gguf_options("auto", "cpu", None, "int8")
+        check_gguf_options("auto", "cpu", 1, "int8")
     with pytest.raises(ValueError, match="tp_size 2: tensor parallelism is not supported for GGUF"):
-        check_gguf_options("auto", "cpu", TPGroup(rank=0, size=2), None)
+        check_gguf_options("auto", "cpu", 2, None)
     with pytest.raises(ValueError, match="device 'cuda': GGUF models run on the CPU"):
-        check_gguf_options("auto", "cuda", None, None)
+        check_gguf_options("auto", "cuda", 1, None)
     with pytest.raises(ValueError, match="dtype 'bfloat16': GGUF models compute in float32"):
-        check_gguf_options("bfloat16", "cpu", None, None)
+        check_gguf_options("bfloat16", "cpu", 1, None)
 
 
 def _tiny_file(path, arch: str, tensors: dict) -> str:
@@ -217,3 +216,17 @@ def test_startup_checks_name_the_gguf_problem(twins, tmp_path):
     shutil.copy(gguf, tmp_path / "b.gguf")
     with pytest.raises(StartupError, match=r"holds 2 GGUF files \(a\.gguf, b\.gguf\)"):
         check_checkpoint(str(tmp_path))
+
+
+@pytest.mark.unit
+def test_rope_freqs_factors_divide_the_frequencies():
+    from radixlm.runtime.model.rotary import rope_inv_freq
+
+    factors = tuple([1.0] * 8 + [4.0] * 8)
+    plain = rope_inv_freq(32, 500000.0, None)
+    scaled = rope_inv_freq(32, 500000.0, {"rope_type": "freq_factors", "factors": factors})
+    torch.testing.assert_close(scaled, plain / torch.tensor(factors))
+    raw = {"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "intermediate_size": 64, "max_position_embeddings": 64, "vocab_size": 10,
+           "rope_scaling": {"rope_type": "freq_factors", "factors": factors}}
+    assert ModelConfig.from_dict(raw).rope_scaling == {"rope_type": "freq_factors", "factors": factors}
