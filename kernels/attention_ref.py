@@ -11,7 +11,9 @@ requests is described flashinfer-style:
 The new tokens' K/V are already stored in the pool (``store_kv``) before attention runs, so a
 request with ``kv_len`` keys and ``q_len`` queries has ``prefix_len = kv_len - q_len`` cached
 tokens, and query j (0-based) attends to keys ``0 .. prefix_len + j`` (causal, aligned to the end).
-Decode is the special case ``q_len == 1``.
+Decode is the special case ``q_len == 1``. A sliding window ``W`` (Gemma 3's local layers) also
+hides keys more than ``W - 1`` positions behind the query: query j sees keys
+``max(0, prefix_len + j - W + 1) .. prefix_len + j`` (transformers' ``kv_idx > q_idx - W``).
 
 These functions are the numerical references for the Triton kernels and the CPU attention path.
 """
@@ -30,10 +32,11 @@ def store_kv_ref(k_pool: torch.Tensor, v_pool: torch.Tensor, loc: torch.Tensor,
 
 def extend_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                          qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-                         sm_scale: float) -> torch.Tensor:
+                         sm_scale: float, sliding_window: int | None = None) -> torch.Tensor:
     """Causal attention of ragged queries over each request's pooled context.
 
     q: [num_q_tokens, num_heads, head_dim] -> returns [num_q_tokens, num_heads, head_dim] in q.dtype.
+    ``sliding_window`` (None: the whole context): keys at or before ``q_pos - sliding_window`` are hidden.
     """
     num_heads = q.shape[1]
     group = num_heads // k_pool.shape[1]
@@ -52,18 +55,23 @@ def extend_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Te
         prefix = kv_len - q_len
         q_pos = torch.arange(q_len, device=q.device).unsqueeze(1) + prefix
         k_pos = torch.arange(kv_len, device=q.device).unsqueeze(0)
-        scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
+        hidden = k_pos > q_pos
+        if sliding_window is not None:
+            hidden |= k_pos <= q_pos - sliding_window
+        scores = scores.masked_fill(hidden, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         out[qo[i]:qo[i + 1]] = torch.matmul(probs, vi).transpose(0, 1).to(q.dtype)
     return out
 
 
 def decode_attention_ref(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-                         kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float) -> torch.Tensor:
-    """One query per request over its whole context. q: [bs, num_heads, head_dim]."""
+                         kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float,
+                         sliding_window: int | None = None) -> torch.Tensor:
+    """One query per request over its whole context (or its last ``sliding_window`` keys).
+    q: [bs, num_heads, head_dim]."""
     bs = q.shape[0]
     qo_indptr = torch.arange(bs + 1, device=q.device, dtype=kv_indptr.dtype)
-    return extend_attention_ref(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, sm_scale)
+    return extend_attention_ref(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, sm_scale, sliding_window)
 
 
 def apply_token_bitmask_ref(logits: torch.Tensor, bitmask: torch.Tensor) -> None:

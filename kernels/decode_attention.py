@@ -17,6 +17,7 @@ import torch
 import triton
 import triton.language as tl
 from radixlm.kernels.online_softmax import online_softmax_block
+from radixlm.kernels.sliding_window import check_window
 from radixlm.kernels.triton_mode import check_device, dot_in_f32
 from radixlm.kernels.validate import check_attention
 
@@ -25,7 +26,7 @@ MAX_KV_SPLITS = 64
 
 
 @triton.jit
-def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE, Out,
+def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, window, Mid_O, Mid_LSE, Out,
                    stride_qb, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ob, stride_oh,
                    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_N: tl.constexpr, SINGLE_SPLIT: tl.constexpr, PRECISION: tl.constexpr,
@@ -35,6 +36,9 @@ def _decode_stage1(Q, K, V, kv_indptr, kv_indices, sm_scale, Mid_O, Mid_LSE, Out
     split = tl.program_id(2)
     kv_start = tl.load(kv_indptr + req).to(tl.int64)
     kv_len = (tl.load(kv_indptr + req + 1) - kv_start).to(tl.int32)
+    if window > 0:  # a sliding window: only the last `window` keys
+        kv_start += tl.maximum(kv_len - window, 0).to(tl.int64)
+        kv_len = tl.minimum(kv_len, window)
     num_splits = tl.num_programs(2)
     split_len = (kv_len + num_splits - 1) // num_splits
     lo = split * split_len
@@ -117,14 +121,16 @@ def _sm_count(device_index: int) -> int:
 
 def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                      kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float,
-                     *, num_kv_splits: int | None = None) -> torch.Tensor:
-    """One query per request over its whole pooled context (see ``attention_ref``).
+                     *, num_kv_splits: int | None = None, sliding_window: int | None = None) -> torch.Tensor:
+    """One query per request over its whole pooled context, or its last ``sliding_window`` keys
+    (see ``attention_ref``).
 
     q: [bs, num_heads, head_dim] -> [bs, num_heads, head_dim] in q's dtype. Each request's context
     is cut into ``num_kv_splits`` equal slices (default: from the batch size and the GPU's SM
     count); the split length is computed on the device, so no host sync is needed.
     """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale)
+    window = check_window(sliding_window) or 0
     check_device("q", q)
     bs, num_heads, head_dim = q.shape
     kv_heads = k_pool.shape[1]
@@ -145,7 +151,7 @@ def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
                         dtype=torch.float32, device=q.device)
     mid_lse = torch.empty((bs, num_heads, num_kv_splits) if split else (1,), dtype=torch.float32, device=q.device)
     _decode_stage1[(bs, kv_heads, num_kv_splits)](
-        q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, mid_o, mid_lse, out,
+        q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, window, mid_o, mid_lse, out,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1),
         out.stride(0), out.stride(1),
         GROUP=group, BLOCK_H=max(16, triton.next_power_of_2(group)), HEAD_DIM=head_dim, BLOCK_D=block_d,

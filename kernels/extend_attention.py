@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 from radixlm.kernels.online_softmax import online_softmax_block
+from radixlm.kernels.sliding_window import check_window
 from radixlm.kernels.triton_mode import check_device, dot_in_f32
 from radixlm.kernels.validate import check_attention
 
@@ -20,7 +21,7 @@ MAX_HEAD_DIM = 256
 
 
 @triton.jit
-def _extend_kernel(Q, K, V, Out, qo_indptr, kv_indptr, kv_indices, sm_scale,
+def _extend_kernel(Q, K, V, Out, qo_indptr, kv_indptr, kv_indices, sm_scale, window,
                    stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh, stride_ot, stride_oh,
                    GROUP: tl.constexpr, GROUP_P: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                    BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
@@ -54,10 +55,16 @@ def _extend_kernel(Q, K, V, Out, qo_indptr, kv_indptr, kv_indices, sm_scale,
         acc = tl.full([BLOCK_T * GROUP_P, BLOCK_D], 0.0, dtype=tl.float32)
         # Keys past the block's last query position are invisible to every row of the block.
         kv_end = tl.minimum(kv_len, prefix + (t_block + 1) * BLOCK_T)
-        for n0 in range(0, kv_end, BLOCK_N):
+        # A sliding window (window > 0): keys before the block's first query's window are invisible too.
+        kv_begin = 0
+        if window > 0:
+            kv_begin = tl.maximum(prefix + t_block * BLOCK_T - window + 1, 0)
+        for n0 in range(kv_begin, kv_end, BLOCK_N):
             offs_n = n0 + tl.arange(0, BLOCK_N)
             mask_n = offs_n < kv_end
             visible = (offs_n[None, :] <= (prefix + token)[:, None]) & mask_n[None, :]  # causal
+            if window > 0:
+                visible = visible & (offs_n[None, :] > (prefix + token)[:, None] - window)
             m_i, l_i, acc = online_softmax_block(q, m_i, l_i, acc, K, V, kv_head, kv_indices + kv_start,
                                                  offs_n, mask_n, visible, offs_d, mask_d, stride_kt, stride_kh,
                                                  stride_vt, stride_vh, sm_scale, PRECISION, DOT_F32)
@@ -78,8 +85,10 @@ def _blocks(head_dim: int, dtype: torch.dtype, group: int) -> tuple[int, int, in
 
 def extend_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                      qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-                     sm_scale: float, *, max_q_len: int | None = None) -> torch.Tensor:
-    """Causal attention of ragged new tokens over their pooled contexts (see ``attention_ref``).
+                     sm_scale: float, *, max_q_len: int | None = None,
+                     sliding_window: int | None = None) -> torch.Tensor:
+    """Causal attention of ragged new tokens over their pooled contexts (see ``attention_ref``),
+    each query seeing only its last ``sliding_window`` keys when one is given.
 
     q: [num_tokens, num_heads, head_dim]; k_pool, v_pool: [num_slots, num_kv_heads, head_dim] with
     the new tokens already stored; returns [num_tokens, num_heads, head_dim] in q's dtype.
@@ -87,6 +96,7 @@ def extend_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
     (one device sync).
     """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, qo_indptr=qo_indptr)
+    window = check_window(sliding_window) or 0
     check_device("q", q)
     head_dim = q.shape[2]
     if head_dim > MAX_HEAD_DIM:
@@ -101,7 +111,7 @@ def extend_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
     group_p, block_t, block_n = _blocks(head_dim, q.dtype, group)
     grid = (bs, k_pool.shape[1], triton.cdiv(max_q_len, block_t))
     _extend_kernel[grid](
-        q, k_pool, v_pool, out, qo_indptr, kv_indptr, kv_indices, sm_scale,
+        q, k_pool, v_pool, out, qo_indptr, kv_indptr, kv_indices, sm_scale, window,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), v_pool.stride(0), v_pool.stride(1),
         out.stride(0), out.stride(1),
         GROUP=group, GROUP_P=group_p, HEAD_DIM=head_dim, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),

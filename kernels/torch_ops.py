@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
+from radixlm.kernels.sliding_window import check_window, trim_to_window, window_mask
 from radixlm.kernels.validate import check_attention, check_bitmask, check_store_kv
 
 # torch's fused CPU flash-attention kernel; unlike the public SDPA it also returns the log-sum-exp
@@ -64,7 +65,7 @@ def _gather_kv(k_pool: torch.Tensor, v_pool: torch.Tensor, starts: torch.Tensor,
 
 def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                            kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float, *,
-                           shared_prefix_len: int = 0) -> torch.Tensor:
+                           shared_prefix_len: int = 0, sliding_window: int | None = None) -> torch.Tensor:
     """One query per request over its whole context; q ``[bs, num_heads, head_dim]`` -> same shape.
 
     ``shared_prefix_len`` (P, keyword-only): the caller guarantees that the first P entries of every
@@ -73,8 +74,15 @@ def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     call; each request's own suffix is gathered padded as usual, and the two partial results are
     merged by their log-sum-exp (cascade attention). P = 0 (the default) is plain padded attention;
     P must not exceed any request's context length. The Triton backend has no such argument.
+
+    ``sliding_window`` (W, keyword-only; None: the whole context): each query sees only its
+    request's last W keys (``kernels/sliding_window``); the shared prefix is then not used.
     """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale)
+    if check_window(sliding_window) is not None:
+        ones = torch.ones(q.shape[0], dtype=torch.int64, device=q.device)
+        kv_indptr, kv_indices = trim_to_window(kv_indptr, kv_indices, ones, sliding_window)
+        shared_prefix_len = 0
     bs, num_heads, head_dim = q.shape
     if bs == 0:
         return torch.empty_like(q)
@@ -168,26 +176,24 @@ def _decode_cascade(qg: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
 
 def _causal_mask(q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int) -> torch.Tensor:
     """``[bs, 1, max_q, max_kv]`` bool, True where query j may see key t: t <= prefix + j, t < kv_len."""
-    q_pos = torch.arange(max_q, device=q_lens.device)
-    k_pos = torch.arange(max_kv, device=q_lens.device)
-    last_visible = (kv_lens - q_lens).view(-1, 1, 1) + q_pos.view(1, -1, 1)  # [bs, max_q, 1]
-    mask = (k_pos.view(1, 1, -1) <= last_visible) & (k_pos.view(1, 1, -1) < kv_lens.view(-1, 1, 1))
-    return mask.unsqueeze(1)
+    return window_mask(q_lens, kv_lens, max_q, max_kv, None)
 
 
 def _extend_padded(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, qo_indptr: torch.Tensor,
                    kv_indptr: torch.Tensor, kv_indices: torch.Tensor, sm_scale: float,
                    q_lens: torch.Tensor, kv_lens: torch.Tensor, max_q: int, max_kv: int,
-                   no_prefix: bool = False) -> torch.Tensor:
+                   no_prefix: bool = False, window: int | None = None) -> torch.Tensor:
     """Extend for a whole batch (or one request) padded to ``[bs, max_q]`` x ``[bs, max_kv]``.
 
     ``no_prefix`` (every request's context is its new tokens): the plain causal mask is exact (the
     right padding only ever follows a query), and SDPA's causal mode skips the masked half.
+    ``window``: keys more than ``window - 1`` positions behind a query are masked too.
     """
     k, v, _ = _gather_kv(k_pool, v_pool, kv_indptr[:-1], kv_indices, kv_lens, max_kv)
     rows, q_valid = _padded_rows(qo_indptr[:-1], q_lens, max_q)
     qp = q[rows].float().transpose(1, 2)  # [bs, num_heads, max_q, head_dim]
-    mask = None if no_prefix else _causal_mask(q_lens, kv_lens, max_q, max_kv)
+    no_prefix = no_prefix and (window is None or max_q <= window)  # a window shorter than the extend masks
+    mask = None if no_prefix else window_mask(q_lens, kv_lens, max_q, max_kv, window)
     out = F.scaled_dot_product_attention(qp, k, v, attn_mask=mask, scale=sm_scale, enable_gqa=True,
                                          is_causal=no_prefix)
     return out.transpose(1, 2)[q_valid]  # [sum(q_lens), num_heads, head_dim], in qo_indptr order
@@ -248,7 +254,8 @@ def _extend_cascade_native(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
 
 def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
                            qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-                           sm_scale: float, *, max_pad_ratio: float = 2.0, shared_prefix_len: int = 0) -> torch.Tensor:
+                           sm_scale: float, *, max_pad_ratio: float = 2.0, shared_prefix_len: int = 0,
+                           sliding_window: int | None = None) -> torch.Tensor:
     """Causal attention of ragged queries over pooled contexts; q ``[num_tokens, num_heads, head_dim]``.
 
     The batch runs as one padded SDPA call unless padding would multiply the score matrix by more
@@ -261,10 +268,17 @@ def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     the two are merged by log-sum-exp (cascade attention), instead of gathering the prefix per request.
     When the native kernels take the tensors and the batch's own (query, key) pairs are at most a
     quarter of its prefix pairs, one native call does both halves in one softmax, padding nothing.
+
+    ``sliding_window`` (W, keyword-only; None: no window): query j also hides keys at or before
+    ``prefix + j - W``; the keys no query sees are dropped first and the shared prefix is not used.
     """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale, qo_indptr=qo_indptr)
     out = torch.empty_like(q)
     q_lens_t = qo_indptr[1:] - qo_indptr[:-1]
+    window = check_window(sliding_window)
+    if window is not None:
+        kv_indptr, kv_indices = trim_to_window(kv_indptr, kv_indices, q_lens_t, window)
+        shared_prefix_len = 0
     kv_lens_t = kv_indptr[1:] - kv_indptr[:-1]
     q_lens, kv_lens = q_lens_t.tolist(), kv_lens_t.tolist()
     if sum(q_lens) == 0:
@@ -288,14 +302,15 @@ def extend_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     qo = qo_indptr.tolist()
     if len(q_lens) * max_q * max_kv <= max_pad_ratio * useful:
         res = _extend_padded(q, k_pool, v_pool, qo_indptr, kv_indptr, kv_indices, sm_scale,
-                             q_lens_t, kv_lens_t, max_q, max_kv, no_prefix=q_lens == kv_lens)
+                             q_lens_t, kv_lens_t, max_q, max_kv, no_prefix=q_lens == kv_lens, window=window)
         out[qo[0]:qo[-1]] = res.to(q.dtype)
         return out
     for i, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens)):
         if q_len == 0:
             continue
         res = _extend_padded(q, k_pool, v_pool, qo_indptr[i:i + 2], kv_indptr[i:i + 2], kv_indices, sm_scale,
-                             q_lens_t[i:i + 1], kv_lens_t[i:i + 1], q_len, kv_len, no_prefix=q_len == kv_len)
+                             q_lens_t[i:i + 1], kv_lens_t[i:i + 1], q_len, kv_len, no_prefix=q_len == kv_len,
+                             window=window)
         out[qo[i]:qo[i + 1]] = res.to(q.dtype)
     return out
 

@@ -16,6 +16,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from radixlm.runtime.gguf_path import GGUFPathError, gguf_file
+
 logger = logging.getLogger("radixlm.startup")
 
 
@@ -42,14 +44,26 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def check_checkpoint(model_path: str | None, tokenizer_path: str | None = None) -> None:
-    """``StartupError`` unless ``model_path`` (None: the embedded model) looks like a checkpoint."""
+    """``StartupError`` unless ``model_path`` (None: the embedded model) looks like a checkpoint (an HF
+    folder, a GGUF file or a folder holding one)."""
+    try:
+        gguf = gguf_file(model_path)
+    except GGUFPathError as e:
+        raise StartupError(f"--model-path {model_path}: {e}") from None
+    if gguf is not None:
+        if tokenizer_path is not None and gguf_file(tokenizer_path) is None \
+                and not (Path(tokenizer_path) / "tokenizer.json").is_file():
+            raise StartupError(f"--tokenizer-path {tokenizer_path}: tokenizer.json is missing")
+        return
     if model_path is not None:
         path = Path(model_path)
         if not path.exists():
             raise StartupError(f"--model-path {model_path}: no such file or directory (pass a checkpoint "
-                               "folder: config.json, *.safetensors, tokenizer.json; or a hub id ORG/NAME)")
+                               "folder: config.json, *.safetensors, tokenizer.json; a .gguf file; or a hub id "
+                               "ORG/NAME)")
         if not path.is_dir():
-            raise StartupError(f"--model-path {model_path}: not a directory (pass the checkpoint's folder)")
+            raise StartupError(f"--model-path {model_path}: not a directory (pass the checkpoint's folder, "
+                               "or a .gguf file)")
         if not (path / "config.json").is_file():
             raise StartupError(f"--model-path {model_path}: not a checkpoint: config.json is missing")
         if not any(path.glob("*.safetensors")):

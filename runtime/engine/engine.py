@@ -39,6 +39,7 @@ from radixlm.runtime.engine.inputs import (
 )
 from radixlm.runtime.engine.inspection import inspect_engine
 from radixlm.runtime.engine.step_loop import EngineLoop
+from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import SamplingParams
@@ -72,7 +73,10 @@ class Engine:
         self.model_path = resolve_model_path(args.model_path) if args.model_path else default_model_path()
         self.model_name = model_name(self.model_path)
         tokenizer_path = resolve_model_path(args.tokenizer_path, "--tokenizer-path") if args.tokenizer_path else None
-        self.tokenizer = Tokenizer(tokenizer_path or self.model_path, args.chat_template)
+        tokenizer_source = tokenizer_path or self.model_path
+        gguf = gguf_file(tokenizer_source)  # a GGUF file (or a folder holding one) carries its tokenizer
+        self.tokenizer = (Tokenizer.from_gguf(gguf, args.chat_template) if gguf is not None
+                          else Tokenizer(tokenizer_source, args.chat_template))
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
         self.model_config = self.runner.model_config
         cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,

@@ -264,8 +264,9 @@ class LlamaForCausalLM(nn.Module):
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling, device)
         if torch.device(device).type == "cpu" and dtype == torch.float32:
             cpu_native.available()  # build / load the native decode kernels now, not in the first step
-        self.quantized_lm_head: nn.Module | None = None  # set by quantization.quantize_model
-        self.quantized_embed: nn.Module | None = None  # int8 lookup; embed_tokens is then None
+        self.quantized_lm_head: nn.Module | None = None  # set by quantization.quantize_model or the GGUF loader
+        # set by the GGUF loader (a block-format embedding) or int8 quantization (embed_tokens is then None)
+        self.quantized_embedding: nn.Module | None = None
 
     @torch.no_grad()  # not inference_mode: callers mask the returned logits in place
     def forward(self, batch: ForwardBatch, kv_pool: KVPool) -> torch.Tensor:
@@ -273,17 +274,16 @@ class LlamaForCausalLM(nn.Module):
 
         Returns float32 logits ``[len(batch.logits_indices), vocab_size]``.
         """
-        # [num_tokens, hidden_size]
-        if self.quantized_embed is not None:
-            hidden = self.quantized_embed(batch.input_ids)
-        else:
+        if self.quantized_embedding is not None:  # GGUF: block_linear.BlockEmbedding; int8: Int8Embedding
+            hidden = self.quantized_embedding(batch.input_ids).to(self.norm.weight.dtype)
+        else:  # [num_tokens, hidden_size]
             hidden = vocab_parallel_embedding(batch.input_ids, self.embed_tokens, self.vocab_shard, self.tp)
         cos, sin = self.rotary.cos_sin(batch.positions, hidden.dtype)  # each [num_tokens, 1, head_dim]
         step = self._native_step(batch, hidden, cos, sin, kv_pool)
         for layer in self.layers:
             hidden = layer(hidden, cos, sin, batch, kv_pool, step)
         hidden = self.norm(hidden[batch.logits_indices])  # [num_logits, hidden_size]
-        if self.quantized_lm_head is not None:  # int8: quantization.Int8LMHead (all-gathers too)
+        if self.quantized_lm_head is not None:  # Int8LMHead (all-gathers too) or GGUF's BlockLMHead
             return self.quantized_lm_head(hidden)  # [num_logits, vocab_size] float32
         lm_head = self.embed_tokens if self.lm_head is None else self.lm_head
         return parallel_lm_head(hidden, lm_head, self.config.vocab_size, self.tp)  # [num_logits, vocab_size]

@@ -18,15 +18,18 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                           "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration")
 # used when config.json has no "architectures" list (as a bare ``XConfig.save_pretrained`` writes)
 MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-               "qwen3": "Qwen3ForCausalLM"}
+               "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+               "gemma3": "Gemma3ForConditionalGeneration"}
 
 # rope type -> keys its parameters must carry
 SUPPORTED_ROPE_TYPES: dict[str, tuple[str, ...]] = {
     "linear": ("factor",),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "freq_factors": ("factors",),  # a GGUF's rope_freqs tensor: one divisor per frequency
 }
 
 
@@ -59,10 +62,25 @@ class ModelConfig:
     o_bias: bool = False
     mlp_bias: bool = False
     sliding_window: int | None = None
+    # Gemma 3 (``gemma3_config``): per-layer "sliding_attention" / "full_attention", the sliding
+    # layers' RoPE base, the attention scale, the final logit soft cap, the MLP activation
+    layer_types: tuple[str, ...] = ()
+    local_rope_theta: float | None = None
+    attention_scale: float | None = None
+    final_logit_softcapping: float | None = None
+    hidden_act: str = "silu"
 
     @classmethod
     def from_path(cls, path: str | os.PathLike) -> ModelConfig:
-        """Read ``<path>/config.json``; ``FileNotFoundError`` if absent, ``ValueError`` if unsupported."""
+        """Read ``<path>/config.json`` (or a GGUF file's metadata: ``gguf_config``); ``FileNotFoundError``
+        if absent, ``ValueError`` if unsupported."""
+        from radixlm.runtime.gguf_path import gguf_file
+
+        gguf = gguf_file(path)
+        if gguf is not None:
+            from radixlm.runtime.model.gguf_config import gguf_model_config
+
+            return gguf_model_config(gguf)
         config_file = os.path.join(os.fspath(path), "config.json")
         if not os.path.isfile(config_file):
             raise FileNotFoundError(f"config.json not found: {config_file}")
@@ -77,6 +95,10 @@ class ModelConfig:
     def from_dict(cls, raw: dict[str, Any]) -> ModelConfig:
         """Build from the parsed ``config.json`` contents."""
         architecture = _architecture(raw)
+        if architecture.startswith("Gemma3"):
+            from radixlm.runtime.model.gemma3_config import gemma3_config
+
+            return gemma3_config(cls, raw)
         num_heads = _required(raw, "num_attention_heads")
         hidden_size = _required(raw, "hidden_size")
         num_kv_heads = raw.get("num_key_value_heads") or num_heads

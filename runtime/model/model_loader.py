@@ -1,4 +1,4 @@
-"""Load a local HF checkpoint directory into ``LlamaForCausalLM``.
+"""Load a local HF checkpoint directory into ``LlamaForCausalLM`` (or ``Gemma3ForCausalLM``).
 
 Weights are read tensor by tensor with ``safetensors.safe_open`` and copied straight into the
 (uninitialised) parameters, fusing q/k/v and gate/up on the way; no whole state dict is ever held.
@@ -13,7 +13,9 @@ import json
 import os
 
 import torch
+from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.attention import resolve_attention_backend
+from radixlm.runtime.model.gemma3 import Gemma3ForCausalLM, text_tensor_name
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.parallel.distributed import TPGroup
@@ -79,7 +81,8 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
                device: torch.device | str = "cpu", *,
                attention_backend: str = "auto", tp: TPGroup | None = None,
                quantization: str | None = None) -> tuple[LlamaForCausalLM, ModelConfig]:
-    """Build the model for ``path``'s ``config.json`` and fill it from its safetensors weights.
+    """Build the model for ``path``'s ``config.json`` and fill it from its safetensors weights; a GGUF
+    file (or a folder holding one) is loaded by ``gguf_loader.load_gguf_model`` instead.
 
     ``dtype``: see ``resolve_dtype``. ``attention_backend``: ``auto`` (triton on CUDA, torch
     otherwise), ``torch`` or ``triton``. ``tp``: build and read only this rank's shard (default:
@@ -90,6 +93,12 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
     model cannot be split by, or bad tensors.
     """
     check_quantization(quantization)
+    gguf = gguf_file(path)
+    if gguf is not None:  # a GGUF file, or a folder holding one: its weights stay in their block formats
+        from radixlm.runtime.model.gguf_loader import load_gguf_model
+
+        backend = resolve_attention_backend(attention_backend, device)
+        return load_gguf_model(gguf, dtype, device, attention_backend=backend, tp=tp, quantization=quantization)
     path = os.fspath(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"model directory not found: {path}")
@@ -98,10 +107,15 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
     device = torch.device(device)
     run_dtype = resolve_dtype(dtype, device, config.torch_dtype)
     backend = resolve_attention_backend(attention_backend, device)
-    model = LlamaForCausalLM(config, dtype=run_dtype, device=device, attention_backend=backend, tp=tp)
+    model = model_class(config)(config, dtype=run_dtype, device=device, attention_backend=backend, tp=tp)
     load_weights(model, files)
     quantize_model(model, quantization, backend)
     return model.eval(), config
+
+
+def model_class(config: ModelConfig) -> type[LlamaForCausalLM]:
+    """The model class that runs ``config``'s architecture."""
+    return Gemma3ForCausalLM if config.architecture.startswith("Gemma3") else LlamaForCausalLM
 
 
 def load_weights(model: LlamaForCausalLM, files: list[str]) -> None:
@@ -112,20 +126,21 @@ def load_weights(model: LlamaForCausalLM, files: list[str]) -> None:
                disable=None if model.tp.rank == 0 else True)  # None: shown on a terminal only
     for file in files:
         with safe_open(file, framework="pt", device="cpu") as f:
-            for name in f.keys():
+            for stored in f.keys():
                 bar.update()
-                if _ignored(name, model):
+                name = _model_name(stored, model)
+                if name is None or _ignored(name, model):
                     continue
                 if name not in layout:
                     raise ValueError(f"unexpected tensor {name!r} in {os.path.basename(file)}: not part of "
                                      f"a {model.config.architecture} with {model.config.num_layers} layers")
                 target = layout[name]
-                tensor_slice = f.get_slice(name)
+                tensor_slice = f.get_slice(stored)
                 actual = tuple(tensor_slice.get_shape())
                 if actual != target.shape:
                     raise ValueError(f"shape mismatch for tensor {name!r} in {os.path.basename(file)}: "
                                      f"checkpoint has {list(actual)}, model expects {list(target.shape)}")
-                data = _read(f, name, tensor_slice, target)
+                data = _read(f, stored, tensor_slice, target)
                 target.param.data[target.row:target.row + data.shape[0]].copy_(data)
                 loaded.add(name)
     bar.close()
@@ -143,6 +158,14 @@ def _read(f, name: str, tensor_slice, target: TensorTarget) -> torch.Tensor:
     if target.dim == 0:
         return tensor_slice[target.start:end]
     return tensor_slice[:, target.start:end]
+
+
+def _model_name(stored: str, model: LlamaForCausalLM) -> str | None:
+    """The model's name for a stored tensor (a multimodal Gemma 3's language model is renamed), or
+    None for one the text model does not use (its vision tower)."""
+    if model.config.architecture == "Gemma3ForConditionalGeneration":
+        return text_tensor_name(stored)
+    return stored
 
 
 def _ignored(name: str, model: LlamaForCausalLM) -> bool:

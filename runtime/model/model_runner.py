@@ -22,10 +22,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 from radixlm.kernels import get_ops
+from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.attention import resolve_attention_backend
 from radixlm.runtime.model.cpu_malloc import release_free_memory, tune_malloc
 from radixlm.runtime.model.cuda_graph_runner import DecodeGraphRunner, Graph, cuda_graph_factory
 from radixlm.runtime.model.forward_batch import ForwardBatch
+from radixlm.runtime.model.gguf_loader import check_gguf_options
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.huge_pages import move_weights_to_huge_pages
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
@@ -74,6 +76,9 @@ class ModelRunner:
                  tp_rank: int, tp_port: int | None) -> TPGroup:
         """Rank 0 of ``tp_size > 1`` checks the split, spawns the workers; every rank joins the group."""
         device = resolve_device(args.device)
+        if gguf_file(model_path) is not None:  # block kernels: CPU only, one rank (checked before any spawn)
+            device = torch.device("cpu") if args.device == "auto" else device
+            check_gguf_options(args.dtype, device, args.tp_size, args.quantization)
         if args.tp_size == 1:
             return TPGroup.single(device)
         device = tp_device(device, tp_rank, args.tp_size)

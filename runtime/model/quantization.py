@@ -225,11 +225,11 @@ def quantize_model(model: nn.Module, method: str | None, backend: str = "torch")
     head = model.embed_tokens if model.lm_head is None else model.lm_head
     model.quantized_lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
     if model.lm_head is None:  # tied: the lookup reads the head's int8 rows
-        model.quantized_embed = Int8Embedding(model.quantized_lm_head.qweight, model.quantized_lm_head.scale,
+        model.quantized_embedding = Int8Embedding(model.quantized_lm_head.qweight, model.quantized_lm_head.scale,
                                               model.embed_tokens.dtype, model.vocab_shard, model.tp)
     else:
         q, scale = quantize_int8(model.embed_tokens.data)
-        model.quantized_embed = Int8Embedding(q, scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
+        model.quantized_embedding = Int8Embedding(q, scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
     model.lm_head = None
     model.embed_tokens = None
 

@@ -23,7 +23,9 @@ def rope_inv_freq(head_dim: int, rope_theta: float, rope_scaling: dict[str, Any]
         return inv_freq / float(rope_scaling["factor"])
     if rope_type == "llama3":
         return _llama3_inv_freq(inv_freq, rope_scaling)
-    raise ValueError(f"rope_scaling type {rope_type!r} is not supported; supported: linear, llama3")
+    if rope_type == "freq_factors":  # llama.cpp's rope_freqs: theta_i = position * inv_freq_i / factor_i
+        return inv_freq / torch.tensor(rope_scaling["factors"], dtype=torch.float32)
+    raise ValueError(f"rope_scaling type {rope_type!r} is not supported; supported: linear, llama3, freq_factors")
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""Tokenizer: a HF ``tokenizer.json`` plus the special tokens and chat template of a checkpoint directory.
+"""Tokenizer: a HF ``tokenizer.json`` plus the special tokens and chat template of a checkpoint directory
+(or of a GGUF file: ``Tokenizer.from_gguf``; any in-memory tokenizer: ``Tokenizer.from_tokenizer``).
 
 Works for any local HF checkpoint directory (not only ours): ``eos_token_id`` may be an int or a list,
 special tokens may be strings or ``{"content": ...}`` dicts, and the chat template may live in
@@ -66,17 +67,46 @@ class Tokenizer:
         """``chat_template``: a Jinja file, or the template text, used instead of the checkpoint's."""
         path = Path(model_path)
         if not path.is_dir():
-            raise FileNotFoundError(f"model path {str(path)!r} is not a directory")
+            hint = " (a GGUF file: Tokenizer.from_gguf)" if path.suffix.lower() == ".gguf" else ""
+            raise FileNotFoundError(f"model path {str(path)!r} is not a directory{hint}")
         tokenizer_file = path / "tokenizer.json"
         if not tokenizer_file.is_file():
             raise FileNotFoundError(f"tokenizer.json not found in {str(path)!r}")
+        self._setup(path, tokenizers.Tokenizer.from_file(str(tokenizer_file)), _read_json(path / "tokenizer_config.json"),
+                    _read_json(path / "config.json"), _read_json(path / "generation_config.json"), chat_template)
+
+    @classmethod
+    def from_tokenizer(cls, hf: tokenizers.Tokenizer, *, source: str | Path, special_tokens: dict[str, str],
+                       eos_token_ids: list[int], bos_token_id: int | None = None, pad_token_id: int | None = None,
+                       chat_template: str | None = None, chat_template_override: str | None = None) -> Tokenizer:
+        """A tokenizer built in memory: ``hf``, ``special_tokens`` (``bos_token`` / ``eos_token`` / ... ->
+        text), the ids generation stops on, the chat template; ``source`` names where it came from
+        (in errors). ``chat_template_override`` is ``--chat-template`` (a file or the template text)."""
+        config: dict[str, Any] = {**special_tokens, "chat_template": chat_template}
+        generation = {"eos_token_id": list(eos_token_ids), "bos_token_id": bos_token_id,
+                      "pad_token_id": pad_token_id}
+        tok = cls.__new__(cls)
+        tok._setup(Path(source), hf, config, {}, generation, chat_template_override)
+        return tok
+
+    @classmethod
+    def from_gguf(cls, gguf_path: str | Path, chat_template: str | None = None) -> Tokenizer:
+        """The tokenizer, special ids and chat template stored in a GGUF file (``gguf_vocab``)."""
+        from radixlm.runtime.tokenizer.gguf_vocab import read_gguf_vocab
+
+        vocab = read_gguf_vocab(gguf_path)
+        return cls.from_tokenizer(vocab.tokenizer, source=gguf_path, special_tokens=vocab.special_tokens,
+                                  eos_token_ids=vocab.eos_token_ids, bos_token_id=vocab.bos_token_id,
+                                  pad_token_id=vocab.pad_token_id, chat_template=vocab.chat_template,
+                                  chat_template_override=chat_template)
+
+    def _setup(self, path: Path, hf: tokenizers.Tokenizer, config: dict, model_config: dict,
+               generation_config: dict, chat_template: str | None) -> None:
         self.path = path
         # read now: a missing --chat-template file fails at start-up, not on the first chat request
         self._chat_template_override = None if chat_template is None else _read_template_override(chat_template)
-        self.hf: tokenizers.Tokenizer = tokenizers.Tokenizer.from_file(str(tokenizer_file))
-        self.config = _read_json(path / "tokenizer_config.json")
-        model_config = _read_json(path / "config.json")
-        generation_config = _read_json(path / "generation_config.json")
+        self.hf: tokenizers.Tokenizer = hf
+        self.config = config
 
         self.vocab_size: int = self.hf.get_vocab_size(with_added_tokens=True)
         added = self.hf.get_added_tokens_decoder()
@@ -187,7 +217,7 @@ class Tokenizer:
         if self._chat_template_override is not None:
             return self._chat_template_override
         template_file = self.path / "chat_template.jinja"
-        if template_file.is_file():
+        if self.path.is_dir() and template_file.is_file():
             return template_file.read_text(encoding="utf-8")
         return self.config.get("chat_template")
 

@@ -149,7 +149,7 @@ def test_tied_embeddings_quantize_the_head_and_keep_the_lookup(tiny_qwen3, tmp_p
     _assert_within_tolerance(tied, _token_prompts(tiny_qwen3)[:2])
     q8, _ = load_model(tied, "float32", quantization="int8")
     assert q8.embed_tokens is None and q8.quantized_lm_head.qweight.dtype == torch.int8
-    assert q8.quantized_embed.q is q8.quantized_lm_head.qweight  # one int8 copy serves lookup and head
+    assert q8.quantized_embedding.q is q8.quantized_lm_head.qweight  # one int8 copy serves lookup and head
 
 
 @pytest.mark.parametrize("tied", [True, False])

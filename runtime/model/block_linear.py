@@ -1,0 +1,74 @@
+"""GGUF weights kept in their own block format inside the model: linears, the embedding, the LM head.
+
+The GGUF loader (``gguf_loader``) puts these in place of the float modules for every 2-D weight
+that is not float32 in the file, so no float copy of a quantized weight is ever made. Each computes
+with ``kernels.gguf_blocks`` (``block_linear``: float32 activations in, float32 out; ``block_rows``:
+the embedding lookup). A fused projection (q/k/v, gate/up) whose parts have different block types
+(a Q4_K_M file mixes Q5_0, Q6_K and Q8_0) keeps one ``BlockWeight`` per run of equal types (the
+loader joins the others) and concatenates the outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+from radixlm.kernels.gguf_blocks import BlockWeight, block_linear, block_rows
+from torch import nn
+
+
+class BlockLinear(nn.Module):
+    """``y = x @ W.T (+ bias)`` with ``W`` the row-wise stack of ``parts`` (GGUF block weights).
+
+    ``x [..., in]`` in any float dtype -> ``y [..., out]`` in x's dtype (computed in float32).
+    """
+
+    def __init__(self, parts: list[BlockWeight], bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        if not parts or len({p.shape[1] for p in parts}) != 1:
+            raise ValueError(f"parts must share in_features, got shapes {[p.shape for p in parts]}")
+        self.parts = parts
+        self.in_features = parts[0].shape[1]
+        self.out_features = sum(p.shape[0] for p in parts)
+        self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x2 = x.reshape(-1, self.in_features).float().contiguous()  # [n, in]
+        if len(self.parts) == 1:
+            y = block_linear(x2, self.parts[0], self.bias)  # [n, out]
+        else:
+            y = torch.cat([block_linear(x2, p) for p in self.parts], dim=-1)
+            y = y if self.bias is None else y.add_(self.bias)
+        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        types = "+".join(p.type_name for p in self.parts)
+        return f"in_features={self.in_features}, out_features={self.out_features}, types={types}, " \
+               f"bias={self.bias is not None}"
+
+
+class BlockEmbedding(nn.Module):
+    """The token embedding as a block weight: ids ``[n]`` -> float32 ``[n, hidden]``."""
+
+    def __init__(self, weight: BlockWeight) -> None:
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return block_rows(self.weight, ids)
+
+    def extra_repr(self) -> str:
+        return f"num_embeddings={self.weight.shape[0]}, dim={self.weight.shape[1]}, type={self.weight.type_name}"
+
+
+class BlockLMHead(nn.Module):
+    """The LM head as a block weight (the embedding's when tied): hidden ``[n, hidden]`` -> float32
+    logits ``[n, vocab]``."""
+
+    def __init__(self, weight: BlockWeight) -> None:
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return block_linear(hidden.float().contiguous(), self.weight)
+
+    def extra_repr(self) -> str:
+        return f"hidden={self.weight.shape[1]}, vocab={self.weight.shape[0]}, type={self.weight.type_name}"
