@@ -3,11 +3,13 @@
 For each weight shape (Qwen2.5-0.5B's by default: 896x896, 4864x896, 896x4864, 151936x896) and type,
 ``block_linear`` at batch 1 (decode) and 512 (prefill) on random weights, against ``x @ W.T`` in
 float32 torch (MKL) and the native int8 kernel (``cpu_native.linear_int8``). ``--real FILE`` times
-every 2-D tensor of a GGUF file at its own type instead, and sums them per layer stack (what one
-decode step or one 512-token prefill spends in matmuls). Each figure names the ISA path it used.
+one pass over every 2-D tensor of a GGUF file at its own type instead (what one decode step or one
+512-token prefill spends in matmuls; the lm_head at one row), ``--llamacpp`` beside llama.cpp's
+whole eval of as many tokens on the same file (llama-cpp-python), interleaved round by round. Each figure names the ISA path it used.
 
     python3 benchmarks/bench_gguf_matmul.py --types Q5_0 Q4_K --batches 1 512 --threads 2
-    python3 benchmarks/bench_gguf_matmul.py --real ~/.cache/radixlm/real-gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    python3 benchmarks/bench_gguf_matmul.py --real ~/.cache/radixlm/real-gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
+        --llamacpp --threads 2 --clock cpu
 """
 
 from __future__ import annotations
@@ -87,26 +89,60 @@ def bench_shapes(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def real_weights(path: str) -> list[BlockWeight]:
+    """Every 2-D weight a forward pass multiplies by (the lm_head last: ``output``, else ``token_embd``)."""
+    tensors = GGUFReader(path).tensors
+    head = [t for t in tensors if t.name == "output.weight"] or [t for t in tensors if t.name == "token_embd.weight"]
+    body = [t for t in tensors if len(t.shape) == 2 and t.name not in ("output.weight", "token_embd.weight")]
+    out = []
+    for t in body + head:
+        k, n = (int(d) for d in t.shape)
+        out.append(BlockWeight(int(t.tensor_type), torch.from_numpy(np.array(t.data).view(np.uint8).reshape(n, -1)),
+                               (n, k)))
+    return out
+
+
+def matmuls_once(weights: list[BlockWeight], m: int) -> float:
+    """Seconds (``--clock``) of one pass over the weights at ``m`` rows; the lm_head at 1 row (the
+    last token's logits, as an engine's prefill computes)."""
+    xs = {w.shape[1]: torch.randn(m, w.shape[1]) for w in weights}
+    t0 = _clock()
+    for w in weights[:-1]:
+        block_linear(xs[w.shape[1]], w)
+    block_linear(xs[weights[-1].shape[1]][-1:], weights[-1])
+    return _clock() - t0
+
+
+def llamacpp_once(llm: object, m: int) -> float:
+    """Seconds (``--clock``) of llama.cpp evaluating ``m`` new tokens after a 16-token context."""
+    llm.reset()
+    llm.eval([100 + i for i in range(16)])
+    t0 = _clock()
+    llm.eval([1000 + (i * 7919) % 30000 for i in range(m)])
+    return _clock() - t0
+
+
 def bench_real(args: argparse.Namespace) -> list[dict]:
-    reader, rows = GGUFReader(args.real), []
-    tensors = [t for t in reader.tensors if len(t.shape) == 2 and t.name != "token_embd.weight"]
-    if not any(t.name == "output.weight" for t in tensors):  # tied embeddings: the lm_head is token_embd
-        tensors += [t for t in reader.tensors if t.name == "token_embd.weight"]
+    weights, rows = real_weights(args.real), []
+    llm = None
+    if args.llamacpp:
+        from llama_cpp import Llama
+
+        llm = Llama(model_path=args.real, n_threads=args.threads, n_threads_batch=args.threads, n_ctx=1024,
+                    n_batch=512, n_ubatch=512, verbose=False)
     for m in args.batches:
-        total, by_type = 0.0, {}
-        x_by_k: dict[int, torch.Tensor] = {}
-        for t in tensors:
-            k, n = (int(d) for d in t.shape)
-            raw = torch.from_numpy(np.array(t.data).view(np.uint8).reshape(n, -1))
-            w = BlockWeight(int(t.tensor_type), raw, (n, k))
-            x = x_by_k.setdefault(k, torch.randn(m, k))
-            ms = 1e3 * timeit(lambda w=w, x=x: block_linear(x, w), args.min_time)
-            total += ms
-            by_type[w.type_name] = by_type.get(w.type_name, 0.0) + ms
-        rows.append({"file": args.real, "batch": m, "isa": gguf_blocks_native.isa(), "matmul_ms": total,
-                     "by_type_ms": by_type, "tensors": len(tensors)})
-        print(f"batch {m:4d} [{gguf_blocks_native.isa()}]: all {len(tensors)} matmuls {total:8.1f} ms  "
-              + "  ".join(f"{k} {v:.1f}" for k, v in sorted(by_type.items())))
+        ours, theirs = [], []
+        for _ in range(args.rounds):  # interleaved, so both see the same machine load
+            ours.append(matmuls_once(weights, m))
+            if llm is not None:
+                theirs.append(llamacpp_once(llm, m))
+        row = {"file": args.real, "batch": m, "isa": gguf_blocks_native.isa(), "matmuls": len(weights),
+               "radixlm_matmul_ms": 1e3 * statistics.median(ours)}
+        if theirs:
+            row["llamacpp_eval_ms"] = 1e3 * statistics.median(theirs)
+        rows.append(row)
+        print(f"batch {m:4d} [{row['isa']}]: {len(weights)} matmuls {row['radixlm_matmul_ms']:8.1f} ms"
+              + (f"   llama.cpp whole eval {row['llamacpp_eval_ms']:8.1f} ms" if theirs else ""))
     return rows
 
 
@@ -126,6 +162,8 @@ def main() -> None:
     parser.add_argument("--min-time", type=float, default=0.5, help="seconds of calls per figure (median)")
     parser.add_argument("--real", help="time every 2-D tensor of this GGUF file instead")
     parser.add_argument("--clock", choices=sorted(CLOCK), default="wall")
+    parser.add_argument("--llamacpp", action="store_true", help="with --real: llama.cpp's eval, interleaved")
+    parser.add_argument("--rounds", type=int, default=5, help="with --real: passes per figure (median)")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     args.shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]

@@ -16,6 +16,8 @@
 #include <string.h>
 
 #define RL_GGUF_ABI 1
+#define UNPACK_SMALL_M 2     /* up to this many x rows (memory-bound), unpack ... */
+#define UNPACK_SMALL_ROWS 2  /* ... this many weight rows at a time (fewer concurrent DRAM streams) */
 
 int rl_gguf_abi(void) { return RL_GGUF_ABI; }
 
@@ -140,8 +142,9 @@ static void linear_item(void *ctx, int64_t item) {
         }
         return;
     }
-    for (int64_t n = n0; n < n1; n += GB_MAX_TILE) {
-        int R = n1 - n < GB_MAX_TILE ? (int)(n1 - n) : GB_MAX_TILE;
+    int group = j->M <= UNPACK_SMALL_M ? UNPACK_SMALL_ROWS : GB_MAX_TILE;
+    for (int64_t n = n0; n < n1; n += group) {
+        int R = n1 - n < group ? (int)(n1 - n) : group;
         gb_wrows wr;
         unpack_rows(j, n, R, &wr, buf);
         for (int b0 = 0; b0 < j->M; b0 += j->tiles->max_bt) {

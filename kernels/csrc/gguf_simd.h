@@ -4,20 +4,32 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline __attribute__((target("f16c"))) float gb_fp16(const uint8_t *p) {
+
+/* fp16 -> fp32 without F16C (the library's flags are -mavx2 -mfma, so an F16C intrinsic would not
+ * inline here): the exponent and mantissa shifted into place are the value * 2^-112 as a float32
+ * (subnormals included), so one exact multiplication rescales them; Inf / NaN kept. */
+static inline __attribute__((always_inline)) float gb_fp16(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
+    uint32_t em = h & 0x7fffu, bits = em << 13, sign = (uint32_t)(h & 0x8000u) << 16;
+    float v;
+    memcpy(&v, &bits, 4);
+    v *= 0x1p112f;
+    memcpy(&bits, &v, 4);
+    if (em >= 0x7c00u) bits = 0x7f800000u | ((em & 0x3ffu) << 13);
+    bits |= sign;
+    memcpy(&v, &bits, 4);
+    return v;
 }
 
-static inline uint32_t gb_le32(const uint8_t *p) {
+static inline __attribute__((always_inline)) uint32_t gb_le32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
 }
 
 /* byte i = 0xff where bit i of bits is set (as ggml's bytes_from_bits_32) */
-static inline __m256i gb_bytes_from_bits(uint32_t bits) {
+static inline __attribute__((always_inline)) __m256i gb_bytes_from_bits(uint32_t bits) {
     const __m256i shuf = _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202,
                                             0x0303030303030303);
     __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
@@ -26,13 +38,13 @@ static inline __m256i gb_bytes_from_bits(uint32_t bits) {
 }
 
 /* 16 bytes -> 32 values: the low nibbles (values 0-15), then the high ones (16-31) */
-static inline __m256i gb_nibbles(const uint8_t *qs) {
+static inline __attribute__((always_inline)) __m256i gb_nibbles(const uint8_t *qs) {
     __m128i q = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(15);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m), _mm_and_si128(q, m));
 }
 
 /* A Q4_0 / Q4_1 / Q5_0 / Q5_1 block's 32 unsigned values (0-15 or 0-31), its d and its m (0 without) */
-static inline __m256i gb_q4_q5(const uint8_t *b, const int has_min, const int has_high, float *d, float *m) {
+static inline __attribute__((always_inline)) __m256i gb_q4_q5(const uint8_t *b, const int has_min, const int has_high, float *d, float *m) {
     const uint8_t *p = b + (has_min ? 4 : 2);
     *d = gb_fp16(b);
     *m = has_min ? gb_fp16(b + 2) : 0.0f;
