@@ -136,5 +136,5 @@ DOCUMENTS: list[tuple[str, str]] = [
                 "power units at 180 and 2 switches at 610, total 4340. The invoice has been paid."),
 ]
 
-PROMPT = ("Extract the information from the text below as JSON matching the schema. Use only facts "
-          "from the text.\n\nSchema:\n{schema}\n\nText:\n{document}")
+PROMPT = ("Extract these fields from the text as JSON: {fields}. Use only facts from the text.\n\n"
+          "Text: {document}")

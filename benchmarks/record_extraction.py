@@ -25,26 +25,34 @@ MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 
 
 def record(threads: int, max_tokens: int) -> dict:
-    """The model's answer to every task, checked against its schema."""
+    """The model's answer to every task, checked against its schema; resumes from the tasks the
+    file already holds and saves after each one (a slow machine can stop and go on)."""
     import llama_cpp
     from radixlm.runtime.checkpoints import real_gguf
 
-    llm = llama_cpp.Llama(str(real_gguf.fetch(MODEL)), n_ctx=2048, n_threads=threads, verbose=False, seed=0)
-    outputs = []
+    data = json.loads(OUT.read_text(encoding="utf-8")) if OUT.exists() else {
+        "model": f"{MODEL} ({real_gguf.MODELS[MODEL].licence})", "sha256": real_gguf.MODELS[MODEL].sha256,
+        "generator": f"llama-cpp-python {llama_cpp.__version__}, greedy, the task's JSON schema as grammar",
+        "prompt": PROMPT, "outputs": []}
+    done = {o["task"] for o in data["outputs"]}
+    llm = llama_cpp.Llama(str(real_gguf.fetch(MODEL)), n_ctx=1024, n_threads=threads, verbose=False, seed=0)
     for i, (kind, document) in enumerate(DOCUMENTS):
+        if i in done:
+            continue
         schema = SCHEMAS[kind]
-        prompt = PROMPT.format(schema=json.dumps(schema), document=document)
+        prompt = PROMPT.format(fields=", ".join(schema["properties"]), document=document)
         reply = llm.create_chat_completion([{"role": "user", "content": prompt}], temperature=0.0,
                                            max_tokens=max_tokens,
                                            response_format={"type": "json_object", "schema": schema})
         text = reply["choices"][0]["message"]["content"]
         value = json.loads(text)
         jsonschema.validate(value, schema, format_checker=jsonschema.FormatChecker())
-        outputs.append({"task": i, "schema": kind, "text": text, "value": value})
+        data["outputs"].append({"task": i, "schema": kind, "text": text, "value": value})
+        data["outputs"].sort(key=lambda o: o["task"])
+        OUT.parent.mkdir(exist_ok=True)
+        OUT.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         print(f"{i:2d} {kind:8s} {json.dumps(value)[:110]}", flush=True)
-    return {"model": f"{MODEL} ({real_gguf.MODELS[MODEL].licence})", "sha256": real_gguf.MODELS[MODEL].sha256,
-            "generator": f"llama-cpp-python {llama_cpp.__version__}, greedy, the task's JSON schema as grammar",
-            "outputs": outputs}
+    return data
 
 
 def main() -> None:
@@ -53,9 +61,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=400)
     args = p.parse_args()
     data = record(args.threads, args.max_tokens)
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {OUT}")
+    print(f"{len(data['outputs'])} answers in {OUT}")
 
 
 if __name__ == "__main__":

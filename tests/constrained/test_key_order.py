@@ -12,6 +12,7 @@ import pytest
 from radixlm.constrained import ConstraintError, adapters, compile_grammar
 from radixlm.constrained.compile.job import CompileRequest
 from radixlm.constrained.testing.schema_order import schema_order_instances, to_schema_order
+from radixlm.constrained.testing.walks import forced_count
 from radixlm.runtime.sampling_params import SamplingParams
 
 S, N, B = {"type": "string"}, {"type": "integer"}, {"type": "boolean"}
@@ -142,3 +143,21 @@ def test_rewriter_orders_and_drops():
     assert json.dumps(to_schema_order(NESTED, nested)) == '{"outer": {"q": 1, "p": 2}, "k": true}'
     kept, dropped = schema_order_instances(MIN_MORE, [{"e": 1, "a": 2}])
     assert kept == [{"a": 2, "e": 1}] and dropped == 0
+
+
+# (schema, document, forced bytes in schema order, in any order): byte tokens, so the counts are the
+# document's bytes that lie inside forced text (jump-forward's saved passes on a byte vocabulary)
+FORCED = [
+    ({"type": "object", "properties": {"name": S, "ok": B}, "required": ["name", "ok"],
+      "additionalProperties": False}, '{"name":"x","ok":true}', 19, 18),
+    (NESTED, '{"outer":{"q":1,"p":2},"k":true}', 27, 14),
+    (OPT, '{"y":false}', 8, 7),
+]
+
+
+@pytest.mark.parametrize("schema,text,in_schema,in_any", FORCED, ids=["two-required", "nested", "optional"])
+def test_forced_share_of_fixed_documents(vocab, schema, text, in_schema, in_any):
+    ids = [vocab.byte_tokens[b] for b in text.encode()]
+    for order, expected in (("schema", in_schema), ("any", in_any)):
+        grammar = compile_grammar(vocab, "json_schema", schema, key_order=order)
+        assert forced_count(grammar, ids) == expected, order

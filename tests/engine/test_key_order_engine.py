@@ -8,10 +8,10 @@ import json
 
 import jsonschema
 import pytest
+from radixlm.runtime.sampling_params import SamplingParams
 
 import radixlm as sgl
 from radixlm import Engine
-from radixlm.runtime.sampling_params import SamplingParams
 
 SCHEMA = {"type": "object", "properties": {"b": {"type": "boolean"}, "a": {"type": "boolean"}},
           "required": ["b", "a"]}
