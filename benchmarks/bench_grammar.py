@@ -5,7 +5,9 @@ Every system runs through the same path as the server: ``GrammarBackend(vocab, c
 ``--grammar-backend`` flag; radixlm compiles in worker processes, the adapters in threads, all under
 ``--timeout``), then the ``GrammarMatcher`` interface. Per schema: compile wall time (submit to a
 grammar), rejected with or without a JSON pointer, timeouts; every shipped instance's compact
-serialisation walked token by token (valid ones must be accepted, invalid ones rejected); random
+serialisation walked token by token (valid ones must be accepted, invalid ones rejected; valid ones
+laid out as the system writes them: rewritten into schema order, ``laid_out``, except for
+``radixlm-any``, which compiles with ``json_key_order: "any"`` and takes them as shipped); random
 walks (uniform among allowed tokens, fixed seeds: an untrained model at temperature 1), each output
 checked with ``jsonschema``, ``fill_mask`` timed at every step; and the share of the walk's sampled
 tokens that lay inside the forced continuation (the forward passes jump-forward saves), also over
@@ -42,6 +44,7 @@ from unittest import mock
 import torch
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab
 from radixlm.constrained.adapters import CORES
+from radixlm.constrained.testing.schema_order import schema_order_instances
 from radixlm.constrained.testing.walks import accepts_text, allowed_ids, compact_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # frontend_knobs, here and in the workers
@@ -70,9 +73,11 @@ def load_tokenizer(name: str):
     return tokenizer, vocab
 
 
-def compile_one(backend: GrammarBackend, schema, timeout: float) -> tuple[str, object, float]:
+def compile_one(backend: GrammarBackend, schema, timeout: float,
+                key_order: str = "schema") -> tuple[str, object, float]:
     """``(status, grammar or error text, ms)``; status compiled | rejected | rejected_pointer | timeout."""
-    params = SimpleNamespace(constraint_kind="json_schema", json_schema=schema, whitespace_pattern=None, strict=True)
+    params = SimpleNamespace(constraint_kind="json_schema", json_schema=schema, whitespace_pattern=None, strict=True,
+                             json_key_order=key_order)
     start = time.perf_counter()
     future = backend.submit(params)
     try:
@@ -179,21 +184,26 @@ def knob_env(args) -> dict[str, str]:
 
 def run_system(system: str, files: list[Path], tokenizer, vocab: TokenizerVocab, args) -> list[dict]:
     """Every schema through ``GrammarBackend(core=...)``: one record per schema. ``radixlm-knobs``
-    is ``radixlm`` with ``--runtime-check-above`` / ``--any-order-rules`` set in its workers."""
+    is ``radixlm-any`` with ``--runtime-check-above`` / ``--any-order-rules`` set in its workers."""
     core, strict = (system[:-len("-strict")], True) if system == "radixlm-strict" else (system, False)
+    # the peers write schema order only; the knobs are the any-order layout's (its runtime checks)
+    key_order = "any" if system in ("radixlm-any", "radixlm-knobs") else "schema"
+    core = "radixlm" if system == "radixlm-any" else core
     extra, env = {}, {}
     if system == "radixlm-knobs":
         core, env = "radixlm", knob_env(args)
         extra["compile_fn"] = "frontend_knobs:compile_parts"
     with mock.patch.dict(os.environ, env):  # the pool copies the environment into every worker it starts
         return _run_backend(GrammarBackend(vocab, core=core, compile_timeout_s=args.timeout, num_workers=1,
-                                           cache_size=len(files) + 1, **extra), strict, system, files,
+                                           cache_size=len(files) + 1, **extra), (strict, key_order), system, files,
                             tokenizer, args)
 
 
-def _run_backend(backend: GrammarBackend, strict: bool, system: str, files: list[Path], tokenizer,
+def _run_backend(backend: GrammarBackend, layout: tuple[bool, str], system: str, files: list[Path], tokenizer,
                  args) -> list[dict]:
-    """The records of one system's backend over ``files``; shuts the backend down."""
+    """The records of one system's backend over ``files``; shuts the backend down. ``layout``:
+    (the peers' restrictions as schema options, the json_key_order)."""
+    strict, key_order = layout
     records = []
     try:
         compile_one(backend, {"type": "integer"}, args.timeout)  # warm-up: workers, native tokenizers
@@ -202,11 +212,11 @@ def _run_backend(backend: GrammarBackend, strict: bool, system: str, files: list
             schema = doc["schema"]
             if strict and isinstance(schema, dict):
                 schema = {**schema, "x-radixlm": {**schema.get("x-radixlm", {}), **STRICT}}
-            status, value, ms = compile_one(backend, schema, args.timeout)
+            status, value, ms = compile_one(backend, schema, args.timeout, key_order)
             rec = {"name": f"{path.parent.name}/{path.name}", "status": status, "compile_ms": ms}
             if status == "compiled":
                 rec["runtime_checked"] = getattr(value, "unique", None) is not None  # uniqueItems / members
-                rec.update(measure(value, tokenizer, doc, args))
+                rec.update(measure(value, tokenizer, laid_out(doc, key_order), args))
             else:
                 rec["error"] = value
             records.append(rec)
@@ -217,9 +227,21 @@ def _run_backend(backend: GrammarBackend, strict: bool, system: str, files: list
     return records
 
 
-def in_process_grammars(vocab: TokenizerVocab, data: str, every: int):
+def laid_out(doc: dict, key_order: str) -> dict:
+    """``doc`` with its valid instances as ``key_order`` writes them: under schema order rewritten
+    (``schema_order_instances``; rewrites that turn invalid are left out), under any order as shipped."""
+    if key_order == "any":
+        return doc
+    valid, _ = schema_order_instances(doc["schema"], [t["data"] for t in doc.get("tests", []) if t["valid"]])
+    invalid = [t for t in doc.get("tests", []) if not t["valid"]]
+    return {**doc, "tests": [{"valid": True, "data": v} for v in valid] + invalid}
+
+
+def in_process_grammars(vocab: TokenizerVocab, data: str, every: int, key_order: str = "any"):
     """``(path, doc, CompiledGrammar)`` of every ``every``-th schema under ``data``, compiled in
-    this process with the front end's settings as they stand (the schemas it rejects skipped)."""
+    this process with the front end's settings as they stand (the schemas it rejects skipped);
+    ``key_order`` "any" by default: the mask benchmarks study the runtime member checks, which
+    only the any-order layout has."""
     from radixlm.constrained.backend import build_grammar as CompiledGrammar
     from radixlm.constrained.backend import constraint_grammar
     from radixlm.constrained.compile.job import CompileRequest
@@ -227,7 +249,7 @@ def in_process_grammars(vocab: TokenizerVocab, data: str, every: int):
     for path in sorted(Path(data).glob("*/*.json"))[::every]:
         doc = json.loads(path.read_text(encoding="utf-8"))
         try:
-            parts = constraint_grammar(CompileRequest("json_schema", doc["schema"], None, True))
+            parts = constraint_grammar(CompileRequest("json_schema", doc["schema"], None, True, key_order))
         except ConstraintError:
             continue
         yield path, doc, CompiledGrammar(vocab, parts.lark, "json_schema", doc["schema"], parts.relaxed,
@@ -284,7 +306,8 @@ def main() -> None:
     p.add_argument("--data", default=str(REPO / "tests" / "data" / "jsonschemabench"))
     p.add_argument("--tokenizer", default="qwen2", choices=["qwen2", "llama3", "small", "tiny"])
     p.add_argument("--systems", default=",".join(CORES),
-                   help="comma-separated --grammar-backend names, radixlm-strict (our front end with the "
+                   help="comma-separated --grammar-backend names, radixlm-any (json_key_order any), "
+                        "radixlm-strict (our front end with the "
                         "peers' default restrictions: only named members, in schema order) and radixlm-knobs "
                         "(radixlm with --runtime-check-above / --any-order-rules)")
     p.add_argument("--timeout", type=float, default=10.0, help="compile budget per schema, seconds")

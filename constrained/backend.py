@@ -44,14 +44,16 @@ def compile_grammar(
     spec: Any,
     whitespace_pattern: str | None = None,
     strict: bool = True,
+    key_order: str = "schema",
 ) -> CompiledGrammar:
     """Compile one constraint synchronously, in this process (no budgets: for tools and tests).
 
     ``kind`` is ``json_schema`` (a dict or bool), ``regex`` (a string), ``ebnf`` (an EBNF or
     Lark grammar), ``choices`` (a list of strings, matched literally) or ``json_object``
-    (``spec`` ignored).
+    (``spec`` ignored). ``key_order`` (json_schema): "schema" (the default: declared members in
+    schema order, extras only where declared) or "any" (``SamplingParams.json_key_order``).
     """
-    parts = constraint_grammar(CompileRequest(kind, spec, whitespace_pattern, strict))
+    parts = constraint_grammar(CompileRequest(kind, spec, whitespace_pattern, strict, key_order))
     return build_grammar(vocab, parts.lark, kind, spec, parts.relaxed, parts.notes, parts.unique)
 
 
@@ -156,7 +158,7 @@ class GrammarBackend:
         if kind is None:
             raise ValueError("sampling params carry no constraint (json_schema/regex/ebnf/choices/json_object)")
         spec = True if kind == "json_object" else getattr(params, kind)
-        req = CompileRequest(kind, spec, params.whitespace_pattern, params.strict)
+        req = CompileRequest(kind, spec, params.whitespace_pattern, params.strict, params.json_key_order)
         key = req.cache_key()
         fut: Future = Future()
         with self._lock:

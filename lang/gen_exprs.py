@@ -38,7 +38,7 @@ def gen(name: str | None = None, max_tokens: int | None = None, min_tokens: int 
         dtype: Any = None, choices: list[str] | None = None,
         choices_method: ChoicesMethod | None = None, regex: str | None = None,
         json_schema: Any = None, *, ebnf: str | None = None,
-        budget_aware_completion: bool | None = None) -> ir.Expr:
+        budget_aware_completion: bool | None = None, json_key_order: str | None = None) -> ir.Expr:
     """Generate text into variable ``name``; unset arguments take the run's defaults.
 
     ``n > 1`` samples n completions: the variable holds the list of n texts (the state's text
@@ -50,6 +50,8 @@ def gen(name: str | None = None, max_tokens: int | None = None, min_tokens: int 
     this a :func:`select` (with ``choices_method``, None meaning the default ``token_length_normalized``).
     ``budget_aware_completion=False`` lets a constrained output run to ``max_tokens`` unclosed
     (``SamplingParams.budget_aware_completion``; the meta info's ``budget_closed`` says when it closed).
+    ``json_key_order`` (with ``json_schema``): ``"schema"`` (the default: declared properties in
+    schema order) or ``"any"`` (members in any order; ``SamplingParams.json_key_order``).
     """
     if name is not None and not isinstance(name, str):
         raise TypeError(f"gen name must be a string, got {type(name).__name__}")
@@ -60,7 +62,7 @@ def gen(name: str | None = None, max_tokens: int | None = None, min_tokens: int 
              "top_p": top_p, "top_k": top_k, "min_p": min_p, "frequency_penalty": frequency_penalty,
              "presence_penalty": presence_penalty, "ignore_eos": ignore_eos,
              "regex": _dtype_regex(dtype, regex), "json_schema": _schema_dict(json_schema), "ebnf": ebnf,
-             "budget_aware_completion": budget_aware_completion}
+             "budget_aware_completion": budget_aware_completion, "json_key_order": json_key_order}
     params = {k: v for k, v in given.items() if v is not None}
     _validate(params)
     logprob = {"return_logprob": return_logprob, "logprob_start_len": logprob_start_len,

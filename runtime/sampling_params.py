@@ -16,6 +16,9 @@ from radixlm.runtime.stop_regex import StopRegexError, check_stop_regexes
 from radixlm.runtime.validation import FieldError, check_bools, check_int, check_num
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
+# json_schema objects: "schema" (declared properties in schema order, extras only where the schema
+# declares them) or "any" (members in any order, extras wherever JSON Schema allows them).
+JSON_KEY_ORDERS = ("schema", "any")
 
 
 MAX_TEMPERATURE = 100.0  # far past uniform sampling already; larger values are a client bug
@@ -66,6 +69,7 @@ class SamplingParams:
     choices: list[str] | None = None
     json_object: bool = False
     strict: bool = True
+    json_key_order: str = "schema"  # one of JSON_KEY_ORDERS (radixlm's extension)
     whitespace_pattern: str | None = None
     disable_jump_forward: bool = False
     # Constrained output completes within max_new_tokens when any valid document fits (radixlm).
@@ -211,6 +215,9 @@ class SamplingParams:
             raise FieldError("choices", "choices must be a non-empty list of non-empty strings")
         if self.reasoning_end is not None and (not isinstance(self.reasoning_end, str) or not self.reasoning_end):
             raise FieldError("reasoning_end", "reasoning_end must be a non-empty string")
+        if self.json_key_order not in JSON_KEY_ORDERS:
+            raise FieldError("json_key_order", f"json_key_order must be one of {', '.join(map(repr, JSON_KEY_ORDERS))}, "
+                             f"got {self.json_key_order!r}")
         if self.whitespace_pattern is not None and not isinstance(self.whitespace_pattern, str):
             raise FieldError("whitespace_pattern", "whitespace_pattern must be a string (a regex)")
 

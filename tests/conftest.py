@@ -56,26 +56,37 @@ def tiny_qwen3(checkpoint) -> str:
 
 @pytest.fixture(scope="session")
 def schema_checker(tiny_llama):
-    """``check(schema, good, bad, walks=0)``: the schema's grammar (tiny vocabulary) accepts every
-    ``good`` instance (each must be valid: a table check), rejects every ``bad`` one, and the first
-    ``walks`` random token walks produce outputs that validate. Returns the grammar."""
+    """``check(schema, good, bad, walks=0)``: in both key orders, the schema's grammar (tiny
+    vocabulary) accepts every ``good`` instance (each must be valid: a table check; rewritten into
+    schema order for the default order, ``accepted_in``), rejects every ``bad`` one, and the first
+    ``walks`` random token walks produce outputs that validate. Returns the default order's grammar."""
     import json
     import random
 
     import jsonschema
     from radixlm.constrained import TokenizerVocab, compile_grammar
+    from radixlm.constrained.testing.schema_order import accepted_in
     from radixlm.constrained.testing.walks import compact_json, random_walk
     from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     vocab = TokenizerVocab.from_tokenizer(Tokenizer(tiny_llama))
 
     def check(schema, good=(), bad=(), walks: int = 0, max_tokens: int = 40):
-        grammar = compile_grammar(vocab, "json_schema", schema)
         cls = jsonschema.validators.validator_for(schema if isinstance(schema, dict) else {})
         validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
         for inst in good:
             assert validator.is_valid(inst), f"table error: {inst!r} is not valid"
-            assert grammar.matches(compact_json(inst)), f"{inst!r} should be accepted by {grammar.lark[:300]}"
+        for key_order in ("any", "schema"):  # the default last: its grammar is returned
+            grammar = _check_one(schema, validator, (good, bad), walks, max_tokens, key_order)
+        return grammar
+
+    def _check_one(schema, validator, table: tuple, walks: int, max_tokens: int, key_order: str):
+        """One key order: ``good`` as that order writes it (``accepted_in``) accepted, ``bad`` refused."""
+        good, bad = table
+        grammar = compile_grammar(vocab, "json_schema", schema, key_order=key_order)
+        for inst in accepted_in(schema, good, key_order):
+            assert grammar.matches(compact_json(inst)), \
+                f"{inst!r} should be accepted ({key_order} order) by {grammar.lark[:300]}"
         for inst in bad:
             assert not grammar.matches(compact_json(inst)), f"{inst!r} should be rejected"
         for seed in range(walks):

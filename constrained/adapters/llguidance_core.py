@@ -15,7 +15,7 @@ from typing import Any
 
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
-from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.compile.job import CompileRequest, require_schema_order
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
 from radixlm.constrained.pattern.ascii_classes import ascii_classes
@@ -26,6 +26,7 @@ def compile_request(vocab: TokenizerVocab, req: CompileRequest) -> CompiledGramm
     """Compile ``req`` with llguidance's front ends (``ConstraintError`` when it refuses)."""
     # llguidance as it ships: no compile-time warm-up (ours, ``warm_start``), so its figures
     # beside ours are its own
+    require_schema_order(req, "llguidance")
     return CompiledGrammar(vocab, lark_of(req), req.kind, req.spec,
                            notes=["compiled by llguidance's own front end (--grammar-backend llguidance)"])
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import xgrammar as xgr
-from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.compile.job import CompileRequest, require_schema_order
 from radixlm.constrained.decoding.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar, check_mask_row
@@ -40,6 +40,7 @@ def _compiler(vocab: TokenizerVocab) -> xgr.GrammarCompiler:
 
 def compile_request(vocab: TokenizerVocab, req: CompileRequest) -> XGrammarCompiled:
     """Compile ``req`` with xgrammar (``ConstraintError`` when xgrammar refuses it)."""
+    require_schema_order(req, "xgrammar")
     compiler, notes = _compiler(vocab), ["compiled by xgrammar (--grammar-backend xgrammar)"]
     kind, spec = req.kind, req.spec
     try:

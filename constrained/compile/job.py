@@ -25,6 +25,10 @@ from radixlm.constrained.pattern.chars import warm_up as _warm_pattern_classes
 from radixlm.constrained.vocab import TokenizerVocab
 
 KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
+# How a JSON schema's object members are generated (``SamplingParams.json_key_order``): "schema":
+# declared properties in the order of ``properties``, extras only where the schema declares them;
+# "any": any order, and extras wherever JSON Schema allows them.
+KEY_ORDERS = ("schema", "any")
 
 
 @dataclass(frozen=True)
@@ -35,11 +39,21 @@ class CompileRequest:
     spec: Any
     whitespace_pattern: str | None = None
     strict: bool = True
+    key_order: str = "schema"  # one of KEY_ORDERS (json_schema only)
 
     def cache_key(self) -> str:
         """Equal for constraints that compile to the same grammar."""
-        return json.dumps([self.kind, self.spec, self.whitespace_pattern, self.strict],
+        order = self.key_order if self.kind == "json_schema" else None
+        return json.dumps([self.kind, self.spec, self.whitespace_pattern, self.strict, order],
                           sort_keys=True, ensure_ascii=False)
+
+
+def require_schema_order(req: CompileRequest, backend: str) -> None:
+    """Raise ``ConstraintError`` for an any-order JSON schema request on a backend that only
+    generates members in schema order (llguidance, xgrammar)."""
+    if req.kind == "json_schema" and req.key_order != "schema":
+        raise ConstraintError(f"json_key_order {req.key_order!r} is supported by the radixlm grammar backend "
+                              f"only; --grammar-backend {backend} generates members in schema order")
 
 
 @dataclass
@@ -58,10 +72,15 @@ class CompiledParts:
 def constraint_grammar(req: CompileRequest) -> CompiledParts:
     """The Lark grammar of a constraint. ``kind`` is ``json_schema`` (a dict or bool), ``regex``
     (a string, full match), ``ebnf`` (an EBNF/GBNF or Lark grammar string), ``choices`` (a list
-    of strings, matched literally) or ``json_object`` (``spec`` ignored)."""
+    of strings, matched literally) or ``json_object`` (``spec`` ignored); ``key_order`` picks how
+    a schema's object members are generated (``KEY_ORDERS``)."""
     kind, spec, ws = req.kind, req.spec, req.whitespace_pattern
     if kind == "json_schema":
-        out = schema_to_grammar(spec, ws, req.strict, unique_runtime=True)
+        if req.key_order not in KEY_ORDERS:
+            raise ConstraintError(f"json_key_order must be one of {', '.join(KEY_ORDERS)}, got {req.key_order!r}")
+        any_order = req.key_order == "any"
+        out = schema_to_grammar(spec, ws, req.strict, any_order=any_order, unspecified_extras=any_order,
+                                unique_runtime=True)
         return CompiledParts(out.lark, out.relaxed, unique=out.unique)
     if kind == "regex":
         if not isinstance(spec, str) or not spec:

@@ -78,3 +78,52 @@ def interleaved(ctx: Context, members: list[tuple[ir.Node, bool]], extra: ir.Nod
         ctx.rules[elem[i].name] = ir.alt([here, ir.seq(extra, rest[i]), later])
     empty = close if allow_empty and not any(r for _, r in members) else None
     return ir.seq(ir.Lit("{"), ctx.ws, ir.alt([empty, elem[0]]))
+
+
+MAX_COUNTED_STATES = 4096  # rules one counted schema-order object may take; past it, the restriction
+
+
+def counted_order(ctx: Context, members: list[tuple[ir.Node, bool]], extra: ir.Node | None,
+                  needs: dict[int, frozenset], bounds: tuple[int, int | None]) -> ir.Node | None | bool:
+    """The named members in schema order, then extra members (``extra``: one of them), with
+    ``minProperties``..``maxProperties`` members in all and every present trigger's needs
+    (``dependentRequired``) present, exactly. A state is (next member, the triggers and needs
+    written so far, members written up to the bound that matters); each is one rule. None: no
+    such object; False: more than ``MAX_COUNTED_STATES`` states (the caller keeps its restriction)."""
+    (min_p, max_p), n = bounds, len(members)
+    sep, close = ctx.sep(","), ir.seq(ctx.ws, ir.Lit("}"))
+    relevant = set(needs) | {j for ns in needs.values() for j in ns}
+    cap = max(max_p if max_p is not None else min_p, 1)  # count > 0: a separator comes first
+    if (n + 1) * 2 ** len(relevant) * (cap + 1) > MAX_COUNTED_STATES:
+        return False
+    needed_by = {j: frozenset(t for t, ns in needs.items() if j in ns) for j in relevant}
+    extra = ctx.named(extra)
+    memo: dict[tuple, ir.Node | None] = {}
+
+    def state(i: int, written: frozenset, count: int) -> ir.Node | None:
+        key = (i, written, count)
+        if key not in memo:
+            memo[key] = ctx.named(body(i, written, count) if i < n else extras(count))
+        return memo[key]
+
+    def extras(count: int) -> ir.Node | None:
+        """After the named members: ``}`` once enough members are written, or one more extra."""
+        done = close if count >= min_p else None
+        if extra is None or max_p is not None and count >= max_p:
+            return done
+        lead = sep if count else ir.EMPTY
+        if max_p is None and count == cap:  # the count no longer matters: any number more
+            return ir.seq(ir.opt(ir.seq(lead, ir.join(extra, sep, 1, None))), close)
+        return ir.alt([done, ir.seq(lead, extra, state(n, frozenset(), min(count + 1, cap)))])
+
+    def body(i: int, written: frozenset, count: int) -> ir.Node | None:
+        member, required = members[i]
+        earlier_needs = [j for j in needs.get(i, ()) if j < i]  # a trigger needs them written already
+        can_write = (max_p is None or count < max_p) and all(j in written for j in earlier_needs)
+        forced = required or bool(needed_by.get(i, frozenset()) & written)
+        after = written | {i} if i in relevant else written
+        lead = sep if count else ir.EMPTY
+        write = ir.seq(lead, member, state(i + 1, after, min(count + 1, cap))) if can_write else None
+        return ir.alt([write, None if forced else state(i + 1, written, count)])
+
+    return ir.seq(ir.Lit("{"), ctx.ws, state(0, frozenset(), 0))

@@ -26,7 +26,12 @@ from radixlm.constrained.json_schema.key_complement import complement_key
 from radixlm.constrained.json_schema.member_objects import checked_object
 from radixlm.constrained.json_schema.names import apply_property_names
 from radixlm.constrained.json_schema.normalize import merge
-from radixlm.constrained.json_schema.object_order import any_order, interleaved, schema_order_dependencies
+from radixlm.constrained.json_schema.object_order import (
+    any_order,
+    counted_order,
+    interleaved,
+    schema_order_dependencies,
+)
 from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_to_regex
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
@@ -48,8 +53,7 @@ def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.No
             for where in (sub_flat or {}).get("_nots", []):  # a `not` only an enum could enforce
                 ctx.unsupported(where.rsplit("/", 1)[0], "not", "with this sub-schema is not supported")
             return None if sub_flat is None else object_grammar(ctx, merge(rest, sub_flat, pointer), pointer, refs)
-    if "additionalProperties" not in flat and (ctx.unspecified_extras or not any(
-            k in flat for k in ("properties", "patternProperties", "required"))):
+    if "additionalProperties" not in flat and _extras_by_default(ctx, flat):
         flat = dict(flat, additionalProperties=True)  # JSON Schema's default (or a bare object)
     key_rx = None
     if "propertyNames" in flat:
@@ -85,6 +89,19 @@ def object_grammar(ctx: Context, flat: dict, pointer: str, refs: tuple) -> ir.No
 
     checked = {n: (values[n], n in required_set) for n in values}
     return _emit(ctx, flat, (pointer, refs, key_rx), (checked, extras, needs, taken), fallback)
+
+
+def _extras_by_default(ctx: Context, flat: dict) -> bool:
+    """Whether an object without ``additionalProperties`` takes extra members: always under any
+    order (JSON Schema's default); under schema order (``unspecified_extras=False``) only where it
+    declares no member (a bare object) or needs more members than it declares (``minProperties``)."""
+    if ctx.unspecified_extras:
+        return True
+    if flat.get("patternProperties"):
+        return False
+    declared = {n for n, sub in flat.get("properties", {}).items() if sub is not False}
+    declared |= set(flat.get("required", []))
+    return not declared or flat.get("minProperties", 0) > len(declared)
 
 
 def _emit(ctx: Context, flat: dict, where: tuple, parts: tuple, fallback: Callable[[], ir.Node | None]) -> ir.Node | None:
@@ -246,6 +263,10 @@ def _assemble(ctx: Context, flat: dict, members: list[tuple[ir.Node, bool]], ext
             and ctx.any_order_rules + states <= MAX_ANY_ORDER_RULES):
         ctx.any_order_rules += states
         return any_order(ctx, members, extras, needs, min_p, max_p)
+    if needs or min_p > 1 or max_p is not None and (extras is not None or max_p < len(members)):
+        node = counted_order(ctx, members, extras, needs, (min_p, max_p))  # exact; extras after the named
+        if node is not False:
+            return node
     members = schema_order_dependencies(members, needs)
     n_req = sum(r for _, r in members)
     if max_p is not None:

@@ -90,3 +90,24 @@ def schema_regex(schema: Any, **options: Any) -> str | None:
 
     options.setdefault("any_order", False)  # any-order objects multiply out in one regex
     return schema_to_grammar(schema, **options).grammar.to_regex()
+
+
+def forced_count(grammar: CompiledGrammar, ids: list[int]) -> int:
+    """How many of ``ids`` lie inside the forced continuation where they come: the forward passes
+    jump-forward saves on a model output of these tokens (it splices forced text in one step)."""
+    matcher, saved = grammar.matcher(), 0
+    for t in ids:
+        forced = matcher.forced_continuation().encode()
+        saved += bool(forced) and forced.startswith(grammar.vocab.token_bytes[t])
+        if not matcher.accept_token(t):
+            raise AssertionError(f"token {t} is rejected")
+    return saved
+
+
+def eos_pass(grammar: CompiledGrammar, ids: list[int]) -> int:
+    """1 when a model writing ``ids`` needs one more pass to sample EOS, 0 when the grammar
+    terminates there (the engine then finishes the request without one)."""
+    matcher = grammar.matcher()
+    for t in ids:
+        matcher.accept_token(t)
+    return int(not matcher.is_terminated())

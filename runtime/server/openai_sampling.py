@@ -34,7 +34,7 @@ _EXTENSIONS = {"top_k": ("int", None, None), "min_p": ("number", 0.0, 1.0),
                "ignore_eos": ("bool", None, None), "stop_token_ids": ("list", None, None),
                "no_stop_trim": ("bool", None, None), "skip_special_tokens": ("bool", None, None),
                "spaces_between_special_tokens": ("bool", None, None), "stop_regex": (("str", "list"), None, None),
-               "budget_aware_completion": ("bool", None, None)}
+               "budget_aware_completion": ("bool", None, None), "json_key_order": ("str", None, None)}
 _EXTENSION_TARGET = {"min_tokens": "min_new_tokens"}  # request name -> SamplingParams name
 
 # request field -> (SamplingParams field, JSON kinds accepted)

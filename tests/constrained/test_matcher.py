@@ -115,7 +115,7 @@ def test_forced_continuation(vocab):
 def test_jump_forward_splices_a_faithful_tokenisation(tokenizer, vocab):
     schema = {"type": "object", "properties": {"id": {"type": "integer"}, "status": {"enum": ["active"]}},
               "required": ["id", "status"], "additionalProperties": False}
-    m = compile_grammar(vocab, "json_schema", schema).matcher()
+    m = compile_grammar(vocab, "json_schema", schema, key_order="any").matcher()
     out: list[int] = []
     jf = jump_forward(m, tokenizer, out)
     assert jf is not None and jf.num_drop == 0 and jf.text == '{"'  # members come in any order

@@ -69,7 +69,7 @@ def test_masks_agree_through_escaped_values_and_names(vocab, schema, text):
     through named keys spelled with escapes (a backslash token may lead only to a key written
     already)."""
     member_memo.memos.clear()
-    _mask_agrees(compile_grammar(vocab, "json_schema", schema), text)
+    _mask_agrees(compile_grammar(vocab, "json_schema", schema, key_order="any"), text)
 
 
 def _walk_states(grammar, texts: list[str]):
@@ -96,7 +96,7 @@ def test_feeding_by_tail_equals_feeding_whole(vocab, schema, texts):
     that opens one, ``refusals`` feeds a token from its closing quote, once per distinct tail;
     its verdicts equal feeding each token whole, for every token, in a batch of the whole
     vocabulary and one token at a time."""
-    grammar = compile_grammar(vocab, "json_schema", schema)
+    grammar = compile_grammar(vocab, "json_schema", schema, key_order="any")
     tracker, table = grammar.unique_tracker, vocab.token_bytes
     every = np.arange(len(table), dtype=np.int64)
     split = opened = 0
@@ -154,13 +154,13 @@ def test_closed_objects_clear_keys_already_written(vocab, text):
     """An object that takes no extra key (``_dead_named``): after "nick", the tokens that lead
     only to it again are cleared; those that can still become "nickname" or "nice" are kept."""
     member_memo.memos.clear()
-    _mask_agrees(compile_grammar(vocab, "json_schema", CLOSED), text)
+    _mask_agrees(compile_grammar(vocab, "json_schema", CLOSED, key_order="any"), text)
 
 
 def test_extra_keys_past_max_properties(vocab):
     """Extra keys the grammar spells but ``maxProperties`` has used up: only named keys go on."""
     schema = {**OPEN, "maxProperties": 2, "properties": {"name": INT, "nick": INT}}
-    _mask_agrees(compile_grammar(vocab, "json_schema", schema), '{"zq":1,"nick":2}')
+    _mask_agrees(compile_grammar(vocab, "json_schema", schema, key_order="any"), '{"zq":1,"nick":2}')
 
 
 def test_first_states_are_filed_at_compile_time(vocab):
@@ -168,7 +168,7 @@ def test_first_states_are_filed_at_compile_time(vocab):
     request's mask, every candidate the core allows there settled; masks from it equal masks
     computed with an empty memo."""
     member_memo.memos.clear()
-    grammar = compile_grammar(vocab, "json_schema", CLOSED)
+    grammar = compile_grammar(vocab, "json_schema", CLOSED, key_order="any")
     tracker = grammar.unique_tracker
     entry = memo_for(tracker).get(memo_key(tracker, tracker.initial)[0])
     assert isinstance(entry, member_memo.MemoEntry)
@@ -225,7 +225,7 @@ def test_narrowed_candidates_keep_every_refusal(member_vocab, schema, text):
     """Masks equal ``accept_token`` at every prefix where what the open objects may refuse
     changes (a ``}``, a ``,``, a key) and tokens do several of those at once."""
     member_memo.memos.clear()
-    _mask_agrees(compile_grammar(member_vocab, "json_schema", schema), text)
+    _mask_agrees(compile_grammar(member_vocab, "json_schema", schema, key_order="any"), text)
 
 
 @pytest.mark.parametrize("schema,texts", [
@@ -240,7 +240,7 @@ def test_verdicts_shared_across_states_equal_feeding(member_vocab, schema, texts
     keys replaced by what the bytes can ask of them; over every state of several texts (written
     in different orders, so states with different keys share entries), every token's verdict
     equals feeding it."""
-    grammar = compile_grammar(member_vocab, "json_schema", schema)
+    grammar = compile_grammar(member_vocab, "json_schema", schema, key_order="any")
     tracker, shared = grammar.unique_tracker, 0
     for state in _walk_states(grammar, texts):
         for data in member_vocab.token_bytes:
@@ -262,7 +262,7 @@ def test_keys_closed_without_a_feed_equal_feeding(member_vocab, schema, texts):
     decided by the object's ``admit`` and the tail's verdict filed from an earlier state with the
     same value path (``member_verdicts.after_key``): over every state of the texts, with the
     tracker's verdicts kept from state to state, ``refusals`` equals feeding every token."""
-    grammar = compile_grammar(member_vocab, "json_schema", schema)
+    grammar = compile_grammar(member_vocab, "json_schema", schema, key_order="any")
     tracker, table = grammar.unique_tracker, member_vocab.token_bytes
     every = np.arange(len(table), dtype=np.int64)
     for state in _walk_states(grammar, texts):

@@ -57,7 +57,7 @@ def _state_after(grammar, text: str):
     ('{"', False),  # nothing read yet (nothing to leave out)
 ])
 def test_which_open_keys_share_an_entry(tiny_vocab, text, shared_key):
-    grammar = compile_grammar(tiny_vocab, "json_schema", EXTRAS)
+    grammar = compile_grammar(tiny_vocab, "json_schema", EXTRAS, key_order="any")
     tracker, state = _state_after(grammar, text)
     key, is_shared = memo_key(tracker, state)
     assert is_shared is shared_key
@@ -67,7 +67,7 @@ def test_which_open_keys_share_an_entry(tiny_vocab, text, shared_key):
 
 def test_no_extra_key_means_no_sharing(tiny_vocab):
     """Where only named keys may come, an open key's bytes decide everything."""
-    grammar = compile_grammar(tiny_vocab, "json_schema", CLOSED)
+    grammar = compile_grammar(tiny_vocab, "json_schema", CLOSED, key_order="any")
     tracker, state = _state_after(grammar, '{"n')
     assert memo_key(tracker, state) == (state, False)
 
@@ -75,7 +75,7 @@ def test_no_extra_key_means_no_sharing(tiny_vocab):
 def test_the_keys_of_one_frame_never_reach_another(tiny_vocab):
     """A frame's names are its object's plus the keys written in it: after a frame that wrote
     ``zqa``, an open ``zq`` in a frame of the same object that did not is a fresh extra key."""
-    grammar = compile_grammar(tiny_vocab, "json_schema", {"type": "array", "items": EXTRAS})
+    grammar = compile_grammar(tiny_vocab, "json_schema", {"type": "array", "items": EXTRAS}, key_order="any")
     tracker = grammar.unique_tracker
     assert memo_key(tracker, _state_after(grammar, '[{"zqa":1,"zq')[1])[1] is False
     assert memo_key(tracker, _state_after(grammar, '[{"zqa":1},{"b":1,"zq')[1])[1] is True
@@ -84,7 +84,7 @@ def test_the_keys_of_one_frame_never_reach_another(tiny_vocab):
 
 
 def test_fresh_extra_keys_share_one_entry(tiny_vocab):
-    grammar = compile_grammar(tiny_vocab, "json_schema", EXTRAS)
+    grammar = compile_grammar(tiny_vocab, "json_schema", EXTRAS, key_order="any")
     tracker = grammar.unique_tracker
     keys = {memo_key(tracker, _state_after(grammar, t)[1])[0] for t in ('{"zq', '{"zr', '{"qqq', '{"x')}
     assert len(keys) == 1
@@ -116,7 +116,7 @@ def test_a_shared_entry_still_refuses_a_repeated_key_within_one_token(tiny_vocab
     it writes "zr" then "zq" (kept). Both open keys share one entry: whichever comes first, the
     token is fed on the concrete state every time (``LIVE``), so each mask is right."""
     vocab, token = _with_token(tiny_vocab, SECOND_KEY)
-    grammar = compile_grammar(vocab, "json_schema", EXTRAS)
+    grammar = compile_grammar(vocab, "json_schema", EXTRAS, key_order="any")
     member_memo.memos.clear()
     for key in order:
         assert _allowed(grammar, '{"' + key, token) is (key != "zq")
@@ -135,7 +135,7 @@ def test_threads_sharing_one_memo_get_the_masks_of_a_fresh_one(tiny_vocab, monke
     vocab = tiny_vocab
     for data in (b'ame"', b'name":', b'ick"', SECOND_KEY):  # tokens that would repeat a key
         vocab, _ = _with_token(vocab, data)
-    grammar = compile_grammar(vocab, "json_schema", EXTRAS)
+    grammar = compile_grammar(vocab, "json_schema", EXTRAS, key_order="any")
     tokenize = grammar.vocab.llg.tokenize_str
     paths = [tokenize(d) for d in DOCS] + [[t for c in d for t in tokenize(c)] for d in DOCS]
 

@@ -72,7 +72,7 @@ def test_every_arrangement_of_member_slots(tiny_vocab, name):
     """Every arrangement of up to 4 member slots from named and extra keys, repeats included:
     the matcher accepts exactly the valid objects."""
     schema = SCHEMAS[name]
-    grammar = compile_grammar(tiny_vocab, "json_schema", schema)
+    grammar = compile_grammar(tiny_vocab, "json_schema", schema, key_order="any")
     assert _checked(grammar) == 1 and len(grammar.lark.splitlines()) < 8  # linear: no subset states
     for n in range(5):
         for keys in itertools.product("abcxy", repeat=n):
@@ -82,14 +82,14 @@ def test_every_arrangement_of_member_slots(tiny_vocab, name):
 
 def test_duplicates_under_other_spellings(tiny_vocab):
     """Keys compare decoded; extra keys are plain strings, never a named key's escape."""
-    grammar = compile_grammar(tiny_vocab, "json_schema", SCHEMAS["extras"])
+    grammar = compile_grammar(tiny_vocab, "json_schema", SCHEMAS["extras"], key_order="any")
     assert grammar.matches('{"x":1,"a":2,"xy":3}')
     assert not grammar.matches('{"x":1,"a":2,"x":3}')
     assert not grammar.matches('{"\\u0061":1}')  # the extra keys are plain: no escape is generated
 
 
 def test_twelve_members_in_any_order(tiny_vocab):
-    grammar = compile_grammar(tiny_vocab, "json_schema", TWELVE)
+    grammar = compile_grammar(tiny_vocab, "json_schema", TWELVE, key_order="any")
     assert _checked(grammar) == 1
     rng = random.Random(0)
     names = [f"k{i}" for i in range(12)]
@@ -108,14 +108,14 @@ def test_twelve_members_in_any_order(tiny_vocab):
     ('{"inner":{"b":true},"inner":{"b":true}}', False), ('{"list":[]}', False),
 ])
 def test_nested_objects(tiny_vocab, text, ok):
-    grammar = compile_grammar(tiny_vocab, "json_schema", NESTED)
+    grammar = compile_grammar(tiny_vocab, "json_schema", NESTED, key_order="any")
     assert _checked(grammar) == 3 and grammar.matches(text) == ok
 
 
 def test_ambiguous_paths_keep_the_grammar_construction(tiny_vocab):
     """anyOf branches at one path that one check cannot tell apart (the keys that satisfy one
     branch's check can parse under the other's grammar): the subset-state grammar, any order."""
-    grammar = compile_grammar(tiny_vocab, "json_schema", AMBIGUOUS)
+    grammar = compile_grammar(tiny_vocab, "json_schema", AMBIGUOUS, key_order="any")
     assert _checked(grammar) == 0
     for text, ok in [('{"b":1,"a":2}', True), ('{"a":true,"c":2}', True), ('{"a":1,"a":2}', False),
                      ('{"a":true}', False), ('{"a":1}', False), ('{"c":1,"a":true,"b":2}', False),
@@ -131,7 +131,7 @@ def test_tool_call_grammars_keep_the_grammar_construction():
 
 
 def test_rollback_copy_validate_and_completion(tiny_vocab):
-    grammar = compile_grammar(tiny_vocab, "json_schema", SCHEMAS["required-a"])
+    grammar = compile_grammar(tiny_vocab, "json_schema", SCHEMAS["required-a"], key_order="any")
     ids = grammar.vocab.llg.tokenize_str('{"b":true,"c":"x"')
     m = grammar.matcher()
     assert all(m.accept_token(t) for t in ids)
@@ -161,7 +161,7 @@ def test_masks_equal_accept_token(real, schema, texts):
     and the check removes is rejected by ``accept_token``; every allowed token is accepted
     (past 2,000 of them: those holding a structural byte, and a sample)."""
     tokenizer, vocab = real
-    grammar = compile_grammar(vocab, "json_schema", schema)
+    grammar = compile_grammar(vocab, "json_schema", schema, key_order="any")
     assert _checked(grammar) >= 1
     plain = CompiledGrammar(vocab, grammar.lark, "json_schema", schema)  # the same grammar, unchecked
     rng = random.Random(0)
@@ -190,7 +190,7 @@ def test_memo_masks_equal_fresh_ones(real, monkeypatch):
     from radixlm.constrained.masks import member_memo
 
     tokenizer, vocab = real
-    grammar = compile_grammar(vocab, "json_schema", NESTED)
+    grammar = compile_grammar(vocab, "json_schema", NESTED, key_order="any")
     texts = ['{"list":[{"q":1,"p":2},{"q":3},{"p":44,"q":5}],"inner":{"c":"a long, long \\"value\\"","b":true}}',
              '{"inner":{"b":false,"a":7},"list":[{"q":12}]}']
     walks = [random_walk(grammar, random.Random(seed), max_tokens=60)[0] for seed in range(2)]
@@ -233,7 +233,7 @@ def test_memo_inside_a_unique_array_of_a_checked_object(tiny_vocab):
 
     schema = {"type": "object", "additionalProperties": False, "required": ["n"], "properties": {
         "tags": {"type": "array", "items": STR, "uniqueItems": True}, "n": INT}}
-    grammar = compile_grammar(tiny_vocab, "json_schema", schema)
+    grammar = compile_grammar(tiny_vocab, "json_schema", schema, key_order="any")
     assert _checked(grammar) >= 1
     ids = grammar.vocab.llg.tokenize_str('{"tags":["a","b","ab"],"n":1}')
     row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
@@ -252,7 +252,7 @@ def test_memo_inside_a_unique_array_of_a_checked_object(tiny_vocab):
 @pytest.mark.parametrize("schema", list(SCHEMAS.values()) + [TWELVE, NESTED], ids=list(SCHEMAS) + ["twelve", "nested"])
 def test_random_walks_validate(tiny_vocab, schema):
     """Walks sampled from the masks validate and never repeat a key."""
-    assert_walks_validate(compile_grammar(tiny_vocab, "json_schema", schema), 60)
+    assert_walks_validate(compile_grammar(tiny_vocab, "json_schema", schema, key_order="any"), 60)
 
 
 def assert_walks_validate(grammar, max_tokens: int) -> None:
@@ -273,12 +273,12 @@ def _no_repeats(pairs: list) -> dict:
 
 def test_compact_output_of_the_twelve(tiny_vocab):
     value = {f"k{i}": i for i in reversed(range(12))}
-    assert compile_grammar(tiny_vocab, "json_schema", TWELVE).matches(compact_json(value))
+    assert compile_grammar(tiny_vocab, "json_schema", TWELVE, key_order="any").matches(compact_json(value))
 
 
 def test_forced_text_follows_the_check(tiny_vocab):
     """Jump-forward text: the only key that may come (and ``,``/``}`` where the check leaves one)."""
-    grammar = compile_grammar(tiny_vocab, "json_schema", SCHEMAS["required-a"])
+    grammar = compile_grammar(tiny_vocab, "json_schema", SCHEMAS["required-a"], key_order="any")
     m = grammar.matcher()
     assert m.forced_continuation() == '{"'  # "}" is refused: "a" is required
     assert all(m.accept_token(t) for t in grammar.vocab.llg.tokenize_str('{"b":true,"c":"x"'))

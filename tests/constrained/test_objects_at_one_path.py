@@ -74,7 +74,7 @@ def test_instances(tiny_vocab, schema, text, expected):
     """The table agrees with ``jsonschema`` (a key written twice is never valid), and the
     matcher accepts exactly the valid instances (the objects here keep the grammar's any order,
     or, past ``RUNTIME_CHECK_ABOVE`` members, are checked at runtime)."""
-    grammar = compile_grammar(tiny_vocab, "json_schema", schema)
+    grammar = compile_grammar(tiny_vocab, "json_schema", schema, key_order="any")
     repeats: list = []
     value = json.loads(text, object_pairs_hook=lambda pairs: repeats.append(len({k for k, _ in pairs}) < len(pairs))
                        or dict(pairs))
@@ -87,7 +87,7 @@ def test_open_branch_restriction(tiny_vocab, monkeypatch):
     """Checked together, the open branch of ``OPEN`` no longer generates the extra key
     ``referent`` that the closed one requires (a restriction); the rest is exact."""
     monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE", -1)
-    grammar = compile_grammar(tiny_vocab, "json_schema", OPEN)
+    grammar = compile_grammar(tiny_vocab, "json_schema", OPEN, key_order="any")
     assert not grammar.matches('{"referent":1,"type":"x","version":"2"}')
     for schema, text, expected in CASES:
         if schema is OPEN and "referent\":1,\"type\":\"x\",\"version" not in text:
@@ -100,7 +100,7 @@ def test_checked_together(tiny_vocab, monkeypatch, schema, unions):
     any-order ones beside a checked one are made checked)."""
     monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE",
                         -1 if schema is not MIXED else 8)
-    grammar = compile_grammar(tiny_vocab, "json_schema", schema)
+    grammar = compile_grammar(tiny_vocab, "json_schema", schema, key_order="any")
     specs = grammar.unique.specs if grammar.unique is not None else ()
     assert sum(isinstance(s, MemberUnion) for s in specs) == unions
 
@@ -115,7 +115,7 @@ def test_masks_equal_accept_token(real, monkeypatch, schema, texts):
     if schema is not MIXED:
         monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE", -1)
     tokenizer, vocab = real
-    grammar = compile_grammar(vocab, "json_schema", schema)
+    grammar = compile_grammar(vocab, "json_schema", schema, key_order="any")
     assert any(isinstance(s, MemberUnion) for s in grammar.unique.specs)
     plain = CompiledGrammar(vocab, grammar.lark, "json_schema", schema)
     rng, row = random.Random(0), torch.zeros(vocab.mask_words, dtype=torch.int32)
@@ -133,4 +133,4 @@ def test_masks_equal_accept_token(real, monkeypatch, schema, texts):
 
 @pytest.mark.parametrize("schema", [KEYED, SAME, OPEN, MIXED, DISTRIBUTOR])
 def test_random_walks_validate(tiny_vocab, schema):
-    members.assert_walks_validate(compile_grammar(tiny_vocab, "json_schema", schema), 80)
+    members.assert_walks_validate(compile_grammar(tiny_vocab, "json_schema", schema, key_order="any"), 80)

@@ -104,7 +104,7 @@ def _valid(schema, text: str) -> bool:
 
 @pytest.mark.parametrize("schema,text,accepted", CASES, ids=[f"{i}:{c[1][:24]}" for i, c in enumerate(CASES)])
 def test_instances(tiny_vocab, schema, text, accepted):
-    grammar = compile_grammar(tiny_vocab, "json_schema", schema)
+    grammar = compile_grammar(tiny_vocab, "json_schema", schema, key_order="any")  # texts in any order
     assert grammar.matches(text) == accepted, text
     assert _valid(schema, text) or not accepted, f"table error: {text} is invalid"
     assert (grammar.unique is None) == (schema is AMBIGUOUS)

@@ -167,7 +167,7 @@ SGL_GEN_TYPED = [p for p in SGL_GEN[:18] if p != "min_tokens"]
 
 
 def test_gen_and_select_take_sglangs_arguments_in_sglangs_order(engine):
-    assert list(inspect.signature(sgl.gen).parameters) == SGL_GEN + ["ebnf", "budget_aware_completion"]  # ours, kw-only
+    assert list(inspect.signature(sgl.gen).parameters) == SGL_GEN + ["ebnf", "budget_aware_completion", "json_key_order"]  # ours, kw-only
     assert list(inspect.signature(sgl.gen_int).parameters) == SGL_GEN_TYPED
     assert list(inspect.signature(sgl.gen_string).parameters) == SGL_GEN_TYPED
     assert list(inspect.signature(sgl.select).parameters) == ["name", "choices", "temperature",
