@@ -55,7 +55,7 @@ def test_stop_sequence_is_reported(client):
 
 def test_tool_use_then_tool_result(client):
     out = client.messages.create(model="default", max_tokens=60, messages=ASK, tools=TOOLS,
-                                 tool_choice={"type": "any"})
+                                 tool_choice={"type": "any", "disable_parallel_tool_use": True})
     assert out.stop_reason == "tool_use"
     (use,) = [b for b in out.content if b.type == "tool_use"]
     assert use.name == "get_weather" and use.id
@@ -90,7 +90,7 @@ def test_stream_text_events(client):
 
 def test_stream_tool_use(client):
     with client.messages.stream(model="default", max_tokens=60, messages=ASK, tools=TOOLS,
-                                tool_choice={"type": "any"}) as stream:
+                                tool_choice={"type": "any", "disable_parallel_tool_use": True}) as stream:
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     jsonschema.validate(final.content[-1].input, WEATHER)

@@ -56,7 +56,7 @@ def test_cached_tokens_count_the_second_identical_prompt(client):
 
 def test_function_tools_required_then_output_item(client):
     out = client.responses.create(model="default", input="Weather in Paris?", tools=TOOLS, tool_choice="required",
-                                  max_output_tokens=60)
+                                  max_output_tokens=60, parallel_tool_calls=False)
     calls = [item for item in out.output if item.type == "function_call"]
     assert calls and out.status == "completed"
     call = calls[0]
@@ -101,7 +101,7 @@ def test_stream_events_in_order(client):
 
 def test_stream_function_call_events(client):
     events = list(client.responses.create(model="default", input="Weather?", tools=TOOLS, tool_choice="required",
-                                          max_output_tokens=60, stream=True))
+                                          max_output_tokens=60, stream=True, parallel_tool_calls=False))
     kinds = [e.type for e in events]
     assert "response.function_call_arguments.delta" in kinds
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
