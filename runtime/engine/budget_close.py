@@ -13,7 +13,11 @@ Cost: the completion is computed when the budget left is within ``WINDOW`` token
 the last estimate (a long ``minLength`` string needs an early start), not at every step. A search
 that found nothing (the byte bound scales with the budget left, so nothing fits) is tried again
 only once the budget left has halved: the search runs in the scheduler's loop, and repeating a
-failing one every step would stall every other request.
+failing one every step would stall every other request. Within the window, the last completion
+found is checked first (its tokens and EOS validated from here, no search): while it still ends
+the document with room to spare, the shortest one does too, so the step needs no search; the
+search runs when it no longer fits the text or the splice may be due, so a step the check lets
+pass is one where a search would not have spliced either.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ class BudgetClose:
         self.short_by: int | None = None  # the completion did not fit: tokens missing
         self.failed_at: int | None = None  # room when the last search found no completion
         self.closed_tokens: int | None = None  # tokens of the closing completion, once spliced
+        self._last: tuple[int, ...] | None = None  # the last completion found (token ids)
+        self.searches = 0  # completion searches run (the reuse check saves the others)
 
     def splice(self, room: int) -> Splice | None:
         """The completion as a splice when ``room`` (tokens left) barely holds it, else None."""
@@ -48,7 +54,10 @@ class BudgetClose:
             return None
         if self.failed_at is not None and room > self.failed_at // 2:
             return None
+        if self._still_completes(room):
+            return None
         ids = self._completion_ids(room)
+        self._last = None if ids is None else tuple(ids)
         if ids is None:
             self.failed_at = room
             return None
@@ -66,10 +75,25 @@ class BudgetClose:
         self.closed_tokens = len(ids)
         return Splice(0, tuple(ids), m.is_accepting(), closed=True)
 
+    def _still_completes(self, room: int) -> bool:
+        """Whether the last completion still ends the document from here with more than ``MARGIN``
+        tokens to spare: then the shortest one does too (the splice is not due) and the search can
+        wait. False when it may be due: the search alone decides that."""
+        last = self._last
+        if last is None or len(last) + MARGIN >= room:
+            return False
+        eos = self.matcher.grammar.vocab.eos_token_ids[0]
+        if self.matcher.validate_tokens([*last, eos]) != len(last) + 1:
+            return False
+        self.need = len(last)  # an upper bound of the shortest: the window only narrows
+        self.short_by = None
+        return True
+
     def _completion_ids(self, room: int) -> list[int] | None:
         """The completion's tokens: the tokenizer's own when they are a path through the grammar,
         else single-byte tokens (a text that ends inside a character); None when there is none."""
         m = self.matcher
+        self.searches += 1
         data = m.completion_bytes(max_bytes=BYTES_PER_TOKEN * max(room, 1) + 64)
         if data is None:
             return None
