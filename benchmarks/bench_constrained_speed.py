@@ -9,7 +9,7 @@ warm ones' median (target <= 200 ms), and the same on an engine started with
 ``--no-grammar-warmup`` (what the first request paid before) and for a first request sent the
 moment the engine is built (it waits for whatever of the start is left).
 
-(b) **Throughput**: the same 5-field extraction prompts, greedy, with and without the schema, same
+(b) **Throughput**: the same 5-field extraction prompts (in the chat template), greedy, with and without the schema, same
 ``max_new_tokens`` and stop; tokens/s = generated tokens after the first / (wall time - time to
 the last first token), alternating sides within each repetition, median over repetitions. Also
 the mask time share (``fill_mask`` timed around the model runner's calls). Target: constrained
@@ -50,13 +50,18 @@ def ten_member_schema(prefix: str) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
-def extraction_prompts(n: int) -> list[str]:
+def extraction_prompts(n: int, tokenizer: Any = None) -> list[str]:
+    """``n`` distinct extraction prompts, through ``tokenizer``'s chat template when given."""
     out = []
     for i in range(n):
         name, age, city = PEOPLE[i % len(PEOPLE)]
         user = name.split()[0].lower()
-        out.append(f"Extract name, age, city, email and phone as JSON. Text #{i}: {name} ({age}) lives in {city}; "
-                   f"write to {user}{i}@example.com or call +1-555-01{i:02d}.\nJSON:")
+        text = (f"Extract name, age, city, email and phone as JSON. Text #{i}: {name} ({age}) lives in {city}; "
+                f"write to {user}{i}@example.com or call +1-555-01{i:02d}.")
+        if tokenizer is None:
+            out.append(text + "\nJSON:")
+        else:
+            out.append(tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True))
     return out
 
 
@@ -130,7 +135,7 @@ class MaskClock:
 
 
 def throughput(model: str, engine_args: dict[str, Any], batches: list[int], reps: int,
-               max_new: int) -> dict[str, Any]:
+               max_new: int, chat: bool) -> dict[str, Any]:
     """Part (b); see the module docstring."""
     clock = MaskClock()
     engine = Engine(model, **engine_args)
@@ -140,7 +145,7 @@ def throughput(model: str, engine_args: dict[str, Any], batches: list[int], reps
     out: dict[str, Any] = {}
     try:
         for bs in batches:
-            prompts = extraction_prompts(bs)
+            prompts = extraction_prompts(bs, engine.tokenizer if chat else None)
             for params in sides.values():  # untimed: the grammar compiled and cached, the prompts cached
                 engine.generate(prompts, params)
             runs: dict[str, list[dict[str, Any]]] = {k: [] for k in sides}
@@ -173,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3, help="repetitions of part (b)")
     p.add_argument("--first-reps", type=int, default=3, help="fresh engines per mode in part (a) (0: skip)")
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--raw-prompts", action="store_true", help="part (b): plain text prompts, no chat template")
     p.add_argument("--out", type=Path, help="write the results as JSON here")
     args = p.parse_args(argv)
     model = args.model_path or checkpoint_path(arch="llama", size=args.size)
@@ -184,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         result["first_request"] = first_request(model, engine_args, args.first_reps, args.max_new_tokens)
     batches = [int(b) for b in args.batches.split(",") if b]
     if batches and args.reps:
-        result["throughput"] = throughput(model, engine_args, batches, args.reps, args.max_new_tokens)
+        result["throughput"] = throughput(model, engine_args, batches, args.reps, args.max_new_tokens,
+                                          not args.raw_prompts)
     report(result)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
