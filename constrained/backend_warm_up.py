@@ -6,8 +6,8 @@ A new backend's first constrained request meets cold caches on both sides of the
 - the compile workers, which start (interpreter, imports, the vocabulary) when the pool does, and
   whose first job imports the JSON Schema front end's lazily loaded parts.
 
-``warm_up_backend`` runs one compile of ``WARM_UP_SCHEMA`` (a schema with a member of every common
-type) through the backend's pool, outside its cache (the cache and its statistics see nothing),
+``warm_up_backend`` runs a compile of ``WARM_UP_SCHEMA`` (a schema with a member of every common
+type) on each worker of the backend's pool, outside its cache (the cache and its statistics see nothing),
 builds its grammar here and walks a matcher over one document of it, filling every mask's
 per-vocabulary tables. It is meant for a background thread at server start; it only fills
 caches, so every mask and verdict is the same with or without it.
@@ -53,22 +53,31 @@ def warm_up_backend(backend: GrammarBackend, timeout_s: float | None = None) -> 
     start = time.perf_counter()
     if backend.core == "radixlm":
         backend.vocab.llg  # noqa: B018 - the native tokenizer, built once (~1 s at 152k tokens)
-    job = _compile(backend, backend.compile_timeout_s if timeout_s is None else timeout_s)
+    jobs = _compile(backend, backend.compile_timeout_s if timeout_s is None else timeout_s)
+    job = next((j for j in jobs if j.outcome == "ok"), jobs[0])
     masks = 0
     if job.outcome == "ok":
         masks = _walk(backend, job)
     return {"compile": job.outcome, "masks": masks, "seconds": time.perf_counter() - start}
 
 
-def _compile(backend: GrammarBackend, timeout_s: float) -> CompileJob:
-    """The warm-up schema's compile, run by the pool (the workers' first job), waited for."""
-    done = threading.Event()
-    job = CompileJob(CompileRequest("json_schema", WARM_UP_SCHEMA), lambda _job: done.set(), caller="warm-up")
-    backend.pool.submit(job)
-    if not done.wait(timeout_s + 5.0):  # the pool reports a timeout itself; this is a backstop
-        backend.pool.cancel(job)
-        job.outcome = "timeout"
-    return job
+def _compile(backend: GrammarBackend, timeout_s: float) -> list[CompileJob]:
+    """The warm-up schema's compile, once per worker (each idle slot takes one: every worker's
+    first job), run by the pool and waited for."""
+    done = threading.Semaphore(0)
+    jobs = [CompileJob(CompileRequest("json_schema", WARM_UP_SCHEMA), lambda _job: done.release(), caller="warm-up")
+            for _ in range(backend.pool.num_workers)]
+    for job in jobs:
+        backend.pool.submit(job)
+    deadline = time.monotonic() + timeout_s + 5.0  # the pool reports a timeout itself; this is a backstop
+    for _ in jobs:
+        if not done.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            for late in jobs:
+                if late.outcome == "pending":
+                    backend.pool.cancel(late)
+                    late.outcome = "timeout"
+            break
+    return jobs
 
 
 def _walk(backend: GrammarBackend, job: CompileJob) -> int:
