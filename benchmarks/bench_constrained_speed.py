@@ -13,8 +13,9 @@ moment the engine is built (it waits for whatever of the start is left).
 without the schema, same ``max_new_tokens`` and stop; tokens/s = generated tokens after the first
 / (wall time - time to the last first token; jump-forward's spliced tokens count,
 ``--no-jump-forward`` samples them all), alternating sides within each repetition, median over
-repetitions. Also the masks' share of the time (``ModelRunner._grammar_bitmask`` timed). Target:
-constrained >= 0.97x unconstrained.
+repetitions. Also sampled tokens per second of decode step (the engine's step timers: splices not
+counted, every step's masks and constraint bookkeeping included) and the masks' share of the time
+(``ModelRunner._grammar_bitmask`` timed). Target: constrained >= 0.97x unconstrained.
 
     python benchmarks/bench_constrained_speed.py --size small
     python benchmarks/bench_constrained_speed.py --model-path "$(python benchmarks/real_qwen_hf.py)" \\
@@ -154,16 +155,21 @@ def throughput(model: str, engine_args: dict[str, Any], batches: list[int], reps
             for rep in range(reps):
                 order = list(sides) if rep % 2 == 0 else list(reversed(sides))
                 for side in order:
-                    mask_before = clock.seconds
+                    mask_before, timers = clock.seconds, engine.get_stats()["timers"]
                     r = timed(engine, prompts, sides[side])
                     r["mask_s"] = clock.seconds - mask_before
+                    after = engine.get_stats()["timers"]  # sampled tokens per second of decode step
+                    r["step_tok_s"] = ((after["decode_tokens"] - timers["decode_tokens"])
+                                       / max(after["decode_step_s"] - timers["decode_step_s"], 1e-9))
                     r["tok_s"] = (r["tokens"] - r["requests"]) / max(r["wall_s"] - r["ttft_s"], 1e-9)
                     runs[side].append(r)
             row = {side: {"tok_s": statistics.median(r["tok_s"] for r in rs),
+                          "step_tok_s": statistics.median(r["step_tok_s"] for r in rs),
                           "tokens": statistics.median(r["tokens"] for r in rs),
                           "mask_share": statistics.median(r["mask_s"] / r["wall_s"] for r in rs)}
                    for side, rs in runs.items()}
             row["ratio"] = row["constrained"]["tok_s"] / row["unconstrained"]["tok_s"]
+            row["step_ratio"] = row["constrained"]["step_tok_s"] / row["unconstrained"]["step_tok_s"]
             out[f"batch_{bs}"] = row
             print(json.dumps({f"batch_{bs}": row}), file=sys.stderr)
     finally:
@@ -179,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default="1,16", help="batch sizes of part (b)")
     p.add_argument("--reps", type=int, default=3, help="repetitions of part (b)")
     p.add_argument("--first-reps", type=int, default=3, help="fresh engines per mode in part (a) (0: skip)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="part (b)")
+    p.add_argument("--first-max-new-tokens", type=int, default=48, help="part (a)")
     p.add_argument("--raw-prompts", action="store_true", help="part (b): plain text prompts, no chat template")
     p.add_argument("--no-jump-forward", action="store_true",
                    help="part (b): every constrained token sampled (forced text not spliced)")
@@ -191,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         engine_args["quantization"] = args.quantization
     result: dict[str, Any] = {"model": str(model), "engine_args": engine_args}
     if args.first_reps:
-        result["first_request"] = first_request(model, engine_args, args.first_reps, args.max_new_tokens)
+        result["first_request"] = first_request(model, engine_args, args.first_reps, args.first_max_new_tokens)
     batches = [int(b) for b in args.batches.split(",") if b]
     if batches and args.reps:
         result["throughput"] = throughput(model, engine_args, batches, args.reps, args.max_new_tokens,
@@ -211,7 +218,9 @@ def report(result: dict[str, Any]) -> None:
     for name, row in result.get("throughput", {}).items():
         c, u = row["constrained"], row["unconstrained"]
         print(f"{name:9} constrained {c['tok_s']:7.1f} tok/s ({c['tokens']:.0f} tok, masks {c['mask_share']:.1%})"
-              f"  unconstrained {u['tok_s']:7.1f} tok/s ({u['tokens']:.0f} tok)  ratio {row['ratio']:.3f}")
+              f"  unconstrained {u['tok_s']:7.1f} tok/s ({u['tokens']:.0f} tok)  ratio {row['ratio']:.3f};"
+              f"  sampled per decode-step second {c['step_tok_s']:.1f} vs {u['step_tok_s']:.1f}"
+              f" ratio {row['step_ratio']:.3f}")
 
 
 if __name__ == "__main__":

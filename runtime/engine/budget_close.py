@@ -14,9 +14,9 @@ the last estimate (a long ``minLength`` string needs an early start), not at eve
 that found nothing (the byte bound scales with the budget left, so nothing fits) is tried again
 only once the budget left has halved: the search runs in the scheduler's loop, and repeating a
 failing one every step would stall every other request. Within the window, the last completion
-found is checked first (its tokens and EOS validated from here, no search): while it still ends
-the document with room to spare, the shortest one does too, so the step needs no search; the
-search runs when it no longer fits the text or the splice may be due, so a step the check lets
+found is carried forward first (``completion_reuse``: validated from here, no search): while it
+still ends the document with room to spare, the shortest one does too, so the step needs no
+search; the search runs when none carries over or the splice may be due, so a step the check lets
 pass is one where a search would not have spliced either.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from radixlm.runtime.engine.completion_reuse import LastCompletion
 from radixlm.runtime.scheduler.constraint import Splice
 
 MARGIN = 2  # tokens to spare: one more sampled token may lengthen the completion
@@ -41,8 +42,8 @@ class BudgetClose:
         self.short_by: int | None = None  # the completion did not fit: tokens missing
         self.failed_at: int | None = None  # room when the last search found no completion
         self.closed_tokens: int | None = None  # tokens of the closing completion, once spliced
-        self._last: tuple[int, ...] | None = None  # the last completion found (token ids)
-        self.searches = 0  # completion searches run (the reuse check saves the others)
+        self.last = LastCompletion(matcher, tokenizer)  # the last completion, carried forward
+        self.searches = 0  # completion searches run (the carried completion saves the others)
 
     def splice(self, room: int) -> Splice | None:
         """The completion as a splice when ``room`` (tokens left) barely holds it, else None."""
@@ -57,7 +58,6 @@ class BudgetClose:
         if self._still_completes(room):
             return None
         ids = self._completion_ids(room)
-        self._last = None if ids is None else tuple(ids)
         if ids is None:
             self.failed_at = room
             return None
@@ -79,13 +79,10 @@ class BudgetClose:
         """Whether the last completion still ends the document from here with more than ``MARGIN``
         tokens to spare: then the shortest one does too (the splice is not due) and the search can
         wait. False when it may be due: the search alone decides that."""
-        last = self._last
-        if last is None or len(last) + MARGIN >= room:
+        ids = self.last.tokens()
+        if ids is None or len(ids) + MARGIN >= room:
             return False
-        eos = self.matcher.grammar.vocab.eos_token_ids[0]
-        if self.matcher.validate_tokens([*last, eos]) != len(last) + 1:
-            return False
-        self.need = len(last)  # an upper bound of the shortest: the window only narrows
+        self.need = len(ids)  # an upper bound of the shortest: the window only narrows
         self.short_by = None
         return True
 
@@ -95,6 +92,7 @@ class BudgetClose:
         m = self.matcher
         self.searches += 1
         data = m.completion_bytes(max_bytes=BYTES_PER_TOKEN * max(room, 1) + 64)
+        self.last.remember(data)
         if data is None:
             return None
         try:

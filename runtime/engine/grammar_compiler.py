@@ -46,6 +46,7 @@ class GrammarCompiler:
                               if v is not None}
         self.eos_token_ids = frozenset(tokenizer.eos_token_ids)
         self._start: GrammarBackendStart | None = None
+        self._closed = False
         # None: the submit itself failed (req.error); AWAITING_BACKEND: not submitted yet
         self._pending: dict[Req, Future | str | None] = {}
         self._marker_ids: dict[str, list[int]] = {}  # reasoning_end text -> its token ids
@@ -56,6 +57,8 @@ class GrammarCompiler:
     def start_backend(self, warm_up: bool = True) -> GrammarBackendStart:
         """Start building the backend in the background unless it is built or being built (a
         failed start is tried again); with ``warm_up``, then fill its first-use caches."""
+        if self._closed:
+            raise RuntimeError("the engine is shut down: no grammar backend starts")
         if self._start is None or self._start.failed():
             self._start = GrammarBackendStart(self._build_backend, _warm_up if warm_up else None)
         return self._start
@@ -85,6 +88,7 @@ class GrammarCompiler:
         return start.future.result()
 
     def close(self) -> None:
+        self._closed = True
         if self._start is not None:
             self._start.close()
 

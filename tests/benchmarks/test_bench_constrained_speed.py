@@ -18,7 +18,7 @@ def test_the_benchmark_runs_and_reports_both_parts(tmp_path, capsys):
 
     out = tmp_path / "result.json"
     assert main(["--size", "tiny", "--first-reps", "1", "--reps", "1", "--batches", "1,4",
-                 "--max-new-tokens", "8", "--out", str(out)]) == 0
+                 "--max-new-tokens", "8", "--first-max-new-tokens", "8", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     first = result["first_request"]
     assert {r["mode"] for r in first["rows"]} == {"warmup", "no-warmup", "at-once"}
@@ -28,5 +28,6 @@ def test_the_benchmark_runs_and_reports_both_parts(tmp_path, capsys):
         row = result["throughput"][f"batch_{bs}"]
         assert bs < row["constrained"]["tokens"] <= 8 * bs and bs < row["unconstrained"]["tokens"] <= 8 * bs
         assert row["ratio"] == pytest.approx(row["constrained"]["tok_s"] / row["unconstrained"]["tok_s"])
+        assert row["constrained"]["step_tok_s"] > 0 and row["unconstrained"]["step_tok_s"] > 0
         assert 0 < row["constrained"]["mask_share"] < 1 and row["unconstrained"]["mask_share"] == 0
     assert "first request [warmup" in capsys.readouterr().out
