@@ -31,7 +31,8 @@ class LastCompletion:
     def remember(self, data: bytes | None) -> None:
         """``data`` completes the matcher's current text (None: forget)."""
         self._data = data
-        self._at = len(self.matcher.accepted_bytes())
+        if data is not None:
+            self._at = len(self.matcher.accepted_bytes())
 
     def tokens(self) -> list[int] | None:
         """A completion of the current text carried from the last one, as token ids (None: none
