@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "compile_grammar": "radixlm.constrained.backend",
     "jump_forward": "radixlm.constrained.decoding.jump_forward",
     "schema_to_grammar": "radixlm.constrained.json_schema",
+    "warm_up_backend": "radixlm.constrained.backend_warm_up",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -17,11 +17,12 @@ T = TypeVar("T")
 class LazyTables:
     """Named tables of one owner, built on first use (see the module docstring)."""
 
-    __slots__ = ("_built", "_lock")
+    __slots__ = ("_built", "_lock", "builds")
 
     def __init__(self) -> None:
         self._built: dict[str, Any] = {}
         self._lock = threading.RLock()
+        self.builds = 0  # tables built by ``get`` (each name once, unless dropped): a test's counter
 
     def get(self, name: str, build: Callable[[], T]) -> T:
         """The table ``name``, built by ``build()`` the first time it is asked for."""
@@ -32,6 +33,7 @@ class LazyTables:
         with self._lock:
             if name not in self._built:
                 self._built[name] = build()
+                self.builds += 1
             return self._built[name]
 
     def peek(self, name: str) -> Any | None:

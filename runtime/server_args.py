@@ -133,6 +133,8 @@ class ServerArgs:
                                      "instead of the checkpoint's", str)
     grammar_backend: str = _arg("radixlm", "constraint compiler: radixlm (built in), xgrammar or llguidance "
                                 "(optional packages)", str, GRAMMAR_BACKENDS)
+    grammar_warmup: bool = _arg(True, "build the grammar backend and its per-vocabulary tables at start-up, in "
+                                "the background (off: on the first constrained request)", bool)
     strict_api: bool = _arg(False, "HTTP: reject unknown request fields with 400 instead of ignoring them", bool)
     incremental_streaming_output: bool = _arg(False, "HTTP: /generate stream chunks carry only the new text "
                                               "(default: the whole text so far, as SGLang)", bool)

@@ -62,6 +62,7 @@ class CompileSlots(ABC):
     def __init__(self, num_workers: int, timeout_s: float, max_memory_mb: int, thread_name: str) -> None:
         self.timeout_s = timeout_s
         self.max_memory_mb = max_memory_mb
+        self.num_workers = num_workers
         self._queue = FairQueue()  # CompileJob, or None: a slot thread's stop sentinel
         self._lock = threading.Lock()
         self._closed = False

@@ -13,13 +13,18 @@ Cost: the completion is computed when the budget left is within ``WINDOW`` token
 the last estimate (a long ``minLength`` string needs an early start), not at every step. A search
 that found nothing (the byte bound scales with the budget left, so nothing fits) is tried again
 only once the budget left has halved: the search runs in the scheduler's loop, and repeating a
-failing one every step would stall every other request.
+failing one every step would stall every other request. Within the window, the last completion
+found is carried forward first (``completion_reuse``: validated from here, no search): while it
+still ends the document with room to spare, the shortest one does too, so the step needs no
+search; the search runs when none carries over or the splice may be due, so a step the check lets
+pass is one where a search would not have spliced either.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from radixlm.runtime.engine.completion_reuse import LastCompletion
 from radixlm.runtime.scheduler.constraint import Splice
 
 MARGIN = 2  # tokens to spare: one more sampled token may lengthen the completion
@@ -37,6 +42,8 @@ class BudgetClose:
         self.short_by: int | None = None  # the completion did not fit: tokens missing
         self.failed_at: int | None = None  # room when the last search found no completion
         self.closed_tokens: int | None = None  # tokens of the closing completion, once spliced
+        self.last = LastCompletion(matcher, tokenizer)  # the last completion, carried forward
+        self.searches = 0  # completion searches run (the carried completion saves the others)
 
     def splice(self, room: int) -> Splice | None:
         """The completion as a splice when ``room`` (tokens left) barely holds it, else None."""
@@ -47,6 +54,8 @@ class BudgetClose:
         if self.need is not None and room > max(WINDOW, 2 * self.need + MARGIN):
             return None
         if self.failed_at is not None and room > self.failed_at // 2:
+            return None
+        if self._still_completes(room):
             return None
         ids = self._completion_ids(room)
         if ids is None:
@@ -66,11 +75,24 @@ class BudgetClose:
         self.closed_tokens = len(ids)
         return Splice(0, tuple(ids), m.is_accepting(), closed=True)
 
+    def _still_completes(self, room: int) -> bool:
+        """Whether the last completion still ends the document from here with more than ``MARGIN``
+        tokens to spare: then the shortest one does too (the splice is not due) and the search can
+        wait. False when it may be due: the search alone decides that."""
+        ids = self.last.tokens()
+        if ids is None or len(ids) + MARGIN >= room:
+            return False
+        self.need = len(ids)  # an upper bound of the shortest: the window only narrows
+        self.short_by = None
+        return True
+
     def _completion_ids(self, room: int) -> list[int] | None:
         """The completion's tokens: the tokenizer's own when they are a path through the grammar,
         else single-byte tokens (a text that ends inside a character); None when there is none."""
         m = self.matcher
+        self.searches += 1
         data = m.completion_bytes(max_bytes=BYTES_PER_TOKEN * max(room, 1) + 64)
+        self.last.remember(data)
         if data is None:
             return None
         try:

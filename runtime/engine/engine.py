@@ -95,6 +95,8 @@ class Engine:
         overlap = gpu_feature_enabled(args.disable_overlap_schedule, self.runner.device, needs_cuda=False)
         self._loop = EngineLoop(self.scheduler, self.runner, self._grammar, overlap=overlap)
         self._closed = False
+        if args.grammar_warmup:  # in the background: the engine serves at once
+            self._grammar.start_backend()
         freeze_startup_objects()  # full collections then skip the model's and torch's objects
 
     # ------------------------------------------------------------------ generate
@@ -239,6 +241,7 @@ class Engine:
             "radix_cache_tokens": cache.tree.total_size() if cache.tree else 0,
             "num_retractions": self.scheduler.num_retractions,
             "timers": loop.timers.as_dict(),
+            "grammar_backend": self._grammar.backend_state(),
         }
 
     def inspect(self, max_nodes: int = 64, shown_ids: int = 32, events_since: int = 0,
