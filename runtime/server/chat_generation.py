@@ -227,7 +227,7 @@ class ChoiceRunner:
             self.header_call = self.fmt.header_call(line, self.plan.tools) if calls_ok else None
             if self.header_call is not None or line + "\n" in _header_lines(self.fmt):
                 return
-            held.append(ChoiceEvent("content", text="\n"))
+            held += self._split("\n")
         elif phase.text in (h.rstrip() for h in _header_lines(self.fmt)):
             held = []  # the content header alone, cut off: no content
         for ev in held:
