@@ -217,7 +217,8 @@ class ChoiceRunner:
         self.header_call, self.header_end = None, None
         phase, held = _Phase(), []
         user_stops = list(self.plan.sampling.stop)
-        sampling = self._sampling(max_new_tokens=min(self.budget, _HEADER_TOKENS), stop=[*user_stops, "\n"])
+        sampling = self._sampling(min_new_tokens=0, max_new_tokens=min(self.budget, _HEADER_TOKENS),
+                                  stop=[*user_stops, "\n"])
         async for ev in self._run(phase, sampling, True):
             held.append(ev)
         fr = phase.finish

@@ -149,6 +149,11 @@ def test_a_tool_line_is_content_when_calls_are_off(engine):
     assert _turn(engine, script, False, tool_choice="none") == (script, [], "stop")
 
 
+def test_min_tokens_applies_to_the_answer_not_the_header(engine):
+    assert _turn(engine, "all\nHello there, friend.", False, extra_body={"min_tokens": 40}) == (
+        "Hello there, friend.", [], "stop")  # more than the header line may take
+
+
 def test_the_content_header_alone_is_no_content(engine):
     assert _turn(engine, "all", False) == ("", [], "stop")
 
