@@ -166,6 +166,12 @@ GOLDEN = {
         ('Sure: <function=get_time>{"zone": "UTC"}</function>', "Sure: ", [T]),
         ('<function=get_time>{"zone": UTC}</function>', '<function=get_time>{"zone": UTC}</function>', []),
     ],
+    "functionary_v32": [  # the prompt ends with ">>>": the output starts with the recipient line
+        ('get_weather\n{"city": "Paris", "metric": true}', "", [W]),
+        ('get_weather\n{"city": "Paris", "metric": true}>>>get_time\n{"zone": "UTC"}', "", [W, T]),
+        ('all\nSure, one moment.>>>get_time\n{"zone": "UTC"}', "Sure, one moment.", [T]),
+        ('get_time\n{"zone": UTC}', 'get_time\n{"zone": UTC}', []),
+    ],
     "gemma4": [
         ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,metric:true}<tool_call|>', "", [W]),
         ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,metric:true}<tool_call|><|tool_call>call:get_time'
@@ -176,7 +182,7 @@ GOLDEN = {
     ],
 }
 LIVE = ("hermes", "qwen3_coder", "llama3", "pythonic", "mistral", "deepseekv31", "glm45", "kimi_k2", "granite",
-        "deepseekv3", "deepseekv32", "minimax_m2", "seed_oss", "cohere", "functionary_v31", "gemma4", "command_r")
+        "deepseekv3", "deepseekv32", "minimax_m2", "seed_oss", "cohere", "functionary_v31", "gemma4", "command_r", "functionary_v32")
 MAX_TOKENS = {"command_r": 160, "deepseekv32": 240, "minimax_m2": 160, "seed_oss": 160, "cohere": 160, "gemma4": 160}  # DSML's fullwidth markers take many byte-level tokens of the tiny vocab
 ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
         "additionalProperties": False}  # an enum: a free string from the tiny model may run past max_tokens

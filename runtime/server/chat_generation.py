@@ -30,11 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.runtime.chat_formats.reasoning.base import ReasoningParser, Split
+from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
 from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
 from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams, choice_seed
 from radixlm.runtime.server.chat_plan import ChatPlan
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
 from radixlm.runtime.server.state import RequestRecord, ServerState
+
+_HEADER_TOKENS = 32  # a header line is a tool name: a longer first line is plain text
 
 # Sampler fields that would break a call's JSON if kept in a call phase (reset to their defaults).
 _NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", *CONSTRAINT_FIELDS, "whitespace_pattern",
@@ -93,6 +96,8 @@ class ChoiceRunner:
         self.violations: list[str] | None = None
         self.budget_closed = False  # some phase's output was closed by budget-aware completion
         self.cut_call: int | None = None  # a call announced but cut off by the budget
+        self.header_call: str | None = None  # the tool the last header line named (see _header)
+        self.header_end: str | None = None  # the finish reason when the output ended inside a header
 
     def _sampling(self, **changes: Any) -> SamplingParams:
         """This choice's copy of the plan's settings, with ``changes``."""
@@ -122,7 +127,23 @@ class ChoiceRunner:
         stops = list(self.plan.sampling.stop)
         openers = self.fmt.auto_openers if choice.mode == "auto" else ()
         stops += openers
+        # a prompt ending inside an opener: the answer's first line (and each opener's) is a header
+        opened = self.plan.opened and not any(getattr(self.plan.sampling, f, None) for f in CONSTRAINT_FIELDS)
+        at_header = opened
         while True:
+            if at_header:
+                async for ev in self._header(choice.mode == "auto"):
+                    yield ev
+                if self.header_end is not None:
+                    yield self._finish(self.header_end)
+                    return
+            if at_header and self.header_call is not None:
+                async for ev in self._call_phase(self.header_call, written=self.header_call + "\n"):
+                    yield ev
+                if self.cut_off or self.budget <= 0 or self.calls >= self.plan.max_calls:
+                    yield self._finish(self.call_end if self.cut_off else "tool_calls")
+                    return
+            at_header = False
             phase = _Phase()
             async for ev in self._run(phase, self._sampling(max_new_tokens=self.budget, stop=stops), True):
                 yield ev
@@ -136,6 +157,10 @@ class ChoiceRunner:
                 matched = fr.get("matched") if reason == "stop" else None
                 yield self._finish(reason, matched if isinstance(matched, str) else None)
                 return
+            if opened:  # a header follows the opener
+                self.ids += self._through_marker(phase, opener)
+                at_header = True
+                continue
             self.ids += self._through_marker(phase, opener) + self._encode(self.fmt.resume_after(opener))
             calls_before = self.calls
             async for ev in self._call_phase(None):
@@ -187,17 +212,48 @@ class ChoiceRunner:
         """What the reasoning parser held back, at the end of a text phase that ends the text."""
         return _split_events(self.splitter.finish(), None) if self.splitter is not None else []
 
-    async def _call_phase(self, name: str | None, max_calls: int = 1) -> AsyncIterator[ChoiceEvent]:
+    async def _header(self, calls_ok: bool) -> AsyncIterator[ChoiceEvent]:
+        """The header line after a ``prompt_opener``: sets ``header_call`` to the tool it names
+        (``calls_ok``: a call follows), drops a content header, passes any other line on as content;
+        ``header_end`` is the finish reason when the output ended inside the line."""
+        self.header_call, self.header_end = None, None
+        phase, held = _Phase(), []
+        user_stops = list(self.plan.sampling.stop)
+        sampling = self._sampling(min_new_tokens=0, max_new_tokens=min(self.budget, _HEADER_TOKENS),
+                                  stop=[*user_stops, "\n"])
+        async for ev in self._run(phase, sampling, True):
+            held.append(ev)
+        fr = phase.finish
+        if fr.get("type") == "stop" and fr.get("matched") == "\n":
+            line = phase.text
+            self.ids += self._through_marker(phase, "\n")
+            self.header_call = self.fmt.header_call(line, self.plan.tools) if calls_ok else None
+            if self.header_call is not None or line + "\n" in _header_lines(self.fmt):
+                return
+            held += self._split("\n")
+        elif phase.text in (h.rstrip() for h in _header_lines(self.fmt)):
+            held = []  # the content header alone, cut off: no content
+        for ev in held:
+            yield ev
+        if not (fr.get("type") == "stop" and fr.get("matched") == "\n"):
+            if fr.get("type") == "length" and self.budget > 0:  # a long first line: plain text goes on
+                self.ids += phase.output_ids
+                return
+            self.header_end = _openai_reason(fr)
+
+    async def _call_phase(self, name: str | None, max_calls: int = 1, written: str = "") -> AsyncIterator[ChoiceEvent]:
         """Constrained call bodies (one, or up to ``max_calls`` in a forced turn) in the family's
-        wrapper; ``self.calls`` counts the calls it made.
+        wrapper (``written``: the header of a call the model already named, see :meth:`_header`);
+        ``self.calls`` counts the calls it made.
 
         The call stream reads the wrapper text, the generated body and the suffix: a JSON-argument
         call is announced once its head is generated and its arguments stream as they come; others
         are the events the family's parser gives for the whole call text."""
-        sampling = self._sampling(max_new_tokens=self.budget).reset(*_NOT_IN_CALL_PHASE).replace(
-            **self.fmt.body_constraint(self.plan.tools, name, max_calls))
+        constraint = (self.fmt.rest_constraint(self.plan.tools, name or "", max_calls) if written
+                      else self.fmt.body_constraint(self.plan.tools, name, max_calls))
+        sampling = self._sampling(max_new_tokens=self.budget).reset(*_NOT_IN_CALL_PHASE).replace(**constraint)
         stream, phase = CallStream(self.fmt, self.plan.tools, self.calls), _Phase()
-        events = stream.feed(self.fmt.forced_prefix)
+        events = stream.feed(self.fmt.forced_prefix + written)
         held: list[ChoiceEvent] = []  # content of a call phase is raw call markup until it completes
         async for ev in self._run(phase, sampling, False):
             events += stream.feed(ev.text)
@@ -290,6 +346,11 @@ def _markers(plan: ChatPlan) -> list[str]:
     if plan.reasoning is not None:
         found += plan.reasoning.markers()
     return found + [m for m in (plan.think_marker, plan.think_resume) if m]
+
+
+def _header_lines(fmt: ToolFormat) -> list[str]:
+    """The format's content headers as the model writes them after the prompt's opener."""
+    return [h[len(fmt.prompt_opener):] for h in fmt.content_headers if h.startswith(fmt.prompt_opener)]
 
 
 def _split_events(split: Split, logprobs: list | None) -> list[ChoiceEvent]:

@@ -42,6 +42,7 @@ class ChatPlan:
     reasoning_state: str = "none"  # where the prompt left the thinking (reasoning.base: open/closed/none)
     think_marker: str | None = None  # a forced call waits for the model to write this (its thinking's end)
     think_resume: str = ""  # then this text precedes the call (harmony: a new message)
+    opened: bool = False  # the prompt ends with the format's prompt_opener: the answer starts with a header
 
 
 def plan_chat(state: ServerState, req: ChatRequest, extra_key: str | None) -> ChatPlan:
@@ -68,7 +69,8 @@ def plan_chat(state: ServerState, req: ChatRequest, extra_key: str | None) -> Ch
         except FormatUnsupported as e:
             raise schema_error(req, e) from None
     plan = ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
-                    extra_key, state.tool_format, MAX_CALLS_PER_TURN if req.parallel_tool_calls else 1)
+                    extra_key, state.tool_format, MAX_CALLS_PER_TURN if req.parallel_tool_calls else 1,
+                    opened=bool(state.tool_format.prompt_opener) and text.endswith(state.tool_format.prompt_opener))
     return _with_reasoning(state, req, plan, text)
 
 

@@ -200,14 +200,40 @@ def render_chat_template(source: str, messages: list[dict], *, tools: list[dict]
     try:
         return _render(template, context)
     except ChatTemplateError:
-        if not any(_null_content_call(m) for m in messages):
+        if not any(_null_content_call(m) or _object_arguments(m) for m in messages):
             raise
     # OpenAI clients send ``content: null`` beside ``tool_calls``; transformers drops the key, and
     # templates that read it (Qwen3, DeepSeek-R1 distills, ...) then fail, so a tool-call history
     # could not be served at all. Only where transformers has no answer: render it with "".
-    context["messages"] = prepare_messages([{**m, "content": ""} if _null_content_call(m) else m
-                                            for m in messages])
+    fixed = [{**m, "content": ""} if _null_content_call(m) else m for m in messages]
+    if fixed != messages:
+        context["messages"] = prepare_messages(fixed)
+        try:
+            return _render(template, context)
+        except ChatTemplateError:
+            if not any(_object_arguments(m) for m in fixed):
+                raise
+    # A template that writes a call's arguments as text ('>>>' + name + '\n' + arguments: Functionary
+    # v3.2) fails on the parsed object: it gets the arguments as JSON text, as the client sent them.
+    context["messages"] = prepare_messages([_text_arguments(m) for m in fixed])
     return _render(template, context)
+
+
+def _object_arguments(message: Mapping) -> bool:
+    calls = message.get("tool_calls") or []
+    return any(isinstance((c.get("function") or {}).get("arguments"), Mapping) for c in calls
+               if isinstance(c, Mapping))
+
+
+def _text_arguments(message: Mapping) -> Mapping:
+    """``message`` with its tool calls' object arguments as JSON text."""
+    if not _object_arguments(message):
+        return message
+    calls = [{**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"],
+                                                                          ensure_ascii=False)}}
+             if isinstance(c, Mapping) and isinstance((c.get("function") or {}).get("arguments"), Mapping) else c
+             for c in message["tool_calls"]]
+    return {**message, "tool_calls": calls}
 
 
 def _null_content_call(message: Mapping) -> bool:

@@ -73,7 +73,7 @@ CORPUS = {
     "llama-cpp-deepseek-r1": ("deepseekv3", "deepseek-r1"),
     "llama-cpp-rwkv-world": ("hermes", None),
     "meetkai-functionary-medium-v3.1": ("functionary_v31", None),
-    "meetkai-functionary-medium-v3.2": ("hermes", None),
+    "meetkai-functionary-medium-v3.2": ("functionary_v32", None),
     "meta-llama-Llama-3.1-8B-Instruct": ("llama3", None),
     "meta-llama-Llama-3.2-3B-Instruct": ("llama3", None),
     "meta-llama-Llama-3.3-70B-Instruct": ("llama3", None),

@@ -1,5 +1,5 @@
 """The families added with their real chat templates (llama-cpp-python's sdist corpus): MiniMax-M2,
-Seed-OSS, Cohere Command R7B / Command A and Command R / R+, Functionary v3.1 and Gemma 4.
+Seed-OSS, Cohere Command R7B / Command A and Command R / R+, Functionary v3.1 and v3.2 and Gemma 4.
 
 For each: the template is detected as the family; a forced call (random walks under the family's
 grammar, a tool schema with bounds, an array, an enum and a ``$ref``) parses and validates, and its
@@ -46,6 +46,7 @@ FAMILIES = {"minimax_m2": ["MiniMax-M2"], "seed_oss": ["ByteDance-Seed-OSS"],
             "cohere": ["CohereForAI-c4ai-command-r7b-12-2024-tool_use", "Cohere2MoE"],
             "command_r": ["CohereForAI-c4ai-command-r-plus-tool_use"],
             "functionary_v31": ["meetkai-functionary-medium-v3.1"],
+            "functionary_v32": ["meetkai-functionary-medium-v3.2"],
             "gemma4": ["google-gemma-4-31B-it", "google-gemma-4-31B-it-interleaved"]}
 CASES = [(family, template) for family, templates in FAMILIES.items() for template in templates]
 SPECIALS = {"bos_token": "<s>", "eos_token": "</s>"}

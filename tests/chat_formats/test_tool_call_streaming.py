@@ -32,7 +32,8 @@ def _feed(family: str, text: str, step: int):
 
 def test_every_json_family_streams_its_arguments():
     assert set(JSON_FAMILIES) == {"hermes", "llama3", "mistral", "deepseekv3", "deepseekv31", "kimi_k2", "granite",
-                                  "gpt_oss", "cohere", "command_r", "functionary_v31"}
+                                  "gpt_oss", "cohere", "command_r", "functionary_v31",
+                                  "functionary_v32"}
 
 
 @pytest.mark.parametrize("family", JSON_FAMILIES)

@@ -132,6 +132,20 @@ class ToolFormat(ABC):
     # The head of a later call of the same turn, searched after the previous call's arguments
     # (None: ``call_head``).
     next_call_head: re.Pattern | None = None
+    # Text the generation prompt ends with, inside the first part's opener (Functionary v3.2's
+    # ``>>>``): the parsers read the output as if it followed it, and the server reads the answer's
+    # first line as a header (:meth:`header_call`) before any text phase.
+    prompt_opener: str = ""
+    # Opener texts that announce content, never passed on as content themselves (``>>>all\n``).
+    content_headers: tuple[str, ...] = ()
+
+    def header_call(self, line: str, tools: list[ToolSpec]) -> str | None:
+        """The tool a header line after ``prompt_opener`` names (a call follows), or None."""
+        return None
+
+    def rest_constraint(self, tools: list[ToolSpec], name: str, max_calls: int = 1) -> dict[str, Any]:
+        """The constraint of a turn whose first call's header (``header_call``) is already written."""
+        raise TypeError(f"{self.name} reads no header after a prompt-side opener")
 
     @property
     def auto_openers(self) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from radixlm.runtime.chat_formats.tool_formats.deepseekv3 import DeepSeekV3Forma
 from radixlm.runtime.chat_formats.tool_formats.deepseekv31 import DeepSeekV31Format
 from radixlm.runtime.chat_formats.tool_formats.deepseekv32 import DeepSeekV32Format
 from radixlm.runtime.chat_formats.tool_formats.functionary import FunctionaryV31Format
+from radixlm.runtime.chat_formats.tool_formats.functionary_v32 import FunctionaryV32Format
 from radixlm.runtime.chat_formats.tool_formats.gemma4 import Gemma4Format
 from radixlm.runtime.chat_formats.tool_formats.glm45 import Glm45Format
 from radixlm.runtime.chat_formats.tool_formats.gpt_oss import GptOssFormat
@@ -49,6 +50,7 @@ _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("granite", ("<|tool_call|>",)),
     ("pythonic", ("[func_name1(",)),
     ("functionary_v31", ("<|start_header_id|>", "<function=", "</function>")),
+    ("functionary_v32", ("<|start_header_id|>", "'>>>all\\n'", "'>>>' + tool_call")),
     ("llama3", ("<|start_header_id|>", '"parameters": ')),
     ("hermes", ("<tool_call>",)),
 )
@@ -57,7 +59,7 @@ REGISTRY: FormatRegistry[ToolFormat] = FormatRegistry("tool_call_parser", (
     HermesFormat(), Qwen3CoderFormat(), Llama3Format(), PythonicFormat(), MistralFormat(),
     DeepSeekV3Format(), DeepSeekV31Format(), DeepSeekV32Format(), Glm45Format(), KimiK2Format(), GraniteFormat(), GptOssFormat(),
     MiniMaxM2Format(), SeedOssFormat(), CohereFormat(), FunctionaryV31Format(), Gemma4Format(),
-    CommandRFormat()),
+    CommandRFormat(), FunctionaryV32Format()),
     _DETECT, default="hermes")
 FORMATS, ALIASES, DEFAULT = REGISTRY.formats, REGISTRY.aliases, REGISTRY.default
 names, get_format, detect_name = REGISTRY.names, REGISTRY.get, REGISTRY.detect_name

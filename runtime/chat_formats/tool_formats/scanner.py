@@ -45,7 +45,8 @@ class StreamParser:
     def __init__(self, fmt: ToolFormat, tools: list[ToolSpec], first_index: int = 0):
         self.fmt = fmt
         self.tools = tools
-        self.buf = ""
+        self.buf = fmt.prompt_opener  # the output continues the prompt's opener
+        self.hidden = len(fmt.prompt_opener)  # its characters are no content of the output
         self.first_index = first_index
         self.next_index = first_index
         self.calls: list[ParsedCall] = []
@@ -88,6 +89,12 @@ class StreamParser:
                 return out
             self._content(out, self.buf[:pos])
             self.buf = self.buf[pos:]
+            header = self._content_header(final)
+            if header is None:
+                return out
+            if header:  # the opener announces content: dropped, the content follows
+                self.buf, self.hidden = self.buf[header:], 0
+                continue
             end = self._block_end(final)
             if end is None:
                 return out
@@ -100,10 +107,21 @@ class StreamParser:
                 self.buf = block[1:] + self.buf
                 continue
             calls, used = parsed
+            self.hidden = 0
             for call in calls:
                 self._call(out, call)
             self.buf = block[used:] + self.buf
         return out
+
+    def _content_header(self, final: bool) -> int | None:
+        """The length of the content header at the start of ``buf`` (0: none there), or None while
+        ``buf`` may still grow into one."""
+        for header in self.fmt.content_headers:
+            if self.buf.startswith(header) or (final and self.buf == header.rstrip()):
+                return min(len(header), len(self.buf))
+            if not final and header.startswith(self.buf):
+                return None
+        return 0
 
     def _block_end(self, final: bool) -> int | None:
         """Where the block at the start of ``buf`` ends, or None while it may still grow."""
@@ -115,6 +133,9 @@ class StreamParser:
         return len(self.buf) if final else None
 
     def _content(self, out: list[StreamEvent], text: str) -> None:
+        if self.hidden:  # the prompt's opener, read again when no part parsed at its place
+            cut = min(self.hidden, len(text))
+            text, self.hidden = text[cut:], self.hidden - cut
         if text:
             if out and out[-1].kind == "content":
                 out[-1].text += text

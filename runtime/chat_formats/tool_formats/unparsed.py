@@ -17,7 +17,7 @@ logger = logging.getLogger("radixlm.chat_formats")
 _MARKER = re.compile(r"<\|?/?[A-Za-z_:｜▁]*(?:tool|function|action|call)[A-Za-z_▁]*\|?>|\[/?TOOL[A-Z_]*\]|"
                      r">>>|Action:(?=\\n```json)|<\|[A-Z_]*(?:ACTION|TOOL)[A-Z_]*\|>", re.I)
 # families we know by their markers but do not parse, named in the warning
-KNOWN = (("Gemma 4", "<|tool_call>"), ("Functionary v3.2", ">>>"), ("Command R / R+", "Action:"),
+KNOWN = (("Gemma 4", "<|tool_call>"), ("Command R / R+", "Action:"),
          ("MiniMax-M1", "<tool_calls>"))
 _SHOWN = 8
 
