@@ -181,10 +181,10 @@ class Probes:
         timers = self.engine._loop.timers
         inner_add = timers.add
 
-        def add(is_decode: bool, bs: int, step_s: float, forward_s: float) -> None:
+        def add(is_decode: bool, bs: int, step_s: float, forward_s: float, *counts: int) -> None:
             if self.steps:
                 self.steps[-1].step_s = step_s
-            inner_add(is_decode, bs, step_s, forward_s)
+            inner_add(is_decode, bs, step_s, forward_s, *counts)
 
         runner.run, runner._sample, timers.add = run, sample, add
         self._undo += [lambda: delattr(runner, "run"), lambda: delattr(runner, "_sample"),
