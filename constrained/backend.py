@@ -14,8 +14,8 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from radixlm.constrained.adapters import adapter_compile_fn
-from radixlm.constrained.cache_view import entry_view
 from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.compile.cache_view import entry_view
 from radixlm.constrained.compile.job import CompileRequest, constraint_grammar
 from radixlm.constrained.compile.pool import CompilePool
 from radixlm.constrained.compile.slots import CompileJob

@@ -95,7 +95,8 @@ class GrammarCompiler:
 
     def cache_entries(self) -> list[dict[str, Any]]:
         """The compiled-grammar cache's entries (empty before the first constrained request)."""
-        return self._backend.cache_entries() if self._backend is not None else []
+        backend = self._ready_backend()
+        return backend.cache_entries() if backend is not None else []
 
     def flush_cache(self) -> int:
         """Empty the compiled-grammar cache (compiles in flight go on); how many entries went."""
