@@ -9,19 +9,35 @@ warm-up walk, which only fills caches the first request would otherwise fill). T
 it at start-up (``--grammar-warmup``, the default) or on its first constrained request; either
 way there is one backend, and a request that arrives early waits for what is still missing.
 
-``close()`` never waits: a backend finished after it is shut down by the thread itself.
+``close()`` never waits: a backend finished after it is shut down by the thread itself, and no
+warm-up follows it. At interpreter exit the builds still running are closed and waited for
+(``CLOSE_WAIT_S`` at most): a process that exits while the thread is inside native code (torch,
+the tokenizer) aborts ("terminate called without an active exception").
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+CLOSE_WAIT_S = 60.0  # the longest exit waits for a build still running (a 152k vocabulary: seconds)
+_RUNNING: weakref.WeakSet = weakref.WeakSet()  # every start whose thread may still run
+
+
+@atexit.register
+def _finish_running_starts() -> None:
+    """Close every start and wait for its thread, so none is inside native code as the process ends."""
+    for start in list(_RUNNING):
+        start.close()
+        start.join(CLOSE_WAIT_S)
 
 
 class GrammarBackendStart:
@@ -38,6 +54,7 @@ class GrammarBackendStart:
         self._ready_s: float | None = None
         self._warm: dict[str, Any] | None = None
         self._thread = threading.Thread(target=self._run, name="grammar-backend-start", daemon=True)
+        _RUNNING.add(self)
         self._thread.start()
 
     def _run(self) -> None:
@@ -56,7 +73,7 @@ class GrammarBackendStart:
             backend.shutdown()
             self.future.set_exception(RuntimeError("the engine shut down while the grammar backend started"))
             return
-        if self._warm_up is not None:
+        if self._warm_up is not None and not self._closed:
             try:
                 self._warm = self._warm_up(backend)
             except Exception:  # noqa: BLE001 - an optimisation: requests compile and mask regardless
