@@ -36,7 +36,7 @@ import torch
 from tqdm import tqdm
 
 DISABLE_ENV = "RADIXLM_DISABLE_NATIVE"
-ABI_VERSION = 7
+ABI_VERSION = 8
 SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.[ch]"))
 FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-fPIC", "-shared")
 ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM = 16, 256  # limits of rl_decode_attention (csrc/attention.c)
@@ -48,12 +48,24 @@ logger = logging.getLogger("radixlm.kernels")
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 
 
+BLOCK_PARTS = 3  # RL_BLOCK_PARTS (csrc/kernels.h)
+
+
+class BlockProj(ctypes.Structure):
+    """``rl_block_proj`` (csrc/kernels.h): a projection as up to ``BLOCK_PARTS`` row-wise GGUF block weights
+    (raw bytes, ``gguf_blocks.h`` type, rows); ``parts = 0``: not block weights."""
+
+    _fields_ = [("w", _P * BLOCK_PARTS), ("qtype", _I * BLOCK_PARTS), ("rows", _L * BLOCK_PARTS), ("parts", _I)]
+
+
 class LayerParams(ctypes.Structure):
-    """``rl_layer`` (csrc/layer.c): one decoder layer's parameter pointers and shapes."""
+    """``rl_layer`` (csrc/layer.c): one decoder layer's parameter pointers and shapes; ``blocks``: the
+    qkv, o, gate_up and down projections where they are GGUF block weights (``isa``: their kernels')."""
 
     _fields_ = [(name, _P) for name in ("ln1", "ln2", "w_qkv", "b_qkv", "w_o", "b_o", "w_gate_up", "w_down",
                                         "b_down", "q_norm", "k_norm", "s_qkv", "s_o", "s_gate_up", "s_down")] + [
-        ("eps", _F), ("scale", _F), ("hidden", _I), ("H", _I), ("Hkv", _I), ("D", _I), ("inter", _I)]
+        ("eps", _F), ("scale", _F), ("hidden", _I), ("H", _I), ("Hkv", _I), ("D", _I), ("inter", _I),
+        ("isa", _I), ("blocks", BlockProj * 4)]
 
 
 class StepArgs(ctypes.Structure):

@@ -5,12 +5,15 @@ that is not float32 in the file, so no float copy of a quantized weight is ever 
 with ``kernels.gguf_blocks`` (``block_linear``: float32 activations in, float32 out; ``block_rows``:
 the embedding lookup). A fused projection (q/k/v, gate/up) whose parts have different block types
 (a Q4_K_M file mixes Q5_0, Q6_K and Q8_0) keeps one ``BlockWeight`` per run of equal types (the
-loader joins the others) and concatenates the outputs.
+loader joins the others) and concatenates the outputs. At a decode step the fused native layer
+(``cpu_native.decode_layer``) takes the parts as they are (``native_blocks``), norms, RoPE and attention
+included, so the layer costs one call instead of a dozen torch ops.
 """
 
 from __future__ import annotations
 
 import torch
+from radixlm.kernels import cpu_native, gguf_blocks_native
 from radixlm.kernels.gguf_blocks import BlockWeight, block_linear, block_rows
 from torch import nn
 
@@ -43,6 +46,23 @@ class BlockLinear(nn.Module):
         types = "+".join(p.type_name for p in self.parts)
         return f"in_features={self.in_features}, out_features={self.out_features}, types={types}, " \
                f"bias={self.bias is not None}"
+
+
+def native_blocks(proj: nn.Module) -> cpu_native.BlockProj | None:
+    """A ``BlockLinear``'s parts as the fused native decode layer takes them (``cpu_native.LayerParams``'s
+    ``blocks``), or None: another module, more than ``cpu_native.BLOCK_PARTS`` parts, or no native kernels."""
+    if not isinstance(proj, BlockLinear) or len(proj.parts) > cpu_native.BLOCK_PARTS \
+            or not gguf_blocks_native.available():
+        return None
+    blocks = cpu_native.BlockProj(parts=len(proj.parts))
+    for i, part in enumerate(proj.parts):
+        blocks.w[i], blocks.qtype[i], blocks.rows[i] = part.data.data_ptr(), part.qtype, part.shape[0]
+    return blocks
+
+
+def native_isa() -> int:
+    """The block kernels' instruction set as ``LayerParams.isa`` takes it (``gguf_blocks_native.isa()``)."""
+    return gguf_blocks_native.ISAS[gguf_blocks_native.isa()]
 
 
 class BlockEmbedding(nn.Module):
