@@ -86,6 +86,9 @@ _SIGNATURES = {
     "rl_cascade_attention": [_P, _L, _P, _P, _P, _L, _P, _P, _P, _I, _I, _I, _I, _F, _P, _I],
     "rl_decode_layer": [ctypes.POINTER(LayerParams), ctypes.POINTER(StepArgs), _P, _P, _P],
 }
+_INT_SIGNATURES = {  # these return 0, or -1 (no memory)
+    "rl_block_linear": [ctypes.POINTER(BlockProj), _P, _I, _P, _P, _P, _L, _I, _I],
+}
 BUILD_PREFIX, BUILD_SUFFIX = ".build-", ".so.part"  # a build's temp file: .build-<pid>-<random>.so.part
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -165,6 +168,9 @@ def _load() -> ctypes.CDLL:
     for name, argtypes in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, None
+    for name, argtypes in _INT_SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, _I
     return lib
 
 
@@ -228,6 +234,19 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     y = torch.empty(m, n, dtype=torch.float32)
     (_lib or library()).rl_linear(x.data_ptr(), m, weight.data_ptr(), _ptr(bias), _ptr(add), y.data_ptr(), n, k,
                                   torch.get_num_threads())
+    return y
+
+
+def block_linear(blocks: BlockProj, x: torch.Tensor, isa: int, bias: torch.Tensor | None = None,
+                 add: torch.Tensor | None = None) -> torch.Tensor:
+    """``add[M, N] + (x [M, K] @ W.T + bias[N])`` -> new ``[M, N]`` for GGUF block weights ``blocks`` (their
+    parts' outputs written side by side; ``isa``: ``gguf_blocks_native.ISAS``'s). ``MemoryError`` when the
+    kernels cannot allocate their buffers."""
+    n = sum(blocks.rows[i] for i in range(blocks.parts))
+    y = torch.empty(x.shape[0], n, dtype=torch.float32)
+    if (_lib or library()).rl_block_linear(ctypes.byref(blocks), x.data_ptr(), x.shape[0], _ptr(bias), _ptr(add),
+                                           y.data_ptr(), x.shape[1], isa, torch.get_num_threads()) != 0:
+        raise MemoryError(f"the native block matmul could not allocate its buffers for x {tuple(x.shape)}")
     return y
 
 

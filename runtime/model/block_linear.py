@@ -33,14 +33,23 @@ class BlockLinear(nn.Module):
         self.out_features = sum(p.shape[0] for p in parts)
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
+        """``y = x @ W.T (+ bias)``, or ``add + y`` (a residual ``[..., out]``, fused into the native call)."""
         x2 = x.reshape(-1, self.in_features).float().contiguous()  # [n, in]
+        blocks = self.__dict__.get("_blocks", False)
+        if blocks is False:  # resolved on first use: the native kernels load lazily
+            blocks = self._blocks = native_blocks(self)
+        if blocks is not None and x2.shape[0] > 0 and cpu_native.available():
+            add2 = None if add is None else add.reshape(-1, self.out_features).float().contiguous()
+            y = cpu_native.block_linear(blocks, x2, native_isa(), self.bias, add2)  # [n, out]
+            return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         if len(self.parts) == 1:
             y = block_linear(x2, self.parts[0], self.bias)  # [n, out]
         else:
             y = torch.cat([block_linear(x2, p) for p in self.parts], dim=-1)
             y = y if self.bias is None else y.add_(self.bias)
-        return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        return y if add is None else add + y
 
     def extra_repr(self) -> str:
         types = "+".join(p.type_name for p in self.parts)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
 from radixlm.runtime.model.attention import PagedAttention
-from radixlm.runtime.model.block_linear import native_blocks, native_isa
+from radixlm.runtime.model.block_linear import BlockLinear, native_blocks, native_isa
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool
 from radixlm.runtime.model.model_config import ModelConfig
@@ -97,8 +97,9 @@ class RMSNorm(nn.Module):
 
 
 def _add_linear(proj: nn.Module, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """``residual + proj(x)``: fused into the matmul for our row-parallel linear (any module works)."""
-    if isinstance(proj, RowParallelLinear):
+    """``residual + proj(x)``: fused into the matmul for our row-parallel linear and GGUF's ``BlockLinear``
+    (any module works)."""
+    if isinstance(proj, (RowParallelLinear, BlockLinear)):
         return proj(x, residual)
     return residual + proj(x)
 

@@ -71,3 +71,19 @@ def test_native_blocks_declines_what_the_fused_layer_cannot_take(checkpoint, tmp
     blocks = native_blocks(proj)
     assert [blocks.rows[i] for i in range(2)] == [p.shape[0] for p in proj.parts]
     assert [blocks.qtype[i] for i in range(2)] == [p.qtype for p in proj.parts]
+
+
+@pytest.mark.parametrize("rows", [1, 5, 70])
+def test_block_linear_with_residual_equals_its_parts(checkpoint, tmp_path, rows):
+    """``BlockLinear(x, add)`` (one native call over the parts, bias and residual fused) equals the parts'
+    own matmuls side by side, plus the bias, plus the residual."""
+    model, _ = load_model(str(write_gguf(checkpoint("qwen2", "tiny"), tmp_path / "model.gguf", MIXED)))
+    proj = model.layers[0].qkv_proj
+    assert len(proj.parts) == 2 and proj.bias is not None
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(rows, proj.in_features, generator=gen)
+    residual = torch.randn(rows, proj.out_features, generator=gen)
+    want = torch.cat([gguf_blocks_native.linear(x, p) for p in proj.parts], dim=-1) + proj.bias
+    torch.testing.assert_close(proj(x), want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(proj(x, residual), residual + want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(proj(x.view(1, rows, -1)), want.view(1, rows, -1), rtol=1e-6, atol=1e-6)
