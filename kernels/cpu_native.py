@@ -88,6 +88,7 @@ _SIGNATURES = {
 }
 _INT_SIGNATURES = {  # these return 0, or -1 (no memory)
     "rl_block_linear": [ctypes.POINTER(BlockProj), _P, _I, _P, _P, _P, _L, _I, _I],
+    "rl_block_gate_up_silu": [ctypes.POINTER(BlockProj), _P, _I, _P, _L, _I, _I],
 }
 BUILD_PREFIX, BUILD_SUFFIX = ".build-", ".so.part"  # a build's temp file: .build-<pid>-<random>.so.part
 _lib: ctypes.CDLL | None = None
@@ -248,6 +249,17 @@ def block_linear(blocks: BlockProj, x: torch.Tensor, isa: int, bias: torch.Tenso
                                            y.data_ptr(), x.shape[1], isa, torch.get_num_threads()) != 0:
         raise MemoryError(f"the native block matmul could not allocate its buffers for x {tuple(x.shape)}")
     return y
+
+
+def block_gate_up_silu(blocks: BlockProj, x: torch.Tensor, isa: int) -> torch.Tensor:
+    """``silu(x @ W[:I].T) * (x @ W[I:].T)`` -> new ``[M, I]`` for a fused gate/up ``[2I, K]`` in GGUF block
+    weights ``blocks``; ``MemoryError`` as ``block_linear``."""
+    two_i = sum(blocks.rows[i] for i in range(blocks.parts))
+    out = torch.empty(x.shape[0], two_i // 2, dtype=torch.float32)
+    if (_lib or library()).rl_block_gate_up_silu(ctypes.byref(blocks), x.data_ptr(), x.shape[0], out.data_ptr(),
+                                                 x.shape[1], isa, torch.get_num_threads()) != 0:
+        raise MemoryError(f"the native block matmul could not allocate its buffers for x {tuple(x.shape)}")
+    return out
 
 
 def gate_up_silu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

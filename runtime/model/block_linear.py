@@ -36,10 +36,8 @@ class BlockLinear(nn.Module):
     def forward(self, x: torch.Tensor, add: torch.Tensor | None = None) -> torch.Tensor:
         """``y = x @ W.T (+ bias)``, or ``add + y`` (a residual ``[..., out]``, fused into the native call)."""
         x2 = x.reshape(-1, self.in_features).float().contiguous()  # [n, in]
-        blocks = self.__dict__.get("_blocks", False)
-        if blocks is False:  # resolved on first use: the native kernels load lazily
-            blocks = self._blocks = native_blocks(self)
-        if blocks is not None and x2.shape[0] > 0 and cpu_native.available():
+        blocks = self.native()
+        if blocks is not None and x2.shape[0] > 0:
             add2 = None if add is None else add.reshape(-1, self.out_features).float().contiguous()
             y = cpu_native.block_linear(blocks, x2, native_isa(), self.bias, add2)  # [n, out]
             return y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
@@ -50,6 +48,22 @@ class BlockLinear(nn.Module):
             y = y if self.bias is None else y.add_(self.bias)
         y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         return y if add is None else add + y
+
+    def native(self) -> cpu_native.BlockProj | None:
+        """``native_blocks(self)`` (resolved once: the native kernels load lazily) where the native kernels
+        run now (not within ``cpu_native.torch_only()``), else None."""
+        blocks = self.__dict__.get("_blocks", False)
+        if blocks is False:
+            blocks = self._blocks = native_blocks(self)
+        return blocks if cpu_native.available() else None
+
+    def gate_up_silu(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``silu(gate) * up`` ``[n, out / 2]`` of a fused gate/up on ``x [n, in]`` in one native call, or
+        None where the native kernels do not run (the caller splits ``self(x)`` itself)."""
+        blocks = self.native()
+        if blocks is None or self.bias is not None or x.dim() != 2 or x.shape[0] == 0:
+            return None
+        return cpu_native.block_gate_up_silu(blocks, x.float().contiguous(), native_isa())
 
     def extra_repr(self) -> str:
         types = "+".join(p.type_name for p in self.parts)

@@ -210,6 +210,8 @@ class LlamaDecoderLayer(nn.Module):
         if (isinstance(proj, Linear) and proj.bias is None and x.dim() == 2 and x.shape[0] <= NATIVE_MAX_ROWS
                 and cpu_native.usable(x, proj.weight)):
             return cpu_native.gate_up_silu(x, proj.weight)
+        if isinstance(proj, BlockLinear) and (act := proj.gate_up_silu(x)) is not None:
+            return act
         gate, up = proj(x).split(self.intermediate_size, dim=-1)  # each [num_tokens, inter]
         return F.silu(gate).mul_(up)
 

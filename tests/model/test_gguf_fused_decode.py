@@ -87,3 +87,13 @@ def test_block_linear_with_residual_equals_its_parts(checkpoint, tmp_path, rows)
     torch.testing.assert_close(proj(x), want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(proj(x, residual), residual + want, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(proj(x.view(1, rows, -1)), want.view(1, rows, -1), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 5, 70])
+def test_block_gate_up_silu_equals_split_silu_times_up(checkpoint, tmp_path, rows):
+    model, _ = load_model(str(write_gguf(checkpoint("llama", "tiny"), tmp_path / "model.gguf", MIXED)))
+    proj = model.layers[0].gate_up_proj
+    assert len(proj.parts) == 2
+    x = torch.randn(rows, proj.in_features, generator=torch.Generator().manual_seed(3))
+    gate, up = proj(x).split(proj.out_features // 2, dim=-1)
+    torch.testing.assert_close(proj.gate_up_silu(x), torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-6)
