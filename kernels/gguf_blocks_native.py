@@ -12,8 +12,9 @@ result equals ``quantize_activations(x) @ W.T`` to float32 rounding; against ``x
 activation carries a rounding error of at most ``dx / 2`` (``max|x| / 254`` of its block). The float
 types (F32, F16, BF16) multiply float32 activations.
 
-Paths: at 1-2 rows the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) are decoded in registers block by
-block (``csrc/gguf_decode.c``, with software prefetch: memory-bound); everything else unpacks a few
+Paths: at 1-2 rows the block types are decoded in registers block by block (``csrc/gguf_decode.c``
+for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; ``gguf_decode_k.c`` for Q4_K, Q5_K, Q6_K; with software prefetch:
+memory-bound); everything else (more rows, the float types, the scalar path) unpacks a few
 weight rows at a time into a thread's scratch and runs register tiles over all activation rows
 (``csrc/gguf_tiles.c``), so a prefill unpacks each weight row once.
 """

@@ -96,6 +96,7 @@ VARIANT(rows_avx2, , 0)
 VARIANT(rows_vnni, VNNI, 1)
 
 int gb_decode_type(int qtype) {
+    if (qtype == GB_Q4_K || qtype == GB_Q5_K || qtype == GB_Q6_K) return 2;
     return qtype == GB_Q4_0 || qtype == GB_Q4_1 || qtype == GB_Q5_0 || qtype == GB_Q5_1 || qtype == GB_Q8_0;
 }
 

@@ -134,10 +134,11 @@ static void linear_item(void *ctx, int64_t item) {
     int sgn = j->qtype == GB_Q8_0 && !j->tiles->offset128;
     float res[GB_MAX_TILE * GB_MAX_TILE];
     if (j->decode) {
-        gb_xrows xr = {.q = j->xq, .dxe = j->dxe, .xs = j->xs, .ldq = j->Kp, .ldh = H, .lds = j->Kp / 32};
+        gb_xrows xr = {.q = j->xq, .dxe = j->dxe, .xd = j->xd, .xs = j->xs, .ldq = j->Kp, .ldh = H, .lds = j->Kp / 32};
         for (int64_t n = n0; n < n1; n += GB_MAX_TILE) {
             int R = n1 - n < GB_MAX_TILE ? (int)(n1 - n) : GB_MAX_TILE;
-            gb_decode_rows(j->isa, j->qtype, j->w + n * j->wbytes, j->wbytes, R, j->K, &xr, j->M, res);
+            (j->decode == 2 ? gb_decode_rows_k : gb_decode_rows)(j->isa, j->qtype, j->w + n * j->wbytes, j->wbytes, R,
+                                                                 j->K, &xr, j->M, res);
             store(j, n, 0, R, j->M, res);
         }
         return;
@@ -167,7 +168,7 @@ int rl_gguf_linear(const float *x, int M, const uint8_t *w, int qtype, const flo
     if (flt < 0 || K <= 0 || K % block || M < 0 || N < 0) return -1;
     int64_t Kp = (K + 63) / 64 * 64, H = Kp / 16;
     gb_job j = {.tiles = gb_tiles(isa), .qtype = qtype, .flt = flt, .M = M, .isa = isa, .N = N, .K = K, .Kp = Kp,
-                .decode = isa != GB_ISA_SCALAR && M <= 2 && gb_decode_type(qtype),
+                .decode = isa != GB_ISA_SCALAR && M <= 2 ? gb_decode_type(qtype) : 0,
                 .wbytes = gb_row_bytes(qtype, K), .w = w, .x = x, .bias = bias, .y = y};
     size_t per_row = flt ? (size_t)Kp * 4 : (size_t)Kp + 2 * (size_t)H * 4 + (size_t)Kp / 32 * 4;
     void *xbuf = aligned_alloc(64, ((size_t)M * per_row + 63) / 64 * 64);

@@ -30,7 +30,7 @@ QUANTIZABLE = (T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1)  # gguf.quants.quantize w
 K_TYPES = (T.Q4_K, T.Q5_K, T.Q6_K)  # random blocks with finite fp16 scales (gguf cannot quantize them)
 FP16_FIELDS = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}  # d (and dmin) byte offsets in a block
 FLOAT_RTOL = 1e-5
-BATCHES = (1, 2, 3, 17, 64)  # 1-2: the decode rows of the 32-block types (csrc/gguf_decode.c)
+BATCHES = (1, 2, 3, 17, 64)  # 1-2: the decode rows (csrc/gguf_decode.c, gguf_decode_k.c)
 ALL_TYPES = FLOAT_TYPES + QUANTIZABLE + K_TYPES
 
 

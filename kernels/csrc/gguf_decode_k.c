@@ -1,0 +1,136 @@
+/* Decode rows of the K-quants (Q4_K, Q5_K, Q6_K) for 1-2 activation rows, decoded in registers as
+ * gguf_decode.c does for the 32-block types: per 32 weights one integer dot with the activation block
+ * (exact), one float FMA scaled by d * scale * dx; Q4_K / Q5_K's mins (dmin * m * dx * sum xq) and
+ * Q6_K's offset (-32 d * scale * dx * sum xq per 16) gather in a scalar per row. */
+#include "gguf_decode.h"
+
+#include "gguf_blocks.h"
+#include "gguf_simd.h"
+
+#define INL static inline __attribute__((always_inline))
+#define VNNI __attribute__((target("avx2,fma,avx512vl,avx512vnni")))
+#define MAXB 2
+#define PREFETCH_BYTES 512
+
+INL __m256i dot(__m256i u, __m256i X, const int vnni) {  /* u unsigned <= 63: maddubs cannot saturate */
+    if (vnni) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, X);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, X), _mm256_set1_epi16(1));
+}
+
+INL float hsum(__m256 v) {
+    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+    a = _mm_add_ss(a, _mm_movehdup_ps(a));
+    return _mm_cvtss_f32(a);
+}
+
+INL void scale_min(int j, const uint8_t *q, int *sc, int *m) {  /* ggml's get_scale_min_k4 */
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* one 32-block (index blk of the row) of u with one scale per 16: acc += cvt(u . x) * (s16 * dx) */
+INL void meet(__m256i u, __m256 s16, int64_t blk, const gb_xrows *x, const int BT, const int vnni, __m256 *acc) {
+    for (int b = 0; b < BT; b++) {
+        __m256i X = _mm256_loadu_si256((const __m256i *)(x->q + b * x->ldq + 32 * blk));
+        __m256 dx = _mm256_broadcast_ss(x->dxe + b * x->ldh + 2 * blk);
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot(u, X, vnni)), _mm256_mul_ps(s16, dx), acc[b]);
+    }
+}
+
+INL void row_k45(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int five, const int BT,
+                 const int vnni) {
+    const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const int size = five ? 176 : 144;
+    __m256 acc[MAXB] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float mins[MAXB] = {0.0f, 0.0f};
+    for (int64_t s = 0; s < K / 256; s++) {
+        const uint8_t *blk = w + s * size, *qs = blk + (five ? 48 : 16);
+        _mm_prefetch((const char *)(blk + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 128), _MM_HINT_T0);
+        float d = gb_fp16(blk), dmin = gb_fp16(blk + 2);
+        __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        for (int i = 0; i < 4; i++) {
+            __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));
+            __m256i u[2] = {_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
+            for (int h = 0; h < 2; h++) {
+                int j = 2 * i + h, sc, m;
+                if (five)
+                    u[h] = _mm256_or_si256(u[h], _mm256_slli_epi16(
+                        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one), 4));
+                scale_min(j, blk + 4, &sc, &m);
+                int64_t b32 = 8 * s + j;
+                meet(u[h], _mm256_set1_ps(d * (float)sc), b32, x, BT, vnni, acc);
+                for (int b = 0; b < BT; b++)
+                    mins[b] += dmin * (float)m * x->dxe[b * x->ldh + 2 * b32] * (float)x->xs[b * x->lds + b32];
+            }
+        }
+    }
+    for (int b = 0; b < BT; b++) res[b] = hsum(acc[b]) - mins[b];
+}
+
+INL void row_q6k(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int BT, const int vnni) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    __m256 acc[MAXB] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float offs[MAXB] = {0.0f, 0.0f};
+    for (int64_t s = 0; s < K / 256; s++) {
+        const uint8_t *blk = w + 210 * s;
+        _mm_prefetch((const char *)(blk + PREFETCH_BYTES), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 192), _MM_HINT_T0);
+        float d = gb_fp16(blk + 208);
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        for (int n = 0; n < 2; n++) {
+            const uint8_t *ql = blk + 64 * n;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
+            __m256i parts[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+            for (int t = 0; t < 4; t++) {
+                __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), m2);
+                __m256i u = _mm256_or_si256(parts[t], _mm256_slli_epi16(hb, 4));
+                float sa = d * (float)sc[8 * n + 2 * t], sb = d * (float)sc[8 * n + 2 * t + 1];
+                int64_t b32 = 8 * s + 4 * n + t;  /* groups 2 b32 (scale sa) and 2 b32 + 1 (sb) */
+                meet(u, _mm256_set_m128(_mm_set1_ps(sb), _mm_set1_ps(sa)), b32, x, BT, vnni, acc);
+                for (int b = 0; b < BT; b++) {
+                    const float *xd = x->xd + b * x->ldh + 2 * b32;
+                    offs[b] += sa * xd[0] + sb * xd[1];
+                }
+            }
+        }
+    }
+    for (int b = 0; b < BT; b++) res[b] = hsum(acc[b]) - 32.0f * offs[b];
+}
+
+#define KROW(t, BT, vnni)                                                                \
+    do {                                                                                 \
+        if ((t) == GB_Q6_K) row_q6k(w, K, x, res, BT, vnni);                             \
+        else row_k45(w, K, x, res, (t) == GB_Q5_K, BT, vnni);                            \
+    } while (0)
+
+static void krow_avx2(int t, const uint8_t *w, int64_t K, const gb_xrows *x, float *res, int BT) {
+    if (BT == 1) KROW(t, 1, 0);
+    else KROW(t, 2, 0);
+}
+
+static VNNI void krow_vnni(int t, const uint8_t *w, int64_t K, const gb_xrows *x, float *res, int BT) {
+    if (BT == 1) KROW(t, 1, 1);
+    else KROW(t, 2, 1);
+}
+
+void gb_decode_rows_k(int isa, int qtype, const uint8_t *w, int64_t wbytes, int R, int64_t K, const gb_xrows *x,
+                      int BT, float *res) {
+    for (int r = 0; r < R; r++) {
+        float part[MAXB];
+        (isa == GB_ISA_AVX512 ? krow_vnni : krow_avx2)(qtype, w + r * wbytes, K, x, part, BT);
+        for (int b = 0; b < BT; b++) res[b * R + r] = part[b];
+    }
+}
