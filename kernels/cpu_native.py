@@ -8,8 +8,8 @@ one call. Threads: the library's own small pool (``csrc/pool.h``: brief spin, th
 ``torch.get_num_threads()`` of them, the caller included.
 
 The library is compiled once per source version with the system C compiler (``$CC``, else ``cc``:
-``-O3 -mavx2 -mfma -ffp-contract=off -pthread``) into ``$RADIXLM_CACHE/native/`` (default
-``~/.cache/radixlm``). Nothing is required: on a machine without AVX2, without a compiler, off
+``-O3 -mavx2 -mfma -mf16c -ffp-contract=off -pthread``) into ``$RADIXLM_CACHE/native/`` (default
+``~/.cache/radixlm``). Nothing is required: on a machine without AVX2 and F16C, without a compiler, off
 Linux x86-64, or with ``RADIXLM_DISABLE_NATIVE=1``, ``available()`` is False and the callers keep
 their torch paths (``torch_only()`` switches the kernels off for a block, for tests).
 
@@ -38,7 +38,7 @@ from tqdm import tqdm
 DISABLE_ENV = "RADIXLM_DISABLE_NATIVE"
 ABI_VERSION = 8
 SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.[ch]"))
-FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-fPIC", "-shared")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-pthread", "-fPIC", "-shared")
 ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM = 16, 256  # limits of rl_decode_attention (csrc/attention.c)
 # the phases of rl_decode_layer that decode_layer(times=...) accumulates (csrc/layer.c, enum rl_phase)
 LAYER_PHASES = ("norms", "qkv matmul", "rotary + kv store", "attention", "o matmul", "gate_up matmul + SiLU",
@@ -105,7 +105,16 @@ def _supported_machine() -> bool:
         return False
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
         return False
-    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and _has_f16c()
+
+
+def _has_f16c() -> bool:
+    """F16C (fp16 conversions; every AVX2 CPU has it), from /proc/cpuinfo's flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " f16c" in line for line in f)
+    except OSError:
+        return False
 
 
 def build() -> Path:
