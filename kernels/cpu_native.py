@@ -8,8 +8,8 @@ one call. Threads: the library's own small pool (``csrc/pool.h``: brief spin, th
 ``torch.get_num_threads()`` of them, the caller included.
 
 The library is compiled once per source version with the system C compiler (``$CC``, else ``cc``:
-``-O3 -mavx2 -mfma -ffp-contract=off -pthread``) into ``$RADIXLM_CACHE/native/`` (default
-``~/.cache/radixlm``). Nothing is required: on a machine without AVX2, without a compiler, off
+``-O3 -mavx2 -mfma -mf16c -ffp-contract=off -pthread``) into ``$RADIXLM_CACHE/native/`` (default
+``~/.cache/radixlm``). Nothing is required: on a machine without AVX2 and F16C, without a compiler, off
 Linux x86-64, or with ``RADIXLM_DISABLE_NATIVE=1``, ``available()`` is False and the callers keep
 their torch paths (``torch_only()`` switches the kernels off for a block, for tests).
 
@@ -36,9 +36,9 @@ import torch
 from tqdm import tqdm
 
 DISABLE_ENV = "RADIXLM_DISABLE_NATIVE"
-ABI_VERSION = 7
+ABI_VERSION = 8
 SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.[ch]"))
-FLAGS = ("-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-pthread", "-fPIC", "-shared")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-pthread", "-fPIC", "-shared")
 ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM = 16, 256  # limits of rl_decode_attention (csrc/attention.c)
 # the phases of rl_decode_layer that decode_layer(times=...) accumulates (csrc/layer.c, enum rl_phase)
 LAYER_PHASES = ("norms", "qkv matmul", "rotary + kv store", "attention", "o matmul", "gate_up matmul + SiLU",
@@ -48,12 +48,24 @@ logger = logging.getLogger("radixlm.kernels")
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
 
 
+BLOCK_PARTS = 3  # RL_BLOCK_PARTS (csrc/kernels.h)
+
+
+class BlockProj(ctypes.Structure):
+    """``rl_block_proj`` (csrc/kernels.h): a projection as up to ``BLOCK_PARTS`` row-wise GGUF block weights
+    (raw bytes, ``gguf_blocks.h`` type, rows); ``parts = 0``: not block weights."""
+
+    _fields_ = [("w", _P * BLOCK_PARTS), ("qtype", _I * BLOCK_PARTS), ("rows", _L * BLOCK_PARTS), ("parts", _I)]
+
+
 class LayerParams(ctypes.Structure):
-    """``rl_layer`` (csrc/layer.c): one decoder layer's parameter pointers and shapes."""
+    """``rl_layer`` (csrc/layer.c): one decoder layer's parameter pointers and shapes; ``blocks``: the
+    qkv, o, gate_up and down projections where they are GGUF block weights (``isa``: their kernels')."""
 
     _fields_ = [(name, _P) for name in ("ln1", "ln2", "w_qkv", "b_qkv", "w_o", "b_o", "w_gate_up", "w_down",
                                         "b_down", "q_norm", "k_norm", "s_qkv", "s_o", "s_gate_up", "s_down")] + [
-        ("eps", _F), ("scale", _F), ("hidden", _I), ("H", _I), ("Hkv", _I), ("D", _I), ("inter", _I)]
+        ("eps", _F), ("scale", _F), ("hidden", _I), ("H", _I), ("Hkv", _I), ("D", _I), ("inter", _I),
+        ("isa", _I), ("blocks", BlockProj * 4)]
 
 
 class StepArgs(ctypes.Structure):
@@ -74,6 +86,10 @@ _SIGNATURES = {
     "rl_cascade_attention": [_P, _L, _P, _P, _P, _L, _P, _P, _P, _I, _I, _I, _I, _F, _P, _I],
     "rl_decode_layer": [ctypes.POINTER(LayerParams), ctypes.POINTER(StepArgs), _P, _P, _P],
 }
+_INT_SIGNATURES = {  # these return 0, or -1 (no memory)
+    "rl_block_linear": [ctypes.POINTER(BlockProj), _P, _I, _P, _P, _P, _L, _I, _I],
+    "rl_block_gate_up_silu": [ctypes.POINTER(BlockProj), _P, _I, _P, _L, _I, _I],
+}
 BUILD_PREFIX, BUILD_SUFFIX = ".build-", ".so.part"  # a build's temp file: .build-<pid>-<random>.so.part
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -89,7 +105,16 @@ def _supported_machine() -> bool:
         return False
     if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
         return False
-    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and _has_f16c()
+
+
+def _has_f16c() -> bool:
+    """F16C (fp16 conversions; every AVX2 CPU has it), from /proc/cpuinfo's flags."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " f16c" in line for line in f)
+    except OSError:
+        return False
 
 
 def build() -> Path:
@@ -153,6 +178,9 @@ def _load() -> ctypes.CDLL:
     for name, argtypes in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, None
+    for name, argtypes in _INT_SIGNATURES.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, _I
     return lib
 
 
@@ -217,6 +245,30 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     (_lib or library()).rl_linear(x.data_ptr(), m, weight.data_ptr(), _ptr(bias), _ptr(add), y.data_ptr(), n, k,
                                   torch.get_num_threads())
     return y
+
+
+def block_linear(blocks: BlockProj, x: torch.Tensor, isa: int, bias: torch.Tensor | None = None,
+                 add: torch.Tensor | None = None) -> torch.Tensor:
+    """``add[M, N] + (x [M, K] @ W.T + bias[N])`` -> new ``[M, N]`` for GGUF block weights ``blocks`` (their
+    parts' outputs written side by side; ``isa``: ``gguf_blocks_native.ISAS``'s). ``MemoryError`` when the
+    kernels cannot allocate their buffers."""
+    n = sum(blocks.rows[i] for i in range(blocks.parts))
+    y = torch.empty(x.shape[0], n, dtype=torch.float32)
+    if (_lib or library()).rl_block_linear(ctypes.byref(blocks), x.data_ptr(), x.shape[0], _ptr(bias), _ptr(add),
+                                           y.data_ptr(), x.shape[1], isa, torch.get_num_threads()) != 0:
+        raise MemoryError(f"the native block matmul could not allocate its buffers for x {tuple(x.shape)}")
+    return y
+
+
+def block_gate_up_silu(blocks: BlockProj, x: torch.Tensor, isa: int) -> torch.Tensor:
+    """``silu(x @ W[:I].T) * (x @ W[I:].T)`` -> new ``[M, I]`` for a fused gate/up ``[2I, K]`` in GGUF block
+    weights ``blocks``; ``MemoryError`` as ``block_linear``."""
+    two_i = sum(blocks.rows[i] for i in range(blocks.parts))
+    out = torch.empty(x.shape[0], two_i // 2, dtype=torch.float32)
+    if (_lib or library()).rl_block_gate_up_silu(ctypes.byref(blocks), x.data_ptr(), x.shape[0], out.data_ptr(),
+                                                 x.shape[1], isa, torch.get_num_threads()) != 0:
+        raise MemoryError(f"the native block matmul could not allocate its buffers for x {tuple(x.shape)}")
+    return out
 
 
 def gate_up_silu(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

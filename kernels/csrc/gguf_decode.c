@@ -15,6 +15,7 @@
 #define MAXB 2
 #define DECODE_ROWS 2  /* weight rows per step at 1 x row: fewer concurrent streams read DRAM faster than 4 */
 #define PREFETCH_BLOCKS 16  /* software prefetch this many blocks ahead in each row (past a row's end: the next rows) */
+#define PREFETCH_BLOCKS_Q8 96  /* Q8_0 (the tied LM head: one long stream) reads DRAM faster from further ahead */
 
 INL __m256i block_values(const uint8_t *b, const int t, const int vnni, float *d, float *m) {
     if (t == GB_Q8_0) {
@@ -46,6 +47,7 @@ INL void rows(const uint8_t *w, int64_t wbytes, int64_t K, const gb_xrows *x, fl
               const int BT, const int vnni) {
     const int size = block_bytes(t), o = block_offset(t, vnni), has_min = t == GB_Q4_1 || t == GB_Q5_1;
     const int sgn = t == GB_Q8_0 && !vnni;
+    const int ahead = t == GB_Q8_0 ? PREFETCH_BLOCKS_Q8 : PREFETCH_BLOCKS;
     __m256 acc[MAXR][MAXB];
     float mins[MAXR][MAXB];
     for (int r = 0; r < R; r++)
@@ -54,7 +56,7 @@ INL void rows(const uint8_t *w, int64_t wbytes, int64_t K, const gb_xrows *x, fl
         __m256i U[MAXR];
         float d[MAXR], m[MAXR];
         for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)(w + r * wbytes + (j + PREFETCH_BLOCKS) * size), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + r * wbytes + (j + ahead) * size), _MM_HINT_T0);
             U[r] = block_values(w + r * wbytes + j * size, t, vnni, &d[r], &m[r]);
         }
         for (int b = 0; b < BT; b++) {

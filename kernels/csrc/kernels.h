@@ -1,8 +1,8 @@
 /* radixlm's native CPU decode kernels: float32 (weights float32, or int8 with per-row scales:
- * gemv_int8.c), x86-64 AVX2 + FMA (see kernels/cpu_native.py).
+ * gemv_int8.c), x86-64 AVX2 + FMA + F16C (see kernels/cpu_native.py).
  *
  * Built on first use into one shared library from every .c file here
- * (cc -O3 -mavx2 -mfma -ffp-contract=off -pthread; threads: pool.h) and called through ctypes with raw pointers to
+ * (cc -O3 -mavx2 -mfma -mf16c -ffp-contract=off -pthread; threads: pool.h) and called through ctypes with raw pointers to
  * contiguous tensors. Numerics: float32 throughout; dot products accumulate in 8 lanes (another
  * summation order than MKL: results agree to float32 rounding); elementwise code has no FMA
  * contraction, so RoPE matches torch's mul/mul/add exactly. */
@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define RL_ABI_VERSION 7
+#define RL_ABI_VERSION 8
 
 static inline float rl_hsum(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -33,6 +33,23 @@ void rl_linear_i8(const float *x, int M, const int8_t *w, const float *scale, co
                   float *y, int64_t N, int64_t K, int nthreads);
 void rl_gate_up_silu_i8(const float *x, int M, const int8_t *w, const float *scale, float *out, int64_t I, int64_t K,
                         int nthreads);
+
+/* layer_blocks.c: a projection in GGUF block weights (gguf_blocks.h types): up to RL_BLOCK_PARTS row-wise
+ * parts (parts = 0: not block weights). rl_block_linear: y[T, N] = add + (x W^T + bias) (bias, add may be
+ * NULL; add may alias y); rl_block_gate_up_silu: out[T, I] of a fused gate/up [2I, K]. Both return 0, or -1
+ * (no memory, a bad type). isa: gguf_matmul.c's. */
+#define RL_BLOCK_PARTS 3
+typedef struct {
+    const void *w[RL_BLOCK_PARTS];
+    int qtype[RL_BLOCK_PARTS];
+    int64_t rows[RL_BLOCK_PARTS];
+    int parts;
+} rl_block_proj;
+int64_t rl_block_rows(const rl_block_proj *p);
+int rl_block_linear(const rl_block_proj *p, const float *x, int T, const float *bias, const float *add, float *y,
+                    int64_t K, int isa, int nthreads);
+int rl_block_gate_up_silu(const rl_block_proj *p, const float *x, int T, float *out, int64_t K, int isa,
+                          int nthreads);
 
 /* norm_rope.c: y = weight * rmsnorm(x) per row (x += add first, in place, when add is given); y may be x. */
 void rl_rmsnorm(float *x, const float *add, const float *weight, float *y, int64_t rows, int64_t dim, float eps);

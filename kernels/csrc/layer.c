@@ -6,8 +6,8 @@
  *   h += (silu(x Wg^T) * (x Wu^T)) Wd^T (+ b)
  *
  * The four projections' weights are float32, or int8 with float32 per-row scales (s_* not NULL:
- * gemv_int8.c), each on its own. h [T, hidden] is updated in place. The step's `times` (may be
- * NULL) accumulates each phase's seconds, for the profile benchmark: RL_PHASES entries in the
+ * gemv_int8.c), or GGUF block weights (blocks[p].parts > 0: layer_blocks.c), each on its own.
+ * h [T, hidden] is updated in place. The step's `times` (may be NULL) accumulates each phase's seconds, for the profile benchmark: RL_PHASES entries in the
  * order of rl_phase. */
 #include "kernels.h"
 #include "pool.h"
@@ -28,6 +28,8 @@ typedef struct {  /* one layer's parameters: pointers into the model's tensors (
     const float *s_qkv, *s_o, *s_gate_up, *s_down;  /* int8 weights' per-row scales, or NULL (float32 weights) */
     float eps, scale;  /* RMSNorm epsilon, attention softmax scale */
     int hidden, H, Hkv, D, inter;
+    int isa;                    /* gguf_matmul.c's instruction set for the block weights */
+    rl_block_proj blocks[4];    /* qkv, o, gate_up, down as GGUF block weights where parts > 0 */
 } rl_layer;
 
 typedef struct {  /* one decode step's batch, the same for every layer */
@@ -53,10 +55,12 @@ static void lap(double *times, enum rl_phase phase, double *t) {
 
 int rl_layer_phases(void) { return RL_PHASES; }
 
-/* y = x w^T (+ b) (+ add) for a float32 weight, or an int8 one with its scales s */
-static void linear(const float *x, int T, const void *w, const float *s, const float *b, const float *add, float *y,
-                   int64_t N, int64_t K, int nt) {
-    if (s)
+/* y = x w^T (+ b) (+ add) for a float32 weight, an int8 one with its scales s, or block weights bw */
+static void linear(const float *x, int T, const void *w, const float *s, const rl_block_proj *bw, int isa,
+                   const float *b, const float *add, float *y, int64_t N, int64_t K, int nt) {
+    if (bw->parts) {
+        if (rl_block_linear(bw, x, T, b, add, y, K, isa, nt) != 0) abort();
+    } else if (s)
         rl_linear_i8(x, T, w, s, b, add, y, N, K, nt);
     else
         rl_linear(x, T, w, b, add, y, N, K, nt);
@@ -71,7 +75,7 @@ void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, float *k_poo
     double *times = S->times, t = times ? now() : 0.0;
     rl_rmsnorm(h, NULL, L->ln1, x, T, L->hidden, L->eps);
     lap(times, PH_NORM, &t);
-    linear(x, T, L->w_qkv, L->s_qkv, L->b_qkv, NULL, qkv, ld, L->hidden, nt);
+    linear(x, T, L->w_qkv, L->s_qkv, &L->blocks[0], L->isa, L->b_qkv, NULL, qkv, ld, L->hidden, nt);
     lap(times, PH_QKV, &t);
     if (L->q_norm)
         for (int i = 0; i < T; i++) {
@@ -83,16 +87,18 @@ void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, float *k_poo
     rl_decode_attention(qkv, ld, k_pool, v_pool, S->kv_indptr, S->kv_indices, T, L->H, L->Hkv, L->D, S->shared,
                         L->scale, attn, nt);
     lap(times, PH_ATTN, &t);
-    linear(attn, T, L->w_o, L->s_o, L->b_o, h, h, L->hidden, q, nt);
+    linear(attn, T, L->w_o, L->s_o, &L->blocks[1], L->isa, L->b_o, h, h, L->hidden, q, nt);
     lap(times, PH_O, &t);
     rl_rmsnorm(h, NULL, L->ln2, x, T, L->hidden, L->eps);
     lap(times, PH_NORM, &t);
-    if (L->s_gate_up)
+    if (L->blocks[2].parts) {
+        if (rl_block_gate_up_silu(&L->blocks[2], x, T, act, L->hidden, L->isa, nt) != 0) abort();
+    } else if (L->s_gate_up)
         rl_gate_up_silu_i8(x, T, L->w_gate_up, L->s_gate_up, act, L->inter, L->hidden, nt);
     else
         rl_gate_up_silu(x, T, L->w_gate_up, act, L->inter, L->hidden, nt);
     lap(times, PH_GATE_UP, &t);
-    linear(act, T, L->w_down, L->s_down, L->b_down, h, h, L->hidden, L->inter, nt);
+    linear(act, T, L->w_down, L->s_down, &L->blocks[3], L->isa, L->b_down, h, h, L->hidden, L->inter, nt);
     lap(times, PH_DOWN, &t);
     free(x);
 }

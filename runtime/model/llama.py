@@ -13,8 +13,8 @@ checkpoint tensor this rank reads; with ``tp.size == 1`` every slice is the whol
 
 Parameters are created uninitialised (``torch.empty``): the loader fills every one of them.
 
-On the CPU in float32, a decode step of at most ``NATIVE_MAX_ROWS`` requests runs each layer as one
-call into ``kernels/cpu_native`` (``decode_layer``: norms, q/k/v GEMV, RoPE + KV store, paged
+On the CPU in float32 (weights float32, int8, or GGUF block weights: ``block_linear.native_blocks``), a
+decode step of at most ``NATIVE_MAX_ROWS`` requests runs each layer as one call into ``kernels/cpu_native`` (``decode_layer``: norms, q/k/v GEMV, RoPE + KV store, paged
 attention, o GEMV + residual, gate/up GEMV + SiLU * up, down GEMV + residual); other steps use the
 torch ops, with the native norms and RoPE + KV store (and the native GEMV up to ``NATIVE_MAX_ROWS``
 rows). Both agree to float32 rounding (``tests/kernels/test_native_kernels.py``).
@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
 from radixlm.runtime.model.attention import PagedAttention
+from radixlm.runtime.model.block_linear import BlockLinear, native_blocks, native_isa
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool
 from radixlm.runtime.model.model_config import ModelConfig
@@ -96,8 +97,9 @@ class RMSNorm(nn.Module):
 
 
 def _add_linear(proj: nn.Module, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """``residual + proj(x)``: fused into the matmul for our row-parallel linear (any module works)."""
-    if isinstance(proj, RowParallelLinear):
+    """``residual + proj(x)``: fused into the matmul for our row-parallel linear and GGUF's ``BlockLinear``
+    (any module works)."""
+    if isinstance(proj, (RowParallelLinear, BlockLinear)):
         return proj(x, residual)
     return residual + proj(x)
 
@@ -175,16 +177,18 @@ class LlamaDecoderLayer(nn.Module):
     def _build_native_params(self) -> cpu_native.LayerParams | None:
         projections = (self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj)
         operands = [native_operands(p) for p in projections]  # (float32 or int8 weight, int8 scales or None)
+        blocks = [native_blocks(p) for p in projections]  # GGUF block weights (block_linear), or None
         norms = [n for n in (self.input_layernorm, self.post_attention_layernorm, self.q_norm, self.k_norm) if n]
         tensors = [n.weight for n in norms] + [b for p in projections if (b := getattr(p, "bias", None)) is not None]
         if not (self.tp.size == 1 and self.attn.native_ok and cpu_native.available()
-                and None not in operands and self.gate_up_proj.bias is None
+                and all(o is not None or b is not None for o, b in zip(operands, blocks))
+                and self.gate_up_proj.bias is None
                 and cpu_native.usable(*tensors)
                 and cpu_native.decode_attention_ok(self.num_heads, self.num_kv_heads, self.head_dim)):
             return None
         ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-        (w_qkv, s_qkv), (w_o, s_o), (w_gate_up, s_gate_up), (w_down, s_down) = operands
-        return cpu_native.LayerParams(
+        (w_qkv, s_qkv), (w_o, s_o), (w_gate_up, s_gate_up), (w_down, s_down) = [o or (None, None) for o in operands]
+        params = cpu_native.LayerParams(
             ln1=ptr(self.input_layernorm.weight), ln2=ptr(self.post_attention_layernorm.weight),
             w_qkv=ptr(w_qkv), b_qkv=ptr(self.qkv_proj.bias), w_o=ptr(w_o),
             b_o=ptr(self.o_proj.bias), w_gate_up=ptr(w_gate_up), w_down=ptr(w_down),
@@ -193,6 +197,12 @@ class LlamaDecoderLayer(nn.Module):
             s_gate_up=ptr(s_gate_up), s_down=ptr(s_down), eps=self.input_layernorm.eps, scale=self.attn.sm_scale,
             hidden=self.config.hidden_size, H=self.num_heads, Hkv=self.num_kv_heads, D=self.head_dim,
             inter=self.intermediate_size)
+        if any(b is not None for b in blocks):
+            params.isa = native_isa()
+            for i, b in enumerate(blocks):
+                if b is not None:
+                    params.blocks[i] = b
+        return params
 
     def _gate_up_silu(self, x: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up`` ``[num_tokens, intermediate]`` of the fused gate/up projection of x."""
@@ -200,6 +210,8 @@ class LlamaDecoderLayer(nn.Module):
         if (isinstance(proj, Linear) and proj.bias is None and x.dim() == 2 and x.shape[0] <= NATIVE_MAX_ROWS
                 and cpu_native.usable(x, proj.weight)):
             return cpu_native.gate_up_silu(x, proj.weight)
+        if isinstance(proj, BlockLinear) and (act := proj.gate_up_silu(x)) is not None:
+            return act
         gate, up = proj(x).split(self.intermediate_size, dim=-1)  # each [num_tokens, inter]
         return F.silu(gate).mul_(up)
 
