@@ -69,7 +69,8 @@ def _arg(default: Any, help: str, type: Any = None, choices: tuple[str, ...] | N
 class ServerArgs:
     """Engine configuration, validated at construction (``ValueError`` naming the field)."""
 
-    model_path: str | None = _arg(None, "HF-format checkpoint directory (default: the embedded tiny model)", str)
+    model_path: str | None = _arg(None, "a checkpoint folder, a .gguf file, or a Hugging Face hub id ORG/NAME[@REVISION] "
+                                  "(default: the embedded tiny model)", str)
     tokenizer_path: str | None = _arg(None, "tokenizer directory (default: model_path)", str)
     dtype: str = _arg("auto", "weights and KV dtype; auto = float32 on CPU, bfloat16 on CUDA", str, DTYPES)
     device: str = _arg("auto", "cpu, cuda or cuda:N; auto = cuda if available else cpu", str)
