@@ -13,7 +13,8 @@
  *
  *   sum_h dx[h] * (ws[h] * sum_{k in h} u[k] xq[k]  +  c[h] * sum_{k in h} xq[k])
  *
- * with the inner sums exact in int32 (maddubs + madd on AVX2, vpdpbusd on AVX-512 VNNI). F32, F16
+ * with the inner sums exact in int32 (maddubs + madd on AVX2, vpdpbusd on AVX-512 VNNI; from 4 activation
+ * rows AVX-512 repacks 16 unpacked rows into a VNNI panel, gguf_panel.h). F32, F16
  * and BF16 rows are converted to float32 and multiplied with the float32 activations. */
 #pragma once
 #include <stdint.h>
@@ -31,5 +32,11 @@ int64_t gb_row_bytes(int qtype, int64_t K);
 void gb_unpack_row(int qtype, const uint8_t *row, int64_t K, uint8_t *u, float *ws, float *c, int offset128);
 /* The same in AVX2 (gguf_unpack_avx2.c), for the AVX2 and AVX-512 paths. */
 void gb_unpack_row_avx2(int qtype, const uint8_t *row, int64_t K, uint8_t *u, float *ws, float *c, int offset128);
+/* What gguf_matmul.c's rl_gguf_linear_into does with each result v = (x W^T)[t, c] + bias[c]. */
+enum { GB_EPI_STORE = 0,     /* y = v, or add + v */
+       GB_EPI_SILU_MUL = 1 }; /* y = silu(y) * v: y holds the gate projection, W is the up one */
+/* y[t * ldy + c] for c < N by the epilogue epi (add: [M, ldy] like y, or NULL); the rest as rl_gguf_linear. */
+int rl_gguf_linear_into(const float *x, int M, const uint8_t *w, int qtype, const float *bias, const float *add,
+                        float *y, int64_t ldy, int epi, int64_t N, int64_t K, int isa, int nthreads);
 /* One F32/F16/BF16 row of K values -> float32 w[K]. */
 void gb_float_row(int qtype, const uint8_t *row, int64_t K, float *w);

@@ -7,6 +7,8 @@
  * call and unpacked once, whatever M is. */
 #include "gguf_blocks.h"
 #include "gguf_decode.h"
+#include "gguf_panel.h"
+#include "gguf_simd.h"
 #include "gguf_tiles.h"
 #include "pool.h"
 
@@ -18,6 +20,7 @@
 #define RL_GGUF_ABI 1
 #define UNPACK_SMALL_M 2     /* up to this many x rows (memory-bound), unpack ... */
 #define UNPACK_SMALL_ROWS 2  /* ... this many weight rows at a time (fewer concurrent DRAM streams) */
+#define PANEL_MIN_M 4        /* from this many x rows, AVX-512 runs 16-row panels (gguf_panel.h) */
 
 int rl_gguf_abi(void) { return RL_GGUF_ABI; }
 
@@ -64,10 +67,13 @@ static void quantize_row(const float *x, int64_t K, int64_t Kp, int8_t *q, float
 typedef struct {
     const gb_isa_tiles *tiles;
     int qtype, flt, M, isa, decode;  /* decode: gguf_decode.c's rows (1-2 x rows of a 32-block type) */
+    int panel;                       /* 16-row VNNI panels (gguf_panel.h) instead of the tiles */
     int64_t N, K, Kp, rb, wbytes;
     const uint8_t *w;
-    const float *x, *bias;
+    const float *x, *bias, *add;
     float *y;
+    int64_t ldy;  /* y's (and add's) row stride: a part writes its columns of a wider y */
+    int epi;      /* GB_EPI_* (gguf_blocks.h): what a result does to y */
     int8_t *xq;
     float *dxe, *xd, *xf;
     int32_t *xs;
@@ -97,8 +103,9 @@ static void *scratch_for(size_t bytes) {
     return scratch;
 }
 
-/* unpack rows [n, n + R) into the scratch at a row stride of Kp (groups: Kp / 16), zero past K */
-static void unpack_rows(const gb_job *j, int64_t n, int R, gb_wrows *wr, void *buf) {
+/* unpack rows [n, n + R) into the scratch (room for cap rows) at a row stride of Kp (groups: Kp / 16),
+ * zero past K */
+static void unpack_rows(const gb_job *j, int64_t n, int R, int cap, gb_wrows *wr, void *buf) {
     int64_t Kp = j->Kp, H = Kp / 16, K = j->K;
     if (j->flt) {
         float *f = buf;
@@ -109,8 +116,8 @@ static void unpack_rows(const gb_job *j, int64_t n, int R, gb_wrows *wr, void *b
         *wr = (gb_wrows){.f = f, .ldu = Kp};
         return;
     }
-    float *ws = buf, *c = ws + GB_MAX_TILE * H;
-    uint8_t *u = (uint8_t *)(c + GB_MAX_TILE * H);
+    float *ws = buf, *c = ws + cap * H;
+    uint8_t *u = (uint8_t *)(c + cap * H);
     for (int r = 0; r < R; r++) {
         (j->isa == GB_ISA_SCALAR ? gb_unpack_row : gb_unpack_row_avx2)(
             j->qtype, j->w + (n + r) * j->wbytes, K, u + r * Kp, ws + r * H, c + r * H, j->tiles->offset128);
@@ -120,11 +127,49 @@ static void unpack_rows(const gb_job *j, int64_t n, int R, gb_wrows *wr, void *b
     *wr = (gb_wrows){.u = u, .ws = ws, .c = c, .ldu = Kp, .ldh = H};
 }
 
-/* y rows [b0, b0 + bt), columns [n, n + R) from res[b * R + r], plus the bias */
-static void store(const gb_job *j, int64_t n, int b0, int R, int bt, const float *res) {
-    for (int b = 0; b < bt; b++)
-        for (int r = 0; r < R; r++)
-            j->y[(int64_t)(b0 + b) * j->N + n + r] = res[b * R + r] + (j->bias ? j->bias[n + r] : 0.0f);
+/* y rows [b0, b0 + bt), columns [n, n + R) from res[b * lr + r] by the job's epilogue: v = res + bias;
+ * GB_EPI_STORE: y = v, or add + v with add (the torch path's rounding: the residual added last);
+ * GB_EPI_SILU_MUL: y = silu(y) * v (y holds the gate's result, v is the up projection's; 8 lanes at a
+ * time by gb_silu8 where the ISA has AVX2). */
+static void store(const gb_job *j, int64_t n, int b0, int R, int bt, const float *res, int lr) {
+    for (int b = 0; b < bt; b++) {
+        float *y = j->y + (int64_t)(b0 + b) * j->ldy + n;
+        const float *rr = res + b * lr, *add = j->add ? j->add + (int64_t)(b0 + b) * j->ldy + n : NULL;
+        int r = 0;
+        if (j->epi == GB_EPI_SILU_MUL && j->isa != GB_ISA_SCALAR)
+            for (; r + 8 <= R; r += 8) {
+                __m256 v = _mm256_loadu_ps(rr + r);
+                if (j->bias) v = _mm256_add_ps(v, _mm256_loadu_ps(j->bias + n + r));
+                _mm256_storeu_ps(y + r, _mm256_mul_ps(gb_silu8(_mm256_loadu_ps(y + r)), v));
+            }
+        for (; r < R; r++) {
+            float v = rr[r] + (j->bias ? j->bias[n + r] : 0.0f);
+            y[r] = j->epi == GB_EPI_SILU_MUL ? y[r] / (1.0f + expf(-y[r])) * v : add ? add[r] + v : v;
+        }
+    }
+}
+
+/* rows [n0, n1) of y by 16-row panels: unpack, pack, then every group of 8 x rows */
+static void panel_rows(const gb_job *j, int64_t n0, int64_t n1) {
+    int64_t H = j->Kp / 16;
+    size_t rows_bytes = (size_t)GB_PANEL_ROWS * ((size_t)j->Kp + 2 * (size_t)H * 4);
+    uint8_t *buf = scratch_for((rows_bytes + 63) / 64 * 64 + gb_panel_bytes(j->Kp));
+    gb_panel p = gb_panel_at(buf + (rows_bytes + 63) / 64 * 64, j->Kp);
+    int g32 = j->qtype != GB_Q6_K;
+    float res[GB_PANEL_BT * GB_PANEL_ROWS];
+    for (int64_t n = n0; n < n1; n += GB_PANEL_ROWS) {
+        int R = n1 - n < GB_PANEL_ROWS ? (int)(n1 - n) : GB_PANEL_ROWS;
+        gb_wrows wr;
+        unpack_rows(j, n, R, GB_PANEL_ROWS, &wr, buf);
+        gb_panel_pack(&wr, R, &p);
+        for (int b0 = 0; b0 < j->M; b0 += GB_PANEL_BT) {
+            int bt = j->M - b0 < GB_PANEL_BT ? j->M - b0 : GB_PANEL_BT;
+            gb_xrows xr = {.q = j->xq + b0 * j->Kp, .dxe = j->dxe + b0 * H, .xd = j->xd + b0 * H,
+                           .ldq = j->Kp, .ldh = H};
+            gb_panel_tile(&p, &xr, bt, g32, res);
+            store(j, n, b0, R, bt, res, GB_PANEL_ROWS);
+        }
+    }
 }
 
 static void linear_item(void *ctx, int64_t item) {
@@ -139,22 +184,26 @@ static void linear_item(void *ctx, int64_t item) {
             int R = n1 - n < GB_MAX_TILE ? (int)(n1 - n) : GB_MAX_TILE;
             (j->decode == 2 ? gb_decode_rows_k : gb_decode_rows)(j->isa, j->qtype, j->w + n * j->wbytes, j->wbytes, R,
                                                                  j->K, &xr, j->M, res);
-            store(j, n, 0, R, j->M, res);
+            store(j, n, 0, R, j->M, res, R);
         }
+        return;
+    }
+    if (j->panel) {
+        panel_rows(j, n0, n1);
         return;
     }
     int group = j->M <= UNPACK_SMALL_M ? UNPACK_SMALL_ROWS : GB_MAX_TILE;
     for (int64_t n = n0; n < n1; n += group) {
         int R = n1 - n < group ? (int)(n1 - n) : group;
         gb_wrows wr;
-        unpack_rows(j, n, R, &wr, buf);
+        unpack_rows(j, n, R, GB_MAX_TILE, &wr, buf);
         for (int b0 = 0; b0 < j->M; b0 += j->tiles->max_bt) {
             int bt = j->M - b0 < j->tiles->max_bt ? j->M - b0 : j->tiles->max_bt;
             gb_xrows xr = {.q = j->xq + b0 * j->Kp, .dxe = j->dxe + b0 * H, .xd = j->xd + b0 * H,
                            .f = j->xf + b0 * j->Kp, .ldq = j->Kp, .ldh = H};
             gb_tile_fn fn = j->flt ? j->tiles->flt[R][bt] : sgn ? j->tiles->signed8[R][bt] : j->tiles->quant[R][bt];
             fn(&wr, &xr, j->Kp, res);
-            store(j, n, b0, R, bt, res);
+            store(j, n, b0, R, bt, res, R);
         }
     }
 }
@@ -163,13 +212,21 @@ static void linear_item(void *ctx, int64_t item) {
  * Returns 0, or -1 for an unknown type / K that is not whole blocks / no memory (y untouched). */
 int rl_gguf_linear(const float *x, int M, const uint8_t *w, int qtype, const float *bias, float *y, int64_t N,
                    int64_t K, int isa, int nthreads) {
+    return rl_gguf_linear_into(x, M, w, qtype, bias, NULL, y, N, GB_EPI_STORE, N, K, isa, nthreads);
+}
+
+/* gguf_blocks.h */
+int rl_gguf_linear_into(const float *x, int M, const uint8_t *w, int qtype, const float *bias, const float *add,
+                        float *y, int64_t ldy, int epi, int64_t N, int64_t K, int isa, int nthreads) {
     int flt = gb_is_float(qtype);
     int64_t block = qtype == GB_Q4_K || qtype == GB_Q5_K || qtype == GB_Q6_K ? 256 : flt ? 1 : 32;
     if (flt < 0 || K <= 0 || K % block || M < 0 || N < 0) return -1;
     int64_t Kp = (K + 63) / 64 * 64, H = Kp / 16;
     gb_job j = {.tiles = gb_tiles(isa), .qtype = qtype, .flt = flt, .M = M, .isa = isa, .N = N, .K = K, .Kp = Kp,
                 .decode = isa != GB_ISA_SCALAR && M <= 2 ? gb_decode_type(qtype) : 0,
-                .wbytes = gb_row_bytes(qtype, K), .w = w, .x = x, .bias = bias, .y = y};
+                .panel = isa == GB_ISA_AVX512 && !flt && M >= PANEL_MIN_M,
+                .wbytes = gb_row_bytes(qtype, K), .w = w, .x = x, .bias = bias, .add = add, .y = y, .ldy = ldy,
+                .epi = epi};
     size_t per_row = flt ? (size_t)Kp * 4 : (size_t)Kp + 2 * (size_t)H * 4 + (size_t)Kp / 32 * 4;
     void *xbuf = aligned_alloc(64, ((size_t)M * per_row + 63) / 64 * 64);
     if (!xbuf) return -1;
@@ -184,7 +241,8 @@ int rl_gguf_linear(const float *x, int M, const uint8_t *w, int qtype, const flo
     rl_parallel(prepare_row, &j, M, M >= 8 ? nthreads : 1);
     /* work items: ~16 per thread at decode, at least 4 rows each (whole tiles) */
     int64_t items = (int64_t)nthreads * 16, rb = (N + items - 1) / items;
-    j.rb = rb < GB_MAX_TILE ? GB_MAX_TILE : (rb + GB_MAX_TILE - 1) / GB_MAX_TILE * GB_MAX_TILE;
+    int unit = j.panel ? GB_PANEL_ROWS : GB_MAX_TILE;
+    j.rb = rb < unit ? unit : (rb + unit - 1) / unit * unit;
     rl_parallel(linear_item, &j, (N + j.rb - 1) / j.rb, nthreads);
     free(xbuf);
     return 0;

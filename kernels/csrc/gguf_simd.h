@@ -42,3 +42,20 @@ static inline __attribute__((always_inline)) __m256i gb_q4_q5(const uint8_t *b, 
     if (has_high) v = _mm256_or_si256(v, _mm256_and_si256(gb_bytes_from_bits(gb_le32(p)), _mm256_set1_epi8(16)));
     return v;
 }
+
+/* silu(g) = g / (1 + e^-g) for 8 lanes, e^-g = 2^(-g log2 e) with the exponent clamped to [-126, 126]
+ * and 2^f (|f| <= 1/2) by a degree-5 polynomial (relative error ~2e-7, as softmax_chunks.c's exp2_8). */
+static inline __attribute__((always_inline)) __m256 gb_silu8(__m256 g) {
+    __m256 x = _mm256_mul_ps(g, _mm256_set1_ps(-1.44269504088896341f));
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-126.0f)), _mm256_set1_ps(126.0f));
+    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm256_sub_ps(x, n);
+    __m256 p = _mm256_set1_ps(1.32764713e-3f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.67554189e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.55071309e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.40221202e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.93146944e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.00000012f));
+    __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p),
+                                                    _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}

@@ -1,6 +1,6 @@
 """The GGUF block matmul (``kernels/gguf_blocks``) against its reference: the ``gguf`` package's
 dequantization and a torch matmul, for every supported type, each ISA path this CPU runs
-(scalar, AVX2, AVX-512 VNNI) and batches 1, 2, 3, 17 and 64.
+(scalar, AVX2, AVX-512 VNNI) and batches 1 to 64 (decode rows, row tiles, 16-row VNNI panels).
 
 Tolerances. The quantized types quantize each activation row to int8 blocks of 32 (``q = round(x /
 dx)``, ``dx = max|x| / 127`` of the block) and sum the products exactly in int32, so:
@@ -30,7 +30,7 @@ QUANTIZABLE = (T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1)  # gguf.quants.quantize w
 K_TYPES = (T.Q4_K, T.Q5_K, T.Q6_K)  # random blocks with finite fp16 scales (gguf cannot quantize them)
 FP16_FIELDS = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}  # d (and dmin) byte offsets in a block
 FLOAT_RTOL = 1e-5
-BATCHES = (1, 2, 3, 17, 64)  # 1-2: the decode rows (csrc/gguf_decode.c, gguf_decode_k.c)
+BATCHES = (1, 2, 3, 4, 8, 17, 64)  # 1-2: the decode rows (csrc/gguf_decode.c, gguf_decode_k.c); 4+: panels
 ALL_TYPES = FLOAT_TYPES + QUANTIZABLE + K_TYPES
 
 

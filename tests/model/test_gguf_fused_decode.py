@@ -97,3 +97,22 @@ def test_block_gate_up_silu_equals_split_silu_times_up(checkpoint, tmp_path, row
     x = torch.randn(rows, proj.in_features, generator=torch.Generator().manual_seed(3))
     gate, up = proj(x).split(proj.out_features // 2, dim=-1)
     torch.testing.assert_close(proj.gate_up_silu(x), torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [1, 9])
+def test_gate_up_silu_with_a_part_across_the_halves(checkpoint, tmp_path, rows):
+    """Parts of a gate/up stack whose middle one holds rows of both halves: the native call goes through
+    its [T, 2I] scratch and still equals silu(first half) * (second half)."""
+    model, _ = load_model(str(write_gguf(checkpoint("llama", "tiny"), tmp_path / "model.gguf", MIXED)))
+    w = model.layers[0].gate_up_proj.parts[0]
+    n = w.shape[0]
+    assert n % 4 == 0
+
+    def piece(a: int, b: int):
+        return type(w)(w.qtype, w.data[a:b].contiguous(), (b - a, w.shape[1]))
+
+    proj = BlockLinear([piece(0, n // 4), piece(n // 4, 3 * n // 4), piece(3 * n // 4, n)])
+    assert native_blocks(proj) is not None
+    x = torch.randn(rows, proj.in_features, generator=torch.Generator().manual_seed(4))
+    g, u = proj(x).split(n // 2, dim=-1)
+    torch.testing.assert_close(proj.gate_up_silu(x), torch.nn.functional.silu(g) * u, rtol=1e-5, atol=1e-6)
