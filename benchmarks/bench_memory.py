@@ -5,6 +5,11 @@ tokens, prefills one ``--prompt-tokens`` prompt and decodes ``--new-tokens``, th
 resident set (``VmRSS``) and its peak (``VmHWM``). Both systems see the same context, so the
 figures compare weights plus runtime, not cache sizes.
 
+radixlm's figures are taken once its grammar backend's start (``--grammar-warmup``: the tables,
+the compile workers, the warm-up compile) has finished. Its compile workers are child processes:
+the table adds their plain RSS and the whole process tree's PSS (``/proc/PID/smaps_rollup``, so a
+page shared between processes counts once), which is the figure to compare between systems.
+
     python3 benchmarks/bench_memory.py --model-path ~/.cache/radixlm/real-Qwen2.5-0.5B-seed0-v2 \\
         --systems radixlm,radixlm-int8
     python3 benchmarks/bench_memory.py --model-path model.gguf --systems radixlm,llama.cpp
@@ -21,17 +26,64 @@ _CHILD = r"""
 import json, sys
 args = json.loads(sys.argv[1])
 
+import os, time
+
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
             return int(line.split()[1]) // 1024
     return -1
 
+# Every descendant of ``pid`` (compile workers), from /proc/*/stat's parent ids.
+def children(pid):
+    parents = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = open(f"/proc/{name}/stat").read()
+            except OSError:
+                continue
+            parents.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+# (RSS MB, PSS MB) of one process from smaps_rollup ((0, 0) if it is gone).
+def rollup(pid):
+    found = {}
+    try:
+        for line in open(f"/proc/{pid}/smaps_rollup"):
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Pss"):
+                found[key] = int(rest.split()[0]) / 1024
+    except OSError:
+        return 0.0, 0.0
+    return found.get("Rss", 0.0), found.get("Pss", 0.0)
+
+# This process's RSS and the figures of the whole tree: children, their RSS, total PSS.
+def tree():
+    kids = children(os.getpid())
+    rows = [rollup(p) for p in kids]
+    return {"rss": status("VmRSS"), "children": len(kids), "children_rss": round(sum(r for r, _ in rows)),
+            "total_pss": round(rollup(os.getpid())[1] + sum(p for _, p in rows))}
+
+# Wait (polling, bounded) until the grammar backend's start, warm-up included, is over.
+def grammar_ready(engine, limit_s):
+    for _ in range(int(limit_s / 0.1)):
+        state = engine.get_stats()["grammar_backend"]["state"]
+        if state != "starting":
+            return state
+        time.sleep(0.1)
+    return "starting"
+
 ids = list(range(1000, 1000 + args["prompt_tokens"]))
 if args["system"] == "llama.cpp":
     from llama_cpp import Llama
     llm = Llama(model_path=args["model_path"], n_ctx=args["context"], n_batch=512, verbose=False)
-    loaded = status("VmRSS")
+    loaded, grammar = tree(), "-"
     llm.eval(ids)
     for _ in range(args["new_tokens"]):
         llm.eval([llm.sample(temp=0)])
@@ -40,9 +92,13 @@ else:
     quant = "int8" if args["system"] == "radixlm-int8" else None
     engine = Engine(model_path=args["model_path"], quantization=quant, max_total_tokens=args["context"],
                     log_level="error")
-    loaded = status("VmRSS")
+    grammar = grammar_ready(engine, args["timeout_s"])
+    loaded = tree()
     engine.generate(input_ids=ids, sampling_params={"max_new_tokens": args["new_tokens"], "ignore_eos": True})
-print(json.dumps({"loaded_mb": loaded, "rss_mb": status("VmRSS"), "peak_mb": status("VmHWM")}))
+after = tree()
+print(json.dumps({"loaded_mb": loaded["rss"], "rss_mb": after["rss"], "peak_mb": status("VmHWM"),
+                  "grammar": grammar, "workers": after["children"], "workers_rss_mb": after["children_rss"],
+                  "loaded_pss_mb": loaded["total_pss"], "pss_mb": after["total_pss"]}))
 """
 
 SYSTEMS = ("radixlm", "radixlm-int8", "llama.cpp")
@@ -51,7 +107,8 @@ SYSTEMS = ("radixlm", "radixlm-int8", "llama.cpp")
 def measure(system: str, args: argparse.Namespace) -> dict:
     """One system's figures, measured in a fresh interpreter."""
     spec = {"system": system, "model_path": args.model_path, "context": args.context,
-            "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens}
+            "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
+            "timeout_s": args.timeout_s}
     run = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(spec)], capture_output=True, text=True,
                          timeout=args.timeout_s)
     if run.returncode != 0:
@@ -74,16 +131,22 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--systems: unknown {unknown}; choose from {SYSTEMS}")
     rows = {s: measure(s, args) for s in systems}
     base = rows[systems[0]].get("rss_mb")
+    base_pss = rows[systems[0]].get("pss_mb")
     print(f"model {args.model_path}, context {args.context} tokens, prompt {args.prompt_tokens} + "
-          f"{args.new_tokens} new tokens\n")
-    print(f"| system | after load MB | after the request MB | peak MB | / {systems[0]} |")
-    print("|---|---:|---:|---:|---:|")
+          f"{args.new_tokens} new tokens; engine-process columns are its VmRSS, workers' their summed RSS, "
+          "total the whole process tree's PSS\n")
+    print(f"| system | after load MB | after the request MB | peak MB | / {systems[0]} | grammar backend "
+          f"| workers (RSS MB) | total PSS after load MB | total PSS after the request MB | total / {systems[0]} |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for name, r in rows.items():
         if "error" in r:
-            print(f"| {name} | {r['error']} | | | |")
+            print(f"| {name} | {r['error']} | | | | | | | | |")
             continue
         ratio = f"{r['rss_mb'] / base:.2f}x" if base else "-"
-        print(f"| {name} | {r['loaded_mb']:,} | {r['rss_mb']:,} | {r['peak_mb']:,} | {ratio} |")
+        total_ratio = f"{r['pss_mb'] / base_pss:.2f}x" if base_pss else "-"
+        print(f"| {name} | {r['loaded_mb']:,} | {r['rss_mb']:,} | {r['peak_mb']:,} | {ratio} | {r['grammar']} "
+              f"| {r['workers']} ({r['workers_rss_mb']:,}) | {r['loaded_pss_mb']:,} | {r['pss_mb']:,} "
+              f"| {total_ratio} |")
     return 0
 
 
