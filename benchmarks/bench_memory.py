@@ -7,8 +7,13 @@ figures compare weights plus runtime, not cache sizes.
 
 radixlm's figures are taken once its grammar backend's start (``--grammar-warmup``: the tables,
 the compile workers, the warm-up compile) has finished. Its compile workers are child processes:
-the table adds their plain RSS and the whole process tree's PSS (``/proc/PID/smaps_rollup``, so a
-page shared between processes counts once), which is the figure to compare between systems.
+the table adds their plain RSS and their private pages (``/proc/PID/smaps_rollup``), and the total,
+the figure to compare between systems: the engine's RSS plus the workers' private pages, so a page
+a worker shares with the engine (the interpreter, the libraries) counts once. The tree's PSS is
+printed too; it splits library pages with every unrelated process that maps them, so it drops
+when other Python processes run on the machine.
+"idle" is taken once the engine has been idle long enough to hand the request's freed heap pages
+back (``Engine.get_stats()["idle_memory_releases"]``; llama.cpp: the same as after the request).
 
     python3 benchmarks/bench_memory.py --model-path ~/.cache/radixlm/real-Qwen2.5-0.5B-seed0-v2 \\
         --systems radixlm,radixlm-int8
@@ -51,24 +56,35 @@ def children(pid):
         todo += kids
     return out
 
-# (RSS MB, PSS MB) of one process from smaps_rollup ((0, 0) if it is gone).
+# Rss, Pss and Private (its own pages: Private_Clean + Private_Dirty) of one process, MB (0 if gone).
 def rollup(pid):
-    found = {}
+    found = {"Rss": 0.0, "Pss": 0.0, "Private": 0.0}
     try:
         for line in open(f"/proc/{pid}/smaps_rollup"):
             key, _, rest = line.partition(":")
-            if key in ("Rss", "Pss"):
-                found[key] = int(rest.split()[0]) / 1024
+            key = "Private" if key.startswith("Private_") else key
+            if key in found:
+                found[key] += int(rest.split()[0]) / 1024
     except OSError:
-        return 0.0, 0.0
-    return found.get("Rss", 0.0), found.get("Pss", 0.0)
+        pass
+    return found
 
-# This process's RSS and the figures of the whole tree: children, their RSS, total PSS.
+# This process's RSS and its tree's: the children, their RSS and private pages; total = this RSS
+# plus the children's private pages (each page once); pss = the tree's PSS.
 def tree():
-    kids = children(os.getpid())
-    rows = [rollup(p) for p in kids]
-    return {"rss": status("VmRSS"), "children": len(kids), "children_rss": round(sum(r for r, _ in rows)),
-            "total_pss": round(rollup(os.getpid())[1] + sum(p for _, p in rows))}
+    kids = [rollup(p) for p in children(os.getpid())]
+    me = rollup(os.getpid())
+    private = sum(k["Private"] for k in kids)
+    return {"rss": status("VmRSS"), "children": len(kids), "children_rss": round(sum(k["Rss"] for k in kids)),
+            "children_private": round(private), "total": round(me["Rss"] + private),
+            "pss": round(me["Pss"] + sum(k["Pss"] for k in kids))}
+
+# Wait (polling, bounded) until the engine's step loop has released the request's freed memory.
+def idle_release(engine, limit_s):
+    for _ in range(int(limit_s / 0.1)):
+        if engine.get_stats()["idle_memory_releases"] > 0:
+            return
+        time.sleep(0.1)
 
 # Wait (polling, bounded) until the grammar backend's start, warm-up included, is over.
 def grammar_ready(engine, limit_s):
@@ -87,6 +103,7 @@ if args["system"] == "llama.cpp":
     llm.eval(ids)
     for _ in range(args["new_tokens"]):
         llm.eval([llm.sample(temp=0)])
+    after = idle = tree()
 else:
     from radixlm import Engine
     quant = "int8" if args["system"] == "radixlm-int8" else None
@@ -95,10 +112,14 @@ else:
     grammar = grammar_ready(engine, args["timeout_s"])
     loaded = tree()
     engine.generate(input_ids=ids, sampling_params={"max_new_tokens": args["new_tokens"], "ignore_eos": True})
-after = tree()
+    after = tree()
+    idle_release(engine, 60)
+    idle = tree()
 print(json.dumps({"loaded_mb": loaded["rss"], "rss_mb": after["rss"], "peak_mb": status("VmHWM"),
                   "grammar": grammar, "workers": after["children"], "workers_rss_mb": after["children_rss"],
-                  "loaded_pss_mb": loaded["total_pss"], "pss_mb": after["total_pss"]}))
+                  "workers_private_mb": after["children_private"], "loaded_total_mb": loaded["total"],
+                  "total_mb": after["total"], "idle_mb": idle["rss"], "idle_total_mb": idle["total"],
+                  "pss_mb": after["pss"]}))
 """
 
 SYSTEMS = ("radixlm", "radixlm-int8", "llama.cpp")
@@ -131,22 +152,25 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--systems: unknown {unknown}; choose from {SYSTEMS}")
     rows = {s: measure(s, args) for s in systems}
     base = rows[systems[0]].get("rss_mb")
-    base_pss = rows[systems[0]].get("pss_mb")
+    base_total = rows[systems[0]].get("total_mb")
     print(f"model {args.model_path}, context {args.context} tokens, prompt {args.prompt_tokens} + "
-          f"{args.new_tokens} new tokens; engine-process columns are its VmRSS, workers' their summed RSS, "
-          "total the whole process tree's PSS\n")
+          f"{args.new_tokens} new tokens. Engine columns: the engine process's VmRSS; workers: their RSS / "
+          "private pages; total: the engine's RSS + the workers' private pages; idle: once the engine "
+          "released the request's freed memory; tree PSS: for reference (it shares library pages with "
+          "unrelated processes, so it varies with what else runs)\n")
     print(f"| system | after load MB | after the request MB | peak MB | / {systems[0]} | grammar backend "
-          f"| workers (RSS MB) | total PSS after load MB | total PSS after the request MB | total / {systems[0]} |")
-    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+          f"| workers (RSS / private MB) | total after load MB | total after the request MB | total / {systems[0]} "
+          "| idle MB | total idle MB | tree PSS after the request MB |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in rows.items():
         if "error" in r:
-            print(f"| {name} | {r['error']} | | | | | | | | |")
+            print(f"| {name} | {r['error']} |" + " |" * 11)
             continue
         ratio = f"{r['rss_mb'] / base:.2f}x" if base else "-"
-        total_ratio = f"{r['pss_mb'] / base_pss:.2f}x" if base_pss else "-"
+        total_ratio = f"{r['total_mb'] / base_total:.2f}x" if base_total else "-"
         print(f"| {name} | {r['loaded_mb']:,} | {r['rss_mb']:,} | {r['peak_mb']:,} | {ratio} | {r['grammar']} "
-              f"| {r['workers']} ({r['workers_rss_mb']:,}) | {r['loaded_pss_mb']:,} | {r['pss_mb']:,} "
-              f"| {total_ratio} |")
+              f"| {r['workers']} ({r['workers_rss_mb']:,} / {r['workers_private_mb']:,}) | {r['loaded_total_mb']:,} "
+              f"| {r['total_mb']:,} | {total_ratio} | {r['idle_mb']:,} | {r['idle_total_mb']:,} | {r['pss_mb']:,} |")
     return 0
 
 
