@@ -108,7 +108,7 @@ else:
     from radixlm import Engine
     quant = "int8" if args["system"] == "radixlm-int8" else None
     engine = Engine(model_path=args["model_path"], quantization=quant, max_total_tokens=args["context"],
-                    log_level="error")
+                    log_level="error", grammar_warmup=args["grammar_warmup"])
     grammar = grammar_ready(engine, args["timeout_s"])
     loaded = tree()
     engine.generate(input_ids=ids, sampling_params={"max_new_tokens": args["new_tokens"], "ignore_eos": True})
@@ -129,7 +129,7 @@ def measure(system: str, args: argparse.Namespace) -> dict:
     """One system's figures, measured in a fresh interpreter."""
     spec = {"system": system, "model_path": args.model_path, "context": args.context,
             "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
-            "timeout_s": args.timeout_s}
+            "timeout_s": args.timeout_s, "grammar_warmup": args.grammar_warmup}
     run = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(spec)], capture_output=True, text=True,
                          timeout=args.timeout_s)
     if run.returncode != 0:
@@ -145,6 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--new-tokens", type=int, default=16)
     p.add_argument("--timeout-s", type=float, default=1800)
+    p.add_argument("--no-grammar-warmup", dest="grammar_warmup", action="store_false",
+                   help="radixlm without its grammar backend (built only by a constrained request, which "
+                        "this benchmark never sends): the model's own figures")
     args = p.parse_args(argv)
     systems = args.systems.split(",")
     unknown = [s for s in systems if s not in SYSTEMS]

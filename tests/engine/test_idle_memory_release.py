@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from polling import wait_for
+from radixlm.runtime.engine import step_loop
 
 from radixlm import Engine
-from radixlm.runtime.engine import step_loop
 
 PARAMS = {"temperature": 0, "max_new_tokens": 4}
 
