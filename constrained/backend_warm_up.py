@@ -7,8 +7,8 @@ A new backend's first constrained request meets cold caches on both sides of the
   whose first job imports the JSON Schema front end's lazily loaded parts.
 
 ``warm_up_backend`` runs a compile of ``WARM_UP_SCHEMA`` (a schema with a member of every common
-type) on each started worker of the backend's pool (the first; see ``compile/slots.py``), outside its cache (the cache and its statistics see nothing),
-builds its grammar here and walks a matcher over one document of it, filling every mask's
+type) on each started worker of the backend's pool (the first; see ``compile/slots.py``), outside
+its cache (the cache and its statistics see nothing), builds its grammar here and walks a matcher over one document of it, filling every mask's
 per-vocabulary tables. It is meant for a background thread at server start; it only fills
 caches, so every mask and verdict is the same with or without it.
 """

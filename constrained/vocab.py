@@ -66,7 +66,7 @@ class TokenizerVocab:
 
     def build_llg(self, slices: list[str] | None = None) -> Any:
         """A new ``llguidance.LLTokenizer`` over this table. ``slices``: llguidance's token slices
-        (None: its defaults, which make masks inside JSON strings fast and cost ~37 MB at 152k
+        (None: its defaults, which make masks inside JSON strings fast and cost ~35 MB at 152k
         tokens; ``[]``: none, for a process that computes a few masks per grammar)."""
         import llguidance
 

@@ -59,8 +59,9 @@ def job_error(job: CompileJob, outcome: str, detail: Any, timeout_s: float, max_
 class CompileSlots(ABC):
     """Up to ``num_workers`` slot threads serving one queue of ``CompileJob``; subclasses implement
     ``_serve``. The first slot starts with the pool; each further one starts on demand, when a job
-    is queued and no started slot is waiting for one or starting (a worker process costs ~80 MB at a 152k
-    vocabulary, and most servers never compile two grammars at once). Once started, a slot stays."""
+    is queued and no started slot is waiting for one or starting (a worker process holds some
+    60-80 MB at a 152k vocabulary, and most servers rarely compile two grammars at once). Once
+    started, a slot stays."""
 
     def __init__(self, num_workers: int, timeout_s: float, max_memory_mb: int, thread_name: str) -> None:
         self.timeout_s = timeout_s
