@@ -7,8 +7,8 @@ A new backend's first constrained request meets cold caches on both sides of the
   whose first job imports the JSON Schema front end's lazily loaded parts.
 
 ``warm_up_backend`` runs a compile of ``WARM_UP_SCHEMA`` (a schema with a member of every common
-type) on each worker of the backend's pool, outside its cache (the cache and its statistics see nothing),
-builds its grammar here and walks a matcher over one document of it, filling every mask's
+type) on each started worker of the backend's pool (the first; see ``compile/slots.py``), outside
+its cache (the cache and its statistics see nothing), builds its grammar here and walks a matcher over one document of it, filling every mask's
 per-vocabulary tables. It is meant for a background thread at server start; it only fills
 caches, so every mask and verdict is the same with or without it.
 """
@@ -62,11 +62,12 @@ def warm_up_backend(backend: GrammarBackend, timeout_s: float | None = None) -> 
 
 
 def _compile(backend: GrammarBackend, timeout_s: float) -> list[CompileJob]:
-    """The warm-up schema's compile, once per worker (each idle slot takes one: every worker's
-    first job), run by the pool and waited for."""
+    """The warm-up schema's compile, once per started worker (each idle slot takes one: every
+    worker's first job; a worker started on demand later, ``compile/slots.py``, is not warmed),
+    run by the pool and waited for."""
     done = threading.Semaphore(0)
     jobs = [CompileJob(CompileRequest("json_schema", WARM_UP_SCHEMA), lambda _job: done.release(), caller="warm-up")
-            for _ in range(backend.pool.num_workers)]
+            for _ in range(backend.pool.started_slots)]
     for job in jobs:
         backend.pool.submit(job)
     deadline = time.monotonic() + timeout_s + 5.0  # the pool reports a timeout itself; this is a backstop

@@ -54,11 +54,29 @@ class TokenizerVocab:
 
     @functools.cached_property
     def llg(self) -> Any:
-        """The ``llguidance.LLTokenizer`` over this table (built once, a second or so at 152k)."""
+        """The ``llguidance.LLTokenizer`` over this table (built once, a second or so at 152k), with
+        llguidance's default slices unless ``prepare_llg`` chose others first."""
+        return self.build_llg()
+
+    def prepare_llg(self, slices: list[str] | None) -> None:
+        """Build ``llg`` now with ``slices`` (no-op if it is built already): a process that only
+        compiles and probes grammars (a compile worker) passes ``[]``."""
+        if "llg" not in self.__dict__:
+            self.__dict__["llg"] = self.build_llg(slices)
+
+    def build_llg(self, slices: list[str] | None = None) -> Any:
+        """A new ``llguidance.LLTokenizer`` over this table. ``slices``: llguidance's token slices
+        (None: its defaults, which make masks inside JSON strings fast and cost ~35 MB at 152k
+        tokens; ``[]``: none, for a process that computes a few masks per grammar)."""
         import llguidance
 
-        return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_LlgTokens(self)), n_vocab=self.vocab_size,
-                                      eos_token=list(self.eos_token_ids))
+        tokens = _LlgTokens(self)
+        wrapper = llguidance.TokenizerWrapper(tokens)
+        llg = llguidance.LLTokenizer(wrapper, n_vocab=self.vocab_size, eos_token=list(self.eos_token_ids),
+                                     slices=slices)
+        # The native tokenizer copied the table; the wrapper stays only as its encoder (``__call__``).
+        tokens.tokens = tokens.special_token_ids = wrapper.tokens = wrapper.special_token_ids = ()
+        return llg
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, vocab_size: int | None = None) -> TokenizerVocab:

@@ -21,6 +21,7 @@ class FairQueue:
     def __init__(self) -> None:
         self._lanes: OrderedDict[Any, deque] = OrderedDict()  # rotation order: next served first
         self._cond = threading.Condition()
+        self._waiting = 0  # getters blocked in ``get`` (counted until they pop)
 
     def put(self, item: Any, caller: Any = None) -> None:
         """Queue ``item`` at the end of ``caller``'s lane (a new caller joins the rotation last)."""
@@ -34,9 +35,13 @@ class FairQueue:
     def get(self) -> Any:
         """The head of the next lane in the rotation, waiting for one; that lane goes last."""
         with self._cond:
-            while not self._lanes:
-                self._cond.wait()
-            return self._pop()
+            self._waiting += 1
+            try:
+                while not self._lanes:
+                    self._cond.wait()
+                return self._pop()
+            finally:
+                self._waiting -= 1
 
     def get_nowait(self) -> Any:
         """As ``get``, but ``queue.Empty`` when nothing is queued."""
@@ -44,6 +49,11 @@ class FairQueue:
             if not self._lanes:
                 raise queue.Empty
             return self._pop()
+
+    def unserved(self) -> int:
+        """Items queued beyond the getters waiting for one (> 0: none is free to take the last)."""
+        with self._cond:
+            return sum(len(lane) for lane in self._lanes.values()) - self._waiting
 
     def __len__(self) -> int:
         with self._cond:

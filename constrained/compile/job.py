@@ -108,8 +108,9 @@ def compile_parts(vocab: TokenizerVocab, req: CompileRequest) -> CompiledParts:
 
 def prepare(vocab: TokenizerVocab) -> None:
     """A worker's one-time set-up with the vocabulary (``compile.worker``, before its memory cap):
-    llguidance's tokenizer, which every probe uses."""
-    _ = vocab.llg
+    llguidance's tokenizer, which every probe uses, without token slices (they speed up masks
+    inside JSON strings and cost ~35 MB at 152k tokens; a probe computes one or two masks)."""
+    vocab.prepare_llg(slices=[])
 
 
 def warm_up() -> None:

@@ -149,6 +149,7 @@ class CompilePool(CompileSlots):
     def _serve(self) -> None:
         """A slot: keep one worker warm, run queued jobs on it, replace it when it is killed."""
         worker = self._start_worker()
+        self._slot_ready()
         try:
             while True:
                 job = self._queue.get()

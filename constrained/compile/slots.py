@@ -57,7 +57,11 @@ def job_error(job: CompileJob, outcome: str, detail: Any, timeout_s: float, max_
 
 
 class CompileSlots(ABC):
-    """``num_workers`` slot threads serving one queue of ``CompileJob``; subclasses implement ``_serve``."""
+    """Up to ``num_workers`` slot threads serving one queue of ``CompileJob``; subclasses implement
+    ``_serve``. The first slot starts with the pool; each further one starts on demand, when a job
+    is queued and no started slot is waiting for one or starting (a worker process holds some
+    60-80 MB at a 152k vocabulary, and most servers rarely compile two grammars at once). Once
+    started, a slot stays."""
 
     def __init__(self, num_workers: int, timeout_s: float, max_memory_mb: int, thread_name: str) -> None:
         self.timeout_s = timeout_s
@@ -68,10 +72,30 @@ class CompileSlots(ABC):
         self._closed = False
         self._threads = [threading.Thread(target=self._serve, name=f"{thread_name}-{i}", daemon=True)
                          for i in range(num_workers)]
+        self._started = 0  # slot threads started (the first at ``_start``, the others on demand)
+        self._warming = 0  # started slots not yet ready for a job (starting their worker)
 
     def _start(self) -> None:
-        for t in self._threads:
-            t.start()
+        with self._lock:
+            self._start_slot()
+
+    def _start_slot(self) -> None:
+        """Start the next slot thread (the caller holds ``_lock``; no-op once all have started)."""
+        if self._started < len(self._threads):
+            self._threads[self._started].start()
+            self._started += 1
+            self._warming += 1
+
+    def _slot_ready(self) -> None:
+        """Called once by each slot thread when it can take jobs (its worker started or not)."""
+        with self._lock:
+            self._warming -= 1
+
+    @property
+    def started_slots(self) -> int:
+        """Slot threads started so far (at most ``num_workers``)."""
+        with self._lock:
+            return self._started
 
     @abstractmethod
     def _serve(self) -> None:
@@ -82,6 +106,8 @@ class CompileSlots(ABC):
         with self._lock:
             if not self._closed:
                 self._queue.put(job, job.caller)
+                if self._queue.unserved() > self._warming:  # every started slot is busy: one more
+                    self._start_slot()
                 return
         self._report(job, "shutdown", None)
 
@@ -97,7 +123,7 @@ class CompileSlots(ABC):
                 break
             if job is not None and not job.cancelled:
                 pending.append(job)
-        for _ in self._threads:
+        for _ in range(self._started):  # closed: no slot starts after this
             self._queue.put(None)
         return pending
 

@@ -44,6 +44,7 @@ class ThreadCompilePool(CompileSlots):
             self._settle(job, "shutdown", None)
 
     def _serve(self) -> None:
+        self._slot_ready()
         while True:
             job = self._queue.get()
             if job is None:

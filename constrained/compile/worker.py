@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
     prepare = getattr(module, "prepare", None)
     if callable(prepare):  # likewise with the vocabulary (llguidance's tokenizer), before the cap
         prepare(vocab)
+    _release_free_memory()  # what unpickling and the set-up freed, before the cap is measured
     limit_address_space(max_mb)
     conn.send(("ready", os.getpid()))
     while True:
@@ -99,6 +100,17 @@ def limit_address_space(max_mb: int) -> None:
             soft = min(soft, hard)
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     except (ImportError, OSError, ValueError):
+        pass
+
+
+def _release_free_memory() -> None:
+    """Collect garbage and hand the heap's free pages back (glibc's ``malloc_trim``; no-op elsewhere)."""
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
         pass
 
 

@@ -26,7 +26,9 @@ class MemberTokens:
     once the open string closes), ``after_bracket`` (the same after a ``]``: inside a unique
     array), ``after_brace`` (a ``{`` before a ``}`` or quote: may open a checked object and refuse
     in it), ``quoted`` (any quote), ``live`` (a ``,`` with two quotes after it: may write a whole key
-    after another, ``masks.member_memo``), and the tokens sorted by their bytes (prefix lookups)."""
+    after another, ``masks.member_memo``), and the tokens sorted by their bytes (prefix lookups).
+    Files are numpy arrays and the sorted ids one int32 array: at 152k tokens, lists of Python
+    ints and a bytes -> id dict held some 18 MB."""
 
     def __init__(self, token_bytes: tuple) -> None:
         tokens = [b or b"" for b in token_bytes]
@@ -61,7 +63,7 @@ class MemberTokens:
         # opened bare is refused only where no member may come (``ASK_ADD``)
         self.named_after_comma = arr([t for t, b in enumerate(tokens) if quote_then_more(b, b.find(b","))])
         self.named_after_quote = arr([t for t, b in enumerate(tokens) if quote_then_more(b, 0)])
-        self.token_bytes = tokens  # each id's bytes (b"" for none)
+        self.token_bytes = token_bytes  # the vocabulary's own table: each id's bytes (None for none)
         self._narrowed: dict[tuple, tuple] = {}
         self._starting: dict[tuple, tuple[int, ...]] = {}
         self._prefixes: dict[bytes, tuple[int, ...]] = {}
@@ -71,7 +73,7 @@ class MemberTokens:
     def warm(self) -> None:
         """Build the lazily built parts now (the sorted tokens: a fraction of a second at 152k;
         every narrowed file)."""
-        _ = self._sorted, self._by_bytes, self._longest, self.live_set
+        _ = self._sorted, self._longest, self.live_set
         for ids in (self.outside, self.after_quote, self.any_outside, self.key_chars):
             for asks in range((ASK_CLOSE | ASK_ADD | ASK_KEY | ASK_ESCAPE) + 1):
                 for key_start in (False, True):
@@ -112,21 +114,13 @@ class MemberTokens:
         return found if found is not None else place(ids)
 
     @functools.cached_property
-    def _sorted(self) -> tuple[list[bytes], list[int]]:
-        """The tokens' bytes sorted, and their ids (built at the first key lookup)."""
-        order = sorted((b, t) for t, b in enumerate(self.token_bytes) if b)
-        return [b for b, _ in order], [t for _, t in order]
-
-    @functools.cached_property
-    def _by_bytes(self) -> dict[bytes, int | tuple[int, ...]]:
-        """The id of each token's bytes, or the ids where a few tokens share them (an int each
-        otherwise: a list per token would cost some 10 MB at 152k)."""
-        out: dict[bytes, int | tuple[int, ...]] = {}
-        for t, b in enumerate(self.token_bytes):
-            if b:
-                had = out.get(b)
-                out[b] = t if had is None else (had if isinstance(had, tuple) else (had,)) + (t,)
-        return out
+    def _sorted(self) -> tuple[list[bytes], np.ndarray]:
+        """The tokens' bytes sorted (ties by id), and their ids as int32 (built at the first key
+        lookup; the list holds references to the table's own bytes)."""
+        table = self.token_bytes
+        order = [t for t, b in enumerate(table) if b]
+        order.sort(key=table.__getitem__)  # stable: equal bytes keep id order
+        return [table[t] for t in order], np.asarray(order, dtype=np.int32)
 
     def starting_with(self, prefix: bytes, longer: bool = False) -> tuple[int, ...]:
         """The tokens whose bytes start with ``prefix`` (``longer``: and go on past it). Cached:
@@ -144,18 +138,22 @@ class MemberTokens:
         lo = (bisect.bisect_right if longer else bisect.bisect_left)(keys, prefix)
         end = prefix.rstrip(b"\xff")  # the least bytes above every one starting with ``prefix``
         hi = bisect.bisect_left(keys, end[:-1] + bytes((end[-1] + 1,)), lo) if end else len(keys)
-        return ids[lo:hi]
+        return ids[lo:hi].tolist()
 
     def prefixes_of(self, data: bytes) -> tuple[int, ...]:
         """The tokens whose bytes are a non-empty prefix of ``data`` (cached, as
         ``starting_with``)."""
         found = self._prefixes.get(data)
         if found is None:
-            by_bytes, out = self._by_bytes, []
+            (keys, ids), out = self._sorted, []
             for n in range(1, min(len(data), self._longest) + 1):
-                hit = by_bytes.get(data[:n])
-                if hit is not None:
-                    out += hit if isinstance(hit, tuple) else (hit,)
+                head = data[:n]
+                i = bisect.bisect_left(keys, head)
+                if i == len(keys) or not keys[i].startswith(head):
+                    break  # no token starts with ``head``, so none is a longer prefix
+                while i < len(keys) and keys[i] == head:
+                    out.append(int(ids[i]))
+                    i += 1
             if len(self._prefixes) > 65536:
                 self._prefixes.clear()
             found = self._prefixes[data] = tuple(out)
@@ -164,7 +162,7 @@ class MemberTokens:
     @functools.cached_property
     def _longest(self) -> int:
         """The longest token's length in bytes."""
-        return max(map(len, self.token_bytes), default=0)
+        return max((len(b) for b in self.token_bytes if b), default=0)
 
 
 def quote_then_more(data: bytes, start: int) -> bool:

@@ -240,6 +240,7 @@ class Engine:
             "num_free_slots": free,
             "radix_cache_tokens": cache.tree.total_size() if cache.tree else 0,
             "num_retractions": self.scheduler.num_retractions,
+            "idle_memory_releases": loop.idle_releases,
             "timers": loop.timers.as_dict(),
             "grammar_backend": self._grammar.backend_state(),
         }

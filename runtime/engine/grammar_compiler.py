@@ -183,9 +183,15 @@ class GrammarCompiler:
 
 
 def _warm_up(backend: Any) -> dict[str, Any]:
+    """The backend's warm-up, then the heap's free pages handed back once: building the
+    per-vocabulary tables frees as much again in temporaries, which the engine's malloc tuning
+    would otherwise keep resident (``cpu_malloc.release_free_memory``)."""
     from radixlm.constrained import warm_up_backend
+    from radixlm.runtime.model.cpu_malloc import release_free_memory
 
-    return warm_up_backend(backend)
+    done = warm_up_backend(backend)
+    release_free_memory()
+    return done
 
 
 def _as_value_error(e: Exception) -> ValueError:

@@ -20,6 +20,11 @@ cause and resets the scheduler; the loop keeps serving.
 ``overlap=True`` (``--disable-overlap-schedule`` off, on a verified CUDA device) runs the steps
 through ``OverlapStepper`` (``overlap_loop.py``): step N+1 is scheduled and launched before step
 N's result is processed, with the same results.
+
+Once the engine has been idle ``IDLE_RELEASE_S`` after running a batch, the loop hands the heap's
+free pages back to the OS, once per idle period (``cpu_malloc.release_free_memory``): the malloc
+tuning keeps a burst's freed temporaries (prefill activations, the int8 fallback's dequantized
+weight rows) resident for the next step, which an idle server does not need.
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.overlap_loop import DeviceWorker, OverlapStepper
 from radixlm.runtime.engine.request_log import RequestLog
 from radixlm.runtime.engine.request_output import final_output, stream_chunk
+from radixlm.runtime.model.cpu_malloc import release_free_memory
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.scheduler import Scheduler
 
+IDLE_RELEASE_S = 1.0  # idle this long after a batch: the heap's free pages go back to the OS, once
 logger = logging.getLogger("radixlm.engine")
 
 
@@ -89,6 +96,8 @@ class EngineLoop:
         self._calls: deque[tuple[Callable[[], Any], Future]] = deque()
         self._inflight: list[Req] = []
         self._stopped = False
+        self.idle_releases = 0  # idle periods whose freed heap pages were handed back
+        self._ran_since_release = False
         self.overlap = OverlapStepper(self, DeviceWorker(runner.run)) if overlap else None
         self._thread = threading.Thread(target=self._run, name="radixlm-engine", daemon=True)
         self._thread.start()
@@ -137,18 +146,33 @@ class EngineLoop:
             with self._wake:
                 if self._stopped:
                     break
+                release = False
                 if not self._has_ready_work(progress):
-                    # pending grammars are polled; otherwise sleep until a door is used
-                    self._wake.wait(timeout=0.005 if len(self.grammar) or self.scheduler.has_work() else None)
+                    # pending grammars are polled; otherwise sleep until a door is used (or, after
+                    # a batch ran, until the idle period is long enough to release memory)
+                    busy = bool(len(self.grammar) or self.scheduler.has_work())
+                    idle_wait = IDLE_RELEASE_S if self._ran_since_release else None
+                    woken = self._wake.wait(timeout=0.005 if busy else idle_wait)
                     if self._stopped:
                         break
+                    release = not busy and not woken and self._ran_since_release
+            if release and not self._has_ready_work(progress):
+                self._release_idle_memory()
+                continue
             try:
                 progress = self._step()
+                self._ran_since_release |= progress
             except Exception as e:  # noqa: BLE001 - a failed step must not hang callers
                 logger.exception("engine step failed")
                 progress = True
                 self._fail_all(RuntimeError(f"engine step failed: {type(e).__name__}: {e}"))
         self._fail_all(RuntimeError("engine is shut down"))
+
+    def _release_idle_memory(self) -> None:
+        """Hand the heap's free pages back once for this idle period (the loop thread, no lock held)."""
+        self._ran_since_release = False
+        if release_free_memory():
+            self.idle_releases += 1
 
     def _has_ready_work(self, progress: bool) -> bool:
         """New doors were used, or the scheduler has work and the last step ran a batch."""

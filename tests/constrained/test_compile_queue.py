@@ -73,3 +73,31 @@ def test_a_job_whose_budget_ran_out_in_the_queue_fails_without_running(vocab):
     finally:
         b.shutdown()
 
+
+
+def test_fair_queue_counts_items_no_waiting_getter_will_take():
+    q = FairQueue()
+    q.put("a")
+    assert q.unserved() == 1
+    q.get()
+    assert q.unserved() == 0
+
+
+def test_the_second_worker_starts_only_when_the_first_is_busy(vocab):
+    """Two slots: one worker at start; a compile submitted while it runs a slow one starts the
+    second, which serves it before the slow one ends; idle again, no third start."""
+    b = GrammarBackend(vocab, num_workers=2, compile_fn=HOOKED, compile_timeout_s=120.0)
+    try:
+        wait_for(lambda: len(b.pool.worker_pids()) == 1)
+        assert b.submit(SamplingParams(regex="abc")).result(timeout=120).matches("abc")
+        assert b.pool.started_slots == 1 and b.pool.stats["worker_starts"] == 1  # served by the first
+        blocker = b.submit(SamplingParams(regex="slow:100"), caller="Z")
+        wait_for(lambda: b.pool._queue.unserved() == 0 and len(b.pool._queue) == 0)  # the first took it
+        quick = b.submit(SamplingParams(regex="xyz"), caller="B")
+        assert quick.result(timeout=120).matches("xyz") and not blocker.done()
+        assert b.pool.started_slots == 2 and len(b.pool.worker_pids()) == 2
+        blocker.cancel()
+        assert b.submit(SamplingParams(regex="abc")).result(timeout=120).matches("abc")
+        assert b.pool.started_slots == 2
+    finally:
+        b.shutdown()

@@ -55,6 +55,25 @@ def test_lookups_by_bytes():
     assert files.prefixes_of(b"") == ()
 
 
+def test_lookups_equal_a_scan_of_the_table_and_files_are_arrays():
+    """The sorted ids (an int32 array, no dict of Python ints) answer as a scan of every token does,
+    on a random table with duplicates, empty slots and bytes up to 0xff."""
+    rng = np.random.default_rng(7)
+    alphabet = b'ab"\xff,'
+    table = [bytes(rng.choice(list(alphabet), size=rng.integers(1, 5))) if rng.random() > 0.05 else None
+             for _ in range(3000)]
+    files = MemberTokens(tuple(table))
+    assert files._sorted[1].dtype == np.int32 and "_by_bytes" not in dir(files)
+    assert all(isinstance(a, np.ndarray) for a in (files.outside, files.after_quote, files.live, files.quoted))
+    for probe in [bytes(rng.choice(list(alphabet), size=rng.integers(0, 6))) for _ in range(300)]:
+        prefixes = [t for t, b in enumerate(table) if b and probe.startswith(b)]
+        starting = [t for t, b in enumerate(table) if b is not None and b.startswith(probe)]
+        longer = [t for t in starting if len(table[t]) > len(probe)]
+        assert sorted(files.prefixes_of(probe)) == prefixes
+        assert sorted(files.starting_with(probe)) == starting
+        assert sorted(files.starting_with(probe, longer=True)) == longer
+
+
 def test_live_tokens_are_those_that_can_write_a_later_key():
     files = MemberTokens((b'":1,"zq"', b'","","', b'":"a",', b'"""', b'":""', b'":1,"z', b',""', b'x'))
     assert files.live.tolist() == [0, 1, 6]  # a "," with two quotes after it
