@@ -1,5 +1,7 @@
 /* AVX2 helpers shared by the GGUF unpacking (gguf_unpack_avx2.c) and the decode rows (gguf_decode.c). */
 #pragma once
+#include "exp2.h"
+
 #include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
@@ -43,19 +45,8 @@ static inline __attribute__((always_inline)) __m256i gb_q4_q5(const uint8_t *b, 
     return v;
 }
 
-/* silu(g) = g / (1 + e^-g) for 8 lanes, e^-g = 2^(-g log2 e) with the exponent clamped to [-126, 126]
- * and 2^f (|f| <= 1/2) by a degree-5 polynomial (relative error ~2e-7, as softmax_chunks.c's exp2_8). */
+/* silu(g) = g / (1 + e^-g) for 8 lanes, e^-g = 2^(-g log2 e) by rl_exp2_8 (exponent kept <= 126). */
 static inline __attribute__((always_inline)) __m256 gb_silu8(__m256 g) {
-    __m256 x = _mm256_mul_ps(g, _mm256_set1_ps(-1.44269504088896341f));
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-126.0f)), _mm256_set1_ps(126.0f));
-    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm256_sub_ps(x, n);
-    __m256 p = _mm256_set1_ps(1.32764713e-3f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.67554189e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.55071309e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.40221202e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.93146944e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.00000012f));
-    __m256 e = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p),
-                                                    _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
-    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    __m256 x = _mm256_min_ps(_mm256_mul_ps(g, _mm256_set1_ps(-1.44269504088896341f)), _mm256_set1_ps(126.0f));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), rl_exp2_8(x)));
 }

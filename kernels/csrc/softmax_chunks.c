@@ -3,6 +3,8 @@
  * and P.V into each row's accumulator. Used by attention.c's decode and cascade tasks. */
 #include "softmax_chunks.h"
 
+#include "exp2.h"
+
 #include "kernels.h"
 
 #include <math.h>
@@ -14,30 +16,15 @@ static inline void prefetch_row(const float *row, int64_t n) {  /* n floats, a c
     for (int64_t d = 0; d < n; d += 16) _mm_prefetch((const char *)(row + d), _MM_HINT_T0);
 }
 
-/* Scores are kept in log2 units (the softmax scale times log2(e)), so a softmax weight is 2^(s - max).
- * 2^x for 8 lanes: x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f by a degree-5 polynomial fitted
- * to minimise the relative error (2.3e-7 over the interval, ~2 ulp), 2^n added into the exponent bits.
- * 12 vector ops, where Cephes' expf (x = n ln2 + r) takes 17: this is a sixth of a prefix chunk's work. */
-static inline __m256 exp2_8(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
-    __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_sub_ps(x, n);
-    __m256 p = _mm256_set1_ps(1.32764713e-3f);
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.67554189e-3f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.55071309e-2f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.40221202e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.93146944e-1f));
-    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.00000012f));
-    __m256i e = _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23);
-    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_castps_si256(p), e));
-}
+/* Scores are kept in log2 units (the softmax scale times log2(e)), so a softmax weight is 2^(s - max)
+ * (rl_exp2_8, exp2.h: a sixth of a prefix chunk's work). */
 
 /* s[0..n) = 2^(s - mx) in place; returns their sum. */
 static float exp_sub_sum(float *s, int n, float mx) {
     __m256 m8 = _mm256_set1_ps(mx), acc = _mm256_setzero_ps();
     int t = 0;
     for (; t + 8 <= n; t += 8) {
-        __m256 e = exp2_8(_mm256_sub_ps(_mm256_loadu_ps(s + t), m8));
+        __m256 e = rl_exp2_8(_mm256_sub_ps(_mm256_loadu_ps(s + t), m8));
         _mm256_storeu_ps(s + t, e);
         acc = _mm256_add_ps(acc, e);
     }
