@@ -1,7 +1,8 @@
 """Resident memory of a loaded model: radixlm (float32, int8, GGUF) and llama.cpp on the same file.
 
 Each system runs in its own fresh process: it loads the model with a KV cache of ``--context``
-tokens, prefills one ``--prompt-tokens`` prompt and decodes ``--new-tokens``, then reports its
+tokens, prefills one ``--prompt-tokens`` prompt and decodes ``--new-tokens`` (or runs the agent
+workload of ``bench_gguf_llamacpp.py``, ``--workload agent``), then reports its
 resident set (``VmRSS``) and its peak (``VmHWM``). Both systems see the same context, so the
 figures compare weights plus runtime, not cache sizes.
 
@@ -18,6 +19,7 @@ back (``Engine.get_stats()["idle_memory_releases"]``; llama.cpp: the same as aft
     python3 benchmarks/bench_memory.py --model-path ~/.cache/radixlm/real-Qwen2.5-0.5B-seed0-v2 \\
         --systems radixlm,radixlm-int8
     python3 benchmarks/bench_memory.py --model-path model.gguf --systems radixlm,llama.cpp
+    python3 benchmarks/bench_memory.py --model-path model.gguf --systems radixlm,llama.cpp --workload agent
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 _CHILD = r"""
 import json, sys
@@ -96,13 +99,27 @@ def grammar_ready(engine, limit_s):
     return "starting"
 
 ids = list(range(1000, 1000 + args["prompt_tokens"]))
+agent = args["workload"] == "agent"
+if agent:  # the agent workload's prompts (benchmarks/suites/workloads.py), tokenized as radixlm does
+    sys.path.insert(0, args["bench_dir"])
+    from suites.workloads import agent_prompts
 if args["system"] == "llama.cpp":
-    from llama_cpp import Llama
-    llm = Llama(model_path=args["model_path"], n_ctx=args["context"], n_batch=512, verbose=False)
-    loaded, grammar = tree(), "-"
-    llm.eval(ids)
-    for _ in range(args["new_tokens"]):
-        llm.eval([llm.sample(temp=0)])
+    if agent:  # its best configuration: the shared prefix once, 64 parallel sequences, one unified KV
+        from pathlib import Path
+        from radixlm.runtime.tokenizer.tokenizer import Tokenizer
+        from suites.llamacpp_batched import LlamaCppParallel
+        prompts = agent_prompts(Tokenizer.from_gguf(args["model_path"]), args["agent_requests"])
+        par = LlamaCppParallel("llama.cpp", Path(args["model_path"]), sweep=(args["agent_requests"],),
+                               n_ctx=args["context"])
+        loaded, grammar = tree(), "-"
+        par.generate(prompts, args["new_tokens"])
+    else:
+        from llama_cpp import Llama
+        llm = Llama(model_path=args["model_path"], n_ctx=args["context"], n_batch=512, verbose=False)
+        loaded, grammar = tree(), "-"
+        llm.eval(ids)
+        for _ in range(args["new_tokens"]):
+            llm.eval([llm.sample(temp=0)])
     after = idle = tree()
 else:
     from radixlm import Engine
@@ -111,7 +128,8 @@ else:
                     log_level="error", grammar_warmup=args["grammar_warmup"])
     grammar = grammar_ready(engine, args["timeout_s"])
     loaded = tree()
-    engine.generate(input_ids=ids, sampling_params={"max_new_tokens": args["new_tokens"], "ignore_eos": True})
+    inputs = agent_prompts(engine.tokenizer, args["agent_requests"]) if agent else ids
+    engine.generate(input_ids=inputs, sampling_params={"max_new_tokens": args["new_tokens"], "ignore_eos": True})
     after = tree()
     idle_release(engine, 60)
     idle = tree()
@@ -129,7 +147,8 @@ def measure(system: str, args: argparse.Namespace) -> dict:
     """One system's figures, measured in a fresh interpreter."""
     spec = {"system": system, "model_path": args.model_path, "context": args.context,
             "prompt_tokens": args.prompt_tokens, "new_tokens": args.new_tokens,
-            "timeout_s": args.timeout_s, "grammar_warmup": args.grammar_warmup}
+            "timeout_s": args.timeout_s, "grammar_warmup": args.grammar_warmup, "workload": args.workload,
+            "agent_requests": args.agent_requests, "bench_dir": str(Path(__file__).resolve().parent)}
     run = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(spec)], capture_output=True, text=True,
                          timeout=args.timeout_s)
     if run.returncode != 0:
@@ -141,14 +160,23 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-path", required=True, help="checkpoint folder or .gguf file")
     p.add_argument("--systems", default="radixlm,radixlm-int8", help=f"comma-separated, from {SYSTEMS}")
-    p.add_argument("--context", type=int, default=4096, help="KV-cache tokens (n_ctx for llama.cpp)")
+    p.add_argument("--context", type=int, help="KV-cache tokens (n_ctx for llama.cpp); default 4096, "
+                   "16384 for the agent workload")
+    p.add_argument("--workload", choices=("request", "agent"), default="request",
+                   help="request: one --prompt-tokens prompt; agent: bench_gguf_llamacpp.py's agent workload "
+                        "(--agent-requests prompts sharing a ~1,640-token prefix, llama.cpp with as many "
+                        "parallel sequences), --new-tokens each")
+    p.add_argument("--agent-requests", type=int, default=64)
     p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--new-tokens", type=int, default=16)
+    p.add_argument("--new-tokens", type=int, help="default 16, 64 for the agent workload")
     p.add_argument("--timeout-s", type=float, default=1800)
     p.add_argument("--no-grammar-warmup", dest="grammar_warmup", action="store_false",
                    help="radixlm without its grammar backend (built only by a constrained request, which "
                         "this benchmark never sends): the model's own figures")
     args = p.parse_args(argv)
+    agent = args.workload == "agent"
+    args.context = args.context or (16384 if agent else 4096)
+    args.new_tokens = args.new_tokens or (64 if agent else 16)
     systems = args.systems.split(",")
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown:
@@ -156,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = {s: measure(s, args) for s in systems}
     base = rows[systems[0]].get("rss_mb")
     base_total = rows[systems[0]].get("total_mb")
-    print(f"model {args.model_path}, context {args.context} tokens, prompt {args.prompt_tokens} + "
+    work = (f"the agent workload ({args.agent_requests} requests)" if agent else f"prompt {args.prompt_tokens}")
+    print(f"model {args.model_path}, context {args.context} tokens, {work} + "
           f"{args.new_tokens} new tokens. Engine columns: the engine process's VmRSS; workers: their RSS / "
           "private pages; total: the engine's RSS + the workers' private pages; idle: once the engine "
           "released the request's freed memory; tree PSS: for reference (it shares library pages with "

@@ -39,3 +39,12 @@ def test_radixlm_row_counts_the_worker_and_the_idle_release(tiny_llama):
 def test_without_grammar_warmup_no_worker_runs(tiny_llama):
     cells = _row(tiny_llama, "--no-grammar-warmup")
     assert cells[5] == "not started" and cells[6].startswith("0 (")
+
+
+@pytest.mark.slow
+def test_agent_workload_row(tiny_llama):
+    """``--workload agent`` runs the agent prompts through the engine and reports the same columns."""
+    cells = _row(tiny_llama, "--workload", "agent", "--agent-requests", "3", "--context", "8192",
+                 "--no-grammar-warmup")
+    number = lambda text: int(text.replace(",", ""))  # noqa: E731
+    assert number(cells[2]) >= number(cells[1]) > 0 and cells[5] == "not started"
