@@ -15,7 +15,7 @@ class EngineSummary:
     model: str  # ORG/NAME for a hub snapshot, else the checkpoint's folder or file name
     architecture: str
     parameters: int  # weights' logical elements (a tied embedding counted once)
-    weight_format: str  # "float32", "bfloat16", "int8 (weight-only)", ...
+    weight_format: str  # "float32", "bfloat16", "int8 (weight-only)", "GGUF Q5_0 60%, Q8_0 27%, ...", ...
     device: str
     threads: int
     kv_tokens: int  # KV-cache capacity, in tokens
@@ -34,7 +34,7 @@ def summarize(model_name: str, args: Any, runner: Any, kv_tokens: int) -> Engine
     """The summary of an engine from its ``ServerArgs`` and ``ModelRunner``."""
     return EngineSummary(
         model=model_name, architecture=runner.model_config.architecture, parameters=parameter_count(runner.model),
-        weight_format=weight_format(args.quantization, runner.dtype), device=str(runner.device),
+        weight_format=weight_format(args.quantization, runner.dtype, runner.model), device=str(runner.device),
         threads=threads(), kv_tokens=kv_tokens, max_running_requests=args.max_running_requests,
         grammar_backend=args.grammar_backend)
 

@@ -34,3 +34,18 @@ def test_an_unsupported_architecture_is_named(tmp_path: Path, checkpoint):
     path = write_gguf(checkpoint("qwen2", "tiny"), tmp_path / "x.gguf", arch="starcoder2")
     line = _one_error_line(_serve("--port", "0", "--model-path", str(path)))
     assert "GGUF architecture 'starcoder2' is not supported" in line, line
+
+
+def test_the_start_up_facts_of_a_gguf_model(tiny_gguf: Path, checkpoint):
+    """The start-up line's parameter count and weight format see the block weights: as many parameters
+    as the float checkpoint the file was written from, and the file's block types by share."""
+    import torch
+    from radixlm.runtime.model.model_loader import load_model
+    from radixlm.runtime.model.weight_stats import parameter_count, weight_format
+
+    gguf_model, _ = load_model(str(tiny_gguf))
+    float_model, _ = load_model(str(checkpoint("qwen2", "tiny")))
+    assert parameter_count(gguf_model) == parameter_count(float_model)
+    fmt = weight_format(None, torch.float32, gguf_model)
+    assert fmt.startswith("GGUF ") and "Q8_0" in fmt and fmt.endswith("%"), fmt
+    assert weight_format(None, torch.float32, float_model) == "float32"
