@@ -133,16 +133,30 @@ async def start_raw(state: ServerState, request: web.Request, record: RequestRec
     return ChatTurn(req, ChoiceRunner(state, plan, record, 0), params)
 
 
-async def collect(turn: ChatTurn) -> Answer:
-    """Run ``turn`` to its end (an announced call the budget cut off is not a complete call: dropped)."""
-    out = Answer()
+@dataclass
+class Gathered:
+    """A choice's events, gathered: the text, the thinking, the complete calls, a call the budget cut
+    off (not a complete call: kept apart), the content's logprobs and the finish event."""
+
+    content: str
+    reasoning: str
+    calls: list[ToolCall]
+    truncated: ToolCall | None
+    logprobs: list[dict]
+    finish: ChoiceEvent
+
+
+async def gather(events: AsyncIterator[ChoiceEvent]) -> Gathered:
+    """Run a choice's event stream to its end (the last event is its ``finish``)."""
     content: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, ToolCall] = {}
-    cut = None
-    async for ev in turn.events():
+    lps: list[dict] = []
+    finish = ChoiceEvent("finish", finish_reason="stop")
+    async for ev in events:
         if ev.kind == "content":
             content.append(ev.text)
+            lps.extend(ev.logprobs or [])
         elif ev.kind == "reasoning":
             reasoning.append(ev.text)
         elif ev.kind == "call_start":
@@ -150,11 +164,16 @@ async def collect(turn: ChatTurn) -> Answer:
         elif ev.kind == "call_args":
             calls[ev.call_index].arguments += ev.text
         else:
-            out.finish_reason, out.stop_matched, cut = ev.finish_reason or "stop", ev.stop_matched, ev.cut_call
-    if cut is not None:
-        calls.pop(cut, None)
-    out.content, out.reasoning, out.calls = "".join(content), "".join(reasoning), list(calls.values())
-    return out
+            finish = ev
+    truncated = calls.pop(finish.cut_call, None) if finish.cut_call is not None else None
+    return Gathered("".join(content), "".join(reasoning), list(calls.values()), truncated, lps, finish)
+
+
+async def collect(turn: ChatTurn) -> Answer:
+    """Run ``turn`` to its end (an announced call the budget cut off is not a complete call: dropped)."""
+    got = await gather(turn.events())
+    return Answer(got.content, got.reasoning, got.calls, got.finish.finish_reason or "stop",
+                  got.finish.stop_matched)
 
 
 def count_tokens(state: ServerState, text: str) -> int:

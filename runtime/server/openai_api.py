@@ -16,10 +16,10 @@ from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
-from radixlm.runtime.chat_formats.tools import ToolCall
 from radixlm.runtime.sampling_params import choice_seed
 from radixlm.runtime.server.bare_tool_calls import with_bare_calls
 from radixlm.runtime.server.chat_generation import ChoiceEvent, ChoiceRunner
+from radixlm.runtime.server.chat_pipeline import gather
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
 from radixlm.runtime.server.fan_out import check_fan_out
 from radixlm.runtime.server.field_names import OPENAI_NAMES, with_route_names
@@ -273,33 +273,18 @@ async def _ready(value: Any) -> Any:
 
 async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
     """Run one choice to the end and build its ``choices[i]`` object."""
-    content: list[str] = []
-    reasoning: list[str] = []
-    calls: dict[int, ToolCall] = {}
-    lps: list[dict] = []
-    reason, violations, closed, cut = None, None, False, None
-    async for ev in with_bare_calls(runner.events(), runner.plan):
-        if ev.kind == "content":
-            content.append(ev.text)
-            lps.extend(ev.logprobs or [])
-        elif ev.kind == "reasoning":
-            reasoning.append(ev.text)
-        elif ev.kind == "call_start":
-            calls[ev.call_index] = ToolCall(ev.call_id or "", ev.name or "", "")
-        elif ev.kind == "call_args":
-            calls[ev.call_index].arguments += ev.text
-        else:
-            reason, violations, closed, cut = ev.finish_reason, ev.violations, ev.budget_closed, ev.cut_call
-    truncated = calls.pop(cut, None) if cut is not None else None  # not a complete call: kept apart
-    text, thought = "".join(content), "".join(reasoning)
+    got = await gather(with_bare_calls(runner.events(), runner.plan))
+    text, thought, fin = got.content, got.reasoning, got.finish
+    calls, truncated = got.calls, got.truncated
     # no answer after the thinking (the budget ran out in it): null, not an empty (invalid) answer
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not (calls or thought) else None}
     if runner.splitter is not None:
         message["reasoning_content"] = thought or None
     if calls:
-        message["tool_calls"] = [c.to_dict() for c in calls.values()]
+        message["tool_calls"] = [c.to_dict() for c in calls]
     choice = {"index": runner.index, "message": message,
-              "logprobs": {"content": lps, "refusal": None} if want_logprobs else None, "finish_reason": reason}
+              "logprobs": {"content": got.logprobs, "refusal": None} if want_logprobs else None,
+              "finish_reason": fin.finish_reason}
     if truncated is not None:
         choice["truncated_tool_call"] = truncated.to_dict()
-    return with_budget_closed(with_violations(choice, violations), closed)
+    return with_budget_closed(with_violations(choice, fin.violations), fin.budget_closed)

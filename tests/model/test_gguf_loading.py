@@ -18,14 +18,12 @@ import shutil
 import pytest
 import torch
 from gguf_files import MIXED, write_dequantized, write_gguf
+from prefill_logits import prefill_logits
 from radixlm.runtime.gguf_path import GGUFPathError, gguf_file
 from radixlm.runtime.model.block_linear import BlockEmbedding, BlockLinear, BlockLMHead
-from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.gguf_loader import check_gguf_options
-from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
-from radixlm.runtime.scheduler.batch import BatchSpec
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 # Largest |logit difference| allowed, relative to the largest |logit| of the row set (measured
@@ -55,15 +53,6 @@ def twins(checkpoint, tmp_path_factory):
     return get
 
 
-def _logits(model, prompt: list[int]) -> torch.Tensor:
-    """float32 logits of every position of ``prompt`` (one prefill)."""
-    c, n = model.config, len(prompt)
-    pool = KVPool(n + 2, c.num_layers, model.num_kv_heads, c.head_dim, torch.float32, "cpu")
-    table = ReqToTokenTable(1, n + 2, "cpu")
-    spec = BatchSpec(False, [0], prompt, [0], [n], list(range(1, n + 1)), list(range(n)))
-    return model.forward(ForwardBatch.from_spec(spec, table, "cpu"), pool)
-
-
 @pytest.mark.parametrize("tie", [False, True])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_logits_match_the_dequantized_float32_model(twins, arch, tie):
@@ -81,7 +70,7 @@ def test_logits_match_the_dequantized_float32_model(twins, arch, tie):
     tok = Tokenizer(float_dir)
     agree = total = 0
     for text in PROMPTS:
-        a, b = _logits(model, tok.encode(text)), _logits(ref, tok.encode(text))
+        a, b = prefill_logits(model, tok.encode(text)), prefill_logits(ref, tok.encode(text))
         err = (a - b).abs().max().item()
         assert err <= LOGIT_MAX_REL * b.abs().max().item(), (text, err)
         top2 = b.topk(2, dim=-1).values

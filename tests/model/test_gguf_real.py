@@ -26,6 +26,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
+from prefill_logits import prefill_logits
 from real_models import QWEN_CODER, real_gguf_file
 from serve_process import serve
 
@@ -46,18 +47,6 @@ NEW_TOKENS = 24
 @pytest.fixture(scope="module")
 def qwen() -> Path:
     return real_gguf_file(QWEN_CODER)
-
-
-def _logits(model, ids: list[int]) -> torch.Tensor:
-    from radixlm.runtime.model.forward_batch import ForwardBatch
-    from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
-    from radixlm.runtime.scheduler.batch import BatchSpec
-
-    c, n = model.config, len(ids)
-    pool = KVPool(n + 2, c.num_layers, model.num_kv_heads, c.head_dim, torch.float32, "cpu")
-    table = ReqToTokenTable(1, n + 2, "cpu")
-    spec = BatchSpec(False, [0], ids, [0], [n], list(range(1, n + 1)), list(range(n)))
-    return model.forward(ForwardBatch.from_spec(spec, table, "cpu"), pool)
 
 
 def _clear_positions_agree(got: torch.Tensor, want: torch.Tensor, gap: float, label: str) -> int:
@@ -87,7 +76,7 @@ def test_greedy_tokens_match_transformers_on_the_dequantized_weights(qwen):
         with torch.no_grad():
             seq = hf.generate(torch.tensor([prompt]), max_new_tokens=NEW_TOKENS, do_sample=False)[0].tolist()
             want = hf(torch.tensor([seq])).logits[0, len(prompt) - 1:-1].float()  # [new tokens, vocab]
-        compared += _clear_positions_agree(_logits(ours, seq)[len(prompt) - 1:-1], want, GAP_TOLERANCE, question)
+        compared += _clear_positions_agree(prefill_logits(ours, seq)[len(prompt) - 1:-1], want, GAP_TOLERANCE, question)
     assert compared >= len(QUESTIONS) * NEW_TOKENS // 2  # most positions are clear-cut
 
 
@@ -112,7 +101,7 @@ def test_greedy_tokens_match_llamacpp_on_the_gguf(qwen):
             seq.append(int(llm.scores[llm.n_tokens - 1].argmax()))
             llm.eval(seq[-1:])
         want = torch.from_numpy(llm.scores[len(prompt) - 1:len(seq) - 1].copy()).float()  # [new tokens, vocab]
-        compared += _clear_positions_agree(_logits(ours, seq)[len(prompt) - 1:-1], want, LLAMACPP_GAP_TOLERANCE,
+        compared += _clear_positions_agree(prefill_logits(ours, seq)[len(prompt) - 1:-1], want, LLAMACPP_GAP_TOLERANCE,
                                            question)
     assert compared >= len(QUESTIONS) * NEW_TOKENS // 2
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.multiprocessing as mp
+from prefill_logits import prefill_logits
 from radixlm.kernels.int8_matmul_ref import int8_matmul_ref
-from radixlm.runtime.model.forward_batch import ForwardBatch
-from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_loader import load_model
 from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.parallel.layers import Linear, RowParallelLinear
@@ -26,7 +25,6 @@ from radixlm.runtime.model.quantization import (
     quantize_int8,
 )
 from radixlm.runtime.ports import free_port
-from radixlm.runtime.scheduler.batch import BatchSpec
 from radixlm.runtime.server_args import ServerArgs
 
 # The documented tolerance (docs/server.md): every logits row of the int8 model is within 6% of the
@@ -110,21 +108,12 @@ def test_int8_linear_is_within_the_rounding_bound_of_the_float_linear():
     assert diff.max() > 0  # it is quantized
 
 
-def _logits(model, prompt: list[int]) -> torch.Tensor:
-    """float32 logits of every position of ``prompt`` (one prefill)."""
-    c, n = model.config, len(prompt)
-    pool = KVPool(n + 2, c.num_layers, model.num_kv_heads, c.head_dim, model.norm.weight.dtype, "cpu")
-    table = ReqToTokenTable(1, n + 2, "cpu")
-    spec = BatchSpec(False, [0], prompt, [0], [n], list(range(1, n + 1)), list(range(n)))
-    return model.forward(ForwardBatch.from_spec(spec, table, "cpu"), pool)
-
-
 def _assert_within_tolerance(path: str, prompts: list[list[int]]) -> None:
     ref, _ = load_model(path, "float32")
     q8, _ = load_model(path, "float32", quantization="int8")
     assert isinstance(q8.layers[0].qkv_proj, Int8Linear) and q8.lm_head is None
     for ids in prompts:
-        a, b = _logits(ref, ids), _logits(q8, ids)
+        a, b = prefill_logits(ref, ids), prefill_logits(q8, ids)
         rel = ((a - b).norm(dim=-1) / a.norm(dim=-1)).max().item()
         peak = (a - b).abs().max().item() / a.abs().max().item()
         assert 0 < rel <= LOGIT_REL_L2 and peak <= LOGIT_MAX_REL, (rel, peak)
@@ -184,7 +173,7 @@ def test_greedy_agreement_with_float32_on_tiny(tiny_llama):
     agree = total = 0
     for ids, out in zip(prompts, outs):
         # teacher-forced: at each of float32's greedy steps, does int8 pick the same next token?
-        picks = _logits(q8, ids + out[:-1])[len(ids) - 1:].argmax(dim=-1).tolist()
+        picks = prefill_logits(q8, ids + out[:-1])[len(ids) - 1:].argmax(dim=-1).tolist()
         agree += sum(p == o for p, o in zip(picks, out))
         total += len(out)
     print(f"int8 vs float32 teacher-forced greedy agreement on tiny: {agree}/{total}")
@@ -247,7 +236,7 @@ def _rank_main(rank: int, port: int, path: str) -> None:
         shard, _ = load_model(path, "float32", tp=tp, quantization="int8")
         whole, _ = load_model(path, "float32", quantization="int8")
         ids = [5, 300, 41, 977, 12, 8, 2000, 63]
-        ls, lw = _logits(shard, ids), _logits(whole, ids)
+        ls, lw = prefill_logits(shard, ids), prefill_logits(whole, ids)
         # the shards quantize their activations to int16 by their own largest |x| (measured 7.5e-5)
         assert (ls - lw).abs().max().item() <= 2e-4 * lw.abs().max().item()
     finally:
