@@ -11,6 +11,13 @@ from typing import Any
 from radixlm.constrained.tables import LazyTables
 
 MAX_TOKEN_BYTES = 64  # longest token the greedy fallback encoder looks for
+# The llguidance token slice the engine's tokenizer keeps: the tokens that fit inside a JSON
+# string, whose masks it then fills without walking them. Each slice costs ~9 MB at 152k tokens;
+# llguidance's default set adds whitespace runs and 1-10 / 1-30 character strings, which the
+# front end's grammars rarely reach (JSON whitespace is fixed, counted strings are counted by the
+# matcher); bench_grammar.py gives the same mask p50/p99 with this one slice as with the four.
+STRING_SLICE = r'[^"\\\x00-\x1F\x7F]+'
+ENGINE_SLICES = (STRING_SLICE,)
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,22 +62,26 @@ class TokenizerVocab:
     @functools.cached_property
     def llg(self) -> Any:
         """The ``llguidance.LLTokenizer`` over this table (built once, a second or so at 152k), with
-        llguidance's default slices unless ``prepare_llg`` chose others first."""
-        return self.build_llg()
+        ``ENGINE_SLICES`` unless ``prepare_llg`` chose others first."""
+        return self.build_llg(list(ENGINE_SLICES))
 
-    def prepare_llg(self, slices: list[str] | None) -> None:
-        """Build ``llg`` now with ``slices`` (no-op if it is built already): a process that only
-        compiles and probes grammars (a compile worker) passes ``[]``."""
+    def prepare_llg(self, slices: list[str] | None, *, byte_encoder: bool = False) -> None:
+        """Build ``llg`` now with ``slices`` and ``byte_encoder`` (no-op if it is built already): a
+        process that only compiles and probes grammars (a compile worker) passes ``[]`` and True."""
         if "llg" not in self.__dict__:
-            self.__dict__["llg"] = self.build_llg(slices)
+            self.__dict__["llg"] = self.build_llg(slices, byte_encoder=byte_encoder)
 
-    def build_llg(self, slices: list[str] | None = None) -> Any:
+    def build_llg(self, slices: list[str] | None = None, *, byte_encoder: bool = False) -> Any:
         """A new ``llguidance.LLTokenizer`` over this table. ``slices``: llguidance's token slices
-        (None: its defaults, which make masks inside JSON strings fast and cost ~35 MB at 152k
-        tokens; ``[]``: none, for a process that computes a few masks per grammar)."""
+        (None: its four defaults, ~35 MB at 152k tokens; ``ENGINE_SLICES``: the one that makes
+        masks inside JSON strings fast; ``[]``: none, for a process that computes a few masks per
+        grammar).
+        ``byte_encoder``: where the table has no ``encode``, text is spelled one single-byte token
+        at a time rather than by the greedy encoder, whose index costs ~10 MB at 152k tokens (for
+        a process whose matchers never re-tokenise forced text)."""
         import llguidance
 
-        tokens = _LlgTokens(self)
+        tokens = _LlgTokens(self, byte_encoder)
         wrapper = llguidance.TokenizerWrapper(tokens)
         llg = llguidance.LLTokenizer(wrapper, n_vocab=self.vocab_size, eos_token=list(self.eos_token_ids),
                                      slices=slices)
@@ -147,7 +158,7 @@ class _LlgTokens:
     """What ``llguidance.TokenizerWrapper`` reads: every id's bytes, EOS, the special ids and an
     encoder. Special tokens (None in the table) are listed as such, so grammars never emit them."""
 
-    def __init__(self, vocab: TokenizerVocab) -> None:
+    def __init__(self, vocab: TokenizerVocab, byte_encoder: bool = False) -> None:
         names = dict(vocab.special_names)
         self.eos_token_id = vocab.eos_token_ids[0]
         self.bos_token_id = None
@@ -155,11 +166,21 @@ class _LlgTokens:
         table = list(vocab.token_bytes) + [None] * (vocab.vocab_size - len(vocab.token_bytes))
         self.tokens = [b if b is not None else names.get(i, f"<special {i}>".encode()) for i, b in enumerate(table)]
         self.special_token_ids = [i for i, b in enumerate(table) if b is None]
-        self._vocab = vocab
+        # Only what encoding needs is kept (the native tokenizer holds this encoder): with the byte
+        # encoder and a token for every byte, not the table, so a worker can drop it.
+        self._encode = vocab.encode
+        self._byte_tokens = vocab.byte_tokens if byte_encoder else None
+        complete = byte_encoder and min(vocab.byte_tokens) >= 0
+        self._greedy = None if complete or vocab.encode is not None else vocab.greedy_encode
 
     def __call__(self, text: str | bytes) -> list[int]:
         if isinstance(text, bytes):
             text = text.decode("utf-8", errors="replace")
-        if self._vocab.encode is not None:
-            return list(self._vocab.encode(text))
-        return self._vocab.greedy_encode(text.encode("utf-8"))
+        if self._encode is not None:
+            return list(self._encode(text))
+        data = text.encode("utf-8")
+        if self._byte_tokens is not None:
+            ids = [self._byte_tokens[b] for b in data]
+            if all(i >= 0 for i in ids):
+                return ids
+        return self._greedy(data)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.constrained.checks.paths import UniquePaths
-from radixlm.constrained.compile.probe import probe_matcher
+from radixlm.constrained.compile.probe import ProbeVocab, probe_matcher
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.ir.ebnf import ebnf_to_lark
@@ -97,7 +97,7 @@ def constraint_grammar(req: CompileRequest) -> CompiledParts:
     raise ConstraintError(f"unknown constraint kind {kind!r} (expected one of {', '.join(KINDS)})")
 
 
-def compile_parts(vocab: TokenizerVocab, req: CompileRequest) -> CompiledParts:
+def compile_parts(vocab: TokenizerVocab | ProbeVocab, req: CompileRequest) -> CompiledParts:
     """The whole worker-side compile (what a worker runs for each job): the grammar text, then its
     matcher built and walked once against ``vocab`` (``compile/probe.py``), inside the worker's
     budgets, with the memory that took."""
@@ -106,11 +106,14 @@ def compile_parts(vocab: TokenizerVocab, req: CompileRequest) -> CompiledParts:
     return parts
 
 
-def prepare(vocab: TokenizerVocab) -> None:
+def prepare(vocab: TokenizerVocab) -> ProbeVocab:
     """A worker's one-time set-up with the vocabulary (``compile.worker``, before its memory cap):
     llguidance's tokenizer, which every probe uses, without token slices (they speed up masks
-    inside JSON strings and cost ~35 MB at 152k tokens; a probe computes one or two masks)."""
-    vocab.prepare_llg(slices=[])
+    inside JSON strings and cost ~35 MB at 152k tokens; a probe computes one or two masks) and
+    with the byte encoder (the probe walks forced text by single-byte tokens itself). Returns what
+    the jobs read, so the worker drops the token table (~8 MB at 152k tokens)."""
+    vocab.prepare_llg(slices=[], byte_encoder=True)
+    return ProbeVocab(vocab.llg, vocab.byte_tokens)
 
 
 def warm_up() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import llguidance
@@ -33,6 +34,15 @@ LARK_HEADER = '%llguidance {"no_forcing": true}\n'
 # Bytes the engine's process holds per forced byte while its warm-up walks a forced prefix (the
 # matcher's per-token records, the lexer states along it): x{400000} adds ~126 MB, a{1000000} ~618 MB.
 FORCED_BYTE_COST = 512
+
+
+@dataclass(frozen=True)
+class ProbeVocab:
+    """What a probe reads of a ``TokenizerVocab``: its llguidance tokenizer and single-byte tokens
+    (a compile worker keeps these instead of the whole vocabulary)."""
+
+    llg: Any
+    byte_tokens: tuple[int, ...]
 
 
 def build_core(vocab: Any, lark: str, kind: str) -> Any:

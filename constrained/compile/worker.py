@@ -2,7 +2,7 @@
 
 ``CompilePool`` starts it with one end of a socket pair as ``FD``. Protocol (pickles over a
 ``multiprocessing.connection.Connection``): the parent sends ``(vocab, compile_fn)`` once, the
-worker caps its address space at what it holds then plus ``MAX_MB`` MiB (``RLIMIT_AS``) and
+compile module's ``prepare(vocab)`` may replace the vocabulary by what its jobs read, the worker caps its address space at what it holds then plus ``MAX_MB`` MiB (``RLIMIT_AS``) and
 answers ``("ready", pid)``; then per job the parent sends a ``CompileRequest`` and the worker
 answers ``(outcome, value)``: ``("ok", CompiledParts)``, ``("error", ConstraintError)`` or
 ``("memory", None)`` (a ``MemoryError``: the parent retires this worker). A native allocation
@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     if callable(warm):  # the compile module's one-time set-up, before the first job rather than in it
         warm()
     prepare = getattr(module, "prepare", None)
-    if callable(prepare):  # likewise with the vocabulary (llguidance's tokenizer), before the cap
-        prepare(vocab)
+    if callable(prepare):  # likewise with the vocabulary (llguidance's tokenizer), before the cap;
+        vocab = prepare(vocab) or vocab  # it may return the part of the vocabulary the jobs read
     _release_free_memory()  # what unpickling and the set-up freed, before the cap is measured
     limit_address_space(max_mb)
     conn.send(("ready", os.getpid()))

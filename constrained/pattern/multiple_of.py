@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
-import numpy as np
 from radixlm.constrained.pattern.int_range import integer_range_regex
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_PER_UNIT = 100  # fraction digits are dropped until at most so many multiples lie in a unit
 MAX_DIGITS = 9  # integer digits of multiples of float divisors (longer ones: costly automata)
@@ -187,6 +190,8 @@ def _window_side(lo: int, hi: int | None, m: int, k: int, checked: list[float], 
     stop = start + m * MAX_CHECKED if hi is None else min(hi + 1, start + m * MAX_CHECKED)
     stop = min(stop, start + MAX_KEYS[0] // share * max(m, scale))  # past the widest window: unused
     if checked:  # capped: N < 2**52, so int64 and the float conversions are exact
+        import numpy as np  # here, not at the top: compile workers import numpy for such schemas alone
+
         values = np.arange(start, stop, m, dtype=np.int64)
         for d in checked:  # exactly jsonschema's test: q = instance / d; int(q) == q
             q = (values / scale) / d
@@ -204,6 +209,8 @@ def _window_side(lo: int, hi: int | None, m: int, k: int, checked: list[float], 
 
 def _grouped(values: np.ndarray, scale: int) -> dict[str, frozenset[int]]:
     """``_entries`` of sorted values, vectorised: integer part -> fractions."""
+    import numpy as np
+
     if not len(values):
         return {}
     ints, fracs = values // scale, values % scale

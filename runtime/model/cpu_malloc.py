@@ -27,6 +27,7 @@ M_TRIM_THRESHOLD = -1  # mallopt parameter numbers from glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
 THRESHOLD_BYTES = 2**31 - 1  # the largest value mallopt takes (an int)
 MMAP_FALLBACK_BYTES = 32 * 2**20  # glibc's own mmap-threshold ceiling on 64-bit, for glibcs that refuse more
+TRIM_PROBE_BYTES = 128 * 2**10  # >= glibc's 64 KiB consolidation threshold, below its mmap threshold
 
 _tuned: bool | None = None  # the result of the first call: tuning is process-wide and done once
 
@@ -61,21 +62,47 @@ def _apply() -> bool:
 
 
 def release_free_memory() -> bool:
-    """Hand the heap's free pages back to the OS once (glibc's ``malloc_trim(0)``); return whether it ran.
+    """Hand the free pages of the heap and of the calling thread's arena back to the OS once
+    (glibc's ``malloc_trim(0)``, then ``_trim_thread_arena``); return whether it ran.
 
     Loading leaves large freed blocks behind (the float weights that quantization replaced, the
     storage that the huge-page copies replaced); with the raised trim threshold they would stay
     resident for the life of the process. ``malloc_trim`` releases every whole free page, not only
-    the heap's top, so this is called once after loading. A no-op where ``tune_malloc`` is (not
-    glibc, not Linux, opted out).
+    the heap's top, so this is called once after loading, and by the engine's loop thread once
+    per idle period. A no-op where ``tune_malloc`` is (not glibc, not Linux, opted out).
     """
     if not sys.platform.startswith("linux") or os.environ.get(DISABLE_ENV, "") not in ("", "0"):
         return False
     try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim, mallopt, malloc, free = libc.malloc_trim, libc.mallopt, libc.malloc, libc.free
     except (OSError, AttributeError):
         return False
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
     trim(0)
+    if _tuned:  # untuned, glibc trims every arena's top itself
+        _trim_thread_arena(mallopt, malloc, free)
     return True
+
+
+def _trim_thread_arena(mallopt, malloc, free) -> None:  # noqa: ANN001 - ctypes functions
+    """Shrink the top of the calling thread's arena (a thread other than the main one allocates
+    from its own arena). ``malloc_trim`` frees whole pages inside every arena but the top only
+    of the main heap, and a thread's top is where its step temporaries end when freed (tens of
+    MB after a long prefill). glibc trims a thread arena's top whenever a block of 64 KiB or
+    more is freed there and the top exceeds the trim threshold: lower the threshold for one
+    such free, then restore it."""
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    malloc.argtypes = [ctypes.c_size_t]
+    malloc.restype = ctypes.c_void_p
+    free.argtypes = [ctypes.c_void_p]
+    if mallopt(M_TRIM_THRESHOLD, TRIM_PROBE_BYTES) != 1:
+        return
+    try:
+        block = malloc(TRIM_PROBE_BYTES)
+        if block:
+            free(block)
+    finally:
+        mallopt(M_TRIM_THRESHOLD, THRESHOLD_BYTES)

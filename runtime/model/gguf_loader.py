@@ -7,7 +7,8 @@ one), the file's parts are either all float32, then copied into the float parame
 checkpoint would be, or kept as ``BlockWeight``s (``kernels.gguf_blocks``) in a ``BlockLinear``,
 ``BlockEmbedding`` or ``BlockLMHead`` that replaces it: no float copy of a quantized weight is made.
 1-D tensors (norms, biases) become float32 parameters. Each tensor's bytes are copied out of the
-map once, so the file is closed when loading ends.
+map once, and its pages of the map are released right after (``release_pages``), so loading holds
+about the weights, not the file and the weights; the file is closed when loading ends.
 
 llama.cpp's converter permutes the Q and K rows of ``llama`` files per head (ggml rotates adjacent
 pairs, HF halves). A permutation of output rows moves whole rows, so it is undone on the raw block
@@ -29,7 +30,7 @@ from gguf import GGMLQuantizationType, quants
 from radixlm.kernels.gguf_blocks import SUPPORTED_TYPES, BlockWeight
 from radixlm.runtime.model.block_linear import BlockEmbedding, BlockLinear, BlockLMHead
 from radixlm.runtime.model.gguf_config import ROPE_FREQS, GGUFArchitecture, gguf_architecture, hf_config
-from radixlm.runtime.model.gguf_reader import GGUFFile, GGUFTensor
+from radixlm.runtime.model.gguf_reader import GGUFFile, GGUFTensor, release_pages
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import model_class
@@ -87,11 +88,14 @@ def fill_from_gguf(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch
             for target, tensor, hf_name in pieces:
                 rows = torch.from_numpy(_float_rows(tensor, hf_name, model.config, arch))
                 param.data[target.row:target.row + rows.shape[0]].copy_(rows.reshape(target.shape))
+                release_pages(tensor.data)
         else:
             block_groups.append(sorted(pieces, key=lambda piece: piece[0].row))
     owners = _param_owners(model)
     for pieces in block_groups:  # after the float ones: a BlockLinear takes its loaded bias
         _install(model, owners, pieces[0][0].param, _block_parts(pieces, model.config, arch))
+        for _, tensor, _ in pieces:
+            release_pages(tensor.data)
 
 
 def _group_pieces(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch: GGUFArchitecture,

@@ -91,10 +91,11 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, gguf_path: str | Path, chat_template: str | None = None) -> Tokenizer:
-        """The tokenizer, special ids and chat template stored in a GGUF file (``gguf_vocab``)."""
-        from radixlm.runtime.tokenizer.gguf_vocab import read_gguf_vocab
+        """The tokenizer, special ids and chat template stored in a GGUF file (``gguf_vocab``),
+        converted once and cached (``gguf_tokenizer_cache``)."""
+        from radixlm.runtime.tokenizer.gguf_tokenizer_cache import load_gguf_vocab
 
-        vocab = read_gguf_vocab(gguf_path)
+        vocab = load_gguf_vocab(gguf_path)
         return cls.from_tokenizer(vocab.tokenizer, source=gguf_path, special_tokens=vocab.special_tokens,
                                   eos_token_ids=vocab.eos_token_ids, bos_token_id=vocab.bos_token_id,
                                   pad_token_id=vocab.pad_token_id, chat_template=vocab.chat_template,

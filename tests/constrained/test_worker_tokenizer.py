@@ -1,15 +1,18 @@
-"""The compile worker's llguidance tokenizer: built without token slices (``compile/job.py``'s
-``prepare``), with the same masks and the same encoder as the engine's (default slices)."""
+"""The compile worker's llguidance tokenizer: built without token slices and with the byte
+encoder (``compile/job.py``'s ``prepare``), with the same masks and the same encoder as the
+engine's (``ENGINE_SLICES``, llguidance's JSON-string slice)."""
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 
 import llguidance
 import pytest
 from radixlm.constrained.compile.job import CompileRequest, compile_parts, constraint_grammar, prepare
-from radixlm.constrained.compile.probe import build_core
-from radixlm.constrained.vocab import TokenizerVocab
+from radixlm.constrained.compile.probe import ProbeVocab, build_core
+from radixlm.constrained.vocab import ENGINE_SLICES, TokenizerVocab
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
                                            "tags": {"type": "array", "items": {"type": "string"}},
@@ -39,7 +42,37 @@ def test_prepare_builds_the_tokenizer_without_slices(vocab, monkeypatch):
     built = worker_vocab.llg
     prepare(worker_vocab)  # built once: a second prepare keeps it
     assert worker_vocab.llg is built and calls == [[]]
-    assert _copy(vocab).llg is not None and calls[-1] is None  # the engine's: llguidance's default slices
+    assert _copy(vocab).llg is not None and calls[-1] == list(ENGINE_SLICES)  # the engine's
+
+
+@pytest.mark.unit
+def test_engine_slice_is_llguidances_json_string_slice():
+    assert list(ENGINE_SLICES) == llguidance.LLTokenizer.general_slices()[-1:]
+
+
+@pytest.mark.unit
+def test_worker_keeps_only_what_probes_read_and_never_builds_the_greedy_index(vocab):
+    table = TokenizerVocab.from_token_bytes(vocab.token_bytes, vocab.eos_token_ids, vocab.vocab_size)
+    probe_vocab = prepare(table)  # what a worker does: no ``encode`` travels to it
+    assert "_index" not in table.__dict__  # the greedy encoder's index (~10 MB at 152k) is never built
+    assert isinstance(probe_vocab, ProbeVocab) and probe_vocab.byte_tokens == table.byte_tokens
+    gone = weakref.ref(table)
+    del table
+    gc.collect()
+    assert gone() is None  # nothing, the native tokenizer's encoder included, keeps the token table
+    ids = probe_vocab.llg.tokenize_str('{"a": 1}')  # the byte encoder
+    assert ids == [probe_vocab.byte_tokens[b] for b in b'{"a": 1}'] and probe_vocab.llg.decode_str(ids) == '{"a": 1}'
+    parts = compile_parts(probe_vocab, CompileRequest("json_schema", SCHEMA))
+    assert parts.lark and parts.matcher_bytes is not None
+
+
+@pytest.mark.unit
+def test_byte_encoder_falls_back_to_greedy_where_a_byte_has_no_token():
+    tokens = [b"a", b"b", b"ab", b"\xc3\xa9", None]  # no single-byte token for 0xc3 or 0xa9
+    table = TokenizerVocab.from_token_bytes(tokens, [4])
+    table.prepare_llg(slices=[], byte_encoder=True)
+    assert table.llg.tokenize_str("ab") == [0, 1]
+    assert table.llg.tokenize_str("\u00e9a") == [3, 0]
 
 
 def test_masks_and_encoder_equal_with_and_without_slices(vocab):
@@ -59,7 +92,5 @@ def test_masks_and_encoder_equal_with_and_without_slices(vocab):
 
 
 def test_worker_compile_runs_on_the_tokenizer_without_slices(vocab):
-    worker_vocab = _copy(vocab)
-    prepare(worker_vocab)
-    parts = compile_parts(worker_vocab, CompileRequest("json_schema", SCHEMA))
+    parts = compile_parts(prepare(_copy(vocab)), CompileRequest("json_schema", SCHEMA))
     assert parts.lark and parts.matcher_bytes is not None and parts.matcher_bytes >= 0

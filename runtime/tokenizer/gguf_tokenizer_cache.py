@@ -1,0 +1,124 @@
+"""A GGUF file's tokenizer, converted once in a child process and cached as JSON.
+
+transformers' GGUF converter (``gguf_vocab.read_gguf_vocab``) is the one source of the tokenizer
+a GGUF file describes, but importing it costs the server ~20 MB resident for its life (transformers,
+huggingface_hub, their HTTP stack) and ~1.5 s per start. ``load_gguf_vocab`` runs the conversion in
+a child process (``python -m radixlm.runtime.tokenizer.gguf_tokenizer_cache FILE OUT``) the first
+time a file's tokenizer is seen, stores the result under ``$RADIXLM_CACHE/gguf-vocab/``
+(``RADIXLM_CACHE`` defaults to ``~/.cache/radixlm``) as ``<key>.tokenizer.json`` (read by
+``tokenizers`` itself) and ``<key>.json`` (the other fields, written last: an entry exists once it
+does) and reads it from there afterwards. The key hashes the file's identity (its resolved path, size and
+modification time, as Python's bytecode cache does), the transformers version and
+``FORMAT_VERSION``, so a changed file or converter never reuses an entry. Where the cache folder
+cannot be written, the conversion goes to a temporary folder and is not kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from importlib import metadata as package_metadata
+from pathlib import Path
+
+import tokenizers
+from radixlm.runtime.tokenizer.gguf_vocab import GGUFVocab, read_gguf_vocab
+
+logger = logging.getLogger("radixlm.tokenizer")
+
+FORMAT_VERSION = 1  # bump when read_gguf_vocab's output or this file's layout changes
+CHILD_TIMEOUT_S = 600.0
+_FIELDS = ("special_tokens", "bos_token_id", "pad_token_id", "eos_token_ids", "add_bos_token", "chat_template",
+           "architecture", "token_count")
+
+
+def cache_dir() -> Path:
+    """``$RADIXLM_CACHE/gguf-vocab`` (``~/.cache/radixlm/gguf-vocab`` by default)."""
+    root = os.environ.get("RADIXLM_CACHE") or Path.home() / ".cache" / "radixlm"
+    return Path(root) / "gguf-vocab"
+
+
+def cache_key(path: str | os.PathLike) -> str:
+    """The cache entry's name for the GGUF file at ``path`` (see the module docstring)."""
+    real = os.path.realpath(path)
+    stat = os.stat(real)
+    try:
+        converter = package_metadata.version("transformers")
+    except package_metadata.PackageNotFoundError:
+        converter = "none"
+    identity = f"{real}\0{stat.st_size}\0{stat.st_mtime_ns}\0{converter}\0{FORMAT_VERSION}"
+    return hashlib.sha256(identity.encode()).hexdigest()[:32]
+
+
+def load_gguf_vocab(path: str | os.PathLike) -> GGUFVocab:
+    """The tokenizer of the GGUF file at ``path``, from the cache or converted by a child process.
+
+    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for a file that is not GGUF
+    or whose tokenizer cannot be built (the child's message)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"GGUF file not found: {path}")
+    folder = cache_dir()
+    key = cache_key(path)
+    if (folder / f"{key}.json").is_file():
+        try:
+            return _read(folder, key)
+        except Exception as e:  # noqa: BLE001 - a broken entry (bad JSON, fields, tokenizer) is rebuilt
+            logger.warning("ignoring the unreadable cached tokenizer %s (%s); converting again", folder / key, e)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK)
+    except OSError:
+        writable = False
+    if writable:
+        return _convert(path, folder, key)
+    logger.warning("cannot write the tokenizer cache %s (set RADIXLM_CACHE); this conversion is not kept", folder)
+    with tempfile.TemporaryDirectory(prefix="radixlm-gguf-vocab-") as tmp:
+        return _convert(path, Path(tmp), key)
+
+
+def _convert(path: Path, folder: Path, key: str) -> GGUFVocab:
+    """Run the conversion in a child process writing the entry ``key`` in ``folder``, then read it."""
+    logger.info("converting the tokenizer of %s (once; cached in %s)", path.name, folder)
+    cmd = [sys.executable, "-m", __name__, str(path), str(folder), key]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        raise ValueError(lines[-1] if lines else f"{path}: the tokenizer conversion failed (exit {done.returncode})")
+    return _read(folder, key)
+
+
+def _read(folder: Path, key: str) -> GGUFVocab:
+    fields = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
+    tokenizer = tokenizers.Tokenizer.from_file(str(folder / f"{key}.tokenizer.json"))
+    return GGUFVocab(tokenizer, **{name: fields[name] for name in _FIELDS})
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` to ``path`` through a temporary file and a rename (a reader never sees half)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The child: convert ``FILE``'s tokenizer and write the entry ``KEY`` in ``FOLDER``, the fields
+    last. A ``ValueError`` is its last stderr line and exit status 2."""
+    src, folder, key = (argv or sys.argv[1:])[:3]
+    try:
+        vocab = read_gguf_vocab(src)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    _write(Path(folder) / f"{key}.tokenizer.json", vocab.tokenizer.to_str())
+    _write(Path(folder) / f"{key}.json", json.dumps({name: getattr(vocab, name) for name in _FIELDS}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
