@@ -29,8 +29,9 @@ import torch
 from gguf import GGMLQuantizationType, quants
 from radixlm.kernels.gguf_blocks import SUPPORTED_TYPES, BlockWeight
 from radixlm.runtime.model.block_linear import BlockEmbedding, BlockLinear, BlockLMHead
+from radixlm.runtime.model.file_pages import release_pages
 from radixlm.runtime.model.gguf_config import ROPE_FREQS, GGUFArchitecture, gguf_architecture, hf_config
-from radixlm.runtime.model.gguf_reader import GGUFFile, GGUFTensor, release_pages
+from radixlm.runtime.model.gguf_reader import GGUFFile, GGUFTensor
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import model_class

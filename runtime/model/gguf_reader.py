@@ -5,17 +5,14 @@ vocabulary that is ~20 s and ~700 MB. The model needs only the scalars and the t
 ``GGUFFile`` walks the same format (the ``gguf`` package's value types and block sizes) and records
 string arrays by their length only. Tensor data are numpy views on one read-only memory map of
 the file; ``close()`` (or the ``with`` block's end) drops the map once the loader has copied them,
-and ``release_pages`` drops a copied tensor's pages before that, so loading never holds the file
-and its copy whole at once.
+and ``file_pages.release_pages`` drops a copied tensor's pages before that, so loading never holds
+the file and its copy whole at once.
 """
 
 from __future__ import annotations
 
-import ctypes
-import mmap
 import os
 import struct
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +20,6 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGUF_DEFAULT_ALIGNMENT, GGMLQuantizationType, GGUFValueType
 
 GGUF_MAGIC = b"GGUF"
-MADV_DONTNEED = 4  # Linux's <sys/mman.h>
 _SCALARS = {GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
             GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
             GGUFValueType.FLOAT32: "<f", GGUFValueType.BOOL: "<?", GGUFValueType.UINT64: "<Q",
@@ -141,25 +137,3 @@ class GGUFFile:
             raise ValueError(f"{self.path}: tensor {name!r} runs past the end of the file (truncated?)")
         data = self._map[offset:offset + rows * row_bytes].reshape(rows, row_bytes)
         return GGUFTensor(name, shape, qtype, data)
-
-
-def release_pages(data: np.ndarray) -> None:
-    """Unmap this process's pages wholly inside ``data`` (a view of a ``GGUFFile``'s read-only
-    file map) from its resident set: a later read faults them in again from the page cache, with
-    the same bytes, so only resident memory changes. A no-op outside Linux."""
-    if not sys.platform.startswith("linux") or data.nbytes == 0:
-        return
-    start = data.__array_interface__["data"][0]
-    lo = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-    hi = (start + data.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
-    if hi > lo:
-        _madvise(lo, hi - lo)
-
-
-def _madvise(address: int, length: int) -> None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    libc.madvise(ctypes.c_void_p(address), ctypes.c_size_t(length), MADV_DONTNEED)

@@ -1,7 +1,11 @@
 """Load a local HF checkpoint directory into ``LlamaForCausalLM`` (or ``Gemma3ForCausalLM``).
 
-Weights are read tensor by tensor with ``safetensors.safe_open`` and copied straight into the
-(uninitialised) parameters, fusing q/k/v and gate/up on the way; no whole state dict is ever held.
+Weights are read tensor by tensor through a memory map (``safetensors_reader``) and copied straight
+into the (uninitialised) parameters, fusing q/k/v and gate/up on the way; each tensor's pages of the
+map are released once copied, so no whole state dict, and not the file, is ever held. With
+``--quantization int8`` each layer (and the embedding / head) is quantized as soon as all its
+tensors are in (``quantize_as_loaded``), so its float weights are freed before the next
+ones are read: loading peaks near the int8 model, not the float32 one.
 Under tensor parallelism each rank reads only its slice of each tensor (``get_slice(name)[rows]``),
 as ``checkpoint_layout()`` names it. Every parameter must be filled exactly by the checkpoint:
 unknown, missing and misshapen tensors raise errors that name them.
@@ -15,12 +19,14 @@ import os
 import torch
 from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.attention import resolve_attention_backend
+from radixlm.runtime.model.file_pages import release_pages
 from radixlm.runtime.model.gemma3 import Gemma3ForCausalLM, text_tensor_name
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.quantization import check_quantization, quantize_model
-from safetensors import safe_open
+from radixlm.runtime.model.quantize_as_loaded import QuantizeAsLoaded
+from radixlm.runtime.model.safetensors_reader import SafetensorsFile
 from tqdm import tqdm
 
 SINGLE_FILE = "model.safetensors"
@@ -108,8 +114,8 @@ def load_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "auto"
     run_dtype = resolve_dtype(dtype, device, config.torch_dtype)
     backend = resolve_attention_backend(attention_backend, device)
     model = model_class(config)(config, dtype=run_dtype, device=device, attention_backend=backend, tp=tp)
-    load_weights(model, files)
-    quantize_model(model, quantization, backend)
+    load_weights(model, files, QuantizeAsLoaded(model, quantization, backend))
+    quantize_model(model, quantization, backend)  # whatever is left (nothing, once every tensor was read)
     return model.eval(), config
 
 
@@ -118,46 +124,53 @@ def model_class(config: ModelConfig) -> type[LlamaForCausalLM]:
     return Gemma3ForCausalLM if config.architecture.startswith("Gemma3") else LlamaForCausalLM
 
 
-def load_weights(model: LlamaForCausalLM, files: list[str]) -> None:
-    """Copy every tensor of ``files`` into its place in ``model.checkpoint_layout()``."""
+def load_weights(model: LlamaForCausalLM, files: list[str], quantizer: QuantizeAsLoaded | None = None) -> None:
+    """Copy every tensor of ``files`` into its place in ``model.checkpoint_layout()``; ``quantizer``
+    hears of each one copied (it quantizes a layer once it is complete)."""
     layout = model.checkpoint_layout()
+    expected = set(layout)
     loaded: set[str] = set()
     bar = tqdm(total=len(layout), desc="loading weights", unit="tensor", leave=False,
                disable=None if model.tp.rank == 0 else True)  # None: shown on a terminal only
     for file in files:
-        with safe_open(file, framework="pt", device="cpu") as f:
+        with SafetensorsFile(file) as f:
             for stored in f.keys():
                 bar.update()
                 name = _model_name(stored, model)
                 if name is None or _ignored(name, model):
                     continue
-                if name not in layout:
+                if name in loaded:
+                    raise ValueError(f"tensor {name!r} appears twice in the checkpoint (again in "
+                                     f"{os.path.basename(file)})")
+                if name not in expected:
                     raise ValueError(f"unexpected tensor {name!r} in {os.path.basename(file)}: not part of "
                                      f"a {model.config.architecture} with {model.config.num_layers} layers")
                 target = layout[name]
-                tensor_slice = f.get_slice(stored)
-                actual = tuple(tensor_slice.get_shape())
+                actual = f.shape(stored)
                 if actual != target.shape:
                     raise ValueError(f"shape mismatch for tensor {name!r} in {os.path.basename(file)}: "
                                      f"checkpoint has {list(actual)}, model expects {list(target.shape)}")
-                data = _read(f, stored, tensor_slice, target)
+                whole = f.view(stored)
+                data = f.tensor(stored, _part(whole, target))
                 target.param.data[target.row:target.row + data.shape[0]].copy_(data)
+                del data
+                release_pages(whole)
                 loaded.add(name)
+                if quantizer is not None:
+                    quantizer.loaded(name, layout)
     bar.close()
-    missing = sorted(set(layout) - loaded)
+    missing = sorted(expected - loaded)
     if missing:
         shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
         raise ValueError(f"checkpoint is missing tensor(s): {shown}")
 
 
-def _read(f, name: str, tensor_slice, target: TensorTarget) -> torch.Tensor:
-    """The part of tensor ``name`` this rank needs; a slice reads only its own bytes."""
+def _part(whole, target: TensorTarget):
+    """The part of a tensor's view this rank needs (a slice of ``dim``, or all of it)."""
     if target.dim is None:
-        return f.get_tensor(name)
+        return whole
     end = target.start + target.length
-    if target.dim == 0:
-        return tensor_slice[target.start:end]
-    return tensor_slice[:, target.start:end]
+    return whole[target.start:end] if target.dim == 0 else whole[:, target.start:end]
 
 
 def _model_name(stored: str, model: LlamaForCausalLM) -> str | None:

@@ -207,21 +207,32 @@ class Int8LMHead(Int8Linear):
 
 
 def quantize_model(model: nn.Module, method: str | None, backend: str = "torch") -> None:
-    """Quantize a loaded ``LlamaForCausalLM`` in place (``method=None``: leave it float).
-
-    Replaces each layer's ``qkv_proj``, ``gate_up_proj`` (``Int8Linear``), ``o_proj``, ``down_proj``
-    (``Int8RowParallelLinear``) and sets ``model.quantized_lm_head`` (``Int8LMHead``, from
-    ``lm_head`` or, when tied, from the embedding, which stays float for the lookup); an untied
-    float ``lm_head`` is dropped. Every tensor-parallel rank must call it (row-parallel scales
-    are all-reduced).
-    """
+    """Quantize a loaded ``LlamaForCausalLM`` in place (``method=None``: leave it float): every layer
+    (``quantize_layer``) and the head (``quantize_head``); parts already quantized are kept. Every
+    tensor-parallel rank must call it (row-parallel scales are all-reduced)."""
     if check_quantization(method) is None:
         return
     for layer in model.layers:
-        layer.qkv_proj = Int8Linear.from_linear(layer.qkv_proj, backend)
-        layer.gate_up_proj = Int8Linear.from_linear(layer.gate_up_proj, backend)
-        layer.o_proj = Int8RowParallelLinear.from_linear(layer.o_proj, backend)
-        layer.down_proj = Int8RowParallelLinear.from_linear(layer.down_proj, backend)
+        quantize_layer(layer, backend)
+    quantize_head(model, backend)
+
+
+def quantize_layer(layer: nn.Module, backend: str = "torch") -> None:
+    """Replace a decoder layer's ``qkv_proj``, ``gate_up_proj`` (``Int8Linear``), ``o_proj`` and
+    ``down_proj`` (``Int8RowParallelLinear``) unless they are int8 already."""
+    for name, kind in (("qkv_proj", Int8Linear), ("gate_up_proj", Int8Linear), ("o_proj", Int8RowParallelLinear),
+                       ("down_proj", Int8RowParallelLinear)):
+        linear = getattr(layer, name)
+        if not isinstance(linear, (Int8Linear, Int8RowParallelLinear)):
+            setattr(layer, name, kind.from_linear(linear, backend))
+
+
+def quantize_head(model: nn.Module, backend: str = "torch") -> None:
+    """Set ``model.quantized_lm_head`` (``Int8LMHead``, from ``lm_head`` or, when tied, from the
+    embedding) and ``model.quantized_embedding`` (the tied head's int8 rows, or the untied embedding
+    quantized the same way), then drop the float ``lm_head`` and embedding; no-op once done."""
+    if model.embed_tokens is None:
+        return
     head = model.embed_tokens if model.lm_head is None else model.lm_head
     model.quantized_lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
     if model.lm_head is None:  # tied: the lookup reads the head's int8 rows

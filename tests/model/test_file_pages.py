@@ -1,5 +1,6 @@
-"""``gguf_reader.release_pages``: a copied tensor's pages of the file map leave the resident set,
-and reading them again gives the same bytes (the GGUF loader calls it after each copy)."""
+"""``file_pages.release_pages``: a copied tensor's pages of the file map leave the resident set,
+and reading them again gives the same bytes (the GGUF and safetensors loaders call it after each
+copy)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from radixlm.runtime.model.gguf_reader import release_pages
+from radixlm.runtime.model.file_pages import release_pages
 
 MB = 1 << 20
 
