@@ -333,8 +333,11 @@ def main() -> None:
     print(f"{len(files)} schemas, {args.tokenizer} vocabulary ({vocab.vocab_size} tokens)", flush=True)
     rows, runs = [], {}
     for core in args.systems.split(","):
+        # each system's own vocabulary: llguidance's tokenizer with its shipped slices, radixlm's with its one
+        own = TokenizerVocab.from_token_bytes(vocab.token_bytes, vocab.eos_token_ids, vocab.vocab_size,
+                                              vocab.special_names, vocab.encode)
         try:
-            runs[core] = run_system(core, files, tokenizer, vocab, args)
+            runs[core] = run_system(core, files, tokenizer, own, args)
         except ValueError as e:  # an unknown or uninstalled backend
             print(f"{core}: {e}")
             continue

@@ -115,6 +115,8 @@ class GrammarBackend:
         self._adapter = adapter_compile_fn(core)
         self.core = core
         self.vocab = vocab
+        if core == "llguidance":  # llguidance as it ships: its four default token slices
+            vocab.prepare_llg(None)
         self.compile_timeout_s = compile_timeout_s
         self.cache_size = cache_size
         self.max_memory_mb = max_memory_mb

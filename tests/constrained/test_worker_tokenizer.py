@@ -94,3 +94,24 @@ def test_masks_and_encoder_equal_with_and_without_slices(vocab):
 def test_worker_compile_runs_on_the_tokenizer_without_slices(vocab):
     parts = compile_parts(prepare(_copy(vocab)), CompileRequest("json_schema", SCHEMA))
     assert parts.lark and parts.matcher_bytes is not None and parts.matcher_bytes >= 0
+
+
+@pytest.mark.parametrize("core,want", [("llguidance", None), ("radixlm", list(ENGINE_SLICES))])
+def test_each_backend_builds_the_tokenizer_with_its_slices(vocab, monkeypatch, core, want):
+    """``--grammar-backend llguidance`` runs llguidance as it ships (its default slices); radixlm keeps one."""
+    from radixlm.constrained import GrammarBackend
+
+    calls = []
+    real = llguidance.LLTokenizer
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs.get("slices", "missing"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(llguidance, "LLTokenizer", recording)
+    table = _copy(vocab)
+    backend = GrammarBackend(table, core=core, num_workers=1)
+    try:
+        assert table.llg is not None and calls == [want]
+    finally:
+        backend.shutdown()
