@@ -22,16 +22,19 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from importlib import metadata as package_metadata
 from pathlib import Path
 
 import tokenizers
 from radixlm.runtime.tokenizer.gguf_vocab import GGUFVocab, read_gguf_vocab
+from tqdm import tqdm
 
 logger = logging.getLogger("radixlm.tokenizer")
 
 FORMAT_VERSION = 1  # bump when read_gguf_vocab's output or this file's layout changes
 CHILD_TIMEOUT_S = 600.0
+PROGRESS_S = 0.5  # the progress line's refresh
 _FIELDS = ("special_tokens", "bos_token_id", "pad_token_id", "eos_token_ids", "add_bos_token", "chat_template",
            "architecture", "token_count")
 
@@ -82,13 +85,31 @@ def load_gguf_vocab(path: str | os.PathLike) -> GGUFVocab:
 
 
 def _convert(path: Path, folder: Path, key: str) -> GGUFVocab:
-    """Run the conversion in a child process writing the entry ``key`` in ``folder``, then read it."""
+    """Run the conversion in a child process writing the entry ``key`` in ``folder`` (a progress
+    line with the elapsed time on a terminal), then read it."""
     logger.info("converting the tokenizer of %s (once; cached in %s)", path.name, folder)
     cmd = [sys.executable, "-m", __name__, str(path), str(folder), key]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        raise ValueError(lines[-1] if lines else f"{path}: the tokenizer conversion failed (exit {done.returncode})")
+    bar = tqdm(desc=f"converting the tokenizer of {path.name} (once, then cached)", bar_format="{desc}: {elapsed}",
+               leave=False, disable=None)  # None: shown on a terminal only
+    child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + CHILD_TIMEOUT_S
+    try:
+        while True:
+            try:
+                _, stderr = child.communicate(timeout=PROGRESS_S)
+                break
+            except subprocess.TimeoutExpired:
+                bar.refresh()
+                if time.monotonic() > deadline:
+                    raise ValueError(f"{path}: the tokenizer conversion took over {CHILD_TIMEOUT_S:.0f} s") from None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        bar.close()
+    if child.returncode != 0:
+        lines = stderr.strip().splitlines()
+        raise ValueError(lines[-1] if lines else f"{path}: the tokenizer conversion failed (exit {child.returncode})")
     return _read(folder, key)
 
 

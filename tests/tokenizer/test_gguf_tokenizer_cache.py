@@ -27,13 +27,13 @@ def spm_file():
 @pytest.fixture
 def children(monkeypatch):
     """The conversion children started (their command lines)."""
-    started, real = [], subprocess.run
+    started, real = [], subprocess.Popen
 
-    def run(cmd, **kwargs):
+    def popen(cmd, **kwargs):
         started.append(cmd)
         return real(cmd, **kwargs)
 
-    monkeypatch.setattr(cache.subprocess, "run", run)
+    monkeypatch.setattr(cache.subprocess, "Popen", popen)
     return started
 
 
