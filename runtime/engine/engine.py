@@ -241,6 +241,7 @@ class Engine:
             "radix_cache_tokens": cache.tree.total_size() if cache.tree else 0,
             "num_retractions": self.scheduler.num_retractions,
             "idle_memory_releases": loop.idle_releases,
+            "extend_memory_releases": loop.extend_releases,
             "timers": loop.timers.as_dict(),
             "grammar_backend": self._grammar.backend_state(),
         }

@@ -24,7 +24,11 @@ N's result is processed, with the same results.
 Once the engine has been idle ``IDLE_RELEASE_S`` after running a batch, the loop hands the heap's
 free pages back to the OS, once per idle period (``cpu_malloc.release_free_memory``): the malloc
 tuning keeps a burst's freed temporaries (prefill activations, the int8 fallback's dequantized
-weight rows) resident for the next step, which an idle server does not need.
+weight rows) resident for the next step, which an idle server does not need. It does the same
+after a step that extended at least ``RELEASE_AFTER_EXTEND_TOKENS`` tokens (on the CPU): a long
+prefill's activations (~70 KB a token on a 0.5B model, hundreds of MB for a long prompt) are not
+what the decode steps after it reuse; the next long prefill faults its pages in again, ~1% of
+its time.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.scheduler import Scheduler
 
 IDLE_RELEASE_S = 1.0  # idle this long after a batch: the heap's free pages go back to the OS, once
+RELEASE_AFTER_EXTEND_TOKENS = 256  # a step that extended this many tokens hands its freed pages back
 logger = logging.getLogger("radixlm.engine")
 
 
@@ -97,6 +102,9 @@ class EngineLoop:
         self._inflight: list[Req] = []
         self._stopped = False
         self.idle_releases = 0  # idle periods whose freed heap pages were handed back
+        self.extend_releases = 0  # long extend steps whose freed heap pages were handed back
+        # on the CPU only: a GPU's activations live in the device allocator, not this heap
+        self.release_after_extend = getattr(getattr(runner, "device", None), "type", None) == "cpu"
         self._ran_since_release = False
         self.overlap = OverlapStepper(self, DeviceWorker(runner.run)) if overlap else None
         self._thread = threading.Thread(target=self._run, name="radixlm-engine", daemon=True)
@@ -216,8 +224,11 @@ class EngineLoop:
             if req.stream and not req.finished:
                 self._emit_chunk(req)
         mixed = 0 if batch.is_decode else len(batch.decode_reqs)
+        extended = 0 if batch.is_decode else batch.num_tokens - mixed
         self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s,
-                        0 if batch.is_decode else batch.num_tokens - mixed, mixed)
+                        extended, mixed)
+        if extended >= RELEASE_AFTER_EXTEND_TOKENS and self.release_after_extend and release_free_memory():
+            self.extend_releases += 1
 
     def doors_idle(self) -> bool:
         """Nothing waits at the doors but aborts (which apply between two steps either way)."""

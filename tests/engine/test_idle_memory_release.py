@@ -27,3 +27,19 @@ def test_one_release_per_idle_period(tiny_llama, monkeypatch):
         wait_for(lambda: engine.get_stats()["idle_memory_releases"] == 2)
         assert len(released) == 2
         engine.check_no_leak()
+
+
+def test_a_long_extend_step_hands_its_pages_back(tiny_llama, monkeypatch):
+    """A step that extended ``RELEASE_AFTER_EXTEND_TOKENS`` tokens releases right after it (a long
+    prefill's activations are not what the decode steps after it reuse); a short one does not."""
+    released = []
+    monkeypatch.setattr(step_loop, "IDLE_RELEASE_S", 3600)  # no idle release in this test
+    monkeypatch.setattr(step_loop, "RELEASE_AFTER_EXTEND_TOKENS", 64)
+    monkeypatch.setattr(step_loop, "release_free_memory", lambda: released.append(1) or True)
+    with Engine(tiny_llama, max_total_tokens=4096, grammar_warmup=False) as engine:
+        short = engine.generate(input_ids=list(range(10, 40)), sampling_params=PARAMS)
+        assert engine.get_stats()["extend_memory_releases"] == 0 and released == []
+        long = engine.generate(input_ids=list(range(10, 110)), sampling_params=PARAMS)
+        assert engine.get_stats()["extend_memory_releases"] == 1 and len(released) == 1
+        assert len(short["output_ids"]) == len(long["output_ids"]) == 4
+        engine.check_no_leak()
