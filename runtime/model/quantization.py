@@ -1,4 +1,5 @@
-"""Int8 weight-only quantization (``--quantization int8``), applied once the checkpoint is loaded.
+"""Int8 weight-only quantization (``--quantization int8``), applied layer by layer as the checkpoint
+loads (``quantize_as_loaded``) or to a loaded model (``quantize_model``).
 
 Every decoder linear (fused q/k/v, o_proj, fused gate/up, down_proj) and the LM head (tied or not)
 becomes an int8 weight ``q [out, in]`` with one float32 scale per output channel, symmetric:
