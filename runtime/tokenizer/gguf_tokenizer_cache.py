@@ -65,6 +65,8 @@ def load_gguf_vocab(path: str | os.PathLike) -> GGUFVocab:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"GGUF file not found: {path}")
+    if not sys.executable:  # an embedded interpreter has no executable to start a child with
+        return read_gguf_vocab(path)
     folder = cache_dir()
     key = cache_key(path)
     if (folder / f"{key}.json").is_file():

@@ -110,3 +110,10 @@ def test_a_changed_file_gets_a_new_entry(spm_file, tmp_path):
     assert key == cache.cache_key(copy) != cache.cache_key(spm_file)
     __import__("os").utime(copy, ns=(0, 12345))
     assert cache.cache_key(copy) != key
+
+
+def test_without_an_interpreter_to_start_it_converts_here(spm_file, tmp_path, monkeypatch, children):
+    monkeypatch.setenv("RADIXLM_CACHE", str(tmp_path))
+    monkeypatch.setattr(cache.sys, "executable", "")
+    _same(cache.load_gguf_vocab(spm_file), read_gguf_vocab(spm_file))
+    assert children == []
