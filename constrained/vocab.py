@@ -15,7 +15,7 @@ MAX_TOKEN_BYTES = 64  # longest token the greedy fallback encoder looks for
 # string, whose masks it then fills without walking them. Each slice costs ~9 MB at 152k tokens;
 # llguidance's default set adds whitespace runs and 1-10 / 1-30 character strings, which the
 # front end's grammars rarely reach (JSON whitespace is fixed, counted strings are counted by the
-# matcher); bench_grammar.py gives the same mask p50/p99 with this one slice as with the four.
+# matcher); the masks' cost either way is in benchmarks/RESULTS.md ("Resident memory").
 STRING_SLICE = r'[^"\\\x00-\x1F\x7F]+'
 ENGINE_SLICES = (STRING_SLICE,)
 

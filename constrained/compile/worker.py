@@ -2,8 +2,9 @@
 
 ``CompilePool`` starts it with one end of a socket pair as ``FD``. Protocol (pickles over a
 ``multiprocessing.connection.Connection``): the parent sends ``(vocab, compile_fn)`` once, the
-compile module's ``prepare(vocab)`` may replace the vocabulary by what its jobs read, the worker caps its address space at what it holds then plus ``MAX_MB`` MiB (``RLIMIT_AS``) and
-answers ``("ready", pid)``; then per job the parent sends a ``CompileRequest`` and the worker
+compile module's ``prepare(vocab)`` may replace the vocabulary by what its jobs read, the worker
+caps its address space at what it holds then plus ``MAX_MB`` MiB (``RLIMIT_AS``) and answers
+``("ready", pid)``; then per job the parent sends a ``CompileRequest`` and the worker
 answers ``(outcome, value)``: ``("ok", CompiledParts)``, ``("error", ConstraintError)`` or
 ``("memory", None)`` (a ``MemoryError``: the parent retires this worker). A native allocation
 that fails under the cap aborts the process instead (SIGABRT), which the parent reads the same

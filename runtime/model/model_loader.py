@@ -6,8 +6,8 @@ map are released once copied, so no whole state dict, and not the file, is ever 
 ``--quantization int8`` each layer (and the embedding / head) is quantized as soon as all its
 tensors are in (``quantize_as_loaded``), so its float weights are freed before the next
 ones are read: loading peaks near the int8 model, not the float32 one.
-Under tensor parallelism each rank reads only its slice of each tensor (``get_slice(name)[rows]``),
-as ``checkpoint_layout()`` names it. Every parameter must be filled exactly by the checkpoint:
+Under tensor parallelism each rank copies only its slice of each tensor's view (``_part``), as
+``checkpoint_layout()`` names it. Every parameter must be filled exactly by the checkpoint:
 unknown, missing and misshapen tensors raise errors that name them.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
 import torch
 from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.attention import resolve_attention_backend
@@ -153,7 +154,6 @@ def load_weights(model: LlamaForCausalLM, files: list[str], quantizer: QuantizeA
                 whole = f.view(stored)
                 data = f.tensor(stored, _part(whole, target))
                 target.param.data[target.row:target.row + data.shape[0]].copy_(data)
-                del data
                 release_pages(whole)
                 loaded.add(name)
                 if quantizer is not None:
@@ -165,7 +165,7 @@ def load_weights(model: LlamaForCausalLM, files: list[str], quantizer: QuantizeA
         raise ValueError(f"checkpoint is missing tensor(s): {shown}")
 
 
-def _part(whole, target: TensorTarget):
+def _part(whole: np.ndarray, target: TensorTarget) -> np.ndarray:
     """The part of a tensor's view this rank needs (a slice of ``dim``, or all of it)."""
     if target.dim is None:
         return whole
