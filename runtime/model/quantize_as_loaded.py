@@ -22,10 +22,10 @@ class QuantizeAsLoaded:
 
     def __init__(self, model: LlamaForCausalLM, method: str | None, backend: str) -> None:
         self.model, self.backend = model, backend
-        self.active = check_quantization(method) is not None
-        self.groups: dict[int, set[str]] = {}  # group -> names not loaded yet
+        self.members: dict[int, list[str]] = {}  # group -> its checkpoint names
+        self.waiting: dict[int, set[str]] = {}  # group -> the names not loaded yet
         self.group_of: dict[str, int] = {}
-        if not self.active:
+        if check_quantization(method) is None:
             return
         owner = {id(p): i for i, layer in enumerate(model.layers) for p in layer.parameters()}
         heads = {id(p) for p in (model.embed_tokens, model.lm_head) if p is not None}
@@ -33,7 +33,8 @@ class QuantizeAsLoaded:
             group = HEAD if id(target.param) in heads else owner.get(id(target.param))
             if group is not None:
                 self.group_of[name] = group
-                self.groups.setdefault(group, set()).add(name)
+                self.members.setdefault(group, []).append(name)
+        self.waiting = {group: set(names) for group, names in self.members.items()}
 
     def loaded(self, name: str, layout: CheckpointLayout) -> None:
         """``name`` was copied; quantize its group if it was the last one, and drop the group's
@@ -41,7 +42,7 @@ class QuantizeAsLoaded:
         group = self.group_of.get(name)
         if group is None:
             return
-        waiting = self.groups[group]
+        waiting = self.waiting[group]
         waiting.discard(name)
         if waiting:
             return
@@ -49,7 +50,7 @@ class QuantizeAsLoaded:
             quantize_head(self.model, self.backend)
         else:
             quantize_layer(self.model.layers[group], self.backend)
-        for other in [n for n, g in self.group_of.items() if g == group]:
-            layout.pop(other, None)
+        for member in self.members[group]:
+            layout.pop(member, None)
         if self.model.tp.device.type == "cpu":
             release_free_memory()  # the group's float weights, now free, out of the resident set

@@ -1,14 +1,14 @@
-"""A GGUF file's tokenizer, converted once in a child process and cached as JSON.
+"""A GGUF file's tokenizer, converted once in a child process and cached.
 
 transformers' GGUF converter (``gguf_vocab.read_gguf_vocab``) is the one source of the tokenizer
 a GGUF file describes, but importing it costs the server ~20 MB resident for its life (transformers,
 huggingface_hub, their HTTP stack) and ~1.5 s per start. ``load_gguf_vocab`` runs the conversion in
-a child process (``python -m radixlm.runtime.tokenizer.gguf_tokenizer_cache FILE OUT``) the first
-time a file's tokenizer is seen, stores the result under ``$RADIXLM_CACHE/gguf-vocab/``
+a child process (``python -m radixlm.runtime.tokenizer.gguf_tokenizer_cache FILE FOLDER KEY``) the
+first time a file's tokenizer is seen, stores the result under ``$RADIXLM_CACHE/gguf-vocab/``
 (``RADIXLM_CACHE`` defaults to ``~/.cache/radixlm``) as ``<key>.tokenizer.json`` (read by
 ``tokenizers`` itself) and ``<key>.json`` (the other fields, written last: an entry exists once it
-does) and reads it from there afterwards. The key hashes the file's identity (its resolved path, size and
-modification time, as Python's bytecode cache does), the transformers version and
+does) and reads it from there afterwards. The key hashes the file's identity (its resolved path,
+size and modification time, as Python's bytecode cache does), the transformers version and
 ``FORMAT_VERSION``, so a changed file or converter never reuses an entry. Where the cache folder
 cannot be written, the conversion goes to a temporary folder and is not kept.
 """

@@ -26,8 +26,9 @@ def _copy(vocab: TokenizerVocab) -> TokenizerVocab:
                                            encode=vocab.encode)
 
 
-@pytest.mark.unit
-def test_prepare_builds_the_tokenizer_without_slices(vocab, monkeypatch):
+@pytest.fixture
+def slices_built(monkeypatch) -> list:
+    """The ``slices`` of every ``llguidance.LLTokenizer`` built while the test runs."""
     calls = []
     real = llguidance.LLTokenizer
 
@@ -36,6 +37,12 @@ def test_prepare_builds_the_tokenizer_without_slices(vocab, monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(llguidance, "LLTokenizer", recording)
+    return calls
+
+
+@pytest.mark.unit
+def test_prepare_builds_the_tokenizer_without_slices(vocab, slices_built):
+    calls = slices_built
     worker_vocab = _copy(vocab)
     prepare(worker_vocab)
     assert calls == [[]]
@@ -97,18 +104,11 @@ def test_worker_compile_runs_on_the_tokenizer_without_slices(vocab):
 
 
 @pytest.mark.parametrize("core,want", [("llguidance", None), ("radixlm", list(ENGINE_SLICES))])
-def test_each_backend_builds_the_tokenizer_with_its_slices(vocab, monkeypatch, core, want):
+def test_each_backend_builds_the_tokenizer_with_its_slices(vocab, slices_built, core, want):
     """``--grammar-backend llguidance`` runs llguidance as it ships (its default slices); radixlm keeps one."""
     from radixlm.constrained import GrammarBackend
 
-    calls = []
-    real = llguidance.LLTokenizer
-
-    def recording(*args, **kwargs):
-        calls.append(kwargs.get("slices", "missing"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(llguidance, "LLTokenizer", recording)
+    calls = slices_built
     table = _copy(vocab)
     backend = GrammarBackend(table, core=core, num_workers=1)
     try:
