@@ -92,6 +92,35 @@ class RadixCache:
         self._hit_tokens += i
         return MatchResult(value, node)
 
+    def continuation(self, key: Sequence[int], extra_key: str | None = None, max_tokens: int = 8) -> list[int]:
+        """The tokens cached right after ``key`` (at most ``max_tokens``), following the most
+        recently used branch at each fork: what earlier requests with this prefix went on with.
+
+        Empty when ``key`` is not cached whole, or with ``page_size > 1`` (a key that ends inside a
+        page has no child to follow). Read-only: no split, no access-time change, not counted in
+        :meth:`stats` (a draft proposal is not a cache hit).
+        """
+        root = self._roots.get(extra_key)
+        if root is None or max_tokens <= 0 or self.page_size > 1:
+            return []
+        key = as_tokens(key, "key")  # edges are tuples: slices compare only with tuples
+        node, i, n = root, 0, len(key)
+        out: list[int] = []
+        while i < n:
+            child = node.children.get(key[i])
+            if child is None:
+                return []
+            m = common_prefix_len(child.key, key, i)
+            if m < len(child.key):
+                if i + m < n:
+                    return []  # the key leaves the tree inside this edge
+                out = list(child.key[m:m + max_tokens])
+            node, i = child, i + m
+        while len(out) < max_tokens and node.children:
+            node = max(node.children.values(), key=lambda c: c.last_access)
+            out.extend(node.key[:max_tokens - len(out)])
+        return out
+
     def insert(self, key: Sequence[int], value: Sequence[int], extra_key: str | None = None) -> int:
         """Cache ``key -> value`` in namespace ``extra_key``; return how many leading tokens were cached already.
 

@@ -60,6 +60,24 @@ REQUEST_LIMITS = ("max_prompts_per_request", "max_n", "max_sequences_per_request
                   "max_stop_strings", "max_stop_regex", "max_schema_bytes", "max_schema_depth")
 
 
+SPECULATIVE_NEEDS_DRAFT_MODEL = ("eagle", "eagle3", "mtp", "medusa", "standalone", "draft_model", "nextn")
+
+
+def _parse_speculative_config(text: str, default_k: int) -> tuple[str | None, int]:
+    """vLLM's ``--speculative-config`` JSON: ``method`` and ``num_speculative_tokens``."""
+    import json
+
+    try:
+        config = json.loads(text) if isinstance(text, str) else text
+    except ValueError as e:
+        raise ValueError(f"speculative_config must be a JSON object: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError("speculative_config must be a JSON object like {\"method\": \"ngram\", "
+                         "\"num_speculative_tokens\": 8}")
+    k = config.get("num_speculative_tokens", default_k)
+    return config.get("method"), k
+
+
 def _arg(default: Any, help: str, type: Any = None, choices: tuple[str, ...] | None = None) -> Any:
     """A dataclass field whose metadata drives the CLI flag (``type`` for optional values)."""
     return field(default=default, metadata={"help": help, "type": type, "choices": choices})
@@ -99,7 +117,19 @@ class ServerArgs:
                                            "max_sequences_per_request", int)
     max_req_input_len: int | None = _arg(None, "reject prompts longer than this (default: context length)", int)
     grammar_compile_timeout_s: float = _arg(10.0, "time budget for compiling one constraint", float)
-    enable_jump_forward: bool = _arg(True, "append forced grammar text without decoding it token by token", bool)
+    enable_jump_forward: bool = _arg(True, "propose the text a grammar forces as draft tokens the model verifies "
+                                     "in one forward (needs speculative decoding; off: decoded token by token)",
+                                     bool)
+    speculative_algorithm: str | None = _arg("auto", "speculative decoding: NGRAM = drafts from the grammar's "
+                                             "forced text, the radix tree and the request's own tokens, verified "
+                                             "by the model (the output is unchanged); none = off; auto = NGRAM on "
+                                             "the CPU, off on CUDA (overlap scheduling)", str)
+    speculative_num_draft_tokens: int = _arg(8, "most draft tokens a request verifies per step (each request "
+                                             "adapts its own length to what it accepts)", int)
+    speculative_max_batch_size: int = _arg(4, "speculate only while at most this many requests decode (larger "
+                                           "batches are compute-bound: extra rows cost what they save)", int)
+    speculative_config: str | None = _arg(None, "vLLM's spelling, a JSON object: {\"method\": \"ngram\" | null, "
+                                          "\"num_speculative_tokens\": K}; overrides the two flags above", str)
     # per-request limits, enforced by the engine for every caller and route (a ValueError naming the field)
     max_prompts_per_request: int = _arg(1024, "most prompts in one batched request", int)
     max_n: int = _arg(64, "most samples (n) per prompt", int)
@@ -211,6 +241,7 @@ class ServerArgs:
         check_bools(self, ("enable_mixed_chunk", "enable_dashboard"))
         check_bools(self, ("disable_radix_cache", "enable_jump_forward", "strict_api",
                            "incremental_streaming_output"))
+        self.speculative_method(None)  # ValueError naming the field
         if self.allowed_hosts is not None and (not isinstance(self.allowed_hosts, str)
                                                or not self.allowed_hosts.strip(" ,")):
             raise ValueError("allowed_hosts must be a non-empty comma-separated list of host names, or *")
@@ -234,6 +265,26 @@ class ServerArgs:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be {' or '.join(QUANTIZATIONS)} (weight-only) or unset for the "
                              f"float weights; got {self.quantization!r}")
+
+    def speculative_method(self, device_type: str | None) -> tuple[str | None, int]:
+        """``(method, num_draft_tokens)``: ``"ngram"`` or None (off), from ``speculative_config``
+        when set, else ``speculative_algorithm`` (``auto`` resolved for ``device_type``)."""
+        algorithm, k = self.speculative_algorithm, self.speculative_num_draft_tokens
+        if self.speculative_config is not None:
+            algorithm, k = _parse_speculative_config(self.speculative_config, k)
+        check_int("speculative_num_draft_tokens", k, lo=1, hi=64)
+        check_int("speculative_max_batch_size", self.speculative_max_batch_size, lo=1)
+        name = "none" if algorithm is None else str(algorithm).lower()
+        if name == "auto":
+            name = "none" if device_type == "cuda" else "ngram"
+        if name in ("none", "off", "null"):
+            return None, k
+        if name in ("ngram", "ngram_prompt_lookup", "prompt_lookup"):
+            return "ngram", k
+        if name in SPECULATIVE_NEEDS_DRAFT_MODEL:
+            raise ValueError(f"speculative_algorithm {algorithm!r} needs a draft model, which radixlm does not "
+                             f"run; use NGRAM (drafts from the grammar, the radix tree and the prompt) or none")
+        raise ValueError(f"speculative_algorithm must be NGRAM, none or auto; got {algorithm!r}")
 
     def _validate_http_limits(self) -> None:
         check_int("max_new_tokens_default", self.max_new_tokens_default, lo=1)

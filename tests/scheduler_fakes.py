@@ -33,7 +33,12 @@ def expected_output(prompt: list[int], n: int) -> list[int]:
 
 
 class FakeRunner:
-    def __init__(self, max_reqs: int, context: int) -> None:
+    """``fn``: the token function (default ``next_token``). A verify batch (speculative decoding)
+    keeps each request's drafts while they equal ``fn`` of what its slots hold, as greedy
+    verification does."""
+
+    def __init__(self, max_reqs: int, context: int, fn=None) -> None:
+        self.fn = fn or next_token
         self.kv: dict[int, int] = {}
         self.table = [[0] * context for _ in range(max_reqs)]
         self.steps: list[ScheduledBatch] = []
@@ -55,18 +60,30 @@ class FakeRunner:
                 self.table[row][p + j] = slot
             context = [self.kv[s] for s in self.table[row][:p + e]]
             for j in range(e):
-                logits_rows[off + j] = next_token(context[:p + j + 1])
+                logits_rows[off + j] = self.fn(context[:p + j + 1])
             off += e
-        tokens = [logits_rows[spec.logits_indices[r]] for r in batch.sample_rows]
         lps = [[-1.0] * len(s.target_ids) for s in batch.logprob_spans]
+        if batch.is_verify:
+            result = BatchResult(next_token_ids=[], input_logprobs=lps)
+            for first, draft in zip(batch.sample_rows, batch.drafts):
+                targets = [logits_rows[spec.logits_indices[first + j]] for j in range(len(draft) + 1)]
+                accepted = 0
+                while accepted < len(draft) and targets[accepted] == draft[accepted]:
+                    accepted += 1
+                result.accepted.append(accepted)
+                result.next_token_ids.append(targets[accepted])
+            return result
+        tokens = [logits_rows[spec.logits_indices[r]] for r in batch.sample_rows]
         return BatchResult(next_token_ids=tokens, input_logprobs=lps)
 
 
-def make(num_slots=4096, max_reqs=32, policy="lpm", chunk=None, disable=False, page_size=1, max_prefill=4096):
+def make(num_slots=4096, max_reqs=32, policy="lpm", chunk=None, disable=False, page_size=1, max_prefill=4096,
+         speculative=None, fn=None):
     cache = ReqCache(num_slots, max_reqs, page_size=page_size, disable_radix_cache=disable)
     sched = Scheduler(cache, StopChecker([EOS], context_len=2048), schedule_policy=policy,
-                      max_running_requests=max_reqs, max_prefill_tokens=max_prefill, chunk_size=chunk)
-    return sched, FakeRunner(max_reqs, 2048)
+                      max_running_requests=max_reqs, max_prefill_tokens=max_prefill, chunk_size=chunk,
+                      speculative=speculative)
+    return sched, FakeRunner(max_reqs, 2048, fn)
 
 
 def run_all(sched: Scheduler, runner: FakeRunner, max_steps: int = 10000) -> list[Req]:

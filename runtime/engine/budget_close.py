@@ -3,7 +3,7 @@
 A model that runs to ``max_new_tokens`` stops wherever it is, mid-string, and an "always valid"
 output would not parse. After each step this asks the grammar for a short completion of the text
 so far (``GrammarMatcher.completion_bytes``), tokenises it, and once what is left of the budget
-barely holds it (``MARGIN`` tokens to spare), the completion is spliced in at once and the request
+barely holds it (``MARGIN`` tokens to spare), the completion is appended at once and the request
 finishes as ``length`` (the model did not finish it: OpenAI clients raise their length error), its
 text valid; ``closed_tokens`` says how many tokens the closing took (``meta_info["budget_closed"]``).
 An output the model completed itself stops as ``stop``. When even the completion does not fit,
@@ -50,7 +50,7 @@ class BudgetClose:
         m = self.matcher
         if m.is_accepting():
             # complete already: with the budget nearly gone, stop here rather than run to length
-            return Splice(0, (), True) if room <= MARGIN else None
+            return Splice((), True) if room <= MARGIN else None
         if self.need is not None and room > max(WINDOW, 2 * self.need + MARGIN):
             return None
         if self.failed_at is not None and room > self.failed_at // 2:
@@ -73,7 +73,7 @@ class BudgetClose:
             if not m.accept_token(t):
                 raise RuntimeError("the grammar rejected its own completion")
         self.closed_tokens = len(ids)
-        return Splice(0, tuple(ids), m.is_accepting(), closed=True)
+        return Splice(tuple(ids), m.is_accepting(), closed=True)
 
     def _still_completes(self, room: int) -> bool:
         """Whether the last completion still ends the document from here with more than ``MARGIN``
@@ -102,6 +102,18 @@ class BudgetClose:
         except UnicodeDecodeError:
             pass
         byte_ids = m.grammar.vocab.byte_tokens
+        # the text ends inside a character: its last bytes as single-byte tokens, the rest as the
+        # tokenizer writes it (all of it byte by byte costs a token per byte of the closing)
+        lead = 0
+        while lead < len(data) and data[lead] & 0xC0 == 0x80:
+            lead += 1
+        head = [byte_ids[b] for b in data[:lead]]
+        try:
+            ids = head + list(self.tokenizer.encode(data[lead:].decode("utf-8"), add_special_tokens=False))
+            if lead and min(head) >= 0 and m.validate_tokens(ids) == len(ids):
+                return ids
+        except UnicodeDecodeError:
+            pass
         ids = [byte_ids[b] for b in data]
         return ids if min(ids, default=0) >= 0 else None
 

@@ -46,6 +46,7 @@ from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.scheduler import Scheduler
+from radixlm.runtime.scheduler.speculation import SpeculativeConfig
 from radixlm.runtime.scheduler.stop_checker import StopChecker
 from radixlm.runtime.server_args import ServerArgs
 from radixlm.runtime.validation import FieldError
@@ -81,18 +82,23 @@ class Engine:
         self.model_config = self.runner.model_config
         cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,
                          args.disable_radix_cache, args.radix_eviction_policy)
+        method, num_draft_tokens = args.speculative_method(self.runner.device.type)
+        self.speculative = SpeculativeConfig(num_draft_tokens if method else 0, args.speculative_max_batch_size,
+                                             grammar_drafts=args.enable_jump_forward)
         self.scheduler = Scheduler(cache, StopChecker(self.tokenizer.eos_token_ids, self.runner.context_len),
                                    schedule_policy=args.schedule_policy,
                                    max_running_requests=args.max_running_requests,
                                    max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size,
-                                   mixed_chunk=args.enable_mixed_chunk)
+                                   mixed_chunk=args.enable_mixed_chunk, speculative=self.speculative)
         self._grammar = GrammarCompiler(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
-                                        args.enable_jump_forward, args.grammar_compile_max_memory_mb,
+                                        args.grammar_compile_max_memory_mb,
                                         args.grammar_backend, args.grammar_cache_mb,
                                         args.grammar_matcher_max_mb)
         self._limits = InputLimits.build(args, self.runner.context_len, cache.usable_slots,
                                          self.runner.token_vocab_size)
-        overlap = gpu_feature_enabled(args.disable_overlap_schedule, self.runner.device, needs_cuda=False)
+        # a verify step's shape depends on what the step before it accepted: no step runs ahead
+        overlap = (not self.speculative.enabled
+                   and gpu_feature_enabled(args.disable_overlap_schedule, self.runner.device, needs_cuda=False))
         self._loop = EngineLoop(self.scheduler, self.runner, self._grammar, overlap=overlap)
         self._closed = False
         if args.grammar_warmup:  # in the background: the engine serves at once
@@ -244,6 +250,7 @@ class Engine:
             "extend_memory_releases": loop.extend_releases,
             "timers": loop.timers.as_dict(),
             "grammar_backend": self._grammar.backend_state(),
+            "speculative": {"enabled": self.speculative.enabled, **self.scheduler.drafter.stats()},
         }
 
     def inspect(self, max_nodes: int = 64, shown_ids: int = 32, events_since: int = 0,

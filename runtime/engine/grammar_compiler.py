@@ -2,7 +2,7 @@
 
 A constrained request's grammar compiles in a backend worker process while the request waits
 here, outside the scheduler (other requests keep running). ``poll`` hands back the requests whose
-compile finished: each ready one carries its ``RequestMatcher`` in ``req.matcher`` and goes to the
+compile finished: each ready one carries its ``RequestMatcher`` in ``req.constraint`` and goes to the
 scheduler, which from then on asks the matcher for its decisions itself. A compile error or
 timeout fails just that request with the ``ConstraintError`` message. Cancelling a request (or
 dropping them all) cancels its compile: the worker stops unless another request shares it.
@@ -33,7 +33,7 @@ class GrammarCompiler:
     compiling requests."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, compile_timeout_s: float,
-                 enable_jump_forward: bool, max_memory_mb: int | None = None,
+                 max_memory_mb: int | None = None,
                  grammar_backend: str = "radixlm", cache_mb: int | None = None,
                  matcher_max_mb: int | None = None) -> None:
         self.tokenizer = tokenizer
@@ -41,7 +41,6 @@ class GrammarCompiler:
         self.compile_timeout_s = compile_timeout_s
         self.grammar_backend = grammar_backend  # radixlm | xgrammar | llguidance (ServerArgs.grammar_backend)
         self.max_memory_mb = max_memory_mb  # None: the backend's default (ServerArgs.grammar_compile_max_memory_mb)
-        self.enable_jump_forward = enable_jump_forward
         # None: the backend's defaults (ServerArgs.grammar_cache_mb, grammar_matcher_max_mb)
         self.cache_options = {k: v for k, v in (("cache_mb", cache_mb), ("matcher_max_mb", matcher_max_mb))
                               if v is not None}
@@ -138,7 +137,7 @@ class GrammarCompiler:
                     stats = req.constraint_stats
                     stats["wait_s"] = time.perf_counter() - stats.pop("started")
                     stats["compile_s"] = getattr(compiled, "compile_s", None)
-                    req.matcher = self._matcher(req, compiled)
+                    req.constraint = self._matcher(req, compiled)
                 except Exception as e:  # noqa: BLE001 - ConstraintError, timeout: this request only
                     req.error = _as_value_error(e)
             if req.error is None:
@@ -151,7 +150,6 @@ class GrammarCompiler:
     def _matcher(self, req: Req, compiled: Any) -> Any:
         """The request's constraint: its grammar's matcher, gated behind its reasoning marker if any."""
         matcher = RequestMatcher(compiled.matcher(), self.tokenizer, self.eos_token_ids,
-                                 self.enable_jump_forward and not req.params.disable_jump_forward,
                                  req.params.budget_aware_completion)
         end = req.params.reasoning_end
         if not end:

@@ -74,12 +74,43 @@ class ReasoningGate:
         # the gate closes the moment the marker appears, so a match in the window is always new
         return self.end_text in tail
 
-    def splice(self, output_ids: list[int], max_output_len: int) -> Splice | None:
-        """The grammar's forced continuation, over the tokens after the marker only."""
+    def rollback(self, n: int) -> None:
+        """Undo the last ``n`` tokens: the grammar's first, then the watched ones (reopening the
+        reasoning section when the token that completed the marker is undone)."""
+        inner_n = 0 if self.open else min(n, self.inner.matcher.num_accepted)
+        self.inner.rollback(inner_n)
+        n -= inner_n
+        if n:
+            if n > len(self.watched):
+                raise ValueError(f"cannot roll back {n} more tokens: {len(self.watched)} watched")
+            self.open = True
+            del self.watched[len(self.watched) - n:]
+
+    def validate(self, tokens: list[int]) -> int:
+        """How many leading ``tokens`` would be accepted in a row (the marker may close in between)."""
+        if not self.open:
+            return self.inner.validate(tokens)
+        taken = 0
+        try:
+            for token in tokens:
+                if not self.open and self.inner.validate([token]) != 1:
+                    break
+                self.accept(token)
+                taken += 1
+        finally:
+            self.rollback(taken)
+        return taken
+
+    def draft(self, max_tokens: int) -> list[int]:
+        """The grammar's forced continuation once the reasoning has closed (none while it is open)."""
+        return [] if self.open else self.inner.draft(max_tokens)
+
+    def close(self, output_len: int, max_output_len: int) -> Splice | None:
+        """The answer's budget close, counted over the tokens after the marker only."""
         if self.open:
             return None
         start = self.grammar_start
-        return self.inner.splice(list(output_ids[start:]), max_output_len - start)
+        return self.inner.close(output_len - start, max_output_len - start)
 
     @property
     def notes(self) -> list[str]:

@@ -1,39 +1,36 @@
-"""``RequestMatcher``: a request's grammar matcher with the decisions the scheduler asks of it.
+"""``RequestMatcher``: a request's grammar matcher behind the engine's ``Constraint`` protocol.
 
-It implements the scheduler's ``Constraint`` (``accept``, ``splice``) over a
-``constrained.GrammarMatcher``; the model runner calls ``fill_mask`` for the logit mask, and the
-result builder asks ``violations`` and ``notes``. One per request; the compiled grammar under it
-is shared.
+One per request (``runtime/scheduler/constraint.py`` lists who calls what); the compiled grammar
+under it is shared.
 
 - ``accept``: the matcher takes the sampled token; a terminated grammar finishes the request as
   ``stop`` (``matched`` is the EOS id when EOS ended it, else None); a rejected token (only EOS can
   be, at an accepting state) ends it too.
-- ``splice``: when the output budget is about to run out, the grammar's completion
-  (``budget_close``); otherwise, when the grammar forces a continuation, drop ``num_drop`` output
-  tokens and append the re-tokenised forced text (``constrained.jump_forward``), cut to the output
-  budget. The matcher moves to the spliced state before the splice is returned.
+- ``draft``: the text the grammar forces from here, tokenised as the model's tokenizer writes it,
+  cut to what the grammar accepts: a proposal the model verifies (speculative decoding), never a
+  splice, so forced text costs no decode step and changes no output.
+- ``close``: when the output budget is about to run out, the grammar's completion
+  (``budget_close``), accepted before it is returned.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from radixlm.constrained import GrammarMatcher, jump_forward
+from radixlm.constrained import GrammarMatcher
 from radixlm.runtime.engine.budget_close import BudgetClose
 from radixlm.runtime.scheduler.constraint import Splice
 from radixlm.runtime.scheduler.req import FinishReason
 
 
 class RequestMatcher:
-    """One request's constraint; ``jump_forward=False`` splices no forced text, ``budget_aware``
-    False never closes the output early."""
+    """One request's constraint; ``budget_aware`` False never closes the output early."""
 
     def __init__(self, matcher: GrammarMatcher, tokenizer: Any, eos_token_ids: frozenset[int],
-                 jump_forward: bool, budget_aware: bool = True) -> None:
+                 budget_aware: bool = True) -> None:
         self.matcher = matcher
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids
-        self.jump_forward = jump_forward
         self.budget = BudgetClose(matcher, tokenizer) if budget_aware else None
 
     def fill_mask(self, bitmask_row: Any) -> None:
@@ -51,36 +48,29 @@ class RequestMatcher:
             return FinishReason("stop", token if eos else None)
         return None
 
-    def splice(self, output_ids: list[int], max_output_len: int) -> Splice | None:
-        """The completion when the budget is about to run out, else the forced continuation after
-        ``output_ids`` within ``max_output_len`` tokens, or None."""
-        if self.budget is not None and not self.matcher.is_terminated():
-            close = self.budget.splice(max_output_len - len(output_ids))
-            if close is not None:
-                return close
-        if not self.jump_forward:
-            return None
-        jf = jump_forward(self.matcher, self.tokenizer, output_ids)
-        if jf is None or (not jf.new_ids and not jf.num_drop):
-            return None
-        room = max_output_len - (len(output_ids) - jf.num_drop)
-        new_ids = tuple(jf.new_ids[:max(room, 0)])
-        self.matcher.rollback(jf.num_drop)
-        for token in new_ids:
-            self.matcher.accept_token(token)
-        resampled = self._resampled(output_ids[len(output_ids) - jf.num_drop:], new_ids)
-        return Splice(jf.num_drop, new_ids, self.matcher.is_terminated(), resampled=resampled)
+    def rollback(self, n: int) -> None:
+        """Undo the last ``n`` accepted tokens."""
+        self.matcher.rollback(n)
 
-    def _resampled(self, dropped: list[int], new_ids: tuple[int, ...]) -> int:
-        """How many leading ``new_ids`` start inside the dropped tokens' (sampled) bytes."""
-        sampled = sum(len(self.tokenizer.id_to_bytes(t)) for t in dropped)
-        count = at = 0
-        for token in new_ids:
-            if at >= sampled:
-                break
-            count += 1
-            at += len(self.tokenizer.id_to_bytes(token))
-        return count
+    def validate(self, tokens: list[int]) -> int:
+        """How many leading ``tokens`` (no EOS) the grammar accepts in a row; no state change."""
+        return self.matcher.validate_tokens(list(tokens)) if tokens else 0
+
+    def draft(self, max_tokens: int) -> list[int]:
+        """The forced continuation as at most ``max_tokens`` tokens the grammar accepts."""
+        if max_tokens <= 0 or self.matcher.is_terminated():
+            return []
+        forced = self.matcher.forced_continuation()
+        if not forced:
+            return []
+        ids = list(self.tokenizer.encode(forced, add_special_tokens=False))[:max_tokens]
+        return ids[:self.validate(ids)]
+
+    def close(self, output_len: int, max_output_len: int) -> Splice | None:
+        """The closing completion when the budget is about to run out, else None."""
+        if self.budget is None or self.matcher.is_terminated():
+            return None
+        return self.budget.splice(max_output_len - output_len)
 
     @property
     def budget_closed(self) -> dict[str, Any] | None:

@@ -6,6 +6,8 @@ Result of one request (``Engine.generate``)::
      "meta_info": {"id", "prompt_tokens", "completion_tokens", "cached_tokens",
                    "finish_reason": {"type": "stop"|"length"|"abort", "matched": str|int|None},
                    "e2e_latency", "first_token_latency", "forward_passes", "total_retractions",
+                   # after a step verified draft tokens (speculative decoding, SGLang's names):
+                   "spec_verify_ct", "spec_draft_tokens", "spec_accepted_tokens", "spec_accept_length",
                    # with return_logprob (SGLang's layout, entries [logprob, token_id, None]):
                    "output_token_logprobs", "output_top_logprobs",
                    "input_token_logprobs", "input_top_logprobs",
@@ -19,8 +21,8 @@ Result of one request (``Engine.generate``)::
                    "token_origins": {"offset": int, "ids": [...], "origins": [...],
                                      "prompt": {"cache": int, "prefill": int}}}}
 
-``token_origins`` of a stream chunk replaces the reader's ids and codes from ``offset`` on (a
-jump-forward splice may rewrite tokens already streamed); the final result starts at 0.
+``token_origins`` of a stream chunk carries the codes from ``offset`` on (where the previous chunk
+ended); the final result starts at 0.
 
 A stream chunk has the same keys, but ``text`` is the new text since the previous chunk,
 ``output_ids`` the new token ids, the logprob lists cover only the new tokens, and
@@ -87,12 +89,17 @@ def _meta(req: Req) -> dict[str, Any]:
         "forward_passes": req.forward_passes,
         "total_retractions": req.num_retractions,  # SGLang's: times the request went back to the queue
     }
-    if req.matcher is not None:
+    if req.spec_verify_ct:  # SGLang's names; accepted: draft tokens the model kept
+        meta["spec_verify_ct"] = req.spec_verify_ct
+        meta["spec_draft_tokens"] = req.spec_draft_tokens
+        meta["spec_accepted_tokens"] = req.spec_accepted_tokens
+        meta["spec_accept_length"] = req.spec_accepted_tokens / req.spec_verify_ct
+    if req.constraint is not None:
         if req.finished and not req.params.strict:  # lenient mode reports what the output violates
-            meta["constraint_violations"] = req.matcher.violations(StopChecker.final_text(req))
-        if req.matcher.notes:
-            meta["constraint_notes"] = list(req.matcher.notes)
-        closed = getattr(req.matcher, "budget_closed", None)
+            meta["constraint_violations"] = req.constraint.violations(StopChecker.final_text(req))
+        if req.constraint.notes:
+            meta["constraint_notes"] = list(req.constraint.notes)
+        closed = req.constraint.budget_closed
         if closed is not None:
             meta["budget_closed"] = dict(closed)
     return meta

@@ -3,7 +3,9 @@
 This and ``forward_batch`` are the only places the scheduler's lists become tensors.
 ``run(batch)`` builds the ``ForwardBatch``, runs the forward, computes logprobs (``log_softmax`` of
 the raw float32 logits, before any processing), applies the sampler's logit processors, the
-grammar bitmasks and the tokenizer-vocabulary mask, samples, and returns plain lists.
+grammar bitmasks and the tokenizer-vocabulary mask, samples, and returns plain lists. A verify
+step (speculative decoding) masks every draft position under the grammar's state after the drafts
+before it and keeps what the model would have produced (``Sampler.verify``).
 
 Tensor parallelism (``tp_size > 1``): the engine's runner is rank 0; it spawns ranks 1..N-1
 (``tp_worker``), each of which builds its own ``ModelRunner`` and ``follow()``s: rank 0 broadcasts
@@ -39,6 +41,7 @@ from radixlm.runtime.model.parallel.tp_worker import TPWorkerError, TPWorkers
 from radixlm.runtime.model.sampler import Sampler, SamplingInfo, apply_logit_processors
 from radixlm.runtime.ports import free_port
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
+from radixlm.runtime.scheduler.constraint import fill_draft_masks
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.server_args import ServerArgs
 
@@ -151,7 +154,9 @@ class ModelRunner:
         result = BatchResult(next_token_ids=[], forward_s=time.perf_counter() - start)
         if batch.logprob_spans:
             self._input_logprobs(batch, logits, result)
-        if batch.sample_reqs:
+        if batch.is_verify:
+            self._verify(batch, logits, result)
+        elif batch.sample_reqs:
             self._sample(batch.sample_reqs, logits[torch.tensor(batch.sample_rows, device=self.device)], result)
         return result
 
@@ -245,7 +250,7 @@ class ModelRunner:
         logits = logits.float()  # [bs, vocab] (a copy: indexing gathered the rows)
         raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
         apply_logit_processors(logits, reqs, self.eos_token_ids)
-        if any(r.matcher is not None for r in reqs):
+        if any(r.constraint is not None for r in reqs):
             self.ops.apply_token_bitmask(logits, self._grammar_bitmask(reqs))
         if self.token_vocab_size < self.vocab_size:  # ids the tokenizer cannot decode
             logits[:, self.token_vocab_size:] = float("-inf")
@@ -256,12 +261,60 @@ class ModelRunner:
         chosen = raw_logprobs.gather(1, next_ids.unsqueeze(1)).squeeze(1)
         return next_ids.tolist(), chosen.tolist(), _top_logprobs(raw_logprobs, top_k)
 
+    def _verify(self, batch: ScheduledBatch, logits: torch.Tensor, result: BatchResult) -> None:
+        """A verify step's results: per request, the drafts kept and the model's token after them
+        (``result.accepted``, ``next_token_ids``), and their logprobs; a request whose rows fail
+        (its logit processors, its grammar, its generator) fails alone."""
+        want_logprobs = any(r.logprobs.return_logprob for r in batch.sample_reqs)
+        top_k = max(r.logprobs.top_num for r in batch.sample_reqs) if want_logprobs else 0
+        for i, (req, draft) in enumerate(zip(batch.sample_reqs, batch.drafts)):
+            first = batch.sample_rows[i]
+            try:
+                accepted, token, lps, tops = self._verify_rows(req, draft, logits[first:first + len(draft) + 1],
+                                                               want_logprobs, top_k)
+            except Exception as e:  # noqa: BLE001 - this request fails, the batch goes on
+                result.errors[i] = e
+                accepted, token, lps, tops = 0, 0, [0.0], [[]]
+            result.accepted.append(accepted)
+            result.next_token_ids.append(token)
+            if want_logprobs:
+                result.next_token_logprobs.append(lps[-1])
+                result.next_top_logprobs.append(tops[-1])
+                result.draft_logprobs.append(lps[:-1])
+                result.draft_top_logprobs.append(tops[:-1])
+
+    def _verify_rows(self, req: Req, draft: list[int], rows: torch.Tensor, want_logprobs: bool, top_k: int
+                     ) -> tuple[int, int, list[float], list[list[tuple[float, int]]]]:
+        """``(accepted, token, logprobs, tops)`` of one request from its rows ``[len(draft) + 1,
+        vocab]``; the logprobs are those of the kept drafts and the token (raw, as ``_sample_rows``)."""
+        n = len(draft) + 1
+        logits = rows.float()  # [n, vocab] (a copy: slicing a view, then the dtype)
+        if logits.data_ptr() == rows.data_ptr():
+            logits = logits.clone()
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if want_logprobs else None
+        same = [req] * n  # every row is this request (drafts never carry penalties: speculation.spec_blocker)
+        apply_logit_processors(logits, same, self.eos_token_ids)
+        if req.constraint is not None:
+            bitmask = torch.full((n, math.ceil(self.vocab_size / 32)), -1, dtype=torch.int32)
+            fill_draft_masks(req.constraint, draft, bitmask)
+            self.ops.apply_token_bitmask(logits, bitmask.to(self.device, non_blocking=True))
+        if self.token_vocab_size < self.vocab_size:
+            logits[:, self.token_vocab_size:] = float("-inf")
+        accepted, token = self.sampler.verify(logits, req, draft, SamplingInfo.build([req], self.vocab_size,
+                                                                                      self.device))
+        if raw_logprobs is None:
+            return accepted, token, [], []
+        kept = draft[:accepted] + [token]
+        rows_lp = raw_logprobs[:len(kept)]
+        chosen = rows_lp.gather(1, torch.tensor(kept, device=self.device).unsqueeze(1)).squeeze(1).tolist()
+        return accepted, token, chosen, _top_logprobs(rows_lp, top_k)
+
     def _grammar_bitmask(self, reqs: list[Req]) -> torch.Tensor:
         """int32 ``[bs, ceil(vocab / 32)]``: constrained rows from their matchers, others all ones."""
         bitmask = torch.full((len(reqs), math.ceil(self.vocab_size / 32)), -1, dtype=torch.int32)
         for i, req in enumerate(reqs):
-            if req.matcher is not None:
-                req.matcher.fill_mask(bitmask[i])
+            if req.constraint is not None:
+                req.constraint.fill_mask(bitmask[i])
         return bitmask.to(self.device, non_blocking=True)
 
 

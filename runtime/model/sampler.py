@@ -12,6 +12,12 @@ Order applied to the float32 logits ``[bs, vocab]`` of the rows that sample:
 6. greedy rows (``temperature == 0`` or ``top_k == 1``) take the argmax; the others divide by the
    temperature, softmax, drop tokens outside top-k / top-p / below ``min_p * max_prob``, and draw.
 
+Speculative decoding's verification (``Sampler.verify``) keeps the drafts the model would have
+produced: each position is sampled as a decode step would sample it (greedy: the argmax), and
+drafts are kept while they equal the sampled token. A draft token ``d`` is thus kept with
+probability ``p(d)``, as in speculative sampling with a deterministic draft, and a seeded request
+draws exactly what it draws without drafts: its output does not depend on them.
+
 Draws use the exponential race (``argmax(p / E)``, ``E ~ Exp(1)``): a request with a ``seed`` owns
 a ``torch.Generator`` seeded with ``seed + sibling index`` that draws its own noise row, so its
 output does not depend on what else is in the batch. Requests without a seed share the engine's
@@ -129,6 +135,26 @@ class Sampler:
         self.device = device
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(random_seed)
+
+    def verify(self, logits: torch.Tensor, req: Req, draft: list[int], info: SamplingInfo) -> tuple[int, int]:
+        """``(accepted, token)``: how many leading ``draft`` tokens to keep, and the model's token
+        after them, from ``req``'s processed logits ``[len(draft) + 1, vocab]`` (row j: the
+        position after ``draft[:j]``; modified in place; ``info`` is for the one request).
+
+        Each row is sampled exactly as a decode step samples it (the same draws from the same
+        generator, one row at a time), and the drafts are kept while they equal what was sampled:
+        the kept tokens are the ones decoding one token a step would have produced."""
+        if info.all_greedy:
+            targets = torch.argmax(logits, dim=-1).tolist()
+            accepted = 0
+            while accepted < len(draft) and targets[accepted] == draft[accepted]:
+                accepted += 1
+            return accepted, targets[accepted]
+        for j in range(len(draft) + 1):
+            token = int(self.sample(logits[j:j + 1], [req], info)[0])
+            if j == len(draft) or token != draft[j]:
+                return j, token
+        raise AssertionError("unreachable: the last row always returns")
 
     def sample(self, logits: torch.Tensor, reqs: list[Req], info: SamplingInfo) -> torch.Tensor:
         """Next token ids ``[bs]`` int64 from processed logits ``[bs, vocab]`` (modified in place)."""

@@ -103,10 +103,16 @@ class ScheduledBatch:
     logprob_spans: list[LogprobSpan] = field(default_factory=list)
     chunked_req: Req | None = None
     decode_reqs: list[Req] = field(default_factory=list)
+    drafts: list[list[int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
         return len(self.spec.input_ids)
+
+    @property
+    def is_verify(self) -> bool:
+        """A decode step that verifies draft tokens (an extend-shaped forward)."""
+        return bool(self.drafts)
 
 
 @dataclass
@@ -118,6 +124,9 @@ class BatchResult:
     ``next_token_logprobs`` / ``next_top_logprobs`` are filled for every sampled row when any
     request in the batch asked for logprobs, else empty. ``errors[i]``: sampling failed for
     ``sample_reqs[i]`` alone (its token is a placeholder); the scheduler fails that request.
+    In a verify step, ``accepted[i]`` of ``sample_reqs[i]``'s drafts were kept and
+    ``next_token_ids[i]`` is the model's token after them; ``draft_logprobs[i]`` /
+    ``draft_top_logprobs[i]`` are the kept drafts' logprobs (when logprobs are wanted).
     """
 
     next_token_ids: list[int]
@@ -127,6 +136,9 @@ class BatchResult:
     input_top_logprobs: list[list[list[tuple[float, int]]]] = field(default_factory=list)
     forward_s: float = 0.0  # time in the model forward (for the overhead counters)
     errors: dict[int, Exception] = field(default_factory=dict)  # sample row -> what failed that request
+    accepted: list[int] = field(default_factory=list)
+    draft_logprobs: list[list[float]] = field(default_factory=list)
+    draft_top_logprobs: list[list[list[tuple[float, int]]]] = field(default_factory=list)
 
 
 def build_extend_batch(reqs: list[Req], chunked: Req | None,
@@ -170,6 +182,28 @@ def build_decode_batch(reqs: list[Req], slots: list[int],
     spec = BatchSpec(True, [r.kv.req_pool_idx for r in reqs], [r.output_ids[-1] for r in reqs],
                      [r.kv.kv_len for r in reqs], [1] * len(reqs), slots, rows, table_writes)
     return ScheduledBatch(True, reqs, spec, reqs, list(rows))
+
+
+def build_verify_batch(reqs: list[Req], drafts: list[list[int]], slots: list[int],
+                       table_writes: list[tuple[int, int, list[int]]]) -> ScheduledBatch:
+    """The decode step of running ``reqs`` that verifies their ``drafts``: request i extends its
+    last token and its draft (``1 + len(drafts[i])`` rows, every row's logits wanted) into the next
+    ``slots``. The model sees an extend batch; every request stays running."""
+    spec = BatchSpec(False, [], [], [], [], list(slots), [], table_writes)
+    batch = ScheduledBatch(False, reqs, spec, list(reqs), [], decode_reqs=list(reqs),
+                           drafts=[list(d) for d in drafts])
+    row = 0
+    for req, draft in zip(reqs, drafts):
+        n = 1 + len(draft)
+        spec.req_pool_indices.append(req.kv.req_pool_idx)
+        spec.input_ids.append(req.output_ids[-1])
+        spec.input_ids.extend(draft)
+        spec.prefix_lens.append(req.kv.kv_len)
+        spec.extend_lens.append(n)
+        batch.sample_rows.append(row)
+        spec.logits_indices.extend(range(row, row + n))
+        row += n
+    return batch
 
 
 def build_mixed_batch(prefill: list[Req], decode: list[Req], chunked: Req | None,

@@ -43,7 +43,7 @@ def resolve_future_tokens(input_ids: list[int], prev_token_ids: list[int]) -> li
 def overlap_blocker(req: Req) -> str | None:
     """Why ``req``'s next sample would depend on the token in flight (None: it does not)."""
     p = req.params
-    if req.matcher is not None:
+    if req.constraint is not None:
         return "constrained: the grammar mask needs the previous token accepted"
     if p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
         return "penalties count the output tokens"

@@ -14,10 +14,15 @@ or the single last token in a decode step) and then ``kv_len += extend_len``. A 
 (decoding) request always has ``kv_len == len(fill_ids) - 1``.
 
 The state is split by owner: ``kv`` (``KVState``, changed by ``ReqCache``), ``logprobs``
-(``LogprobState``), ``decoded`` (``TextState``: text and stop-string search), ``matcher`` (the
-constraint the scheduler asks, see ``constraint.py``), and two opaque slots that other layers own:
-``delivery`` (the engine's stream offsets and output handle) and ``sampler_state`` (the model
-runner's per-request generator).
+(``LogprobState``), ``decoded`` (``TextState``: text and stop-string search), ``constraint`` (the
+request's grammar as the scheduler, the runner and the output builder see it, ``constraint.py``),
+``drafts`` (the drafter's per-request state, ``speculation.py``), and two opaque slots that other
+layers own: ``delivery`` (the engine's stream offsets and output handle) and ``sampler_state``
+(the model runner's per-request generator).
+
+A speculative decode step extends the last token and ``k`` draft tokens (``extend_len == k + 1``);
+the positions of rejected drafts are handed back right after (``ReqCache.rewind``), so between
+steps a running request again has ``kv_len == len(fill_ids) - 1``.
 """
 
 from __future__ import annotations
@@ -25,13 +30,16 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.req_kv import KVState
 from radixlm.runtime.scheduler.req_logprobs import LogprobState
-from radixlm.runtime.scheduler.req_origins import TokenOrigins, splice_codes
+from radixlm.runtime.scheduler.req_origins import TokenOrigins
 from radixlm.runtime.scheduler.req_text import TextState
+
+if TYPE_CHECKING:
+    from radixlm.runtime.scheduler.constraint import Constraint
 
 _arrival = itertools.count()
 
@@ -73,15 +81,19 @@ class Req:
             return_logprob, logprob_start_len if logprob_start_len is not None else len(input_ids),
             top_logprobs_num)
         self.decoded = TextState(detokenizer)
-        self.matcher: Any = None  # a ``Constraint`` once the request's grammar compiled, else None
+        self.constraint: Constraint | None = None  # set once the request's grammar compiled
+        self.drafts: Any = None  # the drafter's state (``speculation.DraftState``), made on first use
         # statistics
         self.cached_tokens = 0  # prompt tokens served from the radix cache at first admission
         self.admitted_once = False
         self.forward_passes = 0
         self.num_retractions = 0
         self.first_token_at: float | None = None  # time.perf_counter() when the first output token came
-        self.forced_tokens = 0  # output tokens a jump-forward splice added (the grammar's text)
+        self.forced_tokens = 0  # output tokens the grammar forced, proposed as drafts and verified
         self.closed_tokens = 0  # output tokens budget-aware completion added
+        self.spec_verify_ct = 0  # decode steps that verified drafts (SGLang's spec_verify_ct)
+        self.spec_draft_tokens = 0  # draft tokens proposed
+        self.spec_accepted_tokens = 0  # draft tokens the model accepted
         self.constraint_stats: dict[str, Any] | None = None  # the grammar compiler's: compile_s, wait_s, cached
         self.origins = TokenOrigins() if params.return_token_origins else None
         # outcome
@@ -148,22 +160,15 @@ class Req:
         self.output_ids.append(token_id)
         self.decoded.append([token_id])
 
-    def replace_tail(self, num_drop: int, new_ids: list[int] | tuple[int, ...], resampled: int = 0,
-                     closed: bool = False) -> None:
-        """Drop ``num_drop`` output tokens, append ``new_ids`` and re-decode (jump-forward); the first
-        ``resampled`` new ids re-spell sampled text, the rest are forced (``closed``: a closing completion)."""
-        keep = len(self.output_ids) - num_drop
-        added = len(new_ids) - resampled
-        if closed:
-            self.closed_tokens += added
-        else:
-            self.forced_tokens += added
+    def append_closing(self, new_ids: tuple[int, ...] | list[int]) -> None:
+        """Append a budget close's completion (tokens the model did not write; no logprobs)."""
+        self.closed_tokens += len(new_ids)
         if self.origins is not None:
-            self.origins.replace_tail(keep, splice_codes(len(new_ids), resampled, closed))
-        del self.output_ids[keep:]
+            for _ in new_ids:
+                self.origins.append("closed")
         self.output_ids.extend(new_ids)
-        self.logprobs.replace_output_tail(keep, len(new_ids))
-        self.decoded.redecode(self.output_ids)
+        self.logprobs.add_unscored(len(new_ids))
+        self.decoded.append(list(new_ids))
 
     def finish(self, type_: str, matched: str | int | None = None, message: str | None = None) -> None:
         """Record why the request stopped (the first reason wins) and flush held-back text."""

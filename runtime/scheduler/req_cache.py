@@ -90,6 +90,19 @@ class ReqCache:
         req.kv.kv_len += req.kv.extend_len
         req.kv.extend_len = 0
 
+    def rewind(self, req: Req, kv_len: int) -> None:
+        """Hand back the slots of positions ``kv_len ..`` (a verify step's rejected drafts, whose
+        K/V were computed but are not the request's): ``req.kv.kv_len`` becomes ``kv_len``."""
+        kv = req.kv
+        if not kv.holds_kv or kv_len >= kv.kv_len:
+            return
+        if kv_len < kv.cache_protected_len:
+            raise ValueError(f"rewind to {kv_len} would free the radix tree's slots "
+                             f"(protected up to {kv.cache_protected_len})")
+        self.slots.free(kv.slots[kv_len:kv.kv_len])
+        del kv.slots[kv_len:]
+        kv.kv_len = kv_len
+
     def pop_table_writes(self) -> list[tuple[int, int, list[int]]]:
         writes, self.pending_table_writes = self.pending_table_writes, []
         return writes

@@ -49,13 +49,11 @@ class LogprobState:
             self.output_token.append(logprob)
             self.output_top.append(top[:self.top_num])
 
-    def replace_output_tail(self, keep: int, num_forced: int) -> None:
-        """Keep the first ``keep`` output entries, then ``num_forced`` entries of forced tokens."""
-        del self.output_token[keep:]
-        del self.output_top[keep:]
+    def add_unscored(self, num: int) -> None:
+        """``num`` output tokens the model did not score (a budget close's completion)."""
         if self.return_logprob:
-            self.output_token.extend([None] * num_forced)
-            self.output_top.extend([] for _ in range(num_forced))
+            self.output_token.extend([None] * num)
+            self.output_top.extend([] for _ in range(num))
 
     def restart_input(self) -> None:
         """After a retraction: unfinished prompt logprobs are computed again from the start."""

@@ -25,14 +25,6 @@ class TextState:
         if self.detokenizer is not None:
             self.text += self.detokenizer.step(token_ids)
 
-    def redecode(self, output_ids: list[int]) -> None:
-        """Decode ``output_ids`` again from scratch (after jump-forward changed the tail)."""
-        if self.detokenizer is not None:
-            self.detokenizer = self.detokenizer.fresh()
-            self.text = self.detokenizer.step(list(output_ids))
-            self.checked_len = 0
-            self.regex = None
-
     def flush(self) -> None:
         """Append the text held back for an unfinished character (when the request finishes)."""
         if self.detokenizer is not None:

@@ -11,13 +11,19 @@ Each step is either a prefill (extend) batch or a decode batch:
 - **Otherwise decode** every running request by one token. If there are not enough slots, evict
   from the radix cache, then retract (preempt) the youngest requests back to the queue; they are
   recomputed later, mostly from the cache.
+- **Speculative decode**: when the ``Drafter`` proposes draft tokens (``speculation.py``: text the
+  grammar forces, the radix tree's continuation, a match in the request's own tokens), the decode
+  step extends each request's last token and its draft in one forward (``build_verify_batch``);
+  the runner keeps the drafts the model would have produced token by token, and the slots of
+  the rejected ones are handed back at once (``ReqCache.rewind``). When the slots for the drafts
+  are not free, the step decodes without them.
 - **Mixed steps** (``mixed_chunk``, ``--enable-mixed-chunk``; SGLang's mixed chunked prefill): a
   prefill step also decodes every running request, each as a one-token extend row after the
   prefill rows of the same forward, so running requests are not stalled while a long prompt is
   chunked. The decode rows' slots are taken first; the prefill gets the budget minus one token
   per running request, and at least half of it (``policy.mixed_prefill_budget``): the step stays
   about one chunk long, so ``chunked_prefill_size`` bounds the running requests' inter-token
-  latency. Requests re-queued while decoding (a jump-forward splice, a retraction) are
+  latency. Requests re-queued while decoding (a retraction) are
   re-admitted before the chunk, whole, within half the budget, so they do not wait for the long
   prompt either. When the decode slots would need a retraction, or nothing can be admitted, the
   step is scheduled as without mixing. Everything after the forward is the same per request: a
@@ -38,12 +44,14 @@ from radixlm.runtime.scheduler.batch import (
     build_decode_batch,
     build_extend_batch,
     build_mixed_batch,
+    build_verify_batch,
 )
 from radixlm.runtime.scheduler.decode_ahead import AheadBatch, commit_decode_ahead, plan_decode_ahead
 from radixlm.runtime.scheduler.policy import mixed_prefill_budget
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
-from radixlm.runtime.scheduler.results import apply_splice, finish_prefill_only, take_token
+from radixlm.runtime.scheduler.results import finish_prefill_only, take_token, take_verified
+from radixlm.runtime.scheduler.speculation import Drafter, SpeculativeConfig
 from radixlm.runtime.scheduler.stop_checker import StopChecker
 
 INIT_NEW_TOKEN_RATIO = 0.7
@@ -56,9 +64,11 @@ class Scheduler:
 
     def __init__(self, cache: ReqCache, stop_checker: StopChecker, *, schedule_policy: str = "lpm",
                  max_running_requests: int = 256, max_prefill_tokens: int = 16384,
-                 chunk_size: int | None = None, mixed_chunk: bool = False) -> None:
+                 chunk_size: int | None = None, mixed_chunk: bool = False,
+                 speculative: SpeculativeConfig | None = None) -> None:
         self.cache = cache
         self.stop_checker = stop_checker
+        self.drafter = Drafter(speculative or SpeculativeConfig(), cache.tree, stop_checker.eos_token_ids)
         self.limits = AdmissionLimits(schedule_policy, max_running_requests, chunk_size)
         self.max_prefill_tokens = max_prefill_tokens
         self.mixed_chunk = mixed_chunk
@@ -134,7 +144,7 @@ class Scheduler:
         in policy order, at most ``budget`` tokens; the requests and the one left unfinished.
 
         ``resume_first`` (mixed steps): waiting requests that were decoding (re-queued by a
-        jump-forward splice or a retraction; their KV is mostly cached) go before the chunk,
+        retraction; their KV is mostly cached) go before the chunk,
         whole, within half the budget, so that a long prompt does not stall them either.
         """
         reqs: list[Req] = []
@@ -171,14 +181,39 @@ class Scheduler:
 
     def _schedule_decode(self) -> ScheduledBatch:
         self._retract_until_fits()
-        slots = self.cache.alloc(len(self.running))
-        if slots is None:
-            raise RuntimeError(f"KV accounting error: {len(self.running)} decode slots unavailable "
-                               f"after retraction (available {self.cache.available()})")
         reqs = list(self.running)  # the batch's own list: `running` changes when requests finish
+        batch = self._schedule_verify(reqs)
+        if batch is not None:
+            return batch
+        slots = self.cache.alloc(len(reqs))
+        if slots is None:
+            raise RuntimeError(f"KV accounting error: {len(reqs)} decode slots unavailable "
+                               f"after retraction (available {self.cache.available()})")
         batch = build_decode_batch(reqs, slots, self.cache.pop_table_writes())
         for req, slot in zip(reqs, slots):
             self.cache.assign(req, [slot])
+        self._decay_new_token_ratio()
+        return batch
+
+    def _schedule_verify(self, reqs: list[Req]) -> ScheduledBatch | None:
+        """The decode step with the drafter's drafts (``build_verify_batch``); None when no request
+        has one or the pool cannot hold their slots (evicting cached prefixes as a decode step does)."""
+        if not self.drafter.active(len(reqs)):
+            return None
+        context_len = self.stop_checker.context_len
+        drafts = [self.drafter.propose(r, min(r.remaining_new_tokens, context_len - r.fill_len) - 1)
+                  for r in reqs]
+        total = len(reqs) + sum(len(d) for d in drafts)
+        if total == len(reqs) or self.cache.available() < total:
+            return None
+        slots = self.cache.alloc(total)
+        if slots is None:
+            return None
+        batch = build_verify_batch(reqs, drafts, slots, self.cache.pop_table_writes())
+        at = 0
+        for req, draft in zip(reqs, drafts):
+            self.cache.assign(req, slots[at:at + 1 + len(draft)])
+            at += 1 + len(draft)
         self._decay_new_token_ratio()
         return batch
 
@@ -226,9 +261,9 @@ class Scheduler:
     def process_batch_result(self, batch: ScheduledBatch, result: BatchResult) -> list[Req]:
         """Apply one step's results; return the requests that finished in it (already released).
 
-        Per sampled token: append it, ask the request's constraint (finish?), run the stop
-        checks. Then constrained requests that the grammar forces ahead are spliced and re-queued
-        (jump-forward: one extend step computes all the forced tokens).
+        Per sampled token (a verify step's kept drafts and the token after them, in order): append
+        it, ask the request's constraint (finish? the budget's closing completion?), run the stop
+        checks (``results.take_token``). A verify step's rejected drafts hand their slots back.
         """
         for req in batch.reqs:
             self.cache.advance(req)
@@ -239,39 +274,25 @@ class Scheduler:
         for i, (req, token) in enumerate(zip(batch.sample_reqs, result.next_token_ids)):
             if req.finished:  # aborted while in flight
                 continue
+            base = req.fill_len  # a verify step's first draft position
             error = result.errors.get(i)
             if error is None:
                 try:
-                    take_token(req, token, result, i, self.stop_checker)
+                    if batch.is_verify:
+                        self.drafter.record(req, result.accepted[i])
+                        take_verified(req, batch.drafts[i], result, i, self.stop_checker, self.drafter)
+                    else:
+                        take_token(req, token, result, i, self.stop_checker)
                 except Exception as e:  # noqa: BLE001 - this request's own failure fails it alone
                     error = e
+            if batch.is_verify:  # drafts after the kept ones (or after a finish) have no valid KV
+                accepted = 0 if error is not None else result.accepted[i]
+                self.cache.rewind(req, min(base + accepted, req.fill_len))
             if error is not None:
                 req.fail(error)
         if not batch.is_decode:
             finish_prefill_only(batch)
-        finished = self._settle(batch)
-        return finished + self._jump_forward(batch.sample_reqs)
-
-    def _jump_forward(self, reqs: list[Req]) -> list[Req]:
-        """Splice forced continuations into constrained requests and re-queue them (one extend
-        step computes all the forced tokens); return the requests this finished."""
-        finished = []
-        for req in reqs:
-            if req.finished or req.matcher is None:
-                continue
-            try:
-                splice = req.matcher.splice(req.output_ids, req.params.max_new_tokens)
-                if splice is None:
-                    continue
-                self._remove(req)
-                self.cache.release(req, insert=True)  # the KV under the old ids, before they change
-                apply_splice(req, splice, self.stop_checker)
-            except Exception as e:  # noqa: BLE001 - this request's own failure fails it alone
-                req.fail(e)
-            self._remove(req)
-            self.cache.release(req, insert=True)  # no-op when it was released above
-            (finished if req.finished else self.waiting).append(req)
-        return finished
+        return self._settle(batch)
 
     def _settle(self, batch: ScheduledBatch) -> list[Req]:
         finished = []

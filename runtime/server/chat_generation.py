@@ -32,6 +32,7 @@ from typing import Any
 from radixlm.runtime.chat_formats.reasoning.base import ReasoningParser, Split
 from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
 from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
+from radixlm.runtime.chat_formats.tool_formats.grammar import with_model_end
 from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams, choice_seed
 from radixlm.runtime.server.chat_plan import ChatPlan
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
@@ -120,7 +121,8 @@ class ChoiceRunner:
                     return
             self.ids += self._encode(self.fmt.forced_prefix)
             # "required": one or more calls (parallel_tool_calls); a named function: that one call
-            async for ev in self._call_phase(choice.name, self.plan.max_calls if choice.name is None else 1):
+            async for ev in self._call_phase(choice.name, self.plan.max_calls if choice.name is None else 1,
+                                             forced=True):
                 yield ev
             yield self._finish("tool_calls" if self.calls and not self.cut_off else self.call_end)
             return
@@ -241,16 +243,21 @@ class ChoiceRunner:
                 return
             self.header_end = _openai_reason(fr)
 
-    async def _call_phase(self, name: str | None, max_calls: int = 1, written: str = "") -> AsyncIterator[ChoiceEvent]:
+    async def _call_phase(self, name: str | None, max_calls: int = 1, written: str = "",
+                          forced: bool = False) -> AsyncIterator[ChoiceEvent]:
         """Constrained call bodies (one, or up to ``max_calls`` in a forced turn) in the family's
         wrapper (``written``: the header of a call the model already named, see :meth:`_header`);
-        ``self.calls`` counts the calls it made.
+        ``self.calls`` counts the calls it made. A forced turn (``required``, a named function) may
+        end as the model ends a turn of calls, with the family's closing text and its end token
+        (``grammar.with_model_end``): it makes the calls ``auto`` would make, no more.
 
         The call stream reads the wrapper text, the generated body and the suffix: a JSON-argument
         call is announced once its head is generated and its arguments stream as they come; others
         are the events the family's parser gives for the whole call text."""
         constraint = (self.fmt.rest_constraint(self.plan.tools, name or "", max_calls) if written
                       else self.fmt.body_constraint(self.plan.tools, name, max_calls))
+        if forced:
+            constraint = with_model_end(constraint, self.fmt.call_suffix)
         sampling = self._sampling(max_new_tokens=self.budget).reset(*_NOT_IN_CALL_PHASE).replace(**constraint)
         stream, phase = CallStream(self.fmt, self.plan.tools, self.calls), _Phase()
         events = stream.feed(self.fmt.forced_prefix + written)
@@ -264,8 +271,10 @@ class ChoiceRunner:
                     yield out
             events = []
         complete = phase.finish.get("type") not in ("length", "abort")
-        if complete:
-            events += stream.feed(self.fmt.call_suffix)
+        suffix = self.fmt.call_suffix
+        ended = forced and bool(suffix.strip()) and phase.text.rstrip("\n").endswith(suffix.strip())
+        if complete and not ended:  # the closing text is the server's to add (the model wrote none)
+            events += stream.feed(suffix)
         events += stream.finish()
         for out in self._call_events(events):
             if out.kind != "content":
@@ -273,7 +282,8 @@ class ChoiceRunner:
             elif complete:
                 held.append(out)
         for out in held if complete else ():
-            yield out
+            if not (ended and not out.text.strip()):  # the newlines after a closing text are not content
+                yield out
         if not complete and stream.started:
             self.cut_call = stream.next_index - 1
         self.cut_off = not complete
@@ -281,7 +291,7 @@ class ChoiceRunner:
             self.call_end = _openai_reason(phase.finish)
         self.calls = stream.next_index
         if not self.cut_off:
-            self.ids += phase.output_ids + self._encode(self.fmt.call_suffix)
+            self.ids += phase.output_ids + ([] if ended else self._encode(suffix))
 
     def _call_events(self, events: list) -> list[ChoiceEvent]:
         out = []

@@ -164,6 +164,13 @@ class ServerMetrics:
         decode_tokens = timers.get("decode_tokens") if isinstance(timers, dict) else None
         gauges = {name: (engine_stats.get(key, 0), text) for name, (key, text) in ENGINE_GAUGES.items()}
         gauges["gen_throughput"] = (self.gen_throughput(decode_tokens), "The generate throughput (token/s).")
+        spec = engine_stats.get("speculative")
+        if isinstance(spec, dict):  # SGLang's speculative gauges, and the totals behind them
+            gauges["spec_accept_length"] = (spec.get("spec_accept_length", 0.0),
+                                            "Draft tokens the model kept per verify step (speculative decoding).")
+            gauges["spec_accept_rate"] = (spec.get("spec_accept_rate", 0.0),
+                                          "Draft tokens kept / draft tokens proposed (speculative decoding).")
+            gauges["spec_verify_steps"] = (spec.get("spec_verify_steps", 0), "Decode steps that verified drafts.")
         shown = {key for key, _ in ENGINE_GAUGES.values()}
         for key, value in sorted(engine_stats.items()):  # the engine's other figures, for debugging
             if key not in shown and isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -108,8 +108,11 @@ class _ToyMatcher:
         self.accepted.append(token)
         return "stop" if token == 6 else None
 
-    def splice(self, output_ids, max_output_len):
-        return (tuple(output_ids), max_output_len)
+    def close(self, output_len, max_output_len):
+        return (output_len, max_output_len)
+
+    def draft(self, max_tokens):
+        return [5][:max_tokens]
 
     def violations(self, text):
         return [] if text.strip() == "{}" else [f"bad {text!r}"]
@@ -130,7 +133,7 @@ def test_gate_watches_until_the_marker_then_a_fresh_matcher_decides(thinking):
     for t in thinking:
         row = _Row()
         gate.fill_mask(row)
-        assert row.value == -1 and gate.splice([0], 10) is None
+        assert row.value == -1 and gate.close(1, 10) is None and gate.draft(4) == []
         assert gate.accept(t) is None
     assert not gate.open and inner.accepted == [] and inner.masks == 0
     row = _Row()
@@ -138,8 +141,8 @@ def test_gate_watches_until_the_marker_then_a_fresh_matcher_decides(thinking):
     assert row.value == 0 and inner.masks == 1
     assert gate.accept(5) is None and gate.accept(6) == "stop"
     assert inner.accepted == [5, 6]  # the thinking never reached the grammar
-    out = thinking + [5]
-    assert gate.splice(out, 20) == ((5,), 20 - len(thinking))
+    assert gate.close(len(thinking) + 1, 20) == (1, 20 - len(thinking))  # counted after the marker
+    assert gate.draft(4) == [5]
     assert gate.violations(_ToyTokenizer().decode(thinking + [5, 6])) == []
 
 

@@ -277,7 +277,7 @@ def test_threads_are_the_fallback_without_an_executable(vocab, monkeypatch):
 
 
 def test_engine_glue_passes_the_memory_budget(tokenizer):
-    compiler = GrammarCompiler(tokenizer, tokenizer.vocab_size, 10.0, True, max_memory_mb=128)
+    compiler = GrammarCompiler(tokenizer, tokenizer.vocab_size, 10.0, max_memory_mb=128)
     try:
         assert compiler.backend().max_memory_mb == 128 and compiler.backend().pool.max_memory_mb == 128
     finally:

@@ -4,8 +4,9 @@ Scheduler level (the fake runner of ``test_scheduler``, whose tokens are read ba
 slots, so any accounting slip changes the outputs): running requests advance in every step while
 a long prompt is chunked (and stall when mixing is off), each step keeps to its token budget,
 outputs stay exact through retraction, aborts, stop tokens, prefill-only requests, prompt logprobs
-and jump-forward splices (a re-queued constrained request is re-admitted before the chunk, so it
-keeps decoding too), and the radix cache still shares the long prompt afterwards. Engine level (tiny Llama, float32): greedy
+and speculative decoding (a constrained request's grammar drafts are verified in the decode steps
+between chunks, and it decodes in the mixed ones), and the radix cache still shares the long prompt
+afterwards. Engine level (tiny Llama, float32): greedy
 outputs, a JSON-schema request and logprobs are the same with mixing on and off.
 """
 
@@ -17,14 +18,14 @@ import threading
 import jsonschema
 import pytest
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.scheduler.constraint import Splice
 from radixlm.runtime.scheduler.policy import mixed_prefill_budget
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.scheduler import Scheduler
+from radixlm.runtime.scheduler.speculation import SpeculativeConfig
 from radixlm.runtime.scheduler.stop_checker import StopChecker
 from radixlm.runtime.server_args import ServerArgs
-from scheduler_fakes import EOS, FakeRunner, check_outputs, expected_output, next_token, prompts, req, run_all
+from scheduler_fakes import EOS, FakeRunner, check_outputs, expected_output, prompts, req, run_all
 
 from radixlm import Engine
 
@@ -32,11 +33,11 @@ LONG = [3] + [(j * 11) % 80 + 10 for j in range(299)]  # 300 tokens: 10 chunks o
 
 
 def make(mixed: bool, chunk: int | None = 32, num_slots: int = 4096, max_reqs: int = 32, page_size: int = 1,
-         policy: str = "lpm", max_prefill: int = 4096):
+         policy: str = "lpm", max_prefill: int = 4096, speculative: SpeculativeConfig | None = None):
     cache = ReqCache(num_slots, max_reqs, page_size=page_size)
     sched = Scheduler(cache, StopChecker([EOS], context_len=2048), schedule_policy=policy,
                       max_running_requests=max_reqs, max_prefill_tokens=max_prefill, chunk_size=chunk,
-                      mixed_chunk=mixed)
+                      mixed_chunk=mixed, speculative=speculative)
     return sched, FakeRunner(max_reqs, 2048)
 
 
@@ -173,43 +174,42 @@ def test_stop_tokens_finish_decode_rows_of_a_mixed_step():
     sched.cache.check_no_leak()
 
 
-class ForcingConstraint:
-    """A fake constraint: after every 4th token it accepts, jump-forward splices in ``FORCED``."""
+class DraftingConstraint:
+    """A fake constraint that allows every token and, after every 4th it accepts, proposes
+    ``FORCED`` as the grammar's forced text (which the fake model never writes: every draft is
+    rejected, so every verify step hands slots back)."""
 
-    FORCED = (50, 51)
+    FORCED = [50, 51]
 
     def __init__(self) -> None:
         self.accepted = 0
+        self.drafted = 0
 
     def accept(self, token: int) -> None:
         self.accepted += 1
 
-    def splice(self, output_ids: list[int], max_output_len: int) -> Splice | None:
+    def rollback(self, n: int) -> None:
+        self.accepted -= n
+
+    def validate(self, tokens: list[int]) -> int:
+        return len(tokens)
+
+    def draft(self, max_tokens: int) -> list[int]:
         if self.accepted % 4 or self.accepted == 0:
-            return None
-        self.accepted += 1  # a splice moves the state on: the next accept starts a new group of 4
-        room = max_output_len - len(output_ids)
-        return Splice(0, self.FORCED[:room], False) if room > 0 else None
+            return []
+        self.drafted += 1
+        return self.FORCED[:max_tokens]
 
-
-def forced_expected(prompt: list[int], max_new: int) -> list[int]:
-    out: list[int] = []
-    accepted = 0
-    while len(out) < max_new:
-        out.append(next_token(prompt + out))
-        accepted += 1
-        if accepted % 4 == 0 and len(out) < max_new:
-            accepted += 1
-            out += list(ForcingConstraint.FORCED[:max_new - len(out)])
-    return out
+    def close(self, output_len: int, max_output_len: int) -> None:
+        return None
 
 
 @pytest.mark.parametrize("mixed", [True, False])
-def test_jump_forward_requests_keep_decoding_while_a_long_prompt_is_chunked(mixed):
-    sched, runner = make(mixed)
+def test_drafting_requests_keep_decoding_while_a_long_prompt_is_chunked(mixed):
+    sched, runner = make(mixed, speculative=SpeculativeConfig(num_draft_tokens=4, max_batch_size=8))
     shorts = start_running(sched, runner, n=2)
     constrained = req("c", prompts(3)[2], max_new=60)
-    constrained.matcher = ForcingConstraint()
+    constrained.constraint = DraftingConstraint()
     sched.add(constrained)
     step(sched, runner)
     long = req("long", LONG, max_new=2)
@@ -219,10 +219,10 @@ def test_jump_forward_requests_keep_decoding_while_a_long_prompt_is_chunked(mixe
         before = constrained.output_len
         step(sched, runner)
         stalled += constrained.output_len == before
-    # on: re-queued by its splices, it is re-admitted before the chunk and samples in every step
     assert stalled == (0 if mixed else 10)
     run_all(sched, runner)
-    assert constrained.output_ids == forced_expected(constrained.origin_input_ids, 60)
+    assert constrained.output_ids == expected_output(constrained.origin_input_ids, 60)
+    assert constrained.constraint.drafted > 0 and constrained.spec_verify_ct > 0
     check_outputs(shorts + [long])
     assert sched.flush_cache()
     sched.cache.check_no_leak()
@@ -267,7 +267,7 @@ def run_arrival(model: str, mixed: bool) -> dict:
             if batch.is_decode and not long_in.is_set() and len(batch.reqs) == 4 and \
                     all(len(r.output_ids) >= 2 for r in batch.reqs):
                 assert long_in.wait(60)
-            if batch.decode_reqs:
+            if batch.decode_reqs and not batch.is_verify:  # a verify step decodes all: it is not mixed
                 decode_rows.append([r.rid for r in batch.decode_reqs])
             return run(batch)
 

@@ -23,7 +23,8 @@ def test_text_before_a_possible_match_is_streamed_early(engine):
     params = {**forcing(engine, "a"), "max_new_tokens": 12, "stop_regex": "b[0-9]+"}
     chunks = [c["text"] for c in engine.generate("x", params, stream=True)]
     assert "".join(chunks) == "a" * 12
-    assert sum(1 for c in chunks if c) >= 6  # streamed as generated, not held to the end
+    # streamed as generated, not held to the end (a step may carry several tokens: verified drafts)
+    assert sum(1 for c in chunks if c) >= 3
 
 
 def test_a_match_in_progress_is_held_back(engine):

@@ -190,7 +190,7 @@ def test_playground_streams_origins_and_the_parsed_json(open_url):
     done = evs[-1]
     assert done["type"] == "done" and "".join(t["text"] for t in answer) == done["text"]
     origins = {t["origin"] for t in answer}
-    assert "forced" in origins and "masked" in origins and origins <= {"forced", "masked", "closed"}
+    assert "forced" in origins and "masked" in origins and origins <= {"forced", "drafted", "masked", "closed"}
     assert done["forced_tokens"] == sum(t["origin"] == "forced" for t in answer) > 0
     assert done["json"] == json.loads(done["text"]) and done["json"]["city"] in ("Paris", "Lima", "Oslo")
 
@@ -244,7 +244,7 @@ def test_generate_returns_token_origins_only_when_asked(open_url):
     marks = meta["token_origins"]
     assert status == 200 and marks["offset"] == 0 and len(marks["origins"]) == meta["completion_tokens"]
     assert marks["prompt"]["cache"] + marks["prompt"]["prefill"] == meta["prompt_tokens"]
-    assert set(marks["origins"]) <= {"masked", "forced", "closed"} and "forced" in marks["origins"]
+    assert set(marks["origins"]) <= {"masked", "forced", "drafted", "closed"} and "forced" in marks["origins"]
     status, _, raw = call(open_url, "/generate", {"text": "x", "sampling_params": {"return_token_origins": "yes"}})
     assert status == 400 and json.loads(raw)["error"]["param"] == "sampling_params.return_token_origins"
 

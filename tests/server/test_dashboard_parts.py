@@ -4,7 +4,7 @@ and the token-origin bookkeeping a stream reader relies on."""
 from __future__ import annotations
 
 import pytest
-from radixlm.runtime.scheduler.req_origins import TokenOrigins, splice_codes
+from radixlm.runtime.scheduler.req_origins import TokenOrigins
 from radixlm.runtime.server.auth import cache_namespace, tenant_id
 from radixlm.runtime.server.dashboard.namespaces import namespace_view
 from radixlm.runtime.server.dashboard.series import SeriesSampler, window_quantile
@@ -51,13 +51,14 @@ def test_namespace_labels_name_tenant_and_salt_never_the_key():
     assert namespace_view(cache_namespace(tenant_id("b"), None))["label"] != namespace_view(a)["label"]
 
 
-def test_token_origins_hand_a_stream_reader_the_rewritten_tail():
+def test_token_origins_hand_a_stream_reader_what_came_since_its_last_read():
     origins = TokenOrigins()
     for code in ("masked", "masked", "masked"):
         origins.append(code)
     assert origins.take() == 0
-    origins.replace_tail(2, splice_codes(3, 1, closed=False))  # dropped one sampled token, re-spelt it
-    assert origins.codes == ["masked", "masked", "masked", "forced", "forced"]
-    assert origins.take() == 2 and origins.take() == 5
-    origins.replace_tail(5, splice_codes(2, 0, closed=True))
-    assert origins.codes[-2:] == ["closed", "closed"] and origins.take() == 5
+    origins.append("forced")  # a grammar draft the model accepted
+    origins.append("drafted")
+    assert origins.codes == ["masked", "masked", "masked", "forced", "drafted"]
+    assert origins.take() == 3 and origins.take() == 5
+    origins.append("closed")
+    assert origins.codes[-1] == "closed" and origins.take() == 5

@@ -85,3 +85,25 @@ def per_tool(tools: list[ToolSpec], name: str | None, body: Callable[[int, ToolS
         rules["call"] = call
         call = ir.join(ir.Ref("call"), ir.Lit(sep), 1, max_calls)
     return {"ebnf": ir.Grammar(call, rules).to_lark()}
+
+
+END_WHITESPACE = 2  # newlines a forced turn may write after its closing text, before its end token
+
+
+def with_model_end(constraint: dict[str, Any], suffix: str) -> dict[str, Any]:
+    """``constraint`` (a forced turn's calls) that may also end the way the model ends a turn of
+    calls itself: the family's closing text ``suffix`` (``</tool_call>``), then up to
+    ``END_WHITESPACE`` newlines, then its end token. Without it the grammar's only way on after a
+    call is the separator of another call, and a model that writes the closing text is forced into
+    a call it would not have made. A ``json_schema`` constraint (a format with no closing text) is
+    returned as it is."""
+    if not suffix or ("regex" not in constraint and "ebnf" not in constraint):
+        return constraint
+    if "regex" in constraint:
+        return {"regex": f"({constraint['regex']})({lit(suffix)}\\n{{0,{END_WHITESPACE}}})?"}
+    lark = constraint["ebnf"]
+    if not lark.startswith("start:"):
+        raise ValueError("a call grammar's Lark text starts with its start rule")
+    end = ir.Grammar(ir.seq(ir.Ref("forced_calls"), ir.opt(ir.seq(
+        ir.Lit(suffix), ir.rep(ir.Lit("\n"), 0, END_WHITESPACE)))), {}).to_lark()
+    return {"ebnf": end + "forced_calls:" + lark[len("start:"):]}

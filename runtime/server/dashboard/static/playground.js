@@ -3,7 +3,8 @@
 (function () {
   "use strict";
   const ORIGINS = [["cache", "read from the cache"], ["prefill", "computed in prefill"],
-    ["forced", "forced by the grammar (spliced)"], ["closed", "closed by the budget"],
+    ["forced", "forced by the grammar (a draft the model verified)"],
+    ["drafted", "drafted from the prompt or the cache (verified)"], ["closed", "closed by the budget"],
     ["masked", "sampled under a mask"], ["free", "sampled freely"]];
   const EXAMPLES = {
     json_schema: JSON.stringify({ type: "object", properties: { name: { type: "string", maxLength: 24 },

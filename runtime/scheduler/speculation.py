@@ -1,0 +1,195 @@
+"""Speculative decoding's proposer: draft tokens the model then verifies (plain Python, no torch).
+
+A draft is a guess at the next tokens of a running request. The decode step extends the last
+token and the ``k`` draft tokens in one forward (``batch.build_verify_batch``); the model runner
+samples every position under the grammar's mask at that position and keeps the drafts up to the
+first one the model would not have produced, plus the model's own token after them. What is kept
+is exactly what decoding one token a step would have produced (greedy), or has its distribution
+(sampling): drafting changes speed, never the output. Sources, in order:
+
+1. **the grammar** (``Constraint.draft``): the text it forces, in the model's tokenization;
+2. **the radix tree** (``RadixCache.continuation``): what earlier requests with this whole prefix
+   went on with (SGLang's NGRAM keeps a cache of such continuations);
+3. **the request's own tokens**: the longest recent n-gram (``MIN_NGRAM``..``MAX_NGRAM``) that
+   ends the text so far and occurred before proposes what followed it (prompt lookup).
+
+A draft stops at an end token (EOS, ``stop_token_ids``) and at the first token the grammar refuses.
+
+Adaptive length: each request keeps its own draft length, doubled after a step that accepted the
+whole draft and set to what was accepted + 1 after one that did not, so a request whose drafts
+miss pays one extra row at most. Speculation steps aside where it cannot pay or could change the
+output: batches of more than ``max_batch_size`` running requests (a forward is then
+compute-bound, and extra rows cost what they save) and requests with penalties or
+``min_new_tokens`` (their logits depend on the tokens before each position). Sampled requests
+draft too: verification samples each position as a decode step would, so a seeded request's
+output is the same with and without drafts. Requests that ask for
+logprobs are verified like any other: each kept token's logprobs come from its own row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from radixlm.radix_cache import RadixCache
+from radixlm.runtime.scheduler.req import Req
+
+MIN_NGRAM = 2
+MAX_NGRAM = 4
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig:
+    """What the scheduler drafts: at most ``num_draft_tokens`` a request a step, while at most
+    ``max_batch_size`` requests decode; ``grammar_drafts`` False proposes no forced text (the
+    server's ``--enable-jump-forward``). ``num_draft_tokens == 0`` turns speculation off."""
+
+    num_draft_tokens: int = 0
+    max_batch_size: int = 4
+    grammar_drafts: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.num_draft_tokens > 0
+
+
+@dataclass
+class DraftState:
+    """One request's drafting state: its n-gram index, its adaptive length and what it proposed."""
+
+    length: int  # draft tokens to propose next step
+    indexed: int = 0  # positions of fill_ids whose n-grams are in ``index``
+    index: dict[tuple[int, ...], int] = field(default_factory=dict)  # n-gram -> position after it
+    proposed: list[int] = field(default_factory=list)  # this step's draft
+    grammar_len: int = 0  # how many leading draft tokens the grammar forced
+
+
+def spec_blocker(req: Req) -> str | None:
+    """Why drafts could change ``req``'s output (None: they cannot)."""
+    p = req.params
+    if p.repetition_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
+        return "penalties depend on the tokens before each position"
+    if req.output_len < p.min_new_tokens:
+        return "min_new_tokens masks depend on the output length"
+    return None
+
+
+class Drafter:
+    """Proposes each running request's draft (see the module docstring); the scheduler allocates
+    its slots and keeps the accounts."""
+
+    def __init__(self, config: SpeculativeConfig, tree: RadixCache | None, end_ids: frozenset[int]) -> None:
+        self.config = config
+        self.tree = tree
+        self.end_ids = end_ids  # EOS ids: a draft stops before one
+        self.steps = 0  # verify steps run
+        self.proposed_tokens = 0
+        self.accepted_tokens = 0
+
+    def active(self, num_running: int) -> bool:
+        """Whether a decode step of ``num_running`` requests drafts at all."""
+        return self.config.enabled and num_running <= self.config.max_batch_size
+
+    def propose(self, req: Req, room: int) -> list[int]:
+        """``req``'s draft for this step: at most ``room`` tokens (what its budget and context
+        leave after the token the step samples anyway); empty when nothing is worth proposing."""
+        state = req.drafts
+        if state is None:
+            state = req.drafts = DraftState(self.config.num_draft_tokens)
+        state.proposed, state.grammar_len = [], 0
+        if spec_blocker(req) is not None:
+            return []
+        constraint = req.constraint
+        k = min(state.length, room)
+        if k <= 0:
+            return []
+        draft: list[int] = []
+        if constraint is not None and self.config.grammar_drafts and not req.params.disable_jump_forward:
+            draft = constraint.draft(k)
+            state.grammar_len = len(draft)
+        if len(draft) < k:
+            draft += self._lookup(req, draft, k - len(draft))
+        draft = self._cut(req, draft)
+        if constraint is not None and len(draft) > state.grammar_len:
+            draft = draft[:constraint.validate(draft)]
+        state.proposed = draft
+        return draft
+
+    def record(self, req: Req, accepted: int) -> None:
+        """The step verified ``req.drafts.proposed`` and kept its first ``accepted`` tokens."""
+        state = req.drafts
+        proposed = len(state.proposed)
+        if not proposed:
+            return
+        self.steps += 1
+        self.proposed_tokens += proposed
+        self.accepted_tokens += accepted
+        req.spec_verify_ct += 1
+        req.spec_draft_tokens += proposed
+        req.spec_accepted_tokens += accepted
+        req.forced_tokens += min(accepted, state.grammar_len)
+        top = self.config.num_draft_tokens
+        state.length = min(2 * state.length, top) if accepted == proposed else max(accepted + 1, 1)
+
+    def origin(self, req: Req, j: int) -> str:
+        """The origin code of the ``j``-th accepted draft token (``req_origins``)."""
+        return "forced" if j < req.drafts.grammar_len else "drafted"
+
+    # ------------------------------------------------------------------ sources
+
+    def _lookup(self, req: Req, head: list[int], k: int) -> list[int]:
+        """What follows ``fill_ids + head``: the radix tree's continuation, else the n-gram match."""
+        if self.tree is not None and not head:
+            found = self.tree.continuation(req.fill_ids, req.extra_key, k)
+            if found:
+                return found
+        return self._ngram(req, head, k)
+
+    def _ngram(self, req: Req, head: list[int], k: int) -> list[int]:
+        """Prompt lookup: the most recent earlier occurrence of the longest n-gram that ends
+        ``fill_ids + head`` proposes the tokens after it; a match that runs into the end of the
+        text repeats with its period (a repeated pattern goes on repeating)."""
+        state = req.drafts
+        total = req.fill_len
+        self._index(req, state, total)
+        tail = req.fill_slice(max(total - MAX_NGRAM, 0), total) + head
+        for n in range(min(MAX_NGRAM, len(tail)), MIN_NGRAM - 1, -1):
+            pos = state.index.get(tuple(tail[len(tail) - n:]))
+            if pos is None:
+                continue
+            found = req.fill_slice(pos, min(pos + k, total))
+            period = total - pos
+            while len(found) < k:
+                found.append(found[len(found) - period])
+            return found
+        return []
+
+    @staticmethod
+    def _index(req: Req, state: DraftState, total: int) -> None:
+        """Index the n-grams of ``fill_ids`` that now have a following token (each n-gram maps to
+        the position after its latest occurrence)."""
+        start = state.indexed
+        if start >= total - 1:
+            return
+        lo = max(start - MAX_NGRAM + 1, 0)
+        ids = req.fill_slice(lo, total)
+        for end in range(start + 1, total):  # an n-gram ending before position `end`
+            for n in range(MIN_NGRAM, MAX_NGRAM + 1):
+                if end - n >= lo:
+                    state.index[tuple(ids[end - n - lo:end - lo])] = end
+        state.indexed = total - 1
+
+    def _cut(self, req: Req, draft: list[int]) -> list[int]:
+        """The draft up to its first end token (EOS or a stop token id)."""
+        stops = req.params.stop_token_ids
+        for j, token in enumerate(draft):
+            if token in self.end_ids or (stops and token in stops):
+                return draft[:j]
+        return draft
+
+    def stats(self) -> dict[str, float]:
+        """Totals for ``/metrics`` and ``get_stats``."""
+        rate = self.accepted_tokens / self.proposed_tokens if self.proposed_tokens else 0.0
+        length = self.accepted_tokens / self.steps if self.steps else 0.0
+        return {"spec_verify_steps": self.steps, "spec_draft_tokens": self.proposed_tokens,
+                "spec_accepted_tokens": self.accepted_tokens, "spec_accept_rate": rate,
+                "spec_accept_length": length}
