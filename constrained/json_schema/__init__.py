@@ -3,8 +3,8 @@ serialisations, sound (every derived text validates), our own code for drafts 4 
 
 ``compiler`` walks the schema (``$ref``, ``allOf``, ``anyOf``/``oneOf``, recursion rules); the
 keyword modules see the walk through a ``context.Context``: ``normalize`` (keyword clean-up,
-``merge``), ``refs``, ``inference`` (types to generate), ``typed`` -> ``scalars`` / ``arrays`` /
-``objects`` (+ ``names`` for ``propertyNames``), ``negation`` (``not``), ``one_of``, ``switch``
+``merge``), ``refs``, ``normalize`` (types to generate), ``typed`` -> ``scalars`` / ``arrays`` /
+``objects`` (+ ``names`` for ``propertyNames``), ``combinators`` (``not``), ``combinators``, ``switch``
 (``if``/``then``/``else`` on a discriminator) and ``disjoint`` (the proofs ``oneOf``, ``not`` and
 ``maxContains`` need). Scalar regexes come from ``radixlm.constrained.pattern``.
 """

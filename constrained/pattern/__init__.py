@@ -7,9 +7,9 @@ string it matches validates. One concept per module:
 - ``chars``: character classes of a parsed pattern, as code points and as encoded regexes.
 - ``bounds`` / ``measure``: narrowing a pattern to ``minLength``/``maxLength``, and the sizes
   (shortest/longest match, automaton states) that narrowing measures.
-- ``first_chars``: the first characters a regex can match (for disjointness proofs).
+- ``samples``: the first characters a regex can match (for disjointness proofs).
 - ``formats``: regexes of the supported ``format`` values.
-- ``int_range``: integer and decimal ranges; ``multiple_of``: ``multipleOf``.
+- ``numbers``: integer and decimal ranges; ``numbers``: ``multipleOf``.
 
 Nothing is imported here: modules are imported by their own names.
 """

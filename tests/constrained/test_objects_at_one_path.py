@@ -17,7 +17,7 @@ import test_object_members as members
 import test_unique_items as shared
 import torch
 from radixlm.constrained import CompiledGrammar, compile_grammar
-from radixlm.constrained.json_schema.member_union import MemberUnion
+from radixlm.constrained.json_schema.unique import MemberUnion
 from radixlm.constrained.testing.walks import random_walk
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
