@@ -26,15 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
 from radixlm.constrained import compile_grammar  # noqa: E402
 from radixlm.constrained.ir import builder as ir  # noqa: E402
-from radixlm.constrained.json_schema import names as key_complement
 from radixlm.constrained.json_schema import objects
+from radixlm.constrained.json_schema.names import complement_string
 
 MEMBERS = (1, 3, 8, 20)
 
 
 def trie_key(words: set, nonempty: bool, pointer: str = "#") -> ir.Node:
     """The previous form: one regex, a trie of the names' complement."""
-    return ir.Lex(key_complement.complement_string(words, nonempty))
+    return ir.Lex(complement_string(words, nonempty))
 
 
 def schema(n: int) -> dict:

@@ -271,7 +271,7 @@ class GrammarBackend:
             return {"entries": len(self._cache), "bytes": self._cached_bytes}
 
     def cache_entries(self) -> list[dict[str, Any]]:
-        """The cached compiles, most recently used first (``backend.entry_view``)."""
+        """The cached compiles, most recently used first (``entry_view``)."""
         with self._lock:
             entries = list(self._cache.values())
         return [entry_view(e.key, e.done, e.hits, e.nbytes, e.grammar, e.error) for e in reversed(entries)]

@@ -24,7 +24,7 @@ class UniquePaths:
     keys: tuple[dict[bytes, int], ...]
     other: tuple[int, ...]
     members: tuple[int, ...] = ()  # per state: an object opening there is checked by specs[i] (-1: not)
-    specs: tuple = ()  # member_objects.MemberSpec of the runtime-checked objects
+    specs: tuple = ()  # json_schema.objects.MemberSpec of the runtime-checked objects
     # per state: a string opening there has its length counted by the matcher, (minLength,
     # maxLength or None), else None; empty when nothing is counted (``unique``)
     strings: tuple = ()

@@ -6,7 +6,7 @@ numbers as numbers) and whether an open item can only become a duplicate
 ``masks.duplicate_items`` use the same scan on token bytes.
 
 Container items: Container items of ``uniqueItems`` arrays whose items are unconstrained (any JSON value): the
-in-array reader (``checks.reader.array_run``, mode ``U_CON``) reads such an item whole, as raw
+in-array reader (``array_run``, mode ``U_CON``) reads such an item whole, as raw
 bytes, and compares it once it closes, as JSON Schema compares values (``value_key``). An open
 container can always still become a value not written before, so none is ever dead.
 """

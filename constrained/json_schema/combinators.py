@@ -27,7 +27,7 @@ Supported forms (each exact on the type it touches, or a sound restriction):
   values, for numbers their integers); otherwise the generator raises ``ConstraintError``
   (strict) when it reaches the node.
 
-Complements: ``not S`` one JSON type at a time: the general rule behind ``combinators.negate``.
+Complements: ``not S`` one JSON type at a time: the general rule behind ``negate``.
 
 For each type ``t`` the node allows, ``S`` accepts either no ``t`` instance (``none``: ``not S``
 keeps ``t``), every one (``all``: a keyword of another type is vacuous on ``t``, so ``not S``

@@ -13,7 +13,7 @@ alternatives, then emit the grammar of each allowed type (``typed``): scalars as
 (regexes), arrays and objects as grammar structure. A schema node met again while its own grammar
 is being built (a recursive ``$ref``) becomes a named rule, so recursion is never unrolled;
 generic JSON values are one recursive rule of any depth. ``None`` stands for an unsatisfiable
-sub-schema; ``$ref`` handling (aliases, cycles) is in ``refs``. The keyword modules see the
+sub-schema; ``$ref`` handling (aliases, cycles) is in ``normalize``. The keyword modules see the
 compilation through a ``Context`` only.
 """
 

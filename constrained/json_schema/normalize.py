@@ -466,11 +466,11 @@ class Context:
     # only a declared additionalProperties/patternProperties generates them (call layouts).
     unspecified_extras: bool = True
     # uniqueItems over free scalars: checked by the matcher at runtime (arrays._checked_unique),
-    # only for consumers that run that check; rule name -> its restriction (unique_paths).
+    # only for consumers that run that check; rule name -> its restriction (``unique``).
     unique_runtime: bool = False
     unique_arrays: dict[str, Any] = field(default_factory=dict)
     # objects whose members the matcher checks at runtime (objects._runtime_checked): rule name ->
-    # its member_objects.MemberObject (unique_paths falls back to its grammar-level construction).
+    # its ``objects.MemberObject`` (``unique`` falls back to its grammar-level construction).
     member_objects: dict[str, Any] = field(default_factory=dict)
     # raw node id -> (node, its validator, its loose copy): a proof checks the same few nodes
     # hundreds of times, and evolving a validator costs more than the check

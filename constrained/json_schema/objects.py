@@ -12,11 +12,11 @@ property. An unspecified ``additionalProperties`` allows extras, as JSON Schema 
 mode, used for tool-call arguments).
 
 For the engine's matcher (``Context.unique_runtime``) most objects instead get a linear grammar
-whose members the matcher checks at runtime (``objects``, ``_runtime_checked``); the
+whose members the matcher checks at runtime (``_runtime_checked``); the
 constructions above remain their fallback where the check cannot follow.
 
 Member order: The order of an object's members: any order (one rule per set of members written so far), or
-schema order with extra members anywhere between the named ones. ``objects`` decides which.
+schema order with extra members anywhere between the named ones. ``object_grammar`` decides which.
 
 Runtime-checked members: Objects whose members the matcher checks at runtime: a linear grammar (``{``, any members
 comma-separated, ``}``) plus a ``MemberSpec`` that the runtime check
@@ -25,7 +25,7 @@ comma-separated, ``}``) plus a ``MemberSpec`` that the runtime check
 at most ``maxProperties`` members.
 
 The object is a rule of its own, registered in ``Context.member_objects`` with a builder of its
-grammar-level construction (``objects``), which ``unique.resolve_unique`` falls back
+grammar-level construction (the member orders above), which ``unique.resolve_unique`` falls back
 to where the runtime check cannot tell which object stands at a path. Objects the grammar would
 take in any order are registered too, as *optional* checks: ``unique`` keeps them checked only
 where they share a path with other checked objects (``unique`` checks those together), and
@@ -219,7 +219,7 @@ class MemberObject:
     pointer: str
     fallback: Callable[[], ir.Node | None]
     required: tuple[ir.Node, ...] = ()  # the required members' nodes (finite_objects)
-    origin: tuple = ()  # (flat, refs): the canonical node it was built from (member_union)
+    origin: tuple = ()  # (flat, refs): the canonical node it was built from (``unique.MemberUnion``)
     # rebuild(block): the object again, registered anew, whose extra keys are never in ``block``
     rebuild: Callable[[frozenset], ir.Node | None] | None = None
     optional: bool = False  # checked only beside other checked objects (else: its fallback)
@@ -354,7 +354,7 @@ def _extras_by_default(ctx: Context, flat: dict) -> bool:
 
 
 def _emit(ctx: Context, flat: dict, where: tuple, parts: tuple, fallback: Callable[[], ir.Node | None]) -> ir.Node | None:
-    """The object as a checked one (``objects``), or its grammar-level construction
+    """The object as a checked one, or its grammar-level construction
     (``fallback``) registered as an optional check (checked only beside other checked objects),
     or that construction alone. ``where``: (pointer, refs, key_rx); ``parts``: (name ->
     (member, required), extras, needs, the names the schema takes)."""
@@ -379,7 +379,7 @@ def _emit(ctx: Context, flat: dict, where: tuple, parts: tuple, fallback: Callab
 
 def _runtime_checked(ctx: Context, flat: dict, n_members: int, extras: ir.Node | None,
                      key_rx: tuple | None) -> bool:
-    """Whether the matcher checks this object's members at runtime (``objects``): only
+    """Whether the matcher checks this object's members at runtime: only
     for consumers that run the check, in any order, when extra keys (if any) are plain strings
     other than the named ones (so an open key can always go on into a fresh one)."""
     if not _checkable(ctx, flat, key_rx):

@@ -226,7 +226,7 @@ def keyword_of(flat: dict) -> str:
 
 def _absorb_length(items: tuple) -> tuple:
     """An ``and``'s items with its length bound folded into one of its patterns (narrowed so
-    every match has an allowed length, ``canonical.narrowed_regex``): a subset, so sound where
+    every match has an allowed length, ``pattern.bounds.narrowed_regex``): a subset, so sound where
     it must hold, and far cheaper for llguidance than a long counted length next to patterns."""
     lengths = [p for p in items if p[0] == "length"]
     if len(lengths) != 1:
@@ -245,7 +245,7 @@ def _absorb_length(items: tuple) -> tuple:
 
 def string_lexeme(ctx: Context, e: tuple, pointer: str, keyword: str = "pattern") -> ir.Node | None:
     """The JSON string lexeme (quotes included) of the strings of ``e``, in canonical encoding;
-    None when ``e`` is ``FALSE`` or the matcher proves it empty (``scalars``). A plain
+    None when ``e`` is ``FALSE`` or the matcher proves it empty (``budget_check``). A plain
     regex when no ``&``/``~`` is needed. A lexeme too costly for the matcher raises (strict) or
     is relaxed to any string."""
     e = simplify(e)

@@ -13,7 +13,7 @@ may be shared by many instance positions (``$ref``s, any-order members, recursio
 interprets the grammar abstractly, as a JSON reader would (every ``Lit`` is one JSON token:
 brackets, commas, colons, keys, literal values; ``Lex`` nodes are scalars or keys), and records
 which container *sites* (an opening bracket's place in the grammar) can hold which other sites,
-under which key (``unique``).
+under which key (the reader below).
 
 The automaton's states are sets of sites that can stand at one path: member keys are matched on
 their raw bytes (a literal key, else the keys a lexeme generates), array items share one state.
@@ -25,12 +25,12 @@ every position a unique rule can reach is a unique state of the automaton.
 Runtime-checked objects (``objects``: registered in ``Context.member_objects``) are
 located the same way: a state names the ``MemberSpec`` of the object opening there; a path
 where objects of different specs (or an unchecked one) can stand falls back to their
-grammar-level construction, unless ``unique`` can check them together. Optional checks
+grammar-level construction, unless ``MemberUnion`` can check them together. Optional checks
 (objects the grammar would take in any order) stay only where such a path holds another checked
 object; the others get their any-order construction back.
 
-The reader: The abstract JSON reader over a front-end grammar (``ir.builder``) that
-``unique`` builds its path automaton from.
+The reader: the abstract JSON reader over a front-end grammar (``ir.builder``) that the path
+automaton is built from.
 
 Every ``Lit`` of the front end's grammars is one JSON token (brackets, commas, colons, keys,
 literal values) and every ``Lex`` a scalar or a key (or the whitespace lexeme), so reading the
@@ -40,7 +40,7 @@ can be its items (label ``"*"``) or its member's value under a literal key (the 
 bytes) or a lexeme's key (``OTHER``). Rules are summarised per entry frame; recursion is solved
 to a fixpoint per strongly connected group of summaries.
 
-When the grammar has counted plain strings (``unique``), the string-valued scalars are
+When the grammar has counted plain strings (below), the string-valued scalars are
 sites too, of kind ``s``: ``(STRING_SITE, regex)`` for a counted lexeme, ``(STRING_SITE, None)``
 for any other lexeme or literal that can be a string; ``key_counted`` collects the counted
 lexemes that stand as keys.
@@ -51,7 +51,7 @@ A plain string with ``minLength``/``maxLength`` is the lexeme ``"STRING_CHAR{lo,
 (``scalars.string``). llguidance's lexer gives every count its own state, and near the bound no
 token slice fits, so it walks its token trie at every mask inside such a string, at every
 request: 0.2-1.5 ms a mask at 152k tokens for ``maxLength`` 8. Where the path automaton
-(``unique``) can tell that a value position holds only that string (no other string-valued
+can tell that a value position holds only that string (no other string-valued
 lexeme or literal stands there, no key is that lexeme, no ``uniqueItems`` array reads it), the
 grammar gets the unbounded lexeme ``"STRING_CHAR*"`` there (one lexer state, the core's token
 slices apply) and the matcher counts code points itself (``checks.tracker.UniqueTracker`` counts,
@@ -74,7 +74,7 @@ instance i's grammar parses with keys satisfying j's check is an instance of j:
   (sound) makes them valid for j, and j's check holds.
 
 Where j's required keys are all keys that i takes as extra members, i stops generating one of them
-(a restriction), and the first case holds. Otherwise the objects fall back to their grammar-level construction (``unique``).
+(a restriction), and the first case holds. Otherwise the objects fall back to their grammar-level construction.
 """
 
 from __future__ import annotations
@@ -469,7 +469,7 @@ def resolve_unique(ctx: Any, grammar: ir.Grammar) -> tuple[ir.Grammar, UniquePat
     (None: none is left). The grammar is read once: a fallen rule is then read as an unchecked
     container of the same members (its fallback's paths are among them: sound). Counted plain
     strings that the automaton locates lose their bounds in the grammar (the matcher counts
-    them: ``unique``)."""
+    them)."""
     registry: dict[str, Any] = {**ctx.unique_arrays, **ctx.member_objects}
     done: set[str] = set()  # fallen rules, restricted in the grammar
     rebuilt: set[str] = set()  # checked objects built again: their old rule's sites stand for them

@@ -595,7 +595,7 @@ def pattern_regex(pattern: str, pointer: str, wide: bool) -> str:
 def narrowed_regex(pattern: str, lo: int, hi: int | None, pointer: str) -> str | None:
     """Regex over canonical bodies of a subset of the strings that ``re.search``-match
     ``pattern`` (read as with ``wide=False``), all of ``lo``..``hi`` characters: the pattern
-    when every match already fits, else its repetitions narrowed (``bounds.narrow_to_length``);
+    when every match already fits, else its repetitions narrowed (``narrow_to_length``);
     None when no narrowing fits. Cheaper for the matcher than a pattern intersected with a long
     counted length."""
 
