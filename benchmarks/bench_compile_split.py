@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
 from radixlm.constrained.backend import build_grammar as CompiledGrammar  # noqa: E402
 from radixlm.constrained.backend import constraint_grammar  # noqa: E402
-from radixlm.constrained.compile.job import CompileRequest  # noqa: E402
+from radixlm.constrained.compile.worker import CompileRequest  # noqa: E402
 from radixlm.constrained.errors import ConstraintError  # noqa: E402
 from radixlm.constrained.json_schema import objects  # noqa: E402
 

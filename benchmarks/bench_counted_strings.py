@@ -24,7 +24,7 @@ from radixlm.constrained import compile_grammar
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_grammar import load_tokenizer  # noqa: E402
 
-LEXER = "radixlm.constrained.json_schema.unique_paths.counted_lexemes"
+LEXER = "radixlm.constrained.json_schema.unique.counted_lexemes"
 
 
 def _masks(grammar, vocab, text: bytes, inside: range) -> tuple[list[float], list[float]]:

@@ -1,4 +1,4 @@
-"""The key lexeme of extra members (``constrained/json_schema/key_complement.py``) in its two forms,
+"""The key lexeme of extra members (``constrained/json_schema/names.py``) in its two forms,
 side by side in one run: the lexeme algebra (``plain string & ~names``, what the front end writes)
 and a trie regex of the names' complement (what it wrote before, kept as ``LexOp.as_regex``).
 
@@ -26,14 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
 from radixlm.constrained import compile_grammar  # noqa: E402
 from radixlm.constrained.ir import builder as ir  # noqa: E402
-from radixlm.constrained.json_schema import key_complement, objects  # noqa: E402
+from radixlm.constrained.json_schema import objects
+from radixlm.constrained.json_schema.names import complement_string
 
 MEMBERS = (1, 3, 8, 20)
 
 
 def trie_key(words: set, nonempty: bool, pointer: str = "#") -> ir.Node:
     """The previous form: one regex, a trie of the names' complement."""
-    return ir.Lex(key_complement.complement_string(words, nonempty))
+    return ir.Lex(complement_string(words, nonempty))
 
 
 def schema(n: int) -> dict:

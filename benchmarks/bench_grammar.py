@@ -244,7 +244,7 @@ def in_process_grammars(vocab: TokenizerVocab, data: str, every: int, key_order:
     only the any-order layout has."""
     from radixlm.constrained.backend import build_grammar as CompiledGrammar
     from radixlm.constrained.backend import constraint_grammar
-    from radixlm.constrained.compile.job import CompileRequest
+    from radixlm.constrained.compile.worker import CompileRequest
 
     for path in sorted(Path(data).glob("*/*.json"))[::every]:
         doc = json.loads(path.read_text(encoding="utf-8"))

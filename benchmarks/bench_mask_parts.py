@@ -25,10 +25,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
 from radixlm.constrained import runtime_checks as grammar_module  # noqa: E402
-from radixlm.constrained.masks.item_tables import warm_tables  # noqa: E402
-from radixlm.constrained.masks.refusable_tokens import member_tokens_for  # noqa: E402
+from radixlm.constrained.masks.duplicate_items import warm_tables
+from radixlm.constrained.masks.refusable_tokens import (
+    member_tokens_for,  # noqa: E402
+    quote_split_for,
+)
 from radixlm.constrained.masks.string_lengths import tables_for  # noqa: E402
-from radixlm.constrained.masks.string_splits import quote_split_for  # noqa: E402
 from radixlm.constrained.testing.walks import allowed_ids  # noqa: E402
 
 PARTS: dict[str, float] = collections.defaultdict(float)  # µs of the mask being taken, by part

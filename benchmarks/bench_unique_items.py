@@ -18,7 +18,7 @@ import time
 import torch
 from bench_grammar import load_tokenizer
 from radixlm.constrained import compile_grammar
-from radixlm.constrained.masks.item_tables import forget_tables
+from radixlm.constrained.masks.duplicate_items import forget_tables
 
 WORDS = ["alpha", "beta", "gamma", "delta", "épsilon", "中文", "zeta", "eta", "theta", "iota"]
 

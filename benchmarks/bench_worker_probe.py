@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from radixlm.constrained.compile.job import CompileRequest, compile_parts
+from radixlm.constrained.compile.job import compile_parts
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.vocab import TokenizerVocab
 

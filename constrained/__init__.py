@@ -20,8 +20,8 @@ _EXPORTS: dict[str, str] = {
     "ConstraintError": "radixlm.constrained.errors",
     "DEFAULT_MAX_MEMORY_MB": "radixlm.constrained.backend",
     "SCHEMA_OPTIONS_KEY": "radixlm.constrained.json_schema.compiler:OPTIONS_KEY",
-    "escape_literal": "radixlm.constrained.pattern.chars",
-    "resolve_ref": "radixlm.constrained.json_schema.refs:resolve",
+    "escape_literal": "radixlm.constrained.pattern.regex_text",
+    "resolve_ref": "radixlm.constrained.json_schema.normalize:resolve",
     "GrammarBackend": "radixlm.constrained.backend",
     "GrammarMatcher": "radixlm.constrained.grammar",
     "JumpForward": "radixlm.constrained.decoding.jump_forward",
@@ -29,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     "compile_grammar": "radixlm.constrained.backend",
     "jump_forward": "radixlm.constrained.decoding.jump_forward",
     "schema_to_grammar": "radixlm.constrained.json_schema",
-    "warm_up_backend": "radixlm.constrained.backend_warm_up",
+    "warm_up_backend": "radixlm.constrained.backend",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,33 +1,47 @@
 """``GrammarBackend``: compiles constraints off the engine's hot path, in worker processes with a
 wall-time and a memory budget (``compile.pool``), and keeps an LRU cache of compiled grammars
-bounded in entries and in bytes."""
+bounded in entries and in bytes.
+
+Warm-up: ``warm_up_backend``: everything a ``GrammarBackend``'s first compile would otherwise pay, done ahead.
+
+A new backend's first constrained request meets cold caches on both sides of the compile:
+- in this process, the per-vocabulary state the matcher core and the mask filters read (the
+  native tokenizer ``vocab.llg``, the tables of ``vocab.tables``), built on first use;
+- the compile workers, which start (interpreter, imports, the vocabulary) when the pool does, and
+  whose first job imports the JSON Schema front end's lazily loaded parts.
+
+``warm_up_backend`` runs a compile of ``WARM_UP_SCHEMA`` (a schema with a member of every common
+type) on each started worker of the backend's pool (the first; see ``compile/pool.py``), outside
+its cache (the cache and its statistics see nothing), builds its grammar here and walks a matcher over one document of it, filling every mask's
+per-vocabulary tables. It is meant for a background thread at server start; it only fills
+caches, so every mask and verdict is the same with or without it.
+"""
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import pickle
 import sys
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
+import torch
 from radixlm.constrained.adapters import adapter_compile_fn
 from radixlm.constrained.checks.paths import UniquePaths
-from radixlm.constrained.compile.cache_view import entry_view
-from radixlm.constrained.compile.job import CompileRequest, constraint_grammar
-from radixlm.constrained.compile.pool import CompilePool
-from radixlm.constrained.compile.slots import CompileJob
-from radixlm.constrained.compile.threads import ThreadCompilePool
-from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN
+from radixlm.constrained.compile.job import constraint_grammar
+from radixlm.constrained.compile.pool import CompileJob, CompilePool, ThreadCompilePool
+from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN, CompileRequest
 from radixlm.constrained.decoding.warm_start import warm_start
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import GRAMMAR_BASE_BYTES, CompiledGrammar
-from radixlm.constrained.masks.item_tables import warm_tables
-from radixlm.constrained.masks.refusable_tokens import member_tokens_for
+from radixlm.constrained.masks.duplicate_items import warm_tables
+from radixlm.constrained.masks.refusable_tokens import member_tokens_for, quote_split_for
 from radixlm.constrained.masks.string_lengths import tables_for
-from radixlm.constrained.masks.string_splits import quote_split_for
 from radixlm.constrained.vocab import TokenizerVocab
 
 logger = logging.getLogger(__name__)
@@ -257,7 +271,7 @@ class GrammarBackend:
             return {"entries": len(self._cache), "bytes": self._cached_bytes}
 
     def cache_entries(self) -> list[dict[str, Any]]:
-        """The cached compiles, most recently used first (``cache_view.entry_view``)."""
+        """The cached compiles, most recently used first (``entry_view``)."""
         with self._lock:
             entries = list(self._cache.values())
         return [entry_view(e.key, e.done, e.hits, e.nbytes, e.grammar, e.error) for e in reversed(entries)]
@@ -308,3 +322,112 @@ def _settle(fut: Future, result: Any = None, exc: BaseException | None = None) -
         return True
     except InvalidStateError:
         return False
+
+
+PREVIEW_CHARS = 160
+
+
+def entry_view(key: str, done: bool, hits: int, nbytes: int, grammar: Any, error: Any) -> dict[str, Any]:
+    """``{"kind", "spec", "state", "hits", "compile_s", "bytes", "error"}`` of one cache entry.
+
+    ``key`` is the entry's ``CompileRequest.cache_key()`` (a JSON list: kind, spec, whitespace
+    pattern, strict); ``spec`` is the constraint shortened to ``PREVIEW_CHARS`` characters;
+    ``state`` is ``compiling``, ``ready`` or ``error``; ``hits`` counts the requests that found
+    the entry in the cache (the first, which started the compile, is not a hit)."""
+    try:
+        kind, spec = json.loads(key)[:2]
+    except (ValueError, TypeError):
+        kind, spec = "?", key
+    text = spec if isinstance(spec, str) else json.dumps(spec, ensure_ascii=False, sort_keys=True)
+    if len(text) > PREVIEW_CHARS:
+        text = text[: PREVIEW_CHARS - 1] + "\u2026"
+    state = "compiling" if not done else "error" if error is not None else "ready"
+    return {"kind": kind, "spec": text, "state": state, "hits": hits,
+            "compile_s": getattr(grammar, "compile_s", None), "bytes": nbytes,
+            "error": None if error is None else str(error)}
+
+
+# One of each member kind a request's schema commonly holds: the compile imports what they need and
+# the walk below fills the string, number, enum, array and nested-object masks' tables.
+WARM_UP_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "count": {"type": "integer"},
+        "ratio": {"type": "number"},
+        "ok": {"type": "boolean"},
+        "kind": {"enum": ["a", "b"]},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "where": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
+                  "required": ["city"]},
+    },
+    "required": ["name", "count", "ratio", "ok", "kind", "tags", "where"],
+    "additionalProperties": False,
+}
+WARM_UP_DOCUMENT = ('{"name":"ab","count":12,"ratio":1.5,"ok":true,"kind":"a",'
+                    '"tags":["x"],"where":{"city":"Oslo"}}')
+
+
+def warm_up_backend(backend: GrammarBackend, timeout_s: float | None = None) -> dict[str, Any]:
+    """Fill ``backend``'s first-use caches (see the module docstring); returns what it did:
+    ``compile`` (the warm-up compile's outcome: ``ok``, or why it failed), ``masks`` (masks
+    computed on the walk) and ``seconds``. Never raises for a failed compile: the warm-up is an
+    optimisation, and a real request would meet (and report) the same failure."""
+    start = time.perf_counter()
+    if backend.core == "radixlm":
+        backend.vocab.llg  # noqa: B018 - the native tokenizer, built once (~1 s at 152k tokens)
+    jobs = _compile(backend, backend.compile_timeout_s if timeout_s is None else timeout_s)
+    job = next((j for j in jobs if j.outcome == "ok"), jobs[0])
+    masks = 0
+    if job.outcome == "ok":
+        masks = _walk(backend, job)
+    return {"compile": job.outcome, "masks": masks, "seconds": time.perf_counter() - start}
+
+
+def _compile(backend: GrammarBackend, timeout_s: float) -> list[CompileJob]:
+    """The warm-up schema's compile, once per started worker (each idle slot takes one: every
+    worker's first job; a worker started on demand later, ``compile/pool.py``, is not warmed),
+    run by the pool and waited for."""
+    done = threading.Semaphore(0)
+    jobs = [CompileJob(CompileRequest("json_schema", WARM_UP_SCHEMA), lambda _job: done.release(), caller="warm-up")
+            for _ in range(backend.pool.started_slots)]
+    for job in jobs:
+        backend.pool.submit(job)
+    deadline = time.monotonic() + timeout_s + 5.0  # the pool reports a timeout itself; this is a backstop
+    for _ in jobs:
+        if not done.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            for late in jobs:
+                if late.outcome == "pending":
+                    backend.pool.cancel(late)
+                    late.outcome = "timeout"
+            break
+    return jobs
+
+
+def _walk(backend: GrammarBackend, job: CompileJob) -> int:
+    """Build the grammar here (radixlm's core) and compute the masks along ``WARM_UP_DOCUMENT``."""
+    if backend.core == "radixlm":
+        parts = job.parts
+        grammar = build_grammar(backend.vocab, parts.lark, "json_schema", WARM_UP_SCHEMA, parts.relaxed,
+                                parts.notes, parts.unique)
+    else:  # an adapter's job result is the compiled grammar
+        grammar = job.parts
+    matcher = grammar.matcher()
+    row = torch.zeros(backend.vocab.mask_words, dtype=torch.int32)
+    masks = 0
+    for token in _tokens(backend, WARM_UP_DOCUMENT):
+        matcher.fill_mask(row)
+        masks += 1
+        if not matcher.accept_token(token):
+            break
+    return masks
+
+
+def _tokens(backend: GrammarBackend, text: str) -> list[int]:
+    vocab = backend.vocab
+    if vocab.encode is not None:
+        return list(vocab.encode(text))
+    try:
+        return vocab.greedy_encode(text.encode())
+    except ValueError:  # a byte without a token: the start's mask alone
+        return []

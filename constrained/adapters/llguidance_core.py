@@ -15,10 +15,11 @@ from typing import Any
 
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
-from radixlm.constrained.compile.job import CompileRequest, require_schema_order
+from radixlm.constrained.compile.job import require_schema_order
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar
-from radixlm.constrained.pattern.ascii_classes import ascii_classes
+from radixlm.constrained.pattern.regex_text import ascii_classes
 from radixlm.constrained.vocab import TokenizerVocab
 
 

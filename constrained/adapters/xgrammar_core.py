@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 import xgrammar as xgr
-from radixlm.constrained.compile.job import CompileRequest, require_schema_order
+from radixlm.constrained.compile.job import require_schema_order
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.decoding.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar, check_mask_row

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from radixlm.constrained.checks.members import can_add, can_close, forced_key, missing
 from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, is_checked
-from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.checks.tracker import UniqueTracker, can_add, can_close, forced_key, missing
 
 _ROUNDS = 16  # key extensions per call (each one may let the core force more)
 _WS = b" \t\n\r"

@@ -1,5 +1,5 @@
 """The checked-path table: an automaton over JSON paths that the runtime checks (``checks/tracker.py``)
-follow as the text arrives, built by the JSON Schema front end (``json_schema/unique_paths.py``)."""
+follow as the text arrives, built by the JSON Schema front end (``json_schema/unique.py``)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class UniquePaths:
     keys: tuple[dict[bytes, int], ...]
     other: tuple[int, ...]
     members: tuple[int, ...] = ()  # per state: an object opening there is checked by specs[i] (-1: not)
-    specs: tuple = ()  # member_objects.MemberSpec of the runtime-checked objects
+    specs: tuple = ()  # json_schema.objects.MemberSpec of the runtime-checked objects
     # per state: a string opening there has its length counted by the matcher, (minLength,
-    # maxLength or None), else None; empty when nothing is counted (``counted_strings``)
+    # maxLength or None), else None; empty when nothing is counted (``unique``)
     strings: tuple = ()
     counted: frozenset = frozenset()  # the counted lexemes the grammar no longer bounds

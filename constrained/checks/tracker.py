@@ -1,9 +1,9 @@
-"""The runtime half of ``uniqueItems`` over free scalars: a byte-level JSON reader layered on the
+r"""The runtime half of ``uniqueItems`` over free scalars: a byte-level JSON reader layered on the
 matcher core, which no regular or context-free grammar can replace.
 
 ``UniqueTracker`` (one per compiled grammar, shared) reads the accepted bytes token by token and
-follows the front end's path automaton (``json_schema/unique_paths.UniquePaths``) to know when an
-array that must be unique is open; there it collects the completed items (decoded: ``"\\u0061"``
+follows the front end's path automaton (``json_schema/unique.UniquePaths``) to know when an
+array that must be unique is open; there it collects the completed items (decoded: ``"\u0061"``
 equals ``"a"``; numbers compared as numbers, ``1 == 1.0``; ``true`` is not ``1``, as
 ``jsonschema`` says). ``feed(state, token_bytes)`` returns the next state, or None when the token
 completes a duplicate item, or leaves an item open whose every completion is one (a literal
@@ -12,20 +12,48 @@ accepted token (``rollback`` pops them, ``copy`` shares them); ``masks.duplicate
 tokens from the mask.
 
 Strings at the positions ``UniquePaths.strings`` names have their length counted
-(``checks.string_lengths``): the count rides in the state's last field while such a string is open, and
+(``checks.tracker``): the count rides in the state's last field while such a string is open, and
 ``feed`` refuses a token that writes past ``maxLength`` or closes before ``minLength``.
 ``feed(..., lengths=False)`` reads the same but refuses nothing for lengths: the runtime member
 check feeds that way, so what it learns of a state holds whatever the count (its memo leaves
 the count out).
 
 Outside strings the reader treats only ASCII whitespace as whitespace
-(``unique_paths.plain_whitespace`` admits only whitespace patterns within it); any other
+(``unique.plain_whitespace`` admits only whitespace patterns within it); any other
 unexpected byte rejects the token (the grammar never allows one).
+
+Members: The runtime check of an object's members (``json_schema/objects.MemberSpec``): which
+key may come next, whether ``}`` or another member may, as ``UniqueTracker`` reads the text.
+
+An object's state is the frozenset of its decoded keys so far. A key is admitted when it is new
+and the members still required after it (the required ones and, transitively, the needs of the
+triggers present) fit under ``maxProperties``: so the object can always be finished and no
+step's mask is ever empty because of the check. Results are cached per (spec, keys): objects
+repeat the same few states.
+
+A path whose objects are checked together (``json_schema/unique.MemberUnion``, ``alts``
+their specs) admits a key when some branch still fits the keys (``fits``), and ``}`` or another
+member when that branch's check allows it.
+
+String lengths: How the matcher counts a JSON string's length as its bytes arrive: in code points of the
+decoded string, as ``minLength``/``maxLength`` measure it (``json_schema.unique``).
+
+A character counts at its first byte: a UTF-8 lead byte or ASCII byte, or the backslash of an
+escape (``\n`` and ``\u0061`` are one character each; the grammar's string lexeme admits no
+surrogate escapes, so a ``\u`` escape is always one code point). ``esc`` is where a read stops
+inside an escape: 0 outside one, -1 after its backslash, 1-4 the ``\u`` hex digits still due.
+The tracker (``checks.tracker``) and the vocabulary tables (``masks.string_lengths``) both read
+through ``read_counted``, so the mask and ``accept_token`` count alike.
 """
 
 from __future__ import annotations
 
-from radixlm.constrained.checks.members import admit, can_add, can_close, key_name, prefix_alive
+import bisect
+import functools
+import json
+import re
+from typing import Any
+
 from radixlm.constrained.checks.paths import UniquePaths
 from radixlm.constrained.checks.reader import (
     ERROR,
@@ -57,8 +85,152 @@ from radixlm.constrained.checks.reader import (
     is_checked,
     item_key,
 )
-from radixlm.constrained.checks.string_lengths import read_counted
 from radixlm.constrained.tables import LazyTables
+
+_PLAIN = re.compile(rb'[^"\\]+')
+TAILS = bytes(range(0x80, 0xC0))  # UTF-8 continuation bytes: their character counted already
+
+
+def read_counted(data: bytes, i: int, esc: int, count: int) -> tuple[int, int, int, bool]:
+    """Read string content from ``data[i]``: ``(esc, count, i, closed)``, stopping past the
+    closing quote (``closed``) or at the end of ``data``."""
+    n = len(data)
+    while i < n:
+        if esc:
+            if esc == -1:
+                esc = 4 if data[i] == 0x75 else 0  # \u: four hex digits follow
+            else:
+                esc -= 1
+            i += 1
+            continue
+        m = _PLAIN.match(data, i)
+        if m is not None:
+            run = m.group()
+            count += len(run.translate(None, TAILS))
+            i = m.end()
+            continue
+        if data[i] == 0x22:
+            return 0, count, i + 1, True
+        count += 1  # a backslash: one escaped character
+        esc, i = -1, i + 1
+    return esc, count, i, False
+
+
+def chars_until_close(data: bytes, esc: int) -> tuple[int, bool]:
+    """``(characters, closed)`` of a token's bytes read as string content from ``esc``: the
+    characters before its closing quote, or all of them when it does not close."""
+    _, count, _, closed = read_counted(data, 0, esc, 0)
+    return count, closed
+
+
+@functools.lru_cache(maxsize=65536)
+def missing(spec: Any, seen: frozenset) -> frozenset:
+    """The names still required once ``seen`` are written (``required`` and the needs of every
+    trigger present or required, transitively); for a union, those of the branch that fits with
+    the fewest."""
+    if spec.alts is not None:
+        options = [missing(a, seen) for a in spec.alts if fits(a, seen)]
+        return min(options, key=lambda m: (len(m), sorted(m))) if options else frozenset()
+    need = set(spec.required)
+    todo = list(need | seen)
+    while todo:
+        for m in spec.needs.get(todo.pop(), ()):
+            if m not in need:
+                need.add(m)
+                todo.append(m)
+    return frozenset(need - seen)
+
+
+@functools.lru_cache(maxsize=65536)
+def fits(spec: Any, seen: frozenset) -> bool:
+    """Whether branch ``spec`` of a union can hold keys ``seen`` and still be finished."""
+    if not all(n in spec.names or (spec.extras and n not in spec.blocked) for n in seen):
+        return False
+    return spec.max_p is None or len(seen) + len(missing(spec, seen)) <= spec.max_p
+
+
+def admit(spec: Any, seen: frozenset, name: str) -> frozenset | None:
+    """The object's keys after key ``name``, or None when it may not come now."""
+    if name in seen or (name not in spec.names and not spec.extras):
+        return None
+    new = seen | {name}
+    if spec.alts is not None:
+        return new if any(fits(a, new) for a in spec.alts) else None
+    if spec.max_p is not None and len(new) + len(missing(spec, new)) > spec.max_p:
+        return None
+    return new
+
+
+def key_name(raw: bytes) -> str | None:
+    """The decoded key of raw key bytes (quotes included), None if they do not decode."""
+    try:
+        if _PLAIN_KEY.fullmatch(raw):  # no escape (most keys): the bytes are the name, and
+            # decoding them costs a third of ``json.loads``
+            return raw[1:-1].decode("utf-8")
+        return json.loads(raw.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError included
+        return None
+
+
+_PLAIN_KEY = re.compile(rb'"[^"\\\x00-\x1f]*"')
+
+
+@functools.lru_cache(maxsize=65536)
+def can_close(spec: Any, seen: frozenset) -> bool:
+    """Whether ``}`` may come now."""
+    if spec.alts is not None:
+        return any(fits(a, seen) and can_close(a, seen) for a in spec.alts)
+    return len(seen) >= spec.min_p and not missing(spec, seen)
+
+
+@functools.lru_cache(maxsize=65536)
+def extra_ok(spec: Any, seen: frozenset) -> bool:
+    """Whether an extra member (a key that is none of the named ones) may come now."""
+    if spec.alts is not None:
+        return any(fits(a, seen) and extra_ok(a, seen) for a in spec.alts)
+    return spec.extras and (spec.max_p is None or len(seen) + 1 + len(missing(spec, seen)) <= spec.max_p)
+
+
+@functools.lru_cache(maxsize=65536)
+def open_keys(spec: Any, seen: frozenset) -> tuple[bytes, ...]:
+    """The raw named keys that may come now."""
+    return tuple(k for k, n in spec.keys.items() if admit(spec, seen, n) is not None)
+
+
+def can_add(spec: Any, seen: frozenset) -> bool:
+    """Whether another member may come now (``,`` or a first key)."""
+    return extra_ok(spec, seen) or bool(open_keys(spec, seen))
+
+
+def prefix_alive(spec: Any, seen: frozenset, prefix: bytes) -> bool:
+    """Whether the open key ``prefix`` (raw, opening quote included) can still become a key
+    that may come now: an extra one (plain characters go on into a fresh key), or a named one."""
+    if extra_ok(spec, seen) and b"\\" not in prefix:
+        return True
+    keys = _sorted_open_keys(spec, seen)
+    i = bisect.bisect_left(keys, prefix)  # the least key not below the prefix starts with it, if any
+    return i < len(keys) and keys[i].startswith(prefix)
+
+
+@functools.lru_cache(maxsize=65536)
+def _sorted_open_keys(spec: Any, seen: frozenset) -> tuple[bytes, ...]:
+    """``open_keys``, sorted (prefix lookups)."""
+    return tuple(sorted(open_keys(spec, seen)))
+
+
+def forced_key(spec: Any, seen: frozenset, prefix: bytes) -> bytes:
+    """The bytes every key that may come now continues ``prefix`` (raw, from its opening quote;
+    empty at a key's start) with, where no extra key may come (empty otherwise)."""
+    if extra_ok(spec, seen):
+        return b""
+    keys = [k for k in open_keys(spec, seen) if k.startswith(prefix) and len(k) > len(prefix)]
+    if not keys:
+        return b""
+    first, last = min(keys), max(keys)
+    n = len(prefix)
+    while n < len(first) and first[n] == last[n]:
+        n += 1
+    return first[len(prefix):n]
 
 
 class UniqueTracker:

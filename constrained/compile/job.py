@@ -1,4 +1,7 @@
-"""One compile, without torch: constraint -> grammar (the front ends) -> Lark text -> the
+"""One compile, without torch: a constraint of any kind -> grammar (the front ends) -> Lark text
+-> the matcher probe.
+
+One compile, without torch: constraint -> grammar (the front ends) -> Lark text -> the
 matcher probe.
 
 This is the work a compile worker process runs (``compile.worker``); it imports no torch, so a
@@ -6,46 +9,28 @@ worker starts in a fraction of a second. The probe (``compile/probe.py``) builds
 matcher once here, under the worker's budgets, and reports its size; ``CompiledGrammar`` then
 builds it again in the engine's process, for grammars the probe found within bounds (llguidance's
 objects do not pickle).
+
+EBNF: EBNF grammars as SGLang accepts them: GBNF/xgrammar style (``root ::= ...``) or Lark.
+
+Both become Lark text for the matcher core: GBNF through llguidance's converter (``root`` is the
+start rule), Lark as it is (its ``start`` rule). The grammar is checked here, so a bad grammar is
+a ``ConstraintError`` with the parser's message and position, never a matcher in an error state.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
-from typing import Any
-
-from radixlm.constrained.checks.paths import UniquePaths
+import llguidance
+from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
 from radixlm.constrained.compile.probe import ProbeVocab, probe_matcher
+from radixlm.constrained.compile.worker import KEY_ORDERS, CompiledParts, CompileRequest
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
-from radixlm.constrained.ir.ebnf import ebnf_to_lark
-from radixlm.constrained.json_schema import json_object_grammar, schema_to_grammar
-from radixlm.constrained.pattern.ascii_classes import ascii_classes
-from radixlm.constrained.pattern.chars import warm_up as _warm_pattern_classes
+from radixlm.constrained.json_schema.compiler import json_object_grammar, schema_to_grammar
+from radixlm.constrained.pattern.ecma import warm_up as _warm_pattern_classes
+from radixlm.constrained.pattern.regex_text import ascii_classes
 from radixlm.constrained.vocab import TokenizerVocab
 
 KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
-# How a JSON schema's object members are generated (``SamplingParams.json_key_order``): "schema":
-# declared properties in the order of ``properties``, extras only where the schema declares them;
-# "any": any order, and extras wherever JSON Schema allows them.
-KEY_ORDERS = ("schema", "any")
-
-
-@dataclass(frozen=True)
-class CompileRequest:
-    """What to compile (picklable: it travels to a worker process)."""
-
-    kind: str
-    spec: Any
-    whitespace_pattern: str | None = None
-    strict: bool = True
-    key_order: str = "schema"  # one of KEY_ORDERS (json_schema only)
-
-    def cache_key(self) -> str:
-        """Equal for constraints that compile to the same grammar."""
-        order = self.key_order if self.kind == "json_schema" else None
-        return json.dumps([self.kind, self.spec, self.whitespace_pattern, self.strict, order],
-                          sort_keys=True, ensure_ascii=False)
 
 
 def require_schema_order(req: CompileRequest, backend: str) -> None:
@@ -54,19 +39,6 @@ def require_schema_order(req: CompileRequest, backend: str) -> None:
     if req.kind == "json_schema" and req.key_order != "schema":
         raise ConstraintError(f"json_key_order {req.key_order!r} is supported by the radixlm grammar backend "
                               f"only; --grammar-backend {backend} generates members in schema order")
-
-
-@dataclass
-class CompiledParts:
-    """A compile's result: the Lark grammar and what was relaxed/restricted to get it;
-    ``unique``: where the matcher checks ``uniqueItems`` and object members at runtime (None:
-    nowhere); ``matcher_bytes``: the memory the matcher probe added in the worker."""
-
-    lark: str
-    relaxed: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    unique: UniquePaths | None = None
-    matcher_bytes: int | None = None  # what the worker's matcher probe added (None: not probed)
 
 
 def constraint_grammar(req: CompileRequest) -> CompiledParts:
@@ -119,3 +91,25 @@ def prepare(vocab: TokenizerVocab) -> ProbeVocab:
 def warm_up() -> None:
     """The front end's one-time tables, built when a compile worker starts (``compile.worker``)."""
     _warm_pattern_classes()
+
+
+MAX_EBNF_CHARS = 1_000_000
+
+
+def ebnf_to_lark(spec: object) -> str:
+    """The Lark text of an EBNF/GBNF or Lark grammar (``ConstraintError`` when it is invalid)."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConstraintError("ebnf must be a non-empty string (an EBNF or Lark grammar)", keyword="ebnf")
+    if len(spec) > MAX_EBNF_CHARS:
+        raise ConstraintError(f"ebnf grammar is longer than {MAX_EBNF_CHARS} characters", keyword="ebnf")
+    if "::=" in spec:
+        try:
+            lark = gbnf_to_lark(spec).removeprefix("%llguidance {}\n")
+        except (GbnfToLarkError, ValueError, KeyError, IndexError) as e:
+            raise ConstraintError(f"ebnf: {e}", keyword="ebnf") from None
+    else:
+        lark = spec
+    error = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(lark))
+    if error and not error.startswith("WARNING"):
+        raise ConstraintError(f"ebnf: {error.strip().splitlines()[0]}", keyword="ebnf")
+    return lark

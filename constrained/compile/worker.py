@@ -19,19 +19,58 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import json
 import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from radixlm.constrained.checks.paths import UniquePaths
 from radixlm.constrained.errors import ConstraintError
 
 PR_SET_PDEATHSIG = 1
 
 logger = logging.getLogger("radixlm.grammar")
 DEFAULT_COMPILE_FN = "radixlm.constrained.compile.job:compile_parts"
+
+
+# How a JSON schema's object members are generated (``SamplingParams.json_key_order``): "schema":
+# declared properties in the order of ``properties``, extras only where the schema declares them;
+# "any": any order, and extras wherever JSON Schema allows them.
+KEY_ORDERS = ("schema", "any")
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """What to compile (picklable: it travels to a worker process)."""
+
+    kind: str
+    spec: Any
+    whitespace_pattern: str | None = None
+    strict: bool = True
+    key_order: str = "schema"  # one of KEY_ORDERS (json_schema only)
+
+    def cache_key(self) -> str:
+        """Equal for constraints that compile to the same grammar."""
+        order = self.key_order if self.kind == "json_schema" else None
+        return json.dumps([self.kind, self.spec, self.whitespace_pattern, self.strict, order],
+                          sort_keys=True, ensure_ascii=False)
+
+
+@dataclass
+class CompiledParts:
+    """A compile's result: the Lark grammar and what was relaxed/restricted to get it;
+    ``unique``: where the matcher checks ``uniqueItems`` and object members at runtime (None:
+    nowhere); ``matcher_bytes``: the memory the matcher probe added in the worker."""
+
+    lark: str
+    relaxed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unique: UniquePaths | None = None
+    matcher_bytes: int | None = None  # what the worker's matcher probe added (None: not probed)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,1 +1,1 @@
-"""The grammar the front ends emit: node types, builder and pruning, Lark/regex text, EBNF input."""
+"""The grammar the front ends emit (``ir.builder``): node types, constructors and pruning, Lark/regex text."""

@@ -9,11 +9,9 @@ from typing import Any
 
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
-from radixlm.constrained.json_schema.context import Context
 from radixlm.constrained.json_schema.disjoint import disjoint
-from radixlm.constrained.json_schema.inference import types_of
-from radixlm.constrained.json_schema.normalize import canonical
-from radixlm.constrained.json_schema.unique_paths import Restriction
+from radixlm.constrained.json_schema.normalize import Context, canonical, types_of
+from radixlm.constrained.json_schema.unique import Restriction
 
 MAX_ITEMS = 10_000  # maxItems above this is lowered to it (sound); minItems above it raises
 MAX_UNIQUE_ENUM = 8  # uniqueItems over an enum of at most this many values is exact (2^k rules)
@@ -237,7 +235,7 @@ def _checked_unique(ctx: Context, flat: dict, pointer: str, refs: tuple, shape: 
     """(True, grammar) for a ``uniqueItems`` array whose duplicates the matcher forbids at
     runtime (``constrained/checks/tracker.py``): scalar items of which there are always unused
     values, whatever came before (``_scalar_items``). The array is a rule of its own,
-    registered with its restriction in ``ctx.unique_arrays`` (``unique_paths.resolve_unique``
+    registered with its restriction in ``ctx.unique_arrays`` (``unique.resolve_unique``
     falls back to it where the runtime check cannot follow). (False, None): not such an array."""
     need, lo, hi = shape
     if not ctx.unique_runtime or need or flat.get("prefixItems") or lo > MAX_ITEMS:

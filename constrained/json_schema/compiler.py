@@ -8,12 +8,12 @@ or is relaxed and recorded in ``SchemaGrammar.relaxed`` (``strict=False``; the o
 validated after generation).
 
 Compilation walks the schema with ``Compiler.value``: resolve ``$ref``/``allOf``/``if``/``not``
-(``negation``) into one canonical node (``flatten``), split ``anyOf``/``oneOf`` into
+(``combinators``) into one canonical node (``flatten``), split ``anyOf``/``oneOf`` into
 alternatives, then emit the grammar of each allowed type (``typed``): scalars as lexemes
 (regexes), arrays and objects as grammar structure. A schema node met again while its own grammar
 is being built (a recursive ``$ref``) becomes a named rule, so recursion is never unrolled;
 generic JSON values are one recursive rule of any depth. ``None`` stands for an unsatisfiable
-sub-schema; ``$ref`` handling (aliases, cycles) is in ``refs``. The keyword modules see the
+sub-schema; ``$ref`` handling (aliases, cycles) is in ``normalize``. The keyword modules see the
 compilation through a ``Context`` only.
 """
 
@@ -26,15 +26,87 @@ from typing import Any
 import jsonschema
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
-from radixlm.constrained.json_schema import negation
-from radixlm.constrained.json_schema.context import Context
-from radixlm.constrained.json_schema.inference import types_of
-from radixlm.constrained.json_schema.member_objects import drop_optional, finite_objects
-from radixlm.constrained.json_schema.normalize import canonical, clean, merge
-from radixlm.constrained.json_schema.one_of import one_of_branches
-from radixlm.constrained.json_schema.refs import MAX_REF_CHAIN, RefExpansions, no_finite_instance
-from radixlm.constrained.json_schema.switch import discriminator, flatten_else, is_switch_case, switch_schemas
-from radixlm.constrained.json_schema.unique_paths import UniquePaths, plain_whitespace, resolve_unique
+from radixlm.constrained.json_schema import normalize, scalars
+from radixlm.constrained.json_schema.arrays import array_grammar
+from radixlm.constrained.json_schema.combinators import (
+    boolean_regex,
+    check_pending,
+    discriminator,
+    excluded,
+    finite_values,
+    flatten_else,
+    is_switch_case,
+    negate,
+    one_of_branches,
+    string_node,
+    switch_schemas,
+)
+from radixlm.constrained.json_schema.names import resolve_some_key
+from radixlm.constrained.json_schema.normalize import (
+    MAX_REF_CHAIN,
+    Context,
+    RefExpansions,
+    canonical,
+    clean,
+    merge,
+    no_finite_instance,
+    types_of,
+)
+from radixlm.constrained.json_schema.objects import drop_optional, finite_objects, object_grammar
+from radixlm.constrained.json_schema.unique import UniquePaths, plain_whitespace, resolve_unique
+
+
+def _typed(ctx: Context, t: str, flat: dict, pointer: str, refs: tuple) -> str | ir.Node | None:
+    """A scalar's regex (str), an array's or object's grammar node, or None (no instance)."""
+    if t == "null":
+        return normalize.NULL
+    if t == "boolean":
+        return normalize.BOOLEAN
+    if t in ("integer", "number"):
+        return scalars.number(t, flat, pointer)
+    if t == "string":
+        return scalars.string(ctx, flat, pointer)
+    if t == "array":
+        return array_grammar(ctx, flat, pointer, refs)
+    return object_grammar(ctx, flat, pointer, refs)
+
+
+def typed(ctx: Context, t: str, flat: dict, pointer: str, refs: tuple) -> str | ir.Node | None:
+    """``_typed`` with the values a ``not`` excludes left out."""
+    kind = "number" if t == "integer" else t
+    banned = excluded(flat, kind)
+    values = finite_values(t, flat) if flat.get("_nots") else None
+    if values is not None:  # a pending `not` over a finite type: check every value exactly
+        ok = [json.dumps(v) for v in values if ctx.is_valid(flat["_sources"], v)]
+        return None if not ok else ir.alt([ir.Lit(v) for v in ok])
+    if t == "null" and banned:
+        return None
+    if t == "boolean":
+        return boolean_regex(flat)
+    if t == "string":
+        rx = string_node(ctx, flat, pointer)
+        if rx != "":
+            return rx
+    if banned and t == "array":  # (object values became an anyOf in _not_values)
+        ctx.unsupported(banned[0][0].rsplit("/", 1)[0], "not", "of an array value is not supported")
+    if t == "object" and flat.get("_some_key"):  # the first witness member that works
+        for node in resolve_some_key(ctx, flat, pointer):
+            out = _typed(ctx, t, node, pointer, refs)
+            if out is not None:
+                return out
+        return None
+    if banned and kind == "number":  # x != e  <=>  x < e or x > e: exact intervals between them
+        cuts = sorted({v for _, v in banned})
+        bounds = [(None, cuts[0])] + list(zip(cuts, cuts[1:])) + [(cuts[-1], None)]
+        alts = []
+        for lo, hi in bounds:
+            extra = {k: v for k, v in (("exclusiveMinimum", lo), ("exclusiveMaximum", hi)) if v is not None}
+            rx = _typed(ctx, t, merge(flat, dict(extra, _sources=[]), pointer), pointer, refs)
+            if rx is not None:
+                alts.append(rx)
+        return None if not alts else alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+    return _typed(ctx, t, flat, pointer, refs)
+
 
 MAX_NESTING = 40  # nested schema levels on one path (keeps Python's recursion well in bounds)
 
@@ -165,7 +237,7 @@ class Compiler:
             out = merge(out, flat, pointer)
             grown = grown + sub_refs[base:]  # the refs each part expanded, for its children
         if "not" in node:
-            out = negation.negate(self.ctx, out, node["not"], f"{pointer}/not", refs)
+            out = negate(self.ctx, out, node["not"], f"{pointer}/not", refs)
             if out is None:
                 return None, refs
         return out, grown
@@ -240,8 +312,8 @@ class Compiler:
                 return self.alternatives(flat, key, pointer, refs)
         if "enum" in flat:
             return self.enum(flat)
-        negation.check_pending(self.ctx, flat)
-        return ir.alt([_node(negation.typed(self.ctx, t, flat, pointer, refs)) for t in types_of(flat)])
+        check_pending(self.ctx, flat)
+        return ir.alt([_node(typed(self.ctx, t, flat, pointer, refs)) for t in types_of(flat)])
 
     def alternatives(self, flat: dict, key: str, pointer: str, refs: tuple) -> ir.Node | None:
         """The grammar of an ``anyOf``/``oneOf`` node: its branches merged with the rest of it."""

@@ -5,12 +5,15 @@ instance *we generate* for one satisfies the other). Both are conservative: Fals
 
 from __future__ import annotations
 
-from radixlm.constrained.json_schema.context import Context
-from radixlm.constrained.json_schema.inference import exact_types, types_of
-from radixlm.constrained.json_schema.normalize import schemas_for_key
-from radixlm.constrained.json_schema.scalars import anchored_literal
-from radixlm.constrained.pattern.first_chars import first_chars, ranges_disjoint
+from radixlm.constrained.json_schema.normalize import (
+    Context,
+    anchored_literal,
+    exact_types,
+    schemas_for_key,
+    types_of,
+)
 from radixlm.constrained.pattern.formats import FORMAT_REGEXES
+from radixlm.constrained.pattern.samples import first_chars, ranges_disjoint
 
 
 def disjoint(ctx: Context, a: dict, b: dict) -> bool:

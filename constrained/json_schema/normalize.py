@@ -1,4 +1,8 @@
-"""Schema normalisation: keyword clean-up per node and ``allOf`` merging.
+"""The canonical schema node and what every keyword module of the front end shares:
+normalisation and ``merge``, ``$ref`` resolution, type inference, the unconstrained lexemes
+(``NULL``, ``BOOLEAN``, ``NUMBER``, ``STRING``) and the compilation ``Context``.
+
+Normalisation: Schema normalisation: keyword clean-up per node and ``allOf`` merging.
 
 ``clean(node)`` rewrites one raw schema node (any draft 4 .. 2020-12) into a canonical dict:
 annotations and unknown keywords dropped, ``const`` -> ``enum``, draft-4 boolean exclusive bounds
@@ -8,16 +12,42 @@ and ``contains`` (with its ``minContains``/``maxContains``) -> lists. ``merge(a,
 intersects two canonical nodes (the instances valid under both). Every canonical node keeps the
 raw nodes it came from in ``_sources``, so values (``enum``) can be checked exactly with
 ``jsonschema``.
+
+``$ref``: Local ``$ref`` resolution for the JSON-schema front end: pointers, alias chains and cycles.
+
+A cycle of ``$ref`` (through ``allOf``/``if``/``then`` too) that comes back to the same instance
+position with no object or array in between (``a -> b -> a``) never terminates validation, so the
+schema is invalid (``cyclic_ref``). Recursion through a container is fine: the front end turns it
+into a grammar rule (and reports a required self-reference, which has no finite instance).
+
+A ``$ref`` whose target is itself only a ``$ref`` (an alias) is followed in a loop, so a chain
+of a thousand aliases costs one expansion, not a thousand levels of recursion.
+
+Types: Type inference for a canonical schema node: the JSON types to generate, and the types whose
+instances a node may accept (for disjointness proofs).
+
+Context: ``Context``: what the keyword modules of the front end may use of one compilation.
+
+The compiler (``compiler.Compiler``) owns the walk: memo, open nodes, recursion rules, ``$ref``
+bookkeeping. The keyword modules (arrays, objects, names, negation, ...) get only this: the
+whitespace and separators, the recursive entry points ``value`` and ``flatten``, the shared rule
+table, the strict/lenient policy and the exact ``jsonschema`` checks.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.ir import builder as ir
+from radixlm.constrained.pattern.ecma import STRING_CHAR
 from radixlm.constrained.pattern.formats import FORMAT_REGEXES
+from radixlm.constrained.pattern.numbers import number_range_regex
 
 # Keywords that only annotate (or locate) a schema: dropped.
 ANNOTATIONS = frozenset({
@@ -266,3 +296,244 @@ def _merge_prefix(a: dict, b: dict) -> list:
         y = pb[i] if i < len(pb) else b.get("items", True)
         out.append(_all_of(x, y))
     return out
+
+
+def anchored_literal(flat: dict) -> str | None:
+    """``lit`` when the node only admits strings matching ``^lit$`` (Python's ``$`` also matches
+    before a final newline: the caller checks ``lit + "\\n"`` too)."""
+    if flat.get("type") != ["string"]:
+        return None
+    for pattern in flat.get("_patterns", []):
+        m = re.fullmatch(r"\^([A-Za-z0-9_ :/-]*)\$", pattern)
+        if m is not None:
+            return m.group(1)
+    return None
+
+
+MAX_REF_CHAIN = 32  # $ref expansions on one path before a rule closes the recursion
+
+
+def resolve(root: Any, ref: str, pointer: str) -> tuple[Any, str]:
+    """The node a local ``$ref`` names, and its pointer (the ref itself)."""
+    if not isinstance(ref, str):
+        raise ConstraintError("$ref must be a string", pointer, "$ref")
+    if not ref.startswith("#"):
+        raise ConstraintError(f"remote $ref {ref!r} is not supported", pointer, "$ref")
+    node: Any = root
+    for part in [p for p in ref[1:].split("/") if p]:
+        part = unquote(part.replace("~1", "/").replace("~0", "~"))
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            raise ConstraintError(f"$ref {ref!r} does not resolve", pointer, "$ref")
+    return node, ref
+
+
+def is_alias(node: Any) -> bool:
+    """A node that is a ``$ref`` and nothing else that changes validity (annotations aside)."""
+    return isinstance(node, dict) and "$ref" in node and all(
+        k == "$ref" or (k not in HANDLED and k not in UNSUPPORTED) for k in node)
+
+
+def follow(root: Any, node: dict, pointer: str, chain: tuple) -> tuple[Any, str, str, tuple]:
+    """Expand ``node``'s ``$ref`` through any aliases: ``(target, its pointer, the last ref,
+    chain)``. ``chain`` holds the refs already expanded at this instance position; meeting one
+    again is a cycle with nothing in between (``ConstraintError``)."""
+    ref = node["$ref"]
+    while True:
+        if ref in chain:
+            raise cyclic_ref(chain, ref, pointer)
+        chain += (ref,)
+        target, pointer = resolve(root, ref, pointer)
+        if not is_alias(target):
+            return target, pointer, ref, chain
+        ref = target["$ref"]
+
+
+@dataclass
+class RefExpansions:
+    """The ``$ref`` bookkeeping of one compilation: the document ``root`` refs resolve in, the
+    first expansion cut (``cut``: (pointer, ref), past ``MAX_REF_CHAIN`` refs on one path) and
+    where each chain of refs was last expanded (``sites``, for the cut's document pointer)."""
+
+    root: Any
+    cut: tuple[str, str] | None = None
+    sites: dict[tuple, str] = field(default_factory=dict)
+
+    def expand(self, node: dict, pointer: str, refs: tuple, chain: tuple) -> tuple | None:
+        """What ``node``'s ``$ref`` adds to its flattening, ``(target, pointer, refs, chain)``, or
+        None past ``MAX_REF_CHAIN`` expansions on one path (the first cut is kept in ``cut``)."""
+        target, target_pointer, ref, ref_chain = follow(self.root, node, pointer, chain)
+        if len(refs) >= MAX_REF_CHAIN:
+            self.cut = self.cut or (self._document_pointer(refs, pointer), ref)
+            return None
+        self.sites.setdefault(refs + (ref,), pointer)
+        return target, target_pointer, refs + (ref,), ref_chain
+
+    def _document_pointer(self, refs: tuple, pointer: str) -> str:
+        """Where the ``$ref`` at ``pointer`` sits in the document: inside the target of the last
+        ``$ref`` on the path. Other errors name the location along the instance, but in a recursion
+        that grows by a level each time round (``#/properties/child/properties/child/...``)."""
+        site = self.sites.get(refs)
+        if refs and site is not None and pointer.startswith(site) and pointer != site:
+            return refs[-1] + pointer[len(site):]
+        return pointer
+
+
+def cyclic_ref(chain: tuple, ref: str, pointer: str) -> ConstraintError:
+    loop = chain[chain.index(ref):] + (ref,)
+    if len(loop) > 5:  # a long chain: its ends say enough
+        loop = loop[:3] + (f"... ({len(loop) - 4} more)",) + loop[-1:]
+    loop = " -> ".join(loop)
+    return ConstraintError(f"cyclic $ref {loop}: it comes back to the same value with no object or "
+                           "array in between, so it never resolves to a schema", pointer, "$ref")
+
+
+def no_finite_instance(cut: tuple[str, str], max_chain: int) -> ConstraintError:
+    """The error for a schema that is unsatisfiable only because ``$ref`` expansion was cut at
+    ``cut`` (``(pointer, ref)``: more than ``max_chain`` refs on one path)."""
+    pointer, ref = cut
+    return ConstraintError(f"schema has no instance within {max_chain} nested $ref expansions (the $ref "
+                           f"to {ref!r} here is required beyond that)", pointer, "$ref")
+
+
+_KEYWORD_TYPES = {
+    "object": ("properties", "required", "additionalProperties", "patternProperties",
+               "minProperties", "maxProperties", "dependentRequired", "dependentSchemas"),
+    "array": ("items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"),
+    "string": ("minLength", "maxLength", "_patterns", "_formats"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+}
+
+
+def types_of(flat: dict) -> list[str]:
+    """The types to generate: the declared ones, else those implied by type-specific keywords
+    (a restriction: ``{"minLength": 1}`` also admits numbers, we only generate strings), else all."""
+    if "type" in flat:
+        types = list(flat["type"])
+    else:
+        types = [t for t, keys in _KEYWORD_TYPES.items() if any(k in flat for k in keys)]
+        types = types or [t for t in ALL_TYPES if t != "integer"]
+    if "number" in types and "integer" in types:
+        types.remove("integer")
+    return types
+
+
+def exact_types(flat: dict) -> set[str]:
+    """The types whose instances ``flat`` may accept (``integer`` counts under ``number``)."""
+    types = set(flat.get("type", ALL_TYPES))
+    if "number" in types:
+        types.add("integer")
+    return types
+
+
+NULL = "null"
+BOOLEAN = "(true|false)"
+NUMBER = number_range_regex(None, False, None, False)
+STRING = f'"{STRING_CHAR}*"'
+
+
+ANY_VALUE = "any_value"  # the rule of an unconstrained JSON value
+# Keywords the compiler decomposes itself: left out of the loose checks (see ``is_valid_loose``).
+_DECOMPOSED = ("oneOf", "anyOf", "not", "allOf", "$ref", "if", "then", "else")
+
+ValueFn = Callable[[Any, str, tuple], ir.Node | None]  # (node, pointer, refs) -> grammar (None: none)
+FlattenFn = Callable[[Any, str, tuple], tuple[dict | None, tuple]]  # -> (canonical node, refs)
+
+
+@dataclass
+class Context:
+    """One compilation as the keyword modules see it.
+
+    ``value(node, pointer, refs)`` is the grammar of a sub-schema's instances (None: none);
+    ``flatten(node, pointer, refs)`` its canonical node without ``$ref``/``allOf``/``if``/``not``
+    (None: unsatisfiable) and the refs expanded on the way. ``validator`` is a ``jsonschema``
+    validator of the root schema (refs resolve in it; its draft decides keyword semantics).
+    """
+
+    ws: ir.Node
+    strict: bool
+    validator: Any
+    value: ValueFn
+    flatten: FlattenFn
+    rules: dict[str, ir.Node] = field(default_factory=dict)
+    relaxed: list[str] = field(default_factory=list)  # keywords relaxed (lenient mode only)
+    any_order: bool = True  # object members in any order (objects.MAX_ANY_ORDER), else schema order
+    any_order_rules: int = 0  # rules the any-order objects took so far (objects.MAX_ANY_ORDER_RULES)
+    # An unspecified additionalProperties allows extra members (JSON Schema semantics); False:
+    # only a declared additionalProperties/patternProperties generates them (call layouts).
+    unspecified_extras: bool = True
+    # uniqueItems over free scalars: checked by the matcher at runtime (arrays._checked_unique),
+    # only for consumers that run that check; rule name -> its restriction (``unique``).
+    unique_runtime: bool = False
+    unique_arrays: dict[str, Any] = field(default_factory=dict)
+    # objects whose members the matcher checks at runtime (objects._runtime_checked): rule name ->
+    # its ``objects.MemberObject`` (``unique`` falls back to its grammar-level construction).
+    member_objects: dict[str, Any] = field(default_factory=dict)
+    # raw node id -> (node, its validator, its loose copy): a proof checks the same few nodes
+    # hundreds of times, and evolving a validator costs more than the check
+    _checks: dict[int, tuple] = field(default_factory=dict, repr=False)
+
+    def sep(self, punct: str) -> ir.Node:
+        """``punct`` with optional whitespace around it."""
+        return ir.seq(self.ws, ir.Lit(punct), self.ws)
+
+    def named(self, node: ir.Node | None) -> ir.Node | None:
+        """``node`` as a rule of its own (used where it is referenced more than once)."""
+        if node is None or isinstance(node, (ir.Lit, ir.Lex, ir.Ref)):
+            return node
+        name = f"s{len(self.rules)}"
+        self.rules[name] = node
+        return ir.Ref(name)
+
+    def reserve(self) -> ir.Ref:
+        """A new rule whose body the caller sets in ``rules`` (for a body that refers to itself)."""
+        name = f"s{len(self.rules)}"
+        self.rules[name] = ir.EMPTY  # placeholder until the caller sets the body
+        return ir.Ref(name)
+
+    def unsupported(self, pointer: str, keyword: str, why: str) -> None:
+        """Strict: raise. Lenient: record and let the caller drop the keyword."""
+        if self.strict:
+            raise ConstraintError(f"keyword {keyword!r} {why}; it cannot be enforced by the grammar "
+                                  "(pass strict=False to relax it and validate afterwards)",
+                                  pointer, keyword)
+        self.relaxed.append(f"{pointer}/{keyword}")
+
+    def is_valid(self, sources: list, value: Any) -> bool:
+        """Exact check of ``value`` against every raw node in ``sources`` (refs resolve in root)."""
+        return all(self._check(s)[1].is_valid(value) for s in sources)
+
+    def _check(self, node: Any) -> tuple:
+        """``(node, validator of node, loose validator of node)``, built once per node."""
+        entry = self._checks.get(id(node))
+        if entry is None or entry[0] is not node:
+            loose = {k: v for k, v in node.items() if k not in _DECOMPOSED} if isinstance(node, dict) else node
+            entry = (node, self.validator.evolve(schema=node), self.validator.evolve(schema=loose))
+            self._checks[id(node)] = entry
+        return entry
+
+    def is_valid_loose(self, sources: list, value: Any) -> bool:
+        """``is_valid`` without the top-level keywords the compiler decomposes (``oneOf``,
+        ``anyOf``, ``not``, ``allOf``, ``$ref``, ``if``): a superset of the node's instances, for
+        disjointness proofs (the parts that ``allOf``/``$ref``/``if`` merged are sources of their
+        own). Checking the full sources would be circular: a ``oneOf`` node rejects a value that
+        two of its branches accept."""
+        return all(self._check(s)[2].is_valid(value) for s in sources)
+
+    def any_value(self) -> ir.Ref:
+        """The rule of any JSON value, nested to any depth."""
+        if ANY_VALUE not in self.rules:
+            self.rules[ANY_VALUE] = ir.EMPTY  # placeholder: the body refers to the rule itself
+            scalars = [ir.Lit("null"), ir.Lex(BOOLEAN), ir.Lex(NUMBER), ir.Lex(STRING)]
+            value = ir.Ref(ANY_VALUE)
+            array = ir.seq(ir.Lit("["), self.ws, ir.join(value, self.sep(","), 0, None), self.ws, ir.Lit("]"))
+            self.rules[ANY_VALUE] = ir.alt(scalars + [array, self.any_object()])
+        return ir.Ref(ANY_VALUE)
+
+    def any_object(self) -> ir.Node:
+        """Any JSON object (members of any value)."""
+        member = ir.seq(ir.Lex(STRING), self.sep(":"), self.any_value())
+        return ir.seq(ir.Lit("{"), self.ws, ir.join(member, self.sep(","), 0, None), self.ws, ir.Lit("}"))

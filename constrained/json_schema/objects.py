@@ -1,4 +1,7 @@
-"""Grammar of JSON objects for one canonical schema node.
+"""Grammar of JSON objects for one canonical schema node: members in any or schema order,
+extra members, and the linear grammar of objects whose members the matcher checks at runtime.
+
+Grammar of JSON objects for one canonical schema node.
 
 Objects of up to ``MAX_ANY_ORDER`` named members take them in any order, each at most once, with
 extra members (``additionalProperties`` true or a schema, ``patternProperties``) anywhere between
@@ -9,30 +12,276 @@ property. An unspecified ``additionalProperties`` allows extras, as JSON Schema 
 mode, used for tool-call arguments).
 
 For the engine's matcher (``Context.unique_runtime``) most objects instead get a linear grammar
-whose members the matcher checks at runtime (``member_objects``, ``_runtime_checked``); the
+whose members the matcher checks at runtime (``_runtime_checked``); the
 constructions above remain their fallback where the check cannot follow.
+
+Member order: The order of an object's members: any order (one rule per set of members written so far), or
+schema order with extra members anywhere between the named ones. ``object_grammar`` decides which.
+
+Runtime-checked members: Objects whose members the matcher checks at runtime: a linear grammar (``{``, any members
+comma-separated, ``}``) plus a ``MemberSpec`` that the runtime check
+(``constrained/checks/tracker.py``) enforces: no key twice, every required member (and every
+``dependentRequired`` need of a present trigger) and ``minProperties`` members before ``}``,
+at most ``maxProperties`` members.
+
+The object is a rule of its own, registered in ``Context.member_objects`` with a builder of its
+grammar-level construction (the member orders above), which ``unique.resolve_unique`` falls back
+to where the runtime check cannot tell which object stands at a path. Objects the grammar would
+take in any order are registered too, as *optional* checks: ``unique`` keeps them checked only
+where they share a path with other checked objects (``unique`` checks those together), and
+gives the others back their any-order construction.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from radixlm.constrained.ir import builder as ir
-from radixlm.constrained.json_schema.context import Context
-from radixlm.constrained.json_schema.key_complement import complement_key
-from radixlm.constrained.json_schema.member_objects import checked_object
-from radixlm.constrained.json_schema.names import apply_property_names
-from radixlm.constrained.json_schema.normalize import merge
-from radixlm.constrained.json_schema.object_order import (
-    any_order,
-    counted_order,
-    interleaved,
-    schema_order_dependencies,
-)
+from radixlm.constrained.json_schema.names import apply_property_names, complement_key
+from radixlm.constrained.json_schema.normalize import Context, merge
 from radixlm.constrained.pattern.ecma import PLAIN_CHAR, is_universal, pattern_to_regex
+
+
+def schema_order_dependencies(members: list[tuple[ir.Node, bool]],
+                              needs: dict[int, frozenset]) -> list[tuple[ir.Node, bool]]:
+    """Schema order cannot wait for an optional trigger to appear: it is left out (a restriction;
+    triggers are usually the rarer members), unless a trigger's needs are required anyway."""
+    req = [r for _, r in members]
+    keep = [all(req[i] for i in needs[t]) if t in needs else True for t in range(len(members))]
+    return [(m, r) for (m, r), k in zip(members, keep) if k]
+
+
+def any_order(ctx: Context, members: list[tuple[ir.Node, bool]], extras: ir.Node | None,
+               needs: dict[int, frozenset], min_p: int, max_p: int | None) -> ir.Node | None:
+    """The named members in any order, each at most once, with every required one (and
+    ``minProperties``..``maxProperties`` members, exactly) before ``}``: one rule per set of
+    members written so far, so a duplicate never forms. ``extras`` (one extra member, whose key
+    is never a named one) may come anywhere between them; a state counts them up to the
+    ``maxProperties`` (else ``minProperties``) they may reach."""
+    required = frozenset(i for i, (_, r) in enumerate(members) if r)
+    members = [(ctx.named(m), r) for m, r in members]  # each set's rule refers to them, not copies
+    extra = ctx.named(extras)
+    cap = max_p if max_p is not None else min_p
+    sep, memo = ctx.sep(","), {}
+
+    def more(used: frozenset, n_extra: int) -> list[ir.Node]:
+        """The members that may come next (each followed by what may follow it)."""
+        if max_p is not None and len(used) + n_extra >= max_p:
+            return []
+        # members and states are rules (Refs): the nodes are built directly, nothing to simplify
+        nexts: list[ir.Node] = [ir.Seq((m, after(used | {i}, n_extra)))
+                                for i, (m, _) in enumerate(members) if i not in used]
+        if extra is not None:
+            nexts.append(ir.Seq((extra, after(used, min(n_extra + 1, cap)))))
+        return nexts
+
+    def after(used: frozenset, n_extra: int) -> ir.Node | None:
+        """What may follow once ``used`` and ``n_extra`` extras are written: ``}`` or another."""
+        if (used, n_extra) not in memo:
+            memo[used, n_extra] = ref = ctx.reserve()  # an uncounted extra loops back here
+            done = required <= used and len(used) + n_extra >= min_p and all(
+                needs[t] <= used for t in used if t in needs)
+            close = ir.seq(ctx.ws, ir.Lit("}")) if done else None
+            options = more(used, n_extra)
+            nexts = options[0] if len(options) == 1 else ir.Alt(tuple(options)) if options else None
+            ctx.rules[ref.name] = ir.alt([close, ir.seq(sep, nexts) if nexts is not None else None])
+        return memo[used, n_extra]
+
+    empty = ir.seq(ctx.ws, ir.Lit("}")) if not required and min_p == 0 else None
+    return ir.seq(ir.Lit("{"), ctx.ws, ir.alt([empty, ir.alt(more(frozenset(), 0))]))
+
+
+def interleaved(ctx: Context, members: list[tuple[ir.Node, bool]], extra: ir.Node,
+                allow_empty: bool) -> ir.Node:
+    """The named members in schema order (optional ones may be left out), with any number of
+    extra members (``extra``: one of them) anywhere between them. Linear in the members and
+    unambiguous: ``elem[i]`` is the next element when members ``i..`` are still to come (member
+    i, an extra, or a later member past optional ones: ``skip``); ``rest[i]`` what follows one."""
+    n, sep = len(members), ctx.sep(",")
+    rest = [ctx.reserve() for _ in range(n + 1)]
+    elem = [ctx.reserve() for _ in range(n + 1)]
+    skip: list[ir.Node | None] = [None] * (n + 1)  # a member at j or later, no extra first
+    close = ir.seq(ctx.ws, ir.Lit("}"))
+    for j in range(n - 1, -1, -1):
+        later = skip[j + 1] if not members[j][1] else None
+        skip[j] = ctx.named(ir.alt([ir.seq(members[j][0], rest[j + 1]), later]))
+    for i in range(n + 1):
+        done = close if not any(r for _, r in members[i:]) else None
+        ctx.rules[rest[i].name] = ir.alt([done, ir.seq(sep, elem[i])])
+        here = ir.seq(members[i][0], rest[i + 1]) if i < n else None
+        later = skip[i + 1] if i < n and not members[i][1] else None
+        ctx.rules[elem[i].name] = ir.alt([here, ir.seq(extra, rest[i]), later])
+    empty = close if allow_empty and not any(r for _, r in members) else None
+    return ir.seq(ir.Lit("{"), ctx.ws, ir.alt([empty, elem[0]]))
+
+
+MAX_COUNTED_STATES = 4096  # rules one counted schema-order object may take; past it, the restriction
+
+
+def counted_order(ctx: Context, members: list[tuple[ir.Node, bool]], extra: ir.Node | None,
+                  needs: dict[int, frozenset], bounds: tuple[int, int | None]) -> ir.Node | None | bool:
+    """The named members in schema order, then extra members (``extra``: one of them), with
+    ``minProperties``..``maxProperties`` members in all and every present trigger's needs
+    (``dependentRequired``) present, exactly. A state is (next member, the triggers and needs
+    written so far, members written up to the bound that matters); each is one rule. None: no
+    such object; False: more than ``MAX_COUNTED_STATES`` states (the caller keeps its restriction)."""
+    (min_p, max_p), n = bounds, len(members)
+    sep, close = ctx.sep(","), ir.seq(ctx.ws, ir.Lit("}"))
+    relevant = set(needs) | {j for ns in needs.values() for j in ns}
+    cap = max(max_p if max_p is not None else min_p, 1)  # count > 0: a separator comes first
+    if (n + 1) * 2 ** len(relevant) * (cap + 1) > MAX_COUNTED_STATES:
+        return False
+    needed_by = {j: frozenset(t for t, ns in needs.items() if j in ns) for j in relevant}
+    extra = ctx.named(extra)
+    memo: dict[tuple, ir.Node | None] = {}
+
+    def state(i: int, written: frozenset, count: int) -> ir.Node | None:
+        key = (i, written, count)
+        if key not in memo:
+            memo[key] = ctx.named(body(i, written, count) if i < n else extras(count))
+        return memo[key]
+
+    def extras(count: int) -> ir.Node | None:
+        """After the named members: ``}`` once enough members are written, or one more extra."""
+        done = close if count >= min_p else None
+        if extra is None or max_p is not None and count >= max_p:
+            return done
+        lead = sep if count else ir.EMPTY
+        if max_p is None and count == cap:  # the count no longer matters: any number more
+            return ir.seq(ir.opt(ir.seq(lead, ir.join(extra, sep, 1, None))), close)
+        return ir.alt([done, ir.seq(lead, extra, state(n, frozenset(), min(count + 1, cap)))])
+
+    def body(i: int, written: frozenset, count: int) -> ir.Node | None:
+        member, required = members[i]
+        earlier_needs = [j for j in needs.get(i, ()) if j < i]  # a trigger needs them written already
+        can_write = (max_p is None or count < max_p) and all(j in written for j in earlier_needs)
+        forced = required or bool(needed_by.get(i, frozenset()) & written)
+        after = written | {i} if i in relevant else written
+        lead = sep if count else ir.EMPTY
+        write = ir.seq(lead, member, state(i + 1, after, min(count + 1, cap))) if can_write else None
+        return ir.alt([write, None if forced else state(i + 1, written, count)])
+
+    return ir.seq(ir.Lit("{"), ctx.ws, state(0, frozenset(), 0))
+
+
+@dataclass(frozen=True, eq=False)
+class MemberSpec:
+    """What the runtime check enforces in one object (picklable). ``keys``: the named members'
+    raw keys (quotes included, as the grammar spells them) -> their names; ``needs``: trigger
+    name -> the names it requires; ``extras``: extra members (keys never a named one, made of
+    plain characters: an open extra key can always go on into a fresh one) may occur, never one of
+    ``blocked`` (names the schema takes that are not generated)."""
+
+    keys: dict[bytes, str]
+    required: frozenset[str]
+    needs: dict[str, frozenset[str]]
+    min_p: int
+    max_p: int | None
+    extras: bool
+    blocked: frozenset[str] = frozenset()
+    alts = None  # one object's check (``unique.MemberUnion``: several)
+
+    @functools.cached_property
+    def same_as(self) -> tuple:
+        """Equal for specs that check the same (one path may hold either)."""
+        return (frozenset(self.keys.items()), self.required, frozenset(self.needs.items()), self.min_p,
+                self.max_p, self.extras, self.blocked)
+
+    @functools.cached_property
+    def names(self) -> frozenset[str]:
+        """The named members' names."""
+        return frozenset(self.keys.values())
+
+    def raw_of(self, names: frozenset[str]) -> list[bytes]:
+        """The raw keys that spell the named members among ``names``."""
+        return [raw for name in names for raw in self._raws.get(name, ())]
+
+    @functools.cached_property
+    def _raws(self) -> dict[str, tuple[bytes, ...]]:
+        """Each named member's raw keys, by name."""
+        out: dict[str, tuple[bytes, ...]] = {}
+        for raw, name in self.keys.items():
+            out[name] = out.get(name, ()) + (raw,)
+        return out
+
+
+@dataclass(frozen=True)
+class MemberObject:
+    """A registered runtime-checked object: its spec, the schema pointer, and ``fallback()``,
+    which builds (in the compile's ``Context``) the grammar-level construction."""
+
+    spec: MemberSpec
+    pointer: str
+    fallback: Callable[[], ir.Node | None]
+    required: tuple[ir.Node, ...] = ()  # the required members' nodes (finite_objects)
+    origin: tuple = ()  # (flat, refs): the canonical node it was built from (``unique.MemberUnion``)
+    # rebuild(block): the object again, registered anew, whose extra keys are never in ``block``
+    rebuild: Callable[[frozenset], ir.Node | None] | None = None
+    optional: bool = False  # checked only beside other checked objects (else: its fallback)
+
+
+def checked_object(ctx: Context, members: dict[str, tuple[ir.Node, bool]], extras: ir.Node | None,
+                   needs: dict[str, set], bounds: tuple[int, int | None], pointer: str,
+                   fallback: Callable[[], ir.Node | None], origin: tuple = ((), frozenset()),
+                   rebuild: Callable[[frozenset], ir.Node | None] | None = None,
+                   optional: bool = False) -> ir.Node | None:
+    """The linear grammar of a runtime-checked object (a ``Ref`` to its registered rule), or
+    None when no instance exists. ``members``: name -> (``"key":value`` node, required);
+    ``origin``: ((flat, refs), the names the schema takes that are not generated)."""
+    min_p, max_p = bounds
+    spec = _spec(members, extras, needs, bounds, origin[1])
+    if max_p is not None and len(spec.required) > max_p or extras is None and len(members) < min_p:
+        return None
+    if max_p == 0 and spec.required:
+        return None
+    alts = [m for m, _ in members.values()] + ([extras] if extras is not None else [])
+    member = ctx.named(ir.alt(alts))
+    body = ir.join(member, ctx.sep(","), 0, None) if max_p != 0 else ir.EMPTY
+    node = ir.seq(ir.Lit("{"), ctx.ws, body, ctx.ws, ir.Lit("}"))
+    name = f"memb{len(ctx.member_objects)}"
+    ctx.rules[name] = node
+    ctx.member_objects[name] = MemberObject(spec, pointer, fallback, tuple(m for m, r in members.values() if r),
+                                            origin[0], rebuild, optional)
+    return ir.Ref(name)
+
+
+def _spec(members: dict, extras: ir.Node | None, needs: dict, bounds: tuple, blocked: frozenset) -> MemberSpec:
+    required = frozenset(n for n, (_, r) in members.items() if r)
+    return MemberSpec({json.dumps(n, ensure_ascii=False).encode(): n for n in members}, required,
+                      {t: frozenset(ns) for t, ns in needs.items()}, bounds[0], bounds[1], extras is not None,
+                      frozenset(blocked))
+
+
+def drop_optional(ctx: Context) -> None:
+    """Where every checked object is an optional check and no unique array needs the path
+    reader, give them all their grammar-level construction now (nothing needs them checked)."""
+    if ctx.unique_arrays or not all(obj.optional for obj in ctx.member_objects.values()):
+        return
+    for name, obj in ctx.member_objects.items():
+        node = obj.fallback()
+        ctx.rules[name] = node if node is not None else ir.Ref(name)  # none: pruned
+    ctx.member_objects.clear()
+
+
+def finite_objects(ctx: Context, start: ir.Node) -> dict[str, ir.Node]:
+    """``ctx.rules`` with the checked objects that have no finite instance made unproductive
+    (their linear grammar has ``{}``, but the check needs their required members: a required
+    self-reference never ends), so that pruning removes them as it would the construction."""
+    shadow = dict(ctx.rules)
+    for name, obj in ctx.member_objects.items():
+        shadow[name] = ir.seq(ir.Lit("{"), *obj.required, ir.Lit("}"))
+    good = ir.Grammar(start, shadow).productive()
+    rules = dict(ctx.rules)
+    for name in ctx.member_objects:
+        if name not in good:
+            rules[name] = ir.Ref(name)  # derives nothing: pruned with what needs it
+    return rules
+
 
 _NONEMPTY_UNIVERSAL = (".+", "^.+", "^.+$", ".+$")
 MAX_ANY_ORDER = 8  # objects of at most this many named members (and no others) take any order
@@ -105,7 +354,7 @@ def _extras_by_default(ctx: Context, flat: dict) -> bool:
 
 
 def _emit(ctx: Context, flat: dict, where: tuple, parts: tuple, fallback: Callable[[], ir.Node | None]) -> ir.Node | None:
-    """The object as a checked one (``member_objects``), or its grammar-level construction
+    """The object as a checked one, or its grammar-level construction
     (``fallback``) registered as an optional check (checked only beside other checked objects),
     or that construction alone. ``where``: (pointer, refs, key_rx); ``parts``: (name ->
     (member, required), extras, needs, the names the schema takes)."""
@@ -115,7 +364,7 @@ def _emit(ctx: Context, flat: dict, where: tuple, parts: tuple, fallback: Callab
     origin = ((flat, refs), frozenset(taken - set(checked)))
 
     def checked_with(block: frozenset, back: Callable[[], ir.Node | None], optional: bool) -> ir.Node | None:
-        """The checked object, whose extra keys are never in ``block`` (``member_union``)."""
+        """The checked object, whose extra keys are never in ``block`` (``unique``)."""
         more = _extras(ctx, flat, taken | block, pointer, refs, key_rx) if block else extras
         return checked_object(ctx, checked, more, needs, bounds, pointer, back, (origin[0], origin[1] | block),
                               lambda b: checked_with(block | b, back, False), optional)
@@ -130,7 +379,7 @@ def _emit(ctx: Context, flat: dict, where: tuple, parts: tuple, fallback: Callab
 
 def _runtime_checked(ctx: Context, flat: dict, n_members: int, extras: ir.Node | None,
                      key_rx: tuple | None) -> bool:
-    """Whether the matcher checks this object's members at runtime (``member_objects``): only
+    """Whether the matcher checks this object's members at runtime: only
     for consumers that run the check, in any order, when extra keys (if any) are plain strings
     other than the named ones (so an open key can always go on into a fresh one)."""
     if not _checkable(ctx, flat, key_rx):

@@ -5,10 +5,10 @@ Inside an open string value or key, the bytes before a token's closing quote lea
 (a value's, or a key's completed as a fresh extra one) or to one per name the check tells apart
 (``masks.member_memo.known_names``), so the token's verdict is its tail's: what follows the quote, fed
 once from the state the quote leads to. A step's candidates share a few dozen tails, so a new state
-costs a feed per distinct tail, not a feed per token (``masks.string_splits`` files where each token closes
+costs a feed per distinct tail, not a feed per token (``masks.refusable_tokens`` files where each token closes
 a string, and its head and tail). A token that opens a string from outside one (``"`` where a value
 or a key may start, ``,"`` after a member) is read the same way past its opening bytes. A tail is
-fed through ``masks.shared_verdicts``, which shares verdicts between states that differ only in their
+fed through ``masks.member_memo``, which shares verdicts between states that differ only in their
 objects' keys so far. Fed whole instead:
 - a key that may write a whole second key of the object after it (``masks.refusable_tokens``'
   ``may_write_a_key``): refused only if it repeats the first, whose name decides;
@@ -16,7 +16,7 @@ objects' keys so far. Fed whole instead:
 - anything else outside strings, or inside a ``\\u`` escape.
 Inside a string value a token that does not close it is never refused (lengths are the string
 masks' concern); inside a key, one that does not close it is refused only if the key can no longer
-become one its object may take (``checks.members.prefix_alive``, read on the key's bytes after it).
+become one its object may take (``checks.tracker.prefix_alive``, read on the key's bytes after it).
 """
 
 from __future__ import annotations
@@ -24,12 +24,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.checks.members import admit, key_name, prefix_alive
 from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL, is_checked
-from radixlm.constrained.checks.tracker import UniqueTracker
-from radixlm.constrained.masks.member_memo import known_name_set, written_names
-from radixlm.constrained.masks.shared_verdicts import FromState, after_key, lookup
-from radixlm.constrained.masks.string_splits import quote_split_for
+from radixlm.constrained.checks.tracker import UniqueTracker, admit, key_name, prefix_alive
+from radixlm.constrained.masks.member_memo import FromState, after_key, known_name_set, lookup, written_names
+from radixlm.constrained.masks.refusable_tokens import quote_split_for
 
 # outside strings: the bytes that open one, per reader mode (``,"`` after a member or an item)
 _OPENERS = {G_VAL: b'"', G_KEY: b'"', G_AFTER: b',"'}
@@ -120,7 +118,7 @@ class _Inside:
 
     def decide(self, t: int, table: Any, read: tuple, skip: int) -> bool | None:
         """The verdict on token ``t`` read from this state past its first ``skip`` bytes (``read``:
-        its ``masks.string_splits`` reading from there), or None where it must be fed whole."""
+        its ``masks.refusable_tokens`` reading from there), or None where it must be fed whole."""
         at, head, tail, plain, quiet = read
         if at == -1:  # the string stays open: a value's cannot be refused, a key's while it may go on
             return False if not self.key else self._open_key_refused((table[t] or b"")[skip:])
@@ -151,7 +149,7 @@ class _Inside:
     def _after_key(self, name: bytes, tail: bytes) -> bool | None:
         """The verdict on closing the key as ``name`` and reading ``tail``, where found without
         a feed: the key refused, or the tail's verdict filed from another state whose objects
-        differ only in what the tail cannot read (``masks.shared_verdicts.after_key``); else None."""
+        differ only in what the tail cannot read (``masks.member_memo.after_key``); else None."""
         if self.spec is not None and self._key_refused(name):
             return True
         vpos = self.tracker.key_vpos(self.pos, b'"' + name + b'"')

@@ -1,11 +1,11 @@
-"""The mask half of counted strings (``json_schema.counted_strings``): clear the tokens that
+"""The mask half of counted strings (``json_schema.unique``): clear the tokens that
 ``UniqueTracker.feed`` refuses for a counted string's length, without feeding the vocabulary.
 
 The grammar gives a counted string the unbounded lexeme, so the core's mask allows any length;
 this narrows it to what ``accept_token`` takes, exactly:
 
 - Inside a counted string (``tracker.bounds``), a token's characters before its closing quote
-  (or all of them) come from a per-vocabulary table for each escape state (``checks.string_lengths``):
+  (or all of them) come from a per-vocabulary table for each escape state (``checks.tracker``):
   a token is refused when they pass ``maxLength``, or when it closes the string before
   ``minLength``. The cleared words for each (escape state, room left, characters still due) are
   cached, so a mask costs one vectorised AND.
@@ -40,8 +40,7 @@ from radixlm.constrained.checks.reader import (
     holds_a_set,
     is_checked,
 )
-from radixlm.constrained.checks.string_lengths import TAILS, chars_until_close, read_counted
-from radixlm.constrained.checks.tracker import UniqueTracker
+from radixlm.constrained.checks.tracker import TAILS, UniqueTracker, chars_until_close, read_counted
 from radixlm.constrained.masks.member_memo import FRESH_KEY
 from radixlm.constrained.tables import TableSlot
 

@@ -1,34 +1,258 @@
-"""``minLength``/``maxLength`` together with a ``pattern`` or ``format``: narrow the repetitions of
+r"""A pattern narrowed to ``minLength``/``maxLength``, the measures that narrowing needs, and the
+exact regexes over the canonical encoding that the lexeme algebra complements.
+
+``minLength``/``maxLength`` together with a ``pattern`` or ``format``: narrow the repetitions of
 the pattern's token tree until every string it matches has a length within the bounds.
 
 Every character node matches exactly one decoded character, so lengths are exact arithmetic over
 the tree. Narrowing only removes strings (sound): lower bounds of repetitions are raised until
 the shortest match reaches ``minLength``; branches that cannot fit ``maxLength`` are dropped and
 upper bounds lowered to one common cap, the largest that keeps the longest match within
-``maxLength`` and the automaton small (``pattern.measure``). The unanchored ends of a pattern are
+``maxLength`` and the automaton small (``pattern.bounds``). The unanchored ends of a pattern are
 free-character repetitions; with a ``maxLength`` they become unambiguous (the prefix avoids the
 body's first characters, the suffix starts with a character the body never uses), since counted
 ambiguous ends blow up the automaton.
+
+Measures: Measures of pattern token trees (sre_parse tokens plus ``FREE``): the shortest and longest
+match, and the automaton size guard: the number of states of the subset-construction DFA of a
+token tree, over decoded characters.
+
+Capping a ``*`` into ``{0,n}`` is harmless in ``[a-z]{0,n}\.`` but explodes in
+``[a-z]{0,n}a[a-z]{0,n}`` (the automaton remembers every count at which an ``a`` was seen: up to
+2^n states, out of memory in outlines-core). The bounds narrowing (``pattern.bounds``) measures
+its candidates here and keeps one whose automaton stays small. The count is a proxy for the states
+the core's lazy lexer can reach in the lexeme (each one a mask to compute when it is reached).
+
+Canonical encoding: Exact regexes over the *canonical* JSON encoding of strings, for the lexeme algebra
+(``&``, ``~``) that intersections and negations of string schemas compile to.
+
+A complement is only sound when the regex it complements holds *every* encoding of every string it
+stands for. JSON has many encodings of one string (``a`` or ``\u0061``, ``/`` or ``\/``), so the
+algebra works over one encoding per string, the one ``json.dumps(..., ensure_ascii=False)`` writes:
+plain characters as themselves, ``\"`` and ``\\``, ``\b \f \n \r \t``, other control
+characters as ``\u00xx`` (lower-case hex), no surrogate escapes. Over that set encoding is a
+bijection, so ``~R`` (intersected with ``CANON_CHAR*``) is exactly the complement of ``R``.
+
+Patterns are translated exactly, characters classes aside: ``wide=False`` gives the strings both
+ECMA-262 and Python's ``re`` (which ``jsonschema`` uses) match (an under-approximation, for a
+pattern that must hold), ``wide=True`` those either matches (an over-approximation, for a pattern
+under an odd number of ``not``\ s). ``$`` ends the string (ECMA), or with ``wide`` also comes
+before a final newline (Python).
 """
 
 from __future__ import annotations
 
-from radixlm.constrained.pattern.chars import FREE, char_ranges, ranges_regex, sre_c
-from radixlm.constrained.pattern.ecma import MAX_PATTERN_REPEAT, free_run, search_tokens
-from radixlm.constrained.pattern.measure import (
-    REPEATS,
-    dfa_states,
-    item_max,
-    item_min,
-    item_size,
-    max_len,
-    min_len,
-    positions,
-    seq_size,
+import json
+import math
+
+from radixlm.constrained.errors import ConstraintError
+from radixlm.constrained.pattern.ecma import (
+    FREE,
+    MAX_PATTERN_REPEAT,
+    _negate,
+    _split,
+    char_ranges,
+    free_run,
+    parse_pattern,
+    ranges_regex,
+    search_tokens,
+    sre_c,
 )
+from radixlm.constrained.pattern.regex_text import escape_literal
+
+MAX_POSITIONS = 20000  # expanded character positions; larger trees count as too big
+
+REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT)  # the repetition ops sre_parse emits
+_INF = math.inf
+
+
+def min_len(tokens: list) -> int:
+    """Length of the shortest string the token sequence matches."""
+    return seq_size(tokens, False)
+
+
+def max_len(tokens: list) -> float:
+    """Length of the longest string the token sequence matches (``math.inf`` if unbounded)."""
+    return sum(item_max(op, av) for op, av in tokens)
+
+
+def seq_size(tokens: list, tight: bool) -> int:
+    """The shortest match (``tight``: the longest once every repetition is at its lower bound)."""
+    return sum(item_size(op, av, tight) for op, av in tokens)
+
+
+def item_size(op, av, tight: bool) -> int:
+    """``seq_size`` of one token."""
+    if op in REPEATS:
+        return av[0] * seq_size(av[2], tight)
+    if op is sre_c.SUBPATTERN:
+        return seq_size(av[-1], tight)
+    if op is sre_c.BRANCH:
+        return (max if tight else min)(seq_size(b, tight) for b in av[1])
+    return 1
+
+
+def item_min(op, av) -> int:
+    """Shortest match of one token."""
+    return item_size(op, av, False)
+
+
+def item_max(op, av) -> float:
+    """Longest match of one token."""
+    if op in REPEATS:
+        sub = max_len(av[2])
+        return 0 if sub == 0 or av[1] == 0 else (_INF if av[1] is sre_c.MAXREPEAT else av[1] * sub)
+    if op is sre_c.SUBPATTERN:
+        return max_len(av[-1])
+    if op is sre_c.BRANCH:
+        return max(max_len(b) for b in av[1])
+    return 1
+
+
+def positions(tokens: list) -> int:
+    """Character positions once counted repetitions are expanded: the size of a linear automaton."""
+    total = 0
+    for op, av in tokens:
+        if op in REPEATS:
+            total += (av[0] + 1 if av[1] is sre_c.MAXREPEAT else av[1]) * positions(av[2])
+        elif op is sre_c.SUBPATTERN:
+            total += positions(av[-1])
+        elif op is sre_c.BRANCH:
+            total += sum(positions(b) for b in av[1])
+        else:
+            total += 1
+    return total
+
+
+def dfa_states(tokens: list, limit: int, pointer: str = "#") -> int:
+    """States of the DFA of ``tokens`` (full match), counting stops at ``limit + 1``."""
+    builder = _Glushkov(pointer)
+    try:
+        _, first, _ = builder.seq(tokens)
+    except _TooBig:
+        return limit + 1
+    builder.follow[0] = first
+    atom_pos = builder.atoms()
+    seen, todo = {1}, [1]  # a DFA state: the set of positions just read (bit 0: the start)
+    while todo:
+        state = todo.pop()
+        reach = 0
+        while state:
+            low = state & -state
+            reach |= builder.follow[low.bit_length() - 1]
+            state ^= low
+        for mask in atom_pos:
+            nxt = reach & mask
+            if nxt and nxt not in seen:
+                if len(seen) > limit:
+                    return limit + 1
+                seen.add(nxt)
+                todo.append(nxt)
+    return len(seen)
+
+
+class _TooBig(Exception):
+    pass
+
+
+class _Glushkov:
+    """Position automaton: one position per character node, counted repeats expanded."""
+
+    def __init__(self, pointer: str) -> None:
+        self.pointer = pointer
+        self.sets: list[tuple] = [()]
+        self.follow: list[int] = [0]
+        # (op, id(av)) -> its ranges: a counted repeat expands one node many times; the tokens
+        # outlive the builder, so their ids are stable while it runs
+        self._ranges: dict[tuple, tuple | None] = {}
+
+    def _pos(self, ranges: tuple) -> int:
+        if len(self.sets) >= MAX_POSITIONS:
+            raise _TooBig
+        self.sets.append(ranges)
+        self.follow.append(0)
+        return len(self.sets) - 1
+
+    def _char(self, op, av) -> tuple | None:
+        key = (op, id(av))
+        if key not in self._ranges:
+            ranges = char_ranges(op, av, self.pointer)
+            self._ranges[key] = None if ranges is None else tuple(ranges)
+        return self._ranges[key]
+
+    def _link(self, last: int, first: int) -> None:
+        while last:
+            low = last & -last
+            self.follow[low.bit_length() - 1] |= first
+            last ^= low
+
+    def _cat(self, a: tuple, b: tuple) -> tuple:
+        self._link(a[2], b[1])
+        return (a[0] and b[0], a[1] | (b[1] if a[0] else 0), b[2] | (a[2] if b[0] else 0))
+
+    def seq(self, tokens: list) -> tuple[bool, int, int]:
+        """(nullable, first positions, last positions) of a token sequence."""
+        out = (True, 0, 0)
+        for op, av in tokens:
+            out = self._cat(out, self._node(op, av))
+        return out
+
+    def _node(self, op, av) -> tuple[bool, int, int]:
+        ranges = self._char(op, av)
+        if ranges is not None:
+            bit = 1 << self._pos(ranges)
+            return (False, bit, bit)
+        if op is sre_c.SUBPATTERN:
+            return self.seq(av[-1])
+        if op is sre_c.BRANCH:
+            parts = [self.seq(b) for b in av[1]]
+            return (any(p[0] for p in parts), _union(p[1] for p in parts), _union(p[2] for p in parts))
+        if op in REPEATS:
+            return self._repeat(*av)
+        raise ValueError(f"unexpected token {op}")
+
+    def _repeat(self, lo: int, hi: int, sub: list) -> tuple[bool, int, int]:
+        out = (True, 0, 0)
+        for _ in range(lo):
+            out = self._cat(out, self.seq(sub))
+        if hi is sre_c.MAXREPEAT:
+            body = self.seq(sub)
+            self._link(body[2], body[1])
+            return self._cat(out, (True, body[1], body[2]))
+        tail = None  # X{0,k} as (X(X(X)?)?)?, the shape regex compilers build
+        for _ in range(hi - lo):
+            part = self.seq(sub)
+            tail = (True, part[1], part[2]) if tail is None else self._opt_cat(part, tail)
+        return out if tail is None else self._cat(out, tail)
+
+    def _opt_cat(self, part: tuple, tail: tuple) -> tuple:
+        both = self._cat(part, tail)
+        return (True, both[1], both[2])
+
+    def atoms(self) -> list[int]:
+        """Per class of characters no position tells apart: the mask of positions accepting it."""
+        distinct = sorted(set(self.sets[1:]))
+        cuts = sorted({a for s in distinct for a, _ in s} | {b + 1 for s in distinct for _, b in s})
+        by_set = {s: 0 for s in distinct}
+        for i, s in enumerate(self.sets):
+            if i:
+                by_set[s] |= 1 << i
+        signatures: dict[tuple, int] = {}
+        for point in cuts:
+            sig = tuple(s for s in distinct if any(a <= point <= b for a, b in s))
+            if sig and sig not in signatures:
+                signatures[sig] = _union(by_set[s] for s in sig)
+        return list(signatures.values())
+
+
+def _union(masks) -> int:
+    out = 0
+    for m in masks:
+        out |= m
+    return out
+
 
 MAX_DFA_STATES = 500  # per narrowed string: about half a second of index building on 32k tokens
-
 
 
 def within_length(alts: list, lo: int, hi: int | None) -> bool:
@@ -305,3 +529,102 @@ def _chars(tokens: list, pointer: str, first: bool = False) -> list:
         if first and item_min(op, av):
             break
     return out
+
+
+_SHORT = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r"}
+# One character in its canonical encoding (surrogates are never escaped, so astral characters
+# appear raw: one code point, as Python counts them).
+CANON_CHAR = r'([^"\\\x00-\x1f]|\\["\\bfnrt]|\\u00(0[0-7bef]|1[0-9a-f]))'
+NOTHING = "[^\\x00-\\x{10ffff}]"  # a regex that matches no text
+MAX_COUNT = 10_000  # counted repetitions past this raise (each count is lexer state)
+_CLASS_SPECIAL = set("\\]^-[&~")
+
+
+def canon_text(text: str) -> str:
+    """Regex matching exactly the canonical encoding of ``text`` (no quotes)."""
+    return escape_literal(json.dumps(text, ensure_ascii=False)[1:-1])
+
+
+def canon_class(ranges: list[tuple[int, int]]) -> str | None:
+    """Regex of one character from ``ranges`` in its canonical encoding (None when empty)."""
+    merged = _negate(_negate(ranges))
+    if len(merged) == 1 and merged[0][0] == merged[0][1] and 0x20 <= merged[0][0] < 0x7F and merged[0][0] not in (0x22, 0x5C):
+        return escape_literal(chr(merged[0][0]))  # one plain character (completion hints read these runs)
+    plain = []
+    for lo, hi in merged:
+        for a, b in _split(max(lo, 0x20), hi, (0x22, 0x5C)):
+            for c, d in ((a, min(b, 0xD7FF)), (max(a, 0xE000), b)):  # surrogates are not characters
+                if c <= d:
+                    plain.append((c, d))
+    alts = ["[" + "".join(_cp(a) if a == b else f"{_cp(a)}-{_cp(b)}" for a, b in plain) + "]"] if plain else []
+    escaped = {cp for lo, hi in merged for cp in range(lo, min(hi, 0x5C) + 1) if cp < 0x20 or cp in (0x22, 0x5C)}
+    alts += [e for cp, e in ((0x22, r'\\"'), (0x5C, r"\\\\")) if cp in escaped]
+    alts += [f"\\\\{e}" for cp, e in sorted(_SHORT.items()) if cp in escaped]
+    for high in (0, 1):  # \u000x and \u001x
+        lows = [cp & 0xF for cp in range(high * 16, high * 16 + 16) if cp not in _SHORT and cp in escaped]
+        if lows:
+            alts.append(f"\\\\u00{high}[{''.join(f'{x:x}' for x in lows)}]")
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+
+
+def _cp(cp: int) -> str:
+    c = chr(cp)
+    if c in _CLASS_SPECIAL:
+        return "\\" + c
+    return f"\\x{{{cp:x}}}" if cp > 0x7E or cp < 0x21 else c
+
+
+def pattern_regex(pattern: str, pointer: str, wide: bool) -> str:
+    """Regex over canonical bodies of the strings that ``re.search``-match ``pattern`` (see the
+    module docstring for ``wide``). Raises ``ConstraintError`` for constructs it cannot translate
+    exactly (lookarounds, backreferences, flags, ``\\b``, anchors inside the pattern or ``\\Z``,
+    which ECMA reads as a letter)."""
+    alts = []
+    for start, end, body in parse_pattern(pattern, pointer):
+        rx = _emit(body, pointer, wide)
+        head = "" if start else f"{CANON_CHAR}*"
+        tail = (r"(\\n)?" if wide else "") if end else f"{CANON_CHAR}*"
+        alts.append(f"{head}({rx}){tail}")
+    if "\\Z" in pattern.replace("\\\\", ""):
+        raise ConstraintError(f"\\Z in pattern {pattern!r} is not supported", pointer, "pattern")
+    return alts[0] if len(alts) == 1 else "(" + "|".join(f"({a})" for a in alts) + ")"
+
+
+def narrowed_regex(pattern: str, lo: int, hi: int | None, pointer: str) -> str | None:
+    """Regex over canonical bodies of a subset of the strings that ``re.search``-match
+    ``pattern`` (read as with ``wide=False``), all of ``lo``..``hi`` characters: the pattern
+    when every match already fits, else its repetitions narrowed (``narrow_to_length``);
+    None when no narrowing fits. Cheaper for the matcher than a pattern intersected with a long
+    counted length."""
+
+    alts = parse_pattern(pattern, pointer)
+    if within_length(alts, lo, hi):
+        return pattern_regex(pattern, pointer, False)
+    tokens, _ = narrow_to_length(alts, lo, hi, pointer)
+    return None if tokens is None else _emit(tokens, pointer, False)
+
+
+def _emit(tokens, pointer: str, wide: bool) -> str:
+    return "".join(_emit_one(op, av, pointer, wide) for op, av in tokens)
+
+
+def _emit_one(op, av, pointer: str, wide: bool) -> str:
+    ranges = char_ranges(op, av, pointer, wide)
+    if ranges is not None:
+        rx = canon_class(ranges)
+        return rx if rx is not None else NOTHING
+    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT):  # greediness does not change what matches
+        lo, hi, sub = av
+        if max(lo, 0 if hi is sre_c.MAXREPEAT else hi) > MAX_COUNT:
+            raise ConstraintError(f"counted repetitions above {MAX_COUNT} are not supported", pointer, "pattern")
+        count = f"{{{lo},}}" if hi is sre_c.MAXREPEAT else f"{{{lo},{hi}}}"
+        return f"({_emit(sub, pointer, wide)}){count}"
+    if op is sre_c.SUBPATTERN:
+        if av[1] or av[2]:
+            raise ConstraintError("inline flags in a pattern are not supported", pointer, "pattern")
+        return "(" + _emit(av[-1], pointer, wide) + ")"
+    if op is sre_c.BRANCH:
+        return "(" + "|".join(_emit(b, pointer, wide) for b in av[1]) + ")"
+    raise ConstraintError(f"unsupported construct {str(op).lower()} in pattern", pointer, "pattern")

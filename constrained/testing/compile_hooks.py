@@ -9,8 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from radixlm.constrained.compile.job import CompiledParts, CompileRequest, compile_parts
+from radixlm.constrained.compile.job import compile_parts
 from radixlm.constrained.compile.job import prepare as prepare  # the worker's set-up, as the real module's
+from radixlm.constrained.compile.worker import CompiledParts, CompileRequest
 
 
 def allocate(vocab: Any, request: CompileRequest) -> CompiledParts:

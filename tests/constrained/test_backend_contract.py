@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab, adapters, compile_grammar
-from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.testing.walks import allowed_tokens
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward

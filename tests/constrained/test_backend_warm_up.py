@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 from radixlm.constrained import GrammarBackend, warm_up_backend
-from radixlm.constrained.backend_warm_up import WARM_UP_DOCUMENT, WARM_UP_SCHEMA
+from radixlm.constrained.backend import WARM_UP_DOCUMENT, WARM_UP_SCHEMA
 from radixlm.runtime.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.unit

@@ -14,10 +14,8 @@ import time
 import pytest
 from polling import wait_for
 from radixlm.constrained import ConstraintError, GrammarBackend, TokenizerVocab, schema_to_grammar
-from radixlm.constrained.compile.job import CompileRequest
-from radixlm.constrained.compile.pool import CompilePool
-from radixlm.constrained.compile.slots import CompileJob
-from radixlm.constrained.compile.threads import ThreadCompilePool
+from radixlm.constrained.compile.pool import CompileJob, CompilePool, ThreadCompilePool
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.sampling_params import SamplingParams
 
@@ -193,7 +191,7 @@ def test_workers_run_the_compile_modules_warm_up_before_their_first_job(vocab):
 def test_the_backend_builds_the_member_checks_vocabulary_files_up_front(tokenizer):
     """The member check's per-vocabulary files (sorted tokens included: ~0.5 s at 152k) are
     built with the backend, not in the first checked mask's engine step."""
-    from radixlm.constrained.masks import item_tables as unique_tables
+    from radixlm.constrained.masks import duplicate_items as unique_tables
     from radixlm.constrained.masks.refusable_tokens import member_tokens_for
 
     fresh = TokenizerVocab.from_tokenizer(tokenizer)  # a vocabulary no earlier test has touched
@@ -209,7 +207,7 @@ def test_the_backend_builds_the_member_checks_vocabulary_files_up_front(tokenize
 
 def test_the_default_warm_up_builds_the_unicode_class_tables():
     from radixlm.constrained.compile import job as compile_job
-    from radixlm.constrained.pattern import chars
+    from radixlm.constrained.pattern import ecma as chars
 
     chars._python_class.cache_clear()
     compile_job.warm_up()

@@ -10,9 +10,8 @@ import time
 import pytest
 from polling import wait_for
 from radixlm.constrained import GrammarBackend
-from radixlm.constrained.compile.fair_queue import FairQueue
-from radixlm.constrained.compile.job import CompileRequest
-from radixlm.constrained.compile.slots import CompileJob
+from radixlm.constrained.compile.pool import CompileJob, FairQueue
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.runtime.sampling_params import SamplingParams
 
 HOOKED = "radixlm.constrained.testing.compile_hooks:slow_marked"

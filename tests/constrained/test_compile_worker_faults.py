@@ -10,9 +10,8 @@ import signal
 import time
 
 from radixlm.constrained import CompileUnavailable, ConstraintError
-from radixlm.constrained.compile.job import CompileRequest
-from radixlm.constrained.compile.pool import CompilePool, worker_environ
-from radixlm.constrained.compile.slots import CompileJob
+from radixlm.constrained.compile.pool import CompileJob, CompilePool, worker_environ
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.runtime.server.http_errors import from_exception
 
 SPIN = "radixlm.constrained.testing.compile_hooks:spin"

@@ -1,4 +1,4 @@
-"""Keys of extra members (``json_schema/key_complement.py``): a JSON string of plain characters
+"""Keys of extra members (``json_schema/names.py``): a JSON string of plain characters
 that is no named key, written as the lexeme algebra (``plain & ~names``) whatever the number of
 names, with an equivalent trie regex kept beside it while the names are small, so that
 ``Grammar.to_regex`` still works there and refuses with a pointer past it."""
@@ -14,7 +14,7 @@ import test_unique_items as shared
 from radixlm.constrained import ConstraintError, compile_grammar
 from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema import schema_to_grammar
-from radixlm.constrained.json_schema.key_complement import complement_key
+from radixlm.constrained.json_schema.names import complement_key
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 

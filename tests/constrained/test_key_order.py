@@ -10,7 +10,7 @@ import json
 import jsonschema
 import pytest
 from radixlm.constrained import ConstraintError, adapters, compile_grammar
-from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.testing.schema_order import schema_order_instances, to_schema_order
 from radixlm.constrained.testing.walks import forced_count
 from radixlm.runtime.sampling_params import SamplingParams

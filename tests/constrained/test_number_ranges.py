@@ -10,7 +10,7 @@ import re
 
 import jsonschema
 import pytest
-from radixlm.constrained.pattern.int_range import number_range_regex
+from radixlm.constrained.pattern.numbers import number_range_regex
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 

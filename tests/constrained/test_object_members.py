@@ -1,4 +1,4 @@
-"""Object members checked at runtime by the matcher (``member_objects``, ``member_check``,
+"""Object members checked at runtime by the matcher (``json_schema.objects``, ``member_check``,
 ``member_mask``): any order, each key at most once (named or extra), required /
 ``dependentRequired`` members and ``minProperties`` before ``}``, at most ``maxProperties``;
 exhaustive arrangements of member slots, 12-member objects, nesting, the grammar-level fallback

@@ -1,6 +1,6 @@
-"""Several runtime-checked objects at one path, checked together (``json_schema/member_union``),
-any-order objects made checked beside them (``member_objects.Promotable``), and ``oneOf`` branches
-kept exact when another branch requires a key they never generate (``one_of``).
+"""Several runtime-checked objects at one path, checked together (``json_schema.unique.MemberUnion``),
+any-order objects made checked beside them, and ``oneOf`` branches
+kept exact when another branch requires a key they never generate (``combinators.one_of_branches``).
 
 Every case is checked against ``jsonschema`` (valid instances accepted, invalid ones refused),
 except the documented restrictions, which are listed with the reason."""
@@ -17,7 +17,7 @@ import test_object_members as members
 import test_unique_items as shared
 import torch
 from radixlm.constrained import CompiledGrammar, compile_grammar
-from radixlm.constrained.json_schema.member_union import MemberUnion
+from radixlm.constrained.json_schema.unique import MemberUnion
 from radixlm.constrained.testing.walks import random_walk
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward

@@ -14,11 +14,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 from radixlm.constrained import ConstraintError, TokenizerVocab, compile_grammar, schema_to_grammar
-from radixlm.constrained.pattern.bounds import MAX_DFA_STATES, narrow_to_length
-from radixlm.constrained.pattern.chars import sre_parse
-from radixlm.constrained.pattern.ecma import parse_pattern
+from radixlm.constrained.pattern.bounds import MAX_DFA_STATES, dfa_states, max_len, min_len, narrow_to_length
+from radixlm.constrained.pattern.ecma import parse_pattern, sre_parse
 from radixlm.constrained.pattern.formats import FORMAT_REGEXES
-from radixlm.constrained.pattern.measure import dfa_states, max_len, min_len
 from radixlm.constrained.testing.walks import accepts_text, compact_json, random_walk, schema_regex
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "jsonschemabench"

@@ -18,7 +18,7 @@ import pytest
 import torch
 from llamacpp_assets import fetch_or_reason
 from radixlm.constrained import TokenizerVocab, compile_grammar
-from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.testing.walks import allowed_tokens, compact_json
 
 VOCABS = {"llama-bpe": 128_000, "qwen2": 151_000}  # GGUF name -> a lower bound of its size

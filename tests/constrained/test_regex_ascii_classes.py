@@ -6,7 +6,7 @@ import importlib
 import re
 
 import pytest
-from radixlm.constrained.pattern.ascii_classes import ascii_classes
+from radixlm.constrained.pattern.regex_text import ascii_classes
 
 
 @pytest.mark.unit
@@ -36,7 +36,7 @@ def test_rewritten_classes_match_what_ecma_would():
 def test_regex_constraint_refuses_unicode_digits(core):
     """Byte-level vocabulary: every UTF-8 byte is a token, so ``۶`` (D9 B6) is reachable unless refused."""
     from radixlm.constrained import TokenizerVocab, adapters, compile_grammar
-    from radixlm.constrained.compile.job import CompileRequest
+    from radixlm.constrained.compile.worker import CompileRequest
 
     vocab = TokenizerVocab.from_token_bytes([bytes([b]) for b in range(256)] + [None], [256], vocab_size=260)
     regex = r"(\d{1,3}\.){3}\d{1,3}"

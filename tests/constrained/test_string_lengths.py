@@ -1,4 +1,4 @@
-"""Counted strings (``json_schema/counted_strings.py``, ``string_count.py``,
+"""Counted strings (``json_schema/unique.py``, ``string_count.py``,
 ``string_length_mask.py``): plain strings with ``minLength``/``maxLength`` get the unbounded
 lexeme where the path automaton locates them, and the matcher counts their code points.
 
@@ -16,7 +16,7 @@ import pytest
 import torch
 from radixlm.constrained import compile_grammar
 from radixlm.constrained.checks.reader import G_VAL
-from radixlm.constrained.checks.string_lengths import chars_until_close, read_counted
+from radixlm.constrained.checks.tracker import chars_until_close, read_counted
 from radixlm.constrained.json_schema.compiler import schema_to_grammar
 from radixlm.constrained.masks.member_memo import memo_key
 from radixlm.constrained.masks.string_lengths import _FIRST, ESCAPES, LengthTables

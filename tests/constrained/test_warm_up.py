@@ -15,7 +15,7 @@ import torch
 from radixlm.constrained import compile_grammar
 from radixlm.constrained.backend import build_grammar as CompiledGrammar
 from radixlm.constrained.backend import constraint_grammar
-from radixlm.constrained.compile.job import CompileRequest
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.decoding import warm_start
 from radixlm.constrained.decoding.completion import greedy_completion, opening_bytes
 from radixlm.constrained.masks.member_memo import MemoEntry, memo_for, memo_key

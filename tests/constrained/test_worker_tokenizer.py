@@ -10,8 +10,9 @@ import weakref
 
 import llguidance
 import pytest
-from radixlm.constrained.compile.job import CompileRequest, compile_parts, constraint_grammar, prepare
+from radixlm.constrained.compile.job import compile_parts, constraint_grammar, prepare
 from radixlm.constrained.compile.probe import ProbeVocab, build_core
+from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.vocab import ENGINE_SLICES, TokenizerVocab
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},

@@ -209,6 +209,37 @@ def test_constrained_keeps_its_layout():
         assert not bad, f"{module} imports a front end: {bad}"
 
 
+def test_constrained_modules_stand_on_few_floors():
+    """``constrained/`` module by module (as ``benchmarks/layout_stats.py`` counts them): at most 8
+    import floors (0 .. 7; a module's floor is 0 if it imports no other module of the folder, else
+    one more than the highest it imports, every import statement counting, a package's own
+    ``__init__`` aside) and no import cycle; the JSON Schema front end in at most 10 modules."""
+    modules = {m: p for m, p in package_modules().items() if m.startswith("radixlm.constrained")}
+    deps: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        deps[module] = {m for m in found if m in modules and m != module and not module.startswith(m + ".")}
+    floors: dict[str, int] = {}
+
+    def floor(module: str, path: tuple[str, ...]) -> int:
+        if module in path:
+            raise AssertionError("import cycle in constrained/: " + " -> ".join((*path, module)))
+        if module not in floors:
+            floors[module] = 1 + max((floor(d, (*path, module)) for d in deps[module]), default=-1)
+        return floors[module]
+
+    for module in sorted(modules):
+        floor(module, ())
+    assert max(floors.values()) <= 7, sorted(floors.items(), key=lambda kv: -kv[1])[:10]
+    front_end = sorted((REPO / "constrained" / "json_schema").glob("*.py"))
+    assert len(front_end) <= 10, [p.name for p in front_end]
+
+
 def test_design_names_every_module():
     """docs/DESIGN.md's module tables stay true: every module of the root folders is named there."""
     design = (REPO / "docs" / "DESIGN.md").read_text(encoding="utf-8")

@@ -1,4 +1,7 @@
-r"""``\d`` and ``\w`` in a ``regex`` constraint mean ASCII, as in JSON Schema's ECMA-262 patterns.
+r"""Regex text without parsing: a literal escaped for the core's regex syntax (``escape_literal``),
+and ``\d`` and ``\w`` in a ``regex`` constraint meaning ASCII (``regex_text``).
+
+``\d`` and ``\w`` in a ``regex`` constraint mean ASCII, as in JSON Schema's ECMA-262 patterns.
 
 The ``regex`` constraint is written in Rust ``regex`` syntax, where ``\d`` and ``\w`` are Unicode
 classes (``\d`` matches ``۶``, ``᭖`` and ``𝟯``). Users write ``(\d{1,3}\.){3}\d{1,3}`` for an IP
@@ -8,6 +11,22 @@ inside a bracket class too (Rust's nested classes). ``\p{Nd}`` still names Unico
 """
 
 from __future__ import annotations
+
+_META = set("\\.+*?()|[]{}^$#&-~")
+
+
+def escape_literal(text: str) -> str:
+    """Escape ``text`` for outlines-core's (Rust) regex syntax: meta characters only."""
+    out = []
+    for c in text:
+        if c in _META:
+            out.append("\\" + c)
+        elif ord(c) < 0x20 or ord(c) == 0x7F:
+            out.append(f"\\x{ord(c):02x}")
+        else:
+            out.append(c)
+    return "".join(out)
+
 
 _CLASSES = {"d": "0-9", "w": "0-9A-Za-z_"}
 
