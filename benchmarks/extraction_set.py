@@ -138,3 +138,70 @@ DOCUMENTS: list[tuple[str, str]] = [
 
 PROMPT = ("Extract these fields from the text as JSON: {fields}. Use only facts from the text.\n\n"
           "Text: {document}")
+
+# The facts each document states (its required fields; strings compared case-insensitively, lists as
+# sets of lower-cased strings, numbers by value). Written with the documents, for field accuracy.
+TRUTH: list[dict] = [
+    {"name": "Maria Lopez", "company": "Northwind Analytics", "role": "data engineer", "city": "Madrid",
+     "years_experience": 9, "skills": ["Python", "Spark", "SQL"]},
+    {"name": "Tom Becker", "company": "Contoso Health", "role": "lead platform architect", "city": "Berlin",
+     "years_experience": 12, "seniority": "lead", "skills": ["Kubernetes", "Go", "incident response"]},
+    {"name": "Aiko Tanaka", "company": "Fabrikam", "role": "frontend developer", "city": "Osaka",
+     "years_experience": 4, "seniority": "mid", "skills": ["TypeScript", "React", "accessibility testing"]},
+    {"name": "Liam O'Connor", "company": "Tailspin Toys", "role": "junior support engineer", "city": "Dublin",
+     "years_experience": 1, "seniority": "junior", "skills": ["Linux", "Bash"]},
+    {"name": "Priya Raman", "company": "Woodgrove Bank", "role": "senior security analyst", "city": "Toronto",
+     "years_experience": 15, "seniority": "senior", "skills": ["threat hunting", "forensics", "cloud security"]},
+    {"title": "PyData Lisbon 2025", "date": "2025-10-14", "venue": "LX Factory", "city": "Lisbon",
+     "category": "conference", "ticket_price_eur": 120, "sold_out": False},
+    {"title": "The Rolling Pebbles", "date": "2025-06-03", "venue": "Olympia", "city": "Paris",
+     "category": "concert", "ticket_price_eur": 65, "sold_out": True},
+    {"date": "2025-03-20", "venue": "Impact Hub", "city": "Vienna", "category": "meetup",
+     "ticket_price_eur": 0, "sold_out": False},
+    {"title": "Modern Light", "date": "2025-09-01", "venue": "Kunsthal", "city": "Rotterdam",
+     "category": "exhibition", "ticket_price_eur": 14.5, "sold_out": False},
+    {"date": "2025-11-08", "venue": "Nordstadion", "city": "Hamburg", "category": "sports",
+     "ticket_price_eur": 35, "sold_out": True},
+    {"product_name": "Acme AirDesk", "brand": "Acme", "price": 499, "currency": "USD", "in_stock": True,
+     "rating": 4.6, "dimensions_cm": {"width": 140, "height": 120, "depth": 70}},
+    {"product_name": "Globex Kettle Pro", "brand": "Globex", "price": 39.99, "currency": "EUR",
+     "in_stock": False, "rating": 4.2, "dimensions_cm": {"width": 22, "height": 25, "depth": 16}},
+    {"product_name": "Initech Monitor Arm", "brand": "Initech", "price": 89, "currency": "GBP", "in_stock": True,
+     "rating": 3.9, "dimensions_cm": {"width": 12, "height": 45, "depth": 10}},
+    {"product_name": "Hiker 30", "brand": "Umbrella Corp", "price": 12800, "currency": "JPY", "in_stock": True,
+     "rating": 4.8, "dimensions_cm": {"width": 30, "height": 52, "depth": 20}},
+    {"product_name": "NoiseOff", "brand": "Stark Audio", "price": 249, "currency": "USD", "in_stock": False,
+     "rating": 4.4, "dimensions_cm": {"width": 18, "height": 20, "depth": 8}},
+    {"invoice_number": "INV-2025-0042", "issue_date": "2025-02-11", "seller": "Blue Yonder Ltd",
+     "buyer": "Alpine Ski House", "total": 3150, "paid": True},
+    {"invoice_number": "7781", "issue_date": "2025-04-02", "seller": "Coho Winery", "buyer": "Wingtip Toys",
+     "total": 306, "paid": False},
+    {"invoice_number": "LW-118", "issue_date": "2025-01-30", "seller": "Litware Inc", "buyer": "Proseware",
+     "total": 1000, "paid": False},
+    {"invoice_number": "FC-9", "issue_date": "2025-05-15", "seller": "Fourth Coffee",
+     "buyer": "Lucerne Publishing", "total": 520, "paid": True},
+    {"invoice_number": "A-55", "issue_date": "2025-07-07", "seller": "Adventure Works", "buyer": "Relecloud",
+     "total": 4340, "paid": True},
+]
+
+
+def field_score(value: object, truth: dict) -> tuple[int, int]:
+    """``(right, asked)``: how many of ``truth``'s fields ``value`` (a parsed answer) has right."""
+    if not isinstance(value, dict):
+        return 0, len(truth)
+    right = sum(_same(value.get(key), want) for key, want in truth.items())
+    return right, len(truth)
+
+
+def _same(got: object, want: object) -> bool:
+    if isinstance(want, bool) or want is None:
+        return got is want
+    if isinstance(want, (int, float)):
+        return isinstance(got, (int, float)) and not isinstance(got, bool) and abs(got - want) < 1e-6
+    if isinstance(want, str):
+        return isinstance(got, str) and got.strip().lower() == want.lower()
+    if isinstance(want, list):
+        return isinstance(got, list) and {str(g).strip().lower() for g in got} == {w.lower() for w in want}
+    if isinstance(want, dict):
+        return isinstance(got, dict) and all(_same(got.get(k), w) for k, w in want.items())
+    return False

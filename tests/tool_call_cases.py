@@ -183,7 +183,8 @@ GOLDEN = {
 }
 LIVE = ("hermes", "qwen3_coder", "llama3", "pythonic", "mistral", "deepseekv31", "glm45", "kimi_k2", "granite",
         "deepseekv3", "deepseekv32", "minimax_m2", "seed_oss", "cohere", "functionary_v31", "gemma4", "command_r", "functionary_v32")
-MAX_TOKENS = {"command_r": 160, "deepseekv32": 240, "minimax_m2": 160, "seed_oss": 160, "cohere": 160, "gemma4": 160}  # DSML's fullwidth markers take many byte-level tokens of the tiny vocab
+MAX_TOKENS = {"command_r": 160, "deepseekv32": 240, "minimax_m2": 160, "seed_oss": 160, "cohere": 160, "gemma4": 160,
+              "glm45": 160, "qwen3_coder": 160}  # DSML's fullwidth markers take many byte-level tokens of the tiny vocab
 ZONE = {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"],
         "additionalProperties": False}  # an enum: a free string from the tiny model may run past max_tokens
 SCHEMAS = {"get_weather": WEATHER, "get_time": ZONE}

@@ -45,7 +45,7 @@ class ForwardBatch:
         """Validate ``spec``, apply its table writes, write ``out_cache_loc`` into the table, and
         build the tensors (``kv_indices`` is gathered from the table: prefix + new slots).
 
-        ``detect_shared_prefix``: for batches of two or more requests (decode or extend), also find
+        ``detect_shared_prefix``: for batches of two or more distinct requests (decode or extend), also find
         ``shared_prefix_len``, at most the shortest ``prefix_len`` (one table compare per step, and
         one host sync: meant for the torch attention backend, which uses it for cascade attention;
         below ``MIN_SHARED_PREFIX_LEN`` it stays 0).
@@ -93,8 +93,9 @@ class ForwardBatch:
             logits_indices=tensor(spec.logits_indices),
             req_pool_indices=req_pool_indices,
             max_extend_len=max(spec.extend_lens),
+            # between different requests (a verify step's rows of one request share their own prefix)
             shared_prefix_len=(_shared_prefix_len(req_to_token.table, req_pool_indices, min(spec.prefix_lens))
-                               if detect_shared_prefix and spec.batch_size > 1 else 0),
+                               if detect_shared_prefix and len(set(spec.req_pool_indices)) > 1 else 0),
         )
 
 

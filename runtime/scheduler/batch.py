@@ -16,7 +16,8 @@ from radixlm.runtime.scheduler.req import Req
 class BatchSpec:
     """One step's work as plain lists (see docs/DESIGN.md).
 
-    ``input_ids`` / ``out_cache_loc`` are the new tokens of every request, flattened;
+    ``input_ids`` / ``out_cache_loc`` are the new tokens of every request, flattened (a verify step
+    has one decode row per draft position, so a request's ``req_pool_index`` repeats);
     ``logits_indices`` are rows of that flattening whose logits are wanted (normally each request's
     last row, ``BatchSpec.last_token_indices(extend_lens)``); ``table_writes`` are
     ``(req_pool_index, start, slots)`` cached-prefix slots to write into the table first.
@@ -186,23 +187,23 @@ def build_decode_batch(reqs: list[Req], slots: list[int],
 
 def build_verify_batch(reqs: list[Req], drafts: list[list[int]], slots: list[int],
                        table_writes: list[tuple[int, int, list[int]]]) -> ScheduledBatch:
-    """The decode step of running ``reqs`` that verifies their ``drafts``: request i extends its
-    last token and its draft (``1 + len(drafts[i])`` rows, every row's logits wanted) into the next
-    ``slots``. The model sees an extend batch; every request stays running."""
-    spec = BatchSpec(False, [], [], [], [], list(slots), [], table_writes)
-    batch = ScheduledBatch(False, reqs, spec, list(reqs), [], decode_reqs=list(reqs),
-                           drafts=[list(d) for d in drafts])
+    """The decode step of running ``reqs`` that verifies their ``drafts``: request i's last token
+    and draft tokens are ``1 + len(drafts[i])`` decode rows at positions ``kv_len, kv_len + 1, ..``
+    (their K/V into the next ``slots``), each attending to the request's prefix and the rows before
+    it. The rows are ordinary decode rows: the decode kernels compute each exactly as decoding one
+    token a step computes it, so the verified logits are those plain decoding would see."""
+    spec = BatchSpec(True, [], [], [], [], list(slots), [], table_writes)
+    batch = ScheduledBatch(True, reqs, spec, list(reqs), [], drafts=[list(d) for d in drafts])
     row = 0
     for req, draft in zip(reqs, drafts):
-        n = 1 + len(draft)
-        spec.req_pool_indices.append(req.kv.req_pool_idx)
-        spec.input_ids.append(req.output_ids[-1])
-        spec.input_ids.extend(draft)
-        spec.prefix_lens.append(req.kv.kv_len)
-        spec.extend_lens.append(n)
         batch.sample_rows.append(row)
-        spec.logits_indices.extend(range(row, row + n))
-        row += n
+        for j, token in enumerate([req.output_ids[-1], *draft]):
+            spec.req_pool_indices.append(req.kv.req_pool_idx)
+            spec.input_ids.append(token)
+            spec.prefix_lens.append(req.kv.kv_len + j)
+            spec.extend_lens.append(1)
+            spec.logits_indices.append(row)
+            row += 1
     return batch
 
 

@@ -37,7 +37,7 @@ async def with_bare_calls(events: AsyncIterator[ChoiceEvent], plan: ChatPlan) ->
                     yield ChoiceEvent("call_start", call_index=i, call_id=plan.fmt.new_call_id(call.name, i),
                                       name=call.name)
                     yield ChoiceEvent("call_args", text=call.arguments, call_index=i)
-                yield ChoiceEvent("finish", finish_reason="tool_calls", violations=ev.violations)
+                yield ChoiceEvent("finish", finish_reason="tool_calls", violations=ev.violations, notes=ev.notes)
                 return
         hold = None  # not a bare call: what was held is content, in order
         for out in held:

@@ -59,6 +59,7 @@ class ChoiceEvent:
     violations: list[str] | None = None  # finish: what a lenient (strict=False) constraint saw violated
     budget_closed: bool = False  # finish: budget-aware completion closed an output (reason "length")
     cut_call: int | None = None  # finish: index of a call cut off by the budget (not a complete call)
+    notes: list[str] | None = None  # finish: the constraints' notes (why an output was cut or closed)
     stop_matched: str | None = None  # finish: the request's stop string that ended the answer, if one did
 
 
@@ -96,6 +97,7 @@ class ChoiceRunner:
         # the engine's lenient-mode report over the text phases (None: no lenient constraint ran)
         self.violations: list[str] | None = None
         self.budget_closed = False  # some phase's output was closed by budget-aware completion
+        self.notes: list[str] = []  # the phases' constraint notes (meta_info["constraint_notes"])
         self.cut_call: int | None = None  # a call announced but cut off by the budget
         self.header_call: str | None = None  # the tool the last header line named (see _header)
         self.header_end: str | None = None  # the finish reason when the output ended inside a header
@@ -176,7 +178,8 @@ class ChoiceRunner:
 
     def _finish(self, reason: str, stop_matched: str | None = None) -> ChoiceEvent:
         return ChoiceEvent("finish", finish_reason=reason, violations=self.violations,
-                           budget_closed=self.budget_closed, cut_call=self.cut_call, stop_matched=stop_matched)
+                           budget_closed=self.budget_closed, cut_call=self.cut_call, stop_matched=stop_matched,
+                           notes=list(self.notes) or None)
 
     def _encode(self, text: str) -> list[int]:
         return self.state.tokenizer.encode(text, add_special_tokens=False) if text else []
@@ -262,6 +265,7 @@ class ChoiceRunner:
         stream, phase = CallStream(self.fmt, self.plan.tools, self.calls), _Phase()
         events = stream.feed(self.fmt.forced_prefix + written)
         held: list[ChoiceEvent] = []  # content of a call phase is raw call markup until it completes
+        closed_before = self.budget_closed
         async for ev in self._run(phase, sampling, False):
             events += stream.feed(ev.text)
             for out in self._call_events(events):
@@ -270,9 +274,12 @@ class ChoiceRunner:
                 else:
                     yield out
             events = []
-        complete = phase.finish.get("type") not in ("length", "abort")
         suffix = self.fmt.call_suffix
+        # the closing text written (by the model, or by the budget's close): every call is complete
         ended = forced and bool(suffix.strip()) and phase.text.rstrip("\n").endswith(suffix.strip())
+        complete = ended or phase.finish.get("type") not in ("length", "abort")
+        if ended:
+            self.budget_closed = closed_before  # closing the turn's markup closes no answer
         if complete and not ended:  # the closing text is the server's to add (the model wrote none)
             events += stream.feed(suffix)
         events += stream.finish()
@@ -327,6 +334,7 @@ class ChoiceRunner:
                 yield ev
         self.record.add(phase.meta, prompt=self.first_phase)
         self.budget_closed = self.budget_closed or bool(phase.meta.get("budget_closed"))
+        self.notes += [n for n in phase.meta.get("constraint_notes") or () if n not in self.notes]
         found = phase.meta.get("constraint_violations")
         if is_text and isinstance(found, list):  # call phases' constraint is ours, always strict
             self.violations = (self.violations or []) + found

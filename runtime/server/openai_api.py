@@ -92,7 +92,7 @@ class OpenAIRoutes:
                 text = (self._prompt_text(req, p) if req.echo else "") + res.get("text", "")
                 lps = self._completion_lps(req, res, req.echo, self._cursor(len(text) - len(res.get("text", ""))))
                 choice = {"index": k, "text": text, "finish_reason": finish_reason(meta), "logprobs": lps}
-                with_budget_closed(choice, bool(meta.get("budget_closed")))
+                with_budget_closed(choice, bool(meta.get("budget_closed")), meta.get("constraint_notes"))
                 choices.append(with_violations(choice, meta.get("constraint_violations")))
             usage = Usage.count(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("text_completion", rid, self.state.model_name, choices, usage),
@@ -169,7 +169,7 @@ class OpenAIRoutes:
         choice = {"index": k, "text": text, "logprobs": lps, "finish_reason": reason}
         if reason is not None:
             with_violations(choice, meta.get("constraint_violations"))
-            with_budget_closed(choice, bool(meta.get("budget_closed")))
+            with_budget_closed(choice, bool(meta.get("budget_closed")), meta.get("constraint_notes"))
         return [self._chunk("text_completion", rid, [choice], req.include_usage)]
 
     def _chunk(self, obj: str, rid: str, choices: list[dict], include_usage: bool) -> dict:
@@ -242,7 +242,7 @@ class OpenAIRoutes:
                                                                     "function": {"arguments": ev.text}}]})
         out = self._chat_chunk(req, rid, k, {}, reason=ev.finish_reason)
         with_violations(out["choices"][0], ev.violations)
-        with_budget_closed(out["choices"][0], ev.budget_closed)
+        with_budget_closed(out["choices"][0], ev.budget_closed, ev.notes)
         return out
 
     def _chat_chunk(self, req: ChatRequest, rid: str, k: int, delta: dict, reason: str | None = None,
@@ -259,11 +259,15 @@ def with_violations(choice: dict[str, Any], violations: list[str] | None) -> dic
     return choice
 
 
-def with_budget_closed(choice: dict[str, Any], closed: bool) -> dict[str, Any]:
+def with_budget_closed(choice: dict[str, Any], closed: bool, notes: list[str] | None = None) -> dict[str, Any]:
     """``choice`` with radixlm's ``budget_closed: true`` extension when budget-aware completion closed
-    the output (its ``finish_reason`` is then ``length``); absent otherwise."""
+    the output (its ``finish_reason`` is then ``length``), and ``constraint_notes`` (why an answer was
+    cut or closed, what the compiler restricted) as ``/generate``'s ``meta_info`` has them; absent
+    otherwise."""
     if closed:
         choice["budget_closed"] = True
+    if notes:
+        choice["constraint_notes"] = list(notes)
     return choice
 
 
@@ -287,4 +291,4 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
               "finish_reason": fin.finish_reason}
     if truncated is not None:
         choice["truncated_tool_call"] = truncated.to_dict()
-    return with_budget_closed(with_violations(choice, fin.violations), fin.budget_closed)
+    return with_budget_closed(with_violations(choice, fin.violations), fin.budget_closed, fin.notes)

@@ -177,3 +177,16 @@ def test_a_call_closed_by_the_budget_is_reported_apart_from_tool_calls(client):
             jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER)
             closed.append(budget)
     assert closed  # these budgets end inside the arguments, where the close fits
+
+
+def test_openai_routes_carry_the_constraint_notes(client):
+    """A budget too small for any valid document: the choice says why (``constraint_notes``), as
+    ``/generate``'s ``meta_info`` does."""
+    kwargs = {"model": "default", "max_tokens": 3, "temperature": 0.0,
+              "response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}}
+    chat = client.chat.completions.create(messages=ASK, **kwargs).choices[0]
+    assert chat.finish_reason == "length"
+    assert any("max_new_tokens ran out" in n for n in chat.constraint_notes), chat
+    done = client.completions.create(model="default", prompt="Answer:", max_tokens=3, temperature=0.0,
+                                     extra_body={"json_schema": SCHEMA}).choices[0]
+    assert any("max_new_tokens ran out" in n for n in done.constraint_notes), done

@@ -8,7 +8,7 @@ with the chat template), at most one of ``json_schema`` (an object), ``regex`` (
 - ``{"type": "prompt", "tokens": [str], "cached": int}``: the prompt's tokens as text and how many
   the radix cache served;
 - ``{"type": "tokens", "offset": int, "tokens": [{"text", "origin"}]}``: replace the answer's
-  tokens from ``offset`` (a jump-forward splice rewrites a tail); origins as in
+  tokens from ``offset`` (where the previous event ended); origins as in
   ``scheduler/req_origins.py``;
 - ``{"type": "done", "text", "finish_reason", "json", "json_error", "completion_tokens",
   "cached_tokens", "forced_tokens", "closed_tokens", "notes"}``: the final text and, for a JSON
