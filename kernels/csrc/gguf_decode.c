@@ -12,7 +12,7 @@
 #define INL static inline __attribute__((always_inline))
 #define VNNI __attribute__((target("avx2,fma,avx512vl,avx512vnni")))
 #define MAXR 4
-#define MAXB 2
+#define MAXB 8  /* x rows met by each decoded weight block (1, 2, 4 or 8 per call) */
 #define DECODE_ROWS 2  /* weight rows per step at 1 x row: fewer concurrent streams read DRAM faster than 4 */
 #define PREFETCH_BLOCKS 16  /* software prefetch this many blocks ahead in each row (past a row's end: the next rows) */
 #define PREFETCH_BLOCKS_Q8 96  /* Q8_0 (the tied LM head: one long stream) reads DRAM faster from further ahead */
@@ -92,7 +92,9 @@ INL void rows(const uint8_t *w, int64_t wbytes, int64_t K, const gb_xrows *x, fl
         if (R == 2 && BT == 1) switch (t) { TYPES(CASE, 2, 1) }                                              \
         if (R == 2 && BT == 2) switch (t) { TYPES(CASE, 2, 2) }                                              \
         if (BT == 1) switch (t) { TYPES(CASE, 1, 1) }                                                        \
-        switch (t) { TYPES(CASE, 1, 2) }                                                                     \
+        if (BT == 2) switch (t) { TYPES(CASE, 1, 2) }                                                        \
+        if (BT == 4) switch (t) { TYPES(CASE, 1, 4) }                                                        \
+        switch (t) { TYPES(CASE, 1, 8) }                                                                     \
     }
 VARIANT(rows_avx2, , 0)
 VARIANT(rows_vnni, VNNI, 1)
@@ -102,14 +104,31 @@ int gb_decode_type(int qtype) {
     return qtype == GB_Q4_0 || qtype == GB_Q4_1 || qtype == GB_Q5_0 || qtype == GB_Q5_1 || qtype == GB_Q8_0;
 }
 
+/* x rows b0 .. of x */
+static gb_xrows rows_from(const gb_xrows *x, int b0) {
+    gb_xrows y = *x;
+    y.q = x->q + (int64_t)b0 * x->ldq;
+    y.dxe = x->dxe + (int64_t)b0 * x->ldh;
+    y.xd = x->xd + (int64_t)b0 * x->ldh;
+    y.xs = x->xs + (int64_t)b0 * x->lds;
+    return y;
+}
+
+/* BT x rows in chunks of 8, 4, 2 or 1: each row's sums are the same whatever the chunk, so a row's
+ * result does not depend on the rows beside it (speculative decoding's verify rows need that) */
 void gb_decode_rows(int isa, int qtype, const uint8_t *w, int64_t wbytes, int R, int64_t K, const gb_xrows *x,
                     int BT, float *res) {
-    for (int r0 = 0; r0 < R;) {  /* the (R, BT) shapes instantiated: 4 x 1, 2 x 2, else 1 x BT */
-        float part[MAXR * MAXB];
-        int rr = R - r0 >= DECODE_ROWS && BT == 1 ? DECODE_ROWS : R - r0 >= 2 ? 2 : 1;
-        (isa == GB_ISA_AVX512 ? rows_vnni : rows_avx2)(qtype, w + r0 * wbytes, wbytes, K, x, part, rr, BT);
-        for (int b = 0; b < BT; b++)
-            for (int r = 0; r < rr; r++) res[b * R + r0 + r] = part[b * rr + r];
-        r0 += rr;
+    for (int b0 = 0; b0 < BT;) {
+        int n = BT - b0 >= 8 ? 8 : BT - b0 >= 4 ? 4 : BT - b0 >= 2 ? 2 : 1;
+        gb_xrows xr = rows_from(x, b0);
+        for (int r0 = 0; r0 < R;) {  /* the (R, BT) shapes instantiated: 4 x 1, 2 x 1, 2 x 2, else 1 x BT */
+            float part[MAXR * MAXB];
+            int rr = R - r0 >= DECODE_ROWS && n == 1 ? DECODE_ROWS : R - r0 >= 2 && n <= 2 ? 2 : 1;
+            (isa == GB_ISA_AVX512 ? rows_vnni : rows_avx2)(qtype, w + r0 * wbytes, wbytes, K, &xr, part, rr, n);
+            for (int b = 0; b < n; b++)
+                for (int r = 0; r < rr; r++) res[(b0 + b) * R + r0 + r] = part[b * rr + r];
+            r0 += rr;
+        }
+        b0 += n;
     }
 }

@@ -9,7 +9,7 @@
 
 #define INL static inline __attribute__((always_inline))
 #define VNNI __attribute__((target("avx2,fma,avx512vl,avx512vnni")))
-#define MAXB 2
+#define MAXB 8  /* x rows met by each decoded weight block (1, 2, 4 or 8 per call) */
 #define PREFETCH_BYTES 512
 
 INL __m256i dot(__m256i u, __m256i X, const int vnni) {  /* u unsigned <= 63: maddubs cannot saturate */
@@ -47,8 +47,9 @@ INL void row_k45(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, con
                  const int vnni) {
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     const int size = five ? 176 : 144;
-    __m256 acc[MAXB] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    float mins[MAXB] = {0.0f, 0.0f};
+    __m256 acc[MAXB];
+    float mins[MAXB];
+    for (int b = 0; b < BT; b++) acc[b] = _mm256_setzero_ps(), mins[b] = 0.0f;
     for (int64_t s = 0; s < K / 256; s++) {
         const uint8_t *blk = w + s * size, *qs = blk + (five ? 48 : 16);
         _mm_prefetch((const char *)(blk + PREFETCH_BYTES), _MM_HINT_T0);
@@ -77,8 +78,9 @@ INL void row_k45(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, con
 
 INL void row_q6k(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int BT, const int vnni) {
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-    __m256 acc[MAXB] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-    float offs[MAXB] = {0.0f, 0.0f};
+    __m256 acc[MAXB];
+    float offs[MAXB];
+    for (int b = 0; b < BT; b++) acc[b] = _mm256_setzero_ps(), offs[b] = 0.0f;
     for (int64_t s = 0; s < K / 256; s++) {
         const uint8_t *blk = w + 210 * s;
         _mm_prefetch((const char *)(blk + PREFETCH_BYTES), _MM_HINT_T0);
@@ -116,21 +118,44 @@ INL void row_q6k(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, con
         else row_k45(w, K, x, res, (t) == GB_Q5_K, BT, vnni);                            \
     } while (0)
 
+/* BT is 1, 2, 4 or 8 (gb_decode_rows_k splits larger counts): each x row's sums are the same
+ * whatever BT is, so a row's result does not depend on the rows beside it */
 static void krow_avx2(int t, const uint8_t *w, int64_t K, const gb_xrows *x, float *res, int BT) {
     if (BT == 1) KROW(t, 1, 0);
-    else KROW(t, 2, 0);
+    else if (BT == 2) KROW(t, 2, 0);
+    else if (BT == 4) KROW(t, 4, 0);
+    else KROW(t, 8, 0);
 }
 
 static VNNI void krow_vnni(int t, const uint8_t *w, int64_t K, const gb_xrows *x, float *res, int BT) {
     if (BT == 1) KROW(t, 1, 1);
-    else KROW(t, 2, 1);
+    else if (BT == 2) KROW(t, 2, 1);
+    else if (BT == 4) KROW(t, 4, 1);
+    else KROW(t, 8, 1);
 }
+
+/* x rows b0 .. b0 + n of x */
+static gb_xrows rows_from(const gb_xrows *x, int b0) {
+    gb_xrows y = *x;
+    y.q = x->q + (int64_t)b0 * x->ldq;
+    y.dxe = x->dxe + (int64_t)b0 * x->ldh;
+    y.xd = x->xd + (int64_t)b0 * x->ldh;
+    y.xs = x->xs + (int64_t)b0 * x->lds;
+    return y;
+}
+
+/* the largest supported chunk of x rows that fits in n */
+static int chunk(int n) { return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1; }
 
 void gb_decode_rows_k(int isa, int qtype, const uint8_t *w, int64_t wbytes, int R, int64_t K, const gb_xrows *x,
                       int BT, float *res) {
-    for (int r = 0; r < R; r++) {
-        float part[MAXB];
-        (isa == GB_ISA_AVX512 ? krow_vnni : krow_avx2)(qtype, w + r * wbytes, K, x, part, BT);
-        for (int b = 0; b < BT; b++) res[b * R + r] = part[b];
-    }
+    for (int r = 0; r < R; r++)
+        for (int b0 = 0; b0 < BT;) {
+            int n = chunk(BT - b0);
+            float part[MAXB];
+            gb_xrows xr = rows_from(x, b0);
+            (isa == GB_ISA_AVX512 ? krow_vnni : krow_avx2)(qtype, w + r * wbytes, K, &xr, part, n);
+            for (int b = 0; b < n; b++) res[(b0 + b) * R + r] = part[b];
+            b0 += n;
+        }
 }

@@ -21,6 +21,11 @@
 #define UNPACK_SMALL_M 2     /* up to this many x rows (memory-bound), unpack ... */
 #define UNPACK_SMALL_ROWS 2  /* ... this many weight rows at a time (fewer concurrent DRAM streams) */
 #define PANEL_MIN_M 4        /* from this many x rows, AVX-512 runs 16-row panels (gguf_panel.h) */
+/* Up to this many x rows run the decode kernels: each weight block decoded once meets up to 8 x rows
+ * (gguf_decode.c), and each row's sums are those of a one-row call, bit for bit, so a verify step's
+ * rows (speculative decoding) and small decode batches give the logits one token a step gives.
+ * runtime/scheduler/speculation.py's VERIFY_MAX_ROWS keeps verify steps within it. */
+#define DECODE_MAX_M 16
 
 int rl_gguf_abi(void) { return RL_GGUF_ABI; }
 
@@ -177,7 +182,7 @@ static void linear_item(void *ctx, int64_t item) {
     int64_t n0 = item * j->rb, n1 = n0 + j->rb < j->N ? n0 + j->rb : j->N, H = j->Kp / 16;
     void *buf = scratch_for((size_t)GB_MAX_TILE * (size_t)j->Kp * 4 + 2 * GB_MAX_TILE * (size_t)H * 4);
     int sgn = j->qtype == GB_Q8_0 && !j->tiles->offset128;
-    float res[GB_MAX_TILE * GB_MAX_TILE];
+    float res[GB_MAX_TILE * DECODE_MAX_M];
     if (j->decode) {
         gb_xrows xr = {.q = j->xq, .dxe = j->dxe, .xd = j->xd, .xs = j->xs, .ldq = j->Kp, .ldh = H, .lds = j->Kp / 32};
         for (int64_t n = n0; n < n1; n += GB_MAX_TILE) {
@@ -223,8 +228,8 @@ int rl_gguf_linear_into(const float *x, int M, const uint8_t *w, int qtype, cons
     if (flt < 0 || K <= 0 || K % block || M < 0 || N < 0) return -1;
     int64_t Kp = (K + 63) / 64 * 64, H = Kp / 16;
     gb_job j = {.tiles = gb_tiles(isa), .qtype = qtype, .flt = flt, .M = M, .isa = isa, .N = N, .K = K, .Kp = Kp,
-                .decode = isa != GB_ISA_SCALAR && M <= 2 ? gb_decode_type(qtype) : 0,
-                .panel = isa == GB_ISA_AVX512 && !flt && M >= PANEL_MIN_M,
+                .decode = isa != GB_ISA_SCALAR && M <= DECODE_MAX_M ? gb_decode_type(qtype) : 0,
+                .panel = isa == GB_ISA_AVX512 && !flt && M >= PANEL_MIN_M && !(M <= DECODE_MAX_M && gb_decode_type(qtype)),
                 .wbytes = gb_row_bytes(qtype, K), .w = w, .x = x, .bias = bias, .add = add, .y = y, .ldy = ldy,
                 .epi = epi};
     size_t per_row = flt ? (size_t)Kp * 4 : (size_t)Kp + 2 * (size_t)H * 4 + (size_t)Kp / 32 * 4;

@@ -51,7 +51,7 @@ from radixlm.runtime.scheduler.policy import mixed_prefill_budget
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.results import finish_prefill_only, take_token, take_verified
-from radixlm.runtime.scheduler.speculation import Drafter, SpeculativeConfig
+from radixlm.runtime.scheduler.speculation import VERIFY_MAX_ROWS, Drafter, SpeculativeConfig
 from radixlm.runtime.scheduler.stop_checker import StopChecker
 
 INIT_NEW_TOKEN_RATIO = 0.7
@@ -201,7 +201,8 @@ class Scheduler:
         if not self.drafter.active(len(reqs)):
             return None
         context_len = self.stop_checker.context_len
-        drafts = [self.drafter.propose(r, min(r.remaining_new_tokens, context_len - r.fill_len) - 1)
+        share = VERIFY_MAX_ROWS // len(reqs) - 1  # draft tokens each request may verify this step
+        drafts = [self.drafter.propose(r, min(r.remaining_new_tokens, context_len - r.fill_len, share + 1) - 1)
                   for r in reqs]
         total = len(reqs) + sum(len(d) for d in drafts)
         if total == len(reqs) or self.cache.available() < total:

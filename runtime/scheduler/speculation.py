@@ -35,6 +35,9 @@ from radixlm.runtime.scheduler.req import Req
 
 MIN_NGRAM = 2
 MAX_NGRAM = 4
+# rows one verify step may carry: up to this many, the GGUF kernels compute each row exactly as a
+# one-row decode step does (kernels/csrc/gguf_matmul.c DECODE_MAX_M), and read the weights once
+VERIFY_MAX_ROWS = 16
 
 
 @dataclass(frozen=True)

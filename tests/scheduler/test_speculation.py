@@ -217,3 +217,22 @@ def test_plain_scheduler_output_matches_the_reference_with_speculation_on():
     for r in reqs:
         assert r.output_ids == expected_output(r.origin_input_ids, 12)
     sched.cache.check_no_leak()
+
+
+def test_a_verify_step_stays_within_the_rows_the_decode_kernels_compute_row_by_row():
+    import re
+    from pathlib import Path
+
+    from radixlm.runtime.scheduler.speculation import VERIFY_MAX_ROWS
+
+    source = (Path(__file__).resolve().parents[2] / "kernels" / "csrc" / "gguf_matmul.c").read_text()
+    assert int(re.search(r"#define DECODE_MAX_M (\d+)", source).group(1)) == VERIFY_MAX_ROWS
+    sched, runner = make(speculative=SpeculativeConfig(num_draft_tokens=8, max_batch_size=8), fn=periodic)
+    reqs = [req(str(i), [2, 11 + i, 12, 13, 14, 15, 11 + i, 12, 13, 14, 15], max_new=30) for i in range(4)]
+    for r in reqs:
+        sched.add(r)
+    run_all(sched, runner)
+    assert any(b.is_verify for b in runner.steps)
+    assert all(len(b.spec.input_ids) <= VERIFY_MAX_ROWS for b in runner.steps if b.is_verify)
+    for r in reqs:
+        assert r.output_ids == expected(r.origin_input_ids, 30, periodic)
