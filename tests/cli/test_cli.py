@@ -197,11 +197,25 @@ def test_unknown_flag_names_the_closest_ones(capsys):
         main(["serve", "--max-totl-tokens", "5"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: radixlm serve")  # the subcommand's usage, not the top level's
-    assert "unrecognized arguments: --max-totl-tokens 5 (did you mean --max-total-tokens" in err
+    assert "usage:" not in err  # one error line and a pointer to --help, not the whole usage
+    assert err.startswith("radixlm: error: unrecognized arguments: --max-totl-tokens 5 (did you mean "
+                          "--max-total-tokens")
+    assert err.splitlines()[-1] == "radixlm: 'radixlm serve --help' lists the flags"  # the subcommand's
     with pytest.raises(SystemExit):
         main(["generate", "hi", "--zzz"])
     assert "unrecognized arguments: --zzz\n" in capsys.readouterr().err  # nothing close: no hint
+
+
+@pytest.mark.parametrize("argv", [["serve", "--bogus-flag"], ["serve", "--port", "99999"],
+                                  ["serve", "--quantization", "fp4"], ["generate", "hi", "--max-new-tokens", "x"],
+                                  ["nosuchcommand"]])
+def test_a_bad_flag_is_one_error_line_and_a_pointer_to_help(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("radixlm: error: "), lines
+    assert lines[1].endswith("--help' lists the flags"), lines
 
 
 def test_cuda_graph_flags_are_real_flags_not_ignored_ones(capsys):
