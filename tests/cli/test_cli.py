@@ -242,3 +242,12 @@ def test_generate_on_the_embedded_model_says_its_weights_are_random():
     assert run.returncode == 0, run.stderr
     assert "radixlm: notice: the embedded tiny model has RANDOM weights" in run.stderr
     assert " INFO " not in run.stderr  # generate's output is the text
+
+
+def test_real_gguf_has_a_help_and_names_its_models():
+    module = "radixlm.runtime.checkpoints.real_gguf"
+    shown = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "qwen2.5-coder-0.5b-instruct-q4_k_m" in shown.stdout, shown.stderr
+    bad = subprocess.run([sys.executable, "-m", module, "no-such-model"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "unknown model 'no-such-model'" in bad.stderr
