@@ -204,6 +204,19 @@ def test_playground_regex_and_free_sampling(open_url):
     assert {t["origin"] for ev in evs if ev["type"] == "tokens" for t in ev["tokens"]} == {"free"}
 
 
+def test_the_request_log_counts_a_playground_run(open_url, caplog):
+    caplog.set_level("INFO", logger="radixlm.server.requests")
+    done = events(call(open_url, "/dashboard/api/playground", {"prompt": "Count", "max_new_tokens": 5})[2])[-1]
+    assert done["type"] == "done" and done["completion_tokens"] > 0
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("/dashboard/api/playground")]
+
+    wait_for(lambda: logged())  # the line is written when the handler returns
+    assert f"completion_tokens={done['completion_tokens']} " in logged()[-1], logged()
+    assert "prompt_tokens=0 " not in logged()[-1]
+
+
 @pytest.mark.parametrize(("body", "param"), [
     ({"prompt": "x", "messages": [{"role": "user", "content": "x"}]}, "prompt"),
     ({"prompt": "x", "temperature": "hot"}, "temperature"),

@@ -163,7 +163,8 @@ class DashboardRoutes:
 
     async def playground(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
-        async with self.state.track("/dashboard/api/playground"):
+        async with self.state.track("/dashboard/api/playground") as record:
             body = await self.state.read_json(request)
             ids, params, _ = await self.state.offload(parse_playground, self.state, body)
-            return await write_stream(request, playground_events(self.state, request, ids, params), DATA_HEADERS)
+            events = playground_events(self.state, request, ids, params, record)
+            return await write_stream(request, events, DATA_HEADERS)
