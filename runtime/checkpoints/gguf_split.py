@@ -10,6 +10,7 @@ parsed (no vocabulary decoded); data are copied in blocks, with a progress bar o
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import struct
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+logger = logging.getLogger("radixlm.loading")
 SPLIT_NAME = re.compile(r"^(?P<base>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _MAGIC = b"GGUF"
 _DEFAULT_ALIGNMENT = 32
@@ -150,8 +152,10 @@ def merge_split_gguf(parts: list[Path], out: Path) -> Path:
     head += b"\0" * (-len(head) % align)
     tmp = out.with_name(out.name + f".{os.getpid()}.part")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with tmp.open("wb") as dst, tqdm(total=base, unit="B", unit_scale=True, desc=f"merging {out.name}",
-                                     disable=None, leave=False) as bar:
+    desc = f"merging the {len(parts)} parts of {out.name} (once)"
+    logger.info("%s: %.1f MB", desc, base / 1e6)
+    with tmp.open("wb") as dst, tqdm(total=base, unit="B", unit_scale=True, desc=desc, leave=False,
+                                     disable=None) as bar:  # None: drawn on a terminal only
         dst.write(head)
         for p in read:
             with p.path.open("rb") as src:
