@@ -251,3 +251,13 @@ def test_real_gguf_has_a_help_and_names_its_models():
     bad = subprocess.run([sys.executable, "-m", module, "no-such-model"], capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "unknown model 'no-such-model'" in bad.stderr
+
+
+def test_the_trust_remote_code_notice_names_every_built_in_family():
+    from radixlm.runtime.model.model_config import SUPPORTED_ARCHITECTURES
+
+    from radixlm.sglang_flags import IGNORED_FLAGS
+
+    notice = IGNORED_FLAGS["--trust-remote-code"][1].replace(" ", "")
+    for arch in SUPPORTED_ARCHITECTURES:
+        assert arch.split("For")[0] in notice, arch
