@@ -94,7 +94,11 @@ def resolve_model_path(spec: str, flag: str = "--model-path") -> str:
         if hub.quant is None and hub.file is None:
             from huggingface_hub import snapshot_download
 
-            return snapshot_download(hub.repo, revision=hub.revision, allow_patterns=list(HUB_FILES))
+            folder = snapshot_download(hub.repo, revision=hub.revision, allow_patterns=list(HUB_FILES))
+            if not (Path(folder) / "config.json").is_file() and (models := _models(_gguf_files(hub))):
+                raise ModelSourceError(f"{what}: a GGUF repository (no config.json): pass {hub.repo}:QUANT or "
+                                       f"{hub.repo}/FILE.gguf ({_listing(models)})")
+            return folder
         return str(_gguf(hub, what))
 
 

@@ -122,6 +122,8 @@ def test_pull_picks_downloads_merges_and_reuses_offline(gguf_repo, hub_env):
         several = _radixlm("pull", f"{REPO}:Q4_0", env=env)
         assert several.returncode == 2 and "Traceback" not in several.stderr
         assert "2 GGUF files match Q4_0" in several.stderr and "extra/tiny-Q4_0.gguf" in several.stderr
+        bare = _radixlm("pull", REPO, env=env)  # no quantization: say how to pick one
+        assert bare.returncode == 2 and f"pass {REPO}:QUANT" in bare.stderr and "tiny-Q8_0.gguf" in bare.stderr
         missing = _radixlm("pull", f"{REPO}:Q2_K", env=env)
         assert missing.returncode == 2 and "no GGUF file of quantization Q2_K" in missing.stderr
         assert "mmproj" not in missing.stderr
