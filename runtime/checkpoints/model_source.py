@@ -111,8 +111,10 @@ def _gguf(hub: HubSpec, what: str) -> Path:
     paths = [Path(hf_hub_download(hub.repo, name, revision=hub.revision)) for name in names]
     if len(paths) == 1:
         return paths[0]
+    first = Path(names[0])
+    snapshot = paths[0].parents[len(first.parts) - 1]  # the snapshot's folder, named after its commit
     base = split_parts(names[0])[0].rsplit("/", 1)[-1]
-    out = radixlm_cache() / "hub-gguf" / hub.repo.replace("/", "--") / paths[0].parent.name / f"{base}.gguf"
+    out = radixlm_cache() / "hub-gguf" / hub.repo.replace("/", "--") / snapshot.name / first.parent / f"{base}.gguf"
     return out if out.is_file() else merge_split_gguf(paths, out)
 
 
@@ -134,6 +136,7 @@ def _gguf_files(hub: HubSpec) -> list[str]:
 
 
 def _cached_gguf_files(hub: HubSpec) -> list[str]:
+    """The ``.gguf`` files of ``hub``'s revision in the cache; ``LocalEntryNotFoundError`` if none."""
     from huggingface_hub import constants
     from huggingface_hub.errors import LocalEntryNotFoundError
 

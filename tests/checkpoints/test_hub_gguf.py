@@ -39,7 +39,8 @@ def gguf_repo(tmp_path_factory) -> Path:
     model = default_model_path()
     write_gguf(model, folder / "tiny-Q8_0.gguf", {"embed_tokens.weight": T.Q8_0, "q_proj.weight": T.Q8_0})
     write_gguf(model, folder / "tiny-F32.gguf")
-    write_gguf(model, folder / "tiny-F32.gguf", split_max_tensors=3)  # tiny-F32-0000{1..N}-of-0000N.gguf
+    (folder / "F32").mkdir()  # split parts in a folder of their own, as bartowski's repositories hold them
+    write_gguf(model, folder / "F32" / "tiny-F32.gguf", split_max_tensors=3)  # tiny-F32-0000{1..N}-of-0000N.gguf
     write_gguf(model, folder / "tiny-Q4_0.gguf", {"v_proj.weight": T.Q4_0})
     (folder / "extra").mkdir()
     (folder / "extra" / "tiny-Q4_0.gguf").write_bytes((folder / "tiny-Q4_0.gguf").read_bytes())
@@ -93,7 +94,7 @@ def test_picking_a_file_by_quantization():
 
 
 def test_split_parts_merge_into_the_unsplit_file(gguf_repo, tmp_path):
-    parts = sorted(gguf_repo.glob("tiny-F32-*-of-*.gguf"))
+    parts = sorted(gguf_repo.glob("F32/tiny-F32-*-of-*.gguf"))
     assert len(parts) >= 2
     merged = merge_split_gguf(parts, tmp_path / "merged.gguf")
     whole = next(Path(p) for p in gguf_repo.parent.glob("whole*/tiny-F32.gguf"))
@@ -133,6 +134,6 @@ def test_pull_picks_downloads_merges_and_reuses_offline(gguf_repo, hub_env):
         assert again.returncode == 0 and again.stdout == q8.stdout, again.stderr
     listed = _radixlm("list", env=offline)
     assert listed.returncode == 0, listed.stderr
-    assert f"{REPO}/tiny-Q8_0.gguf" in listed.stdout and f"{REPO}/tiny-F32-00001-of-" in listed.stdout
+    assert f"{REPO}/tiny-Q8_0.gguf" in listed.stdout and f"{REPO}/F32/tiny-F32-00001-of-" in listed.stdout
     served = _radixlm("generate", "Hello", "--model-path", f"{REPO}:F32", "--max-new-tokens", "3", env=offline)
     assert served.returncode == 0, served.stderr
