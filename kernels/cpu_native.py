@@ -28,6 +28,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,15 +137,36 @@ def build() -> Path:
         sources = [str(s) for s in SOURCES if s.suffix == ".c"]
         logger.info("building the native CPU kernels (once per version) into %s", path.parent)
         with tqdm(total=1, desc="building native CPU kernels (once)", leave=False, disable=None,
-                  bar_format="{desc}: {elapsed}") as bar:
-            subprocess.run([compiler, *FLAGS, *sources, "-o", tmp, "-lm"], check=True, capture_output=True,
-                           timeout=120)
-            bar.update()
+                  bar_format="{desc}: {elapsed}") as bar:  # None: drawn on a terminal only
+            _compile([compiler, *FLAGS, *sources, "-o", tmp, "-lm"], bar)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _compile(cmd: list[str], bar: tqdm, timeout_s: float = 120.0, refresh_s: float = 0.5) -> None:
+    """Run the compiler, redrawing ``bar``'s elapsed time while it works; ``CalledProcessError``
+    or ``TimeoutExpired`` as ``subprocess.run(check=True)`` raises them."""
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                out, err = child.communicate(timeout=refresh_s)
+                break
+            except subprocess.TimeoutExpired:
+                bar.refresh()
+                if time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(cmd, timeout_s) from None
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if child.returncode != 0:
+        raise subprocess.CalledProcessError(child.returncode, cmd, out, err)
+    bar.update()
 
 
 def remove_stale_builds(directory: Path) -> list[Path]:

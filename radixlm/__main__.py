@@ -1,4 +1,5 @@
-"""The ``radixlm`` command line: ``radixlm serve``, ``radixlm generate "prompt"``, ``radixlm --help``.
+"""The ``radixlm`` command line: ``radixlm serve``, ``radixlm generate "prompt"``, ``radixlm pull MODEL``,
+``radixlm list``, ``radixlm --help``.
 
 Each subcommand is one ``add_<name>_parser(subparsers)`` function that registers its flags and
 sets ``func``; :data:`SUBCOMMANDS` lists them, so a new subcommand is one function and one entry.
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from radixlm import __version__
-from radixlm.flag_hints import unknown_arguments
+from radixlm.flag_hints import OneLineErrorParser, unknown_arguments
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -225,6 +226,52 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------- pull, list
+
+
+def add_pull_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("pull", help="download a model from the Hugging Face hub without serving it",
+                              description="Download MODEL into the Hugging Face cache (as `ollama pull`) "
+                                          "and print the local path `radixlm serve --model-path MODEL` "
+                                          "will then use, offline too.")
+    p.add_argument("model", metavar="MODEL", help="ORG/NAME[@REV] (safetensors), ORG/NAME:QUANT or "
+                                                  "ORG/NAME/FILE.gguf (a GGUF repository's file)")
+    p.set_defaults(func=cmd_pull, parser=p)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from radixlm.runtime.checkpoints.model_source import ModelSourceError, is_hub_id, resolve_model_path
+
+    if not is_hub_id(args.model):
+        args.parser.error(f"{args.model}: not a hub id (ORG/NAME, ORG/NAME:QUANT or ORG/NAME/FILE.gguf)")
+    try:
+        print(resolve_model_path(args.model, "pull"))
+    except ModelSourceError as e:
+        _fail(e)
+    return 0
+
+
+def add_list_parser(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("list", help="show the models the Hugging Face cache holds",
+                              description="List the models in the Hugging Face cache, each as the "
+                                          "--model-path that serves it, with its size on disk.")
+    p.set_defaults(func=cmd_list, parser=p)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from radixlm.runtime.checkpoints.model_source import cached_models
+
+    rows = cached_models()
+    if not rows:
+        print("the Hugging Face cache holds no models (radixlm pull MODEL downloads one)")
+        return 0
+    width = max(len(spec) for spec, _ in rows)
+    print(f"{'MODEL':<{width}}  SIZE")
+    for spec, size in rows:
+        print(f"{spec:<{width}}  {size / 1e6:,.1f} MB")
+    return 0
+
+
 # ---------------------------------------------------------------------- router
 
 
@@ -304,11 +351,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- entry point
 
 SUBCOMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    add_serve_parser, add_generate_parser, add_router_parser, add_bench_parser]
+    add_serve_parser, add_generate_parser, add_pull_parser, add_list_parser, add_router_parser, add_bench_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="radixlm", description="radixlm: an LLM serving engine with "
+    parser = OneLineErrorParser(prog="radixlm", description="radixlm: an LLM serving engine with "
                                      "RadixAttention, constrained decoding and an agent DSL.")
     parser.add_argument("--version", action="version", version=f"radixlm {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -1,10 +1,23 @@
-"""Unknown command-line flags answered with the closest known ones."""
+"""Usage errors in one line: unknown flags answered with the closest known ones, then a pointer to
+``--help`` instead of argparse's whole usage text."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import sys
 from collections.abc import Sequence
+from typing import NoReturn
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are ``radixlm: error: MESSAGE`` and one line naming
+    ``PROG --help`` (exit code 2); subparsers made by ``add_subparsers`` inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"radixlm: error: {message}", file=sys.stderr)
+        print(f"radixlm: '{self.prog} --help' lists the flags", file=sys.stderr)
+        sys.exit(2)
 
 
 def unknown_arguments(unknown: Sequence[str], parser: argparse.ArgumentParser) -> str:

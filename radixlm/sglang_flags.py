@@ -17,8 +17,8 @@ NO_TORCH_COMPILE = "radixlm runs no torch.compile"
 
 # flag -> (takes a value, why it has no effect here)
 IGNORED_FLAGS: dict[str, tuple[bool, str]] = {
-    "--trust-remote-code": (False, "radixlm runs no code from a checkpoint: Llama, Mistral, Qwen2 and Qwen3 "
-                                   "are built in"),
+    "--trust-remote-code": (False, "radixlm runs no code from a checkpoint: Llama, Mistral, Qwen2, Qwen3 and "
+                                   "Gemma 3 are built in"),
     "--kv-cache-dtype": (True, "the KV cache is stored in the weights' dtype (set it with --dtype)"),
     "--enable-metrics": (False, "/metrics is always on"),
     "--enable-cache-report": (False, "cached token counts are always reported (meta_info.cached_tokens, "

@@ -25,6 +25,17 @@ os.environ.setdefault("RADIXLM_CACHE", os.path.join(os.path.expanduser("~"), ".c
 
 def pytest_report_header(config: pytest.Config) -> str:
     """Say where the test checkpoints go before writing gigabytes there."""
+    return _cache_line()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """``-q`` prints no header: the cache line is written anyway (the README's command uses ``-q``)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if session.config.get_verbosity() < 0 and reporter is not None:
+        reporter.write_line(_cache_line())
+
+
+def _cache_line() -> str:
     cache = os.environ["RADIXLM_CACHE"]
     used = sum(f.stat().st_size for f in Path(cache).rglob("*") if f.is_file()) if os.path.isdir(cache) else 0
     return (f"radixlm cache: {cache} ({used / 2**30:.1f} GB now; the default run builds test checkpoints "

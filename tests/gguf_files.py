@@ -52,8 +52,10 @@ def _quantize(w: np.ndarray, qtype: T) -> np.ndarray:
 
 
 def write_gguf(model_dir: str | Path, out: str | Path, qtypes: dict[str, T] | None = None, *,
-               tie: bool = False, chat_template: str | None = None, arch: str | None = None) -> Path:
-    """Write ``out`` from the checkpoint in ``model_dir``; ``tie`` drops ``output.weight`` (a tied head)."""
+               tie: bool = False, chat_template: str | None = None, arch: str | None = None,
+               split_max_tensors: int = 0) -> Path:
+    """Write ``out`` from the checkpoint in ``model_dir``; ``tie`` drops ``output.weight`` (a tied head).
+    ``split_max_tensors`` > 0 writes split parts ``OUT-00001-of-0000N.gguf`` as llama-gguf-split does."""
     import gguf
     from suites.gguf_convert import ARCHS, _add_tokenizer, _load_float32, _permute_rope, gguf_name
 
@@ -61,7 +63,7 @@ def write_gguf(model_dir: str | Path, out: str | Path, qtypes: dict[str, T] | No
     config = json.loads((model_dir / "config.json").read_text())
     arch = arch or ARCHS[config["model_type"]]
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
-    writer = gguf.GGUFWriter(str(out), arch)
+    writer = gguf.GGUFWriter(str(out), arch, split_max_tensors=split_max_tensors)
     writer.add_context_length(config["max_position_embeddings"])
     writer.add_embedding_length(config["hidden_size"])
     writer.add_block_count(config["num_hidden_layers"])

@@ -7,61 +7,212 @@ into the standard Hugging Face cache (``HF_HOME``/``HF_HUB_CACHE``), with its pr
 returns the snapshot folder. With ``HF_HUB_OFFLINE=1``, or when the hub cannot be reached, a
 snapshot already in the cache is used. Every failure is a ``ModelSourceError`` whose message is one
 line saying what to do.
+
+GGUF repositories hold one file per quantization; two forms pick one, as llama-server's ``-hf``
+does: ``ORG/NAME:QUANT`` (the file whose name carries ``QUANT`` as a word, case-insensitive, e.g.
+``Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M``) and ``ORG/NAME/FILE.gguf`` (that file). Either may
+end in ``@REVISION``. The file is downloaded with ``hf_hub_download`` (a progress bar) into the
+same cache; a model split into ``-00001-of-0000N`` parts is downloaded whole and merged once into
+``$RADIXLM_CACHE/hub-gguf/`` (``gguf_split``). Offline, the choice is made among the cached files.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from radixlm.runtime.checkpoints.gguf_split import merge_split_gguf, part_names, split_parts
+from radixlm.runtime.checkpoints.llamacpp_fixtures import radixlm_cache
+from tqdm.auto import tqdm
 
 # What a served checkpoint needs; other files in a hub repository (other weight formats, README,
 # images, ONNX exports) are not downloaded.
 HUB_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
              "special_tokens_map.json", "chat_template.jinja", "chat_template.json", "*.safetensors",
              "model.safetensors.index.json")
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(@[\w./-]+)?")
+_NAME = r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*"
+_REVISION = r"(?:@(?P<revision>[\w./-]+))?"
+_HUB_ID = re.compile(rf"(?P<repo>{_NAME}){_REVISION}")
+_GGUF_QUANT = re.compile(rf"(?P<repo>{_NAME}):(?P<quant>[\w.-]+){_REVISION}")
+_GGUF_FILE = re.compile(rf"(?P<repo>{_NAME})/(?P<file>[\w./-]+\.gguf){_REVISION}", re.IGNORECASE)
+_NOT_A_MODEL = ("mmproj",)  # vision projectors beside the language model in GGUF repositories
 
 
 class ModelSourceError(Exception):
     """A ``--model-path`` that cannot be served; its message is the whole report (one line)."""
 
 
+@dataclass(frozen=True)
+class HubSpec:
+    """A hub spec parsed: the repository, the revision, and for a GGUF model the quantization or file."""
+
+    repo: str
+    revision: str | None = None
+    quant: str | None = None
+    file: str | None = None
+
+
+def parse_hub_spec(spec: str) -> HubSpec | None:
+    """``spec`` as a hub reference (``ORG/NAME[@REV]``, ``ORG/NAME:QUANT[@REV]``,
+    ``ORG/NAME/FILE.gguf[@REV]``), or None when it is a local path or none of these forms."""
+    if os.path.exists(os.path.expanduser(spec)) or spec.startswith((".", "/", "~")):
+        return None
+    for pattern in (_HUB_ID, _GGUF_QUANT, _GGUF_FILE):
+        if m := pattern.fullmatch(spec):
+            found = m.groupdict()
+            return HubSpec(found["repo"], found["revision"], found.get("quant"), found.get("file"))
+    return None
+
+
 def is_hub_id(spec: str) -> bool:
-    """True when ``spec`` is no local path but reads as ``ORG/NAME`` or ``ORG/NAME@REVISION``."""
-    if os.path.exists(os.path.expanduser(spec)):
-        return False
-    return bool(_HUB_ID.fullmatch(spec)) and not spec.startswith((".", "/", "~"))
+    """True when ``spec`` is no local path but reads as one of the hub forms of :func:`parse_hub_spec`."""
+    return parse_hub_spec(spec) is not None
 
 
 def resolve_model_path(spec: str, flag: str = "--model-path") -> str:
-    """The local path to serve for ``spec``: the path itself, or the hub snapshot it names.
+    """The local path to serve for ``spec``: the path itself, the hub snapshot, or the GGUF file it names.
 
     Raises ``ModelSourceError`` for a path that does not exist and is no hub id, and for every hub
-    failure (unknown, private or gated repository, unknown revision, no network and no cached copy).
+    failure (unknown, private or gated repository, unknown revision or file, no GGUF file of that
+    quantization or several, no network and no cached copy).
     """
     local = os.path.expanduser(spec)
     if os.path.exists(local):
         return local
-    if not is_hub_id(spec):
+    hub = parse_hub_spec(spec)
+    if hub is None:
         raise ModelSourceError(
-            f"{flag} {spec}: no such file or directory (pass a checkpoint folder, a .gguf file, or a "
-            "Hugging Face hub id such as Qwen/Qwen2.5-0.5B-Instruct)")
-    repo, _, revision = spec.partition("@")
-    return _download(repo, revision or None, f"{flag} {spec}")
+            f"{flag} {spec}: no such file or directory (pass a checkpoint folder, a .gguf file, a "
+            "Hugging Face hub id such as Qwen/Qwen2.5-0.5B-Instruct, or a GGUF repository and its "
+            "quantization such as Qwen/Qwen2.5-Coder-0.5B-Instruct-GGUF:Q4_K_M)")
+    what = f"{flag} {spec}"
+    with _hub_errors(what, hub):
+        if hub.quant is None and hub.file is None:
+            from huggingface_hub import snapshot_download
+
+            folder = snapshot_download(hub.repo, revision=hub.revision, allow_patterns=list(HUB_FILES))
+            if not (Path(folder) / "config.json").is_file() and (models := _models(_gguf_files(hub))):
+                raise ModelSourceError(f"{what}: a GGUF repository (no config.json): pass {hub.repo}:QUANT or "
+                                       f"{hub.repo}/FILE.gguf ({_listing(models)})")
+            return folder
+        return str(_gguf(hub, what))
 
 
-def _download(repo: str, revision: str | None, what: str) -> str:
+def _gguf(hub: HubSpec, what: str) -> Path:
+    """The GGUF file ``hub`` names, downloaded (its parts merged when it is split)."""
+    from huggingface_hub import hf_hub_download
+
+    files = _gguf_files(hub)
+    names = _pick(hub, files, what)
+    paths = [Path(hf_hub_download(hub.repo, name, revision=hub.revision)) for name in names]
+    if len(paths) == 1:
+        return paths[0]
+    first = Path(names[0])
+    snapshot = paths[0].parents[len(first.parts) - 1]  # the snapshot's folder, named after its commit
+    base = split_parts(names[0])[0].rsplit("/", 1)[-1]
+    out = radixlm_cache() / "hub-gguf" / hub.repo.replace("/", "--") / snapshot.name / first.parent / f"{base}.gguf"
+    return out if out.is_file() else merge_split_gguf(paths, out)
+
+
+def _gguf_files(hub: HubSpec) -> list[str]:
+    """The repository's ``.gguf`` files: the hub's listing, or when it cannot be reached the cache's."""
     from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+
+    if not constants.HF_HUB_OFFLINE:
+        try:
+            infos = snapshot_download(hub.repo, revision=hub.revision, allow_patterns=["*.gguf"], dry_run=True,
+                                      tqdm_class=_Quiet)
+            return sorted(info.filename for info in infos)
+        except (HfHubHTTPError, HFValidationError):  # the hub answered: no such repository, revision...
+            raise
+        except Exception:  # noqa: BLE001 - the hub cannot be reached (httpx, OSError): the cache answers
+            pass
+    return _cached_gguf_files(hub)
+
+
+def _cached_gguf_files(hub: HubSpec) -> list[str]:
+    """The ``.gguf`` files of ``hub``'s revision in the cache; ``LocalEntryNotFoundError`` if none."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    storage = Path(constants.HF_HUB_CACHE) / f"models--{hub.repo.replace('/', '--')}"
+    ref = storage / "refs" / (hub.revision or "main")
+    folder = storage / "snapshots" / (ref.read_text().strip() if ref.is_file() else hub.revision or "main")
+    found = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix.lower() == ".gguf")
+    if not found:
+        raise LocalEntryNotFoundError(f"no GGUF file of {hub.repo} in the cache")
+    return found
+
+
+class _Quiet(tqdm):
+    """No progress bar for the listing (the download shows one)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "disable": True})
+
+
+def _pick(hub: HubSpec, files: list[str], what: str) -> list[str]:
+    """The file names (one, or every part of a split model) that ``hub``'s quantization or file names."""
+    models = _models(files)
+    if hub.file is not None:
+        wanted = hub.file.lower()
+        for parts in models.values():
+            if wanted in (p.lower() for p in parts):
+                return parts
+        raise ModelSourceError(f"{what}: no file {hub.file} in {hub.repo} ({_listing(models)})")
+    word = re.compile(rf"(^|[-_./]){re.escape(hub.quant.lower())}([-_./]|$)")
+    found = [key for key in models if word.search(key.lower()[:-len(".gguf")])]
+    if len(found) == 1:
+        return models[found[0]]
+    if not found:
+        raise ModelSourceError(f"{what}: no GGUF file of quantization {hub.quant} in {hub.repo} "
+                               f"({_listing(models)})")
+    raise ModelSourceError(f"{what}: {len(found)} GGUF files match {hub.quant} in {hub.repo}: "
+                           f"{', '.join(found)}; pass one as {hub.repo}/FILE.gguf")
+
+
+def _models(files: list[str]) -> dict[str, list[str]]:
+    """GGUF models by name (a split model's name without its part number) -> its files, in order."""
+    models: dict[str, list[str]] = {}
+    for name in files:
+        if name.rsplit("/", 1)[-1].lower().startswith(_NOT_A_MODEL):
+            continue
+        split = split_parts(name)
+        if split is None:
+            models[name] = [name]
+        else:
+            folder = name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+            models.setdefault(f"{folder}{split[0]}.gguf", part_names(name))
+    return models
+
+
+def _listing(models: dict[str, list[str]]) -> str:
+    if not models:
+        return "it holds no GGUF files"
+    return "its GGUF files: " + ", ".join(models)
+
+
+@contextmanager
+def _hub_errors(what: str, hub: HubSpec) -> Iterator[None]:
+    """``huggingface_hub``'s failures as one-line ``ModelSourceError``s."""
+    from huggingface_hub import constants
     from huggingface_hub.errors import (
+        EntryNotFoundError,  # LocalEntryNotFoundError's base: caught after it
         GatedRepoError,
         HfHubHTTPError,
+        HFValidationError,
         LocalEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
     try:
-        return snapshot_download(repo, revision=revision, allow_patterns=list(HUB_FILES))
+        yield
     except GatedRepoError:
         raise ModelSourceError(f"{what}: the repository is gated: accept its terms on the hub's page and "
                                "set HF_TOKEN to a token of that account") from None
@@ -69,11 +220,16 @@ def _download(repo: str, revision: str | None, what: str) -> str:
         raise ModelSourceError(f"{what}: no such repository on {constants.ENDPOINT} (check the name; for "
                                "a private repository set HF_TOKEN)") from None
     except RevisionNotFoundError:
-        raise ModelSourceError(f"{what}: no revision {revision!r} in {repo} (a branch, tag or commit)") from None
+        raise ModelSourceError(f"{what}: no revision {hub.revision!r} in {hub.repo} (a branch, tag or "
+                               "commit)") from None
     except LocalEntryNotFoundError:
         why = "HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE else f"{constants.ENDPOINT} cannot be reached"
         raise ModelSourceError(f"{what}: not in the Hugging Face cache and {why}: download it once with "
                                "network access, or pass a local folder") from None
+    except EntryNotFoundError:
+        raise ModelSourceError(f"{what}: the file is not in the repository") from None
+    except HFValidationError as e:
+        raise ModelSourceError(f"{what}: not a valid hub id: {_first_line(e)}") from None
     except HfHubHTTPError as e:
         raise ModelSourceError(f"{what}: the hub answered {_first_line(e)}") from None
     except OSError as e:
@@ -85,9 +241,36 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0] if text else type(e).__name__
 
 
+def cached_models() -> list[tuple[str, int]]:
+    """What the Hugging Face cache holds, as ``(spec, bytes)``: ``ORG/NAME`` for a safetensors
+    checkpoint, ``ORG/NAME/FILE.gguf`` for each GGUF model (a split one by its first part)."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        cache = scan_cache_dir()
+    except CacheNotFound:
+        return []
+    rows = []
+    for repo in sorted(cache.repos, key=lambda r: r.repo_id.lower()):
+        if repo.repo_type != "model":
+            continue
+        files = {f.file_path.relative_to(rev.snapshot_path).as_posix(): f.size_on_disk
+                 for rev in repo.revisions for f in rev.files}
+        ggufs = _models([name for name in files if name.lower().endswith(".gguf")])
+        for parts in ggufs.values():
+            if all(p in files for p in parts):
+                rows.append((f"{repo.repo_id}/{parts[0]}", sum(files[p] for p in parts)))
+        if any(name.endswith(".safetensors") for name in files) or not ggufs:
+            rows.append((repo.repo_id, sum(size for name, size in files.items() if not name.endswith(".gguf"))))
+    return rows
+
+
 def model_name(path: str) -> str:
-    """The name a served model goes by: ``ORG/NAME`` for a hub snapshot, else the path's last part."""
+    """The name a served model goes by: ``ORG/NAME`` for a hub snapshot or a file in one, else the
+    path's last part."""
     parts = os.path.normpath(os.path.abspath(path)).split(os.sep)
-    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):
-        return parts[-3][len("models--"):].replace("--", "/")
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "snapshots" and parts[i - 1].startswith("models--"):
+            return parts[i - 1][len("models--"):].replace("--", "/")
     return os.path.basename(path.rstrip("/")) or "default"

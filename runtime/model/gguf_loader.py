@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from gguf import GGMLQuantizationType, quants
 from radixlm.kernels.gguf_blocks import SUPPORTED_TYPES, BlockWeight
+from radixlm.runtime.load_progress import load_phase
 from radixlm.runtime.model.block_linear import BlockEmbedding, BlockLinear, BlockLMHead
 from radixlm.runtime.model.file_pages import release_pages
 from radixlm.runtime.model.gguf_config import ROPE_FREQS, GGUFArchitecture, gguf_architecture, hf_config
@@ -82,21 +83,25 @@ def fill_from_gguf(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch
                    file_name: str) -> None:
     """Put every tensor of the file in its place in ``model`` (float parameters or block modules)."""
     groups = _group_pieces(model, tensors, arch, file_name)
-    block_groups = []
-    for pieces in groups.values():
-        param = pieces[0][0].param
-        if param.dim() == 1 or all(t.type_name == "F32" for _, t, _ in pieces):
-            for target, tensor, hf_name in pieces:
-                rows = torch.from_numpy(_float_rows(tensor, hf_name, model.config, arch))
-                param.data[target.row:target.row + rows.shape[0]].copy_(rows.reshape(target.shape))
+    total = sum(tensor.data.nbytes for pieces in groups.values() for _, tensor, _ in pieces)
+    with load_phase(f"loading weights ({file_name})", total, "B") as bar:
+        block_groups = []
+        for pieces in groups.values():
+            param = pieces[0][0].param
+            if param.dim() == 1 or all(t.type_name == "F32" for _, t, _ in pieces):
+                for target, tensor, hf_name in pieces:
+                    rows = torch.from_numpy(_float_rows(tensor, hf_name, model.config, arch))
+                    param.data[target.row:target.row + rows.shape[0]].copy_(rows.reshape(target.shape))
+                    release_pages(tensor.data)
+                    bar.update(tensor.data.nbytes)
+            else:
+                block_groups.append(sorted(pieces, key=lambda piece: piece[0].row))
+        owners = _param_owners(model)
+        for pieces in block_groups:  # after the float ones: a BlockLinear takes its loaded bias
+            _install(model, owners, pieces[0][0].param, _block_parts(pieces, model.config, arch))
+            for _, tensor, _ in pieces:
                 release_pages(tensor.data)
-        else:
-            block_groups.append(sorted(pieces, key=lambda piece: piece[0].row))
-    owners = _param_owners(model)
-    for pieces in block_groups:  # after the float ones: a BlockLinear takes its loaded bias
-        _install(model, owners, pieces[0][0].param, _block_parts(pieces, model.config, arch))
-        for _, tensor, _ in pieces:
-            release_pages(tensor.data)
+                bar.update(tensor.data.nbytes)
 
 
 def _group_pieces(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch: GGUFArchitecture,

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 import torch
 from radixlm.runtime.gguf_path import gguf_file
+from radixlm.runtime.load_progress import load_phase
 from radixlm.runtime.model.attention import resolve_attention_backend
 from radixlm.runtime.model.file_pages import release_pages
 from radixlm.runtime.model.gemma3 import Gemma3ForCausalLM, text_tensor_name
@@ -28,7 +30,6 @@ from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.quantization import check_quantization, quantize_model
 from radixlm.runtime.model.quantize_as_loaded import QuantizeAsLoaded
 from radixlm.runtime.model.safetensors_reader import SafetensorsFile
-from tqdm import tqdm
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -131,38 +132,44 @@ def load_weights(model: LlamaForCausalLM, files: list[str], quantizer: QuantizeA
     layout = model.checkpoint_layout()
     expected = set(layout)
     loaded: set[str] = set()
-    bar = tqdm(total=len(layout), desc="loading weights", unit="tensor", leave=False,
-               disable=None if model.tp.rank == 0 else True)  # None: shown on a terminal only
-    for file in files:
-        with SafetensorsFile(file) as f:
-            for stored in f.keys():
-                bar.update()
-                name = _model_name(stored, model)
-                if name is None or _ignored(name, model):
-                    continue
-                if name in loaded:
-                    raise ValueError(f"tensor {name!r} appears twice in the checkpoint (again in "
-                                     f"{os.path.basename(file)})")
-                if name not in expected:
-                    raise ValueError(f"unexpected tensor {name!r} in {os.path.basename(file)}: not part of "
-                                     f"a {model.config.architecture} with {model.config.num_layers} layers")
-                target = layout[name]
-                actual = f.shape(stored)
-                if actual != target.shape:
-                    raise ValueError(f"shape mismatch for tensor {name!r} in {os.path.basename(file)}: "
-                                     f"checkpoint has {list(actual)}, model expects {list(target.shape)}")
-                whole = f.view(stored)
-                data = f.tensor(stored, _part(whole, target))
-                target.param.data[target.row:target.row + data.shape[0]].copy_(data)
-                release_pages(whole)
-                loaded.add(name)
-                if quantizer is not None:
-                    quantizer.loaded(name, layout)
-    bar.close()
+    with load_phase(f"loading weights ({len(files)} safetensors file{'s' if len(files) != 1 else ''})",
+                    len(layout), "tensor", show=model.tp.rank == 0) as bar:
+        for file in files:
+            _load_file(model, file, layout, loaded, bar, quantizer)
     missing = sorted(expected - loaded)
     if missing:
         shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
         raise ValueError(f"checkpoint is missing tensor(s): {shown}")
+
+
+def _load_file(model: LlamaForCausalLM, file: str, layout: dict[str, TensorTarget], loaded: set[str], bar: Any,
+               quantizer: QuantizeAsLoaded | None) -> None:
+    """Copy one safetensors file's tensors into their places (``bar`` counts them)."""
+    expected = layout.keys()
+    with SafetensorsFile(file) as f:
+        for stored in f.keys():
+            bar.update()
+            name = _model_name(stored, model)
+            if name is None or _ignored(name, model):
+                continue
+            if name in loaded:
+                raise ValueError(f"tensor {name!r} appears twice in the checkpoint (again in "
+                                 f"{os.path.basename(file)})")
+            if name not in expected:
+                raise ValueError(f"unexpected tensor {name!r} in {os.path.basename(file)}: not part of "
+                                 f"a {model.config.architecture} with {model.config.num_layers} layers")
+            target = layout[name]
+            actual = f.shape(stored)
+            if actual != target.shape:
+                raise ValueError(f"shape mismatch for tensor {name!r} in {os.path.basename(file)}: "
+                                 f"checkpoint has {list(actual)}, model expects {list(target.shape)}")
+            whole = f.view(stored)
+            data = f.tensor(stored, _part(whole, target))
+            target.param.data[target.row:target.row + data.shape[0]].copy_(data)
+            release_pages(whole)
+            loaded.add(name)
+            if quantizer is not None:
+                quantizer.loaded(name, layout)
 
 
 def _part(whole: np.ndarray, target: TensorTarget) -> np.ndarray:

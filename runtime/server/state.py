@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,9 @@ class ServerConfig:
     def keys(self) -> list[str]:
         """Every accepted API key, without repeats (empty: authentication is off)."""
         return list(dict.fromkeys(([self.api_key] if self.api_key is not None else []) + list(self.api_keys)))
+
+
+CURRENT_RECORD: ContextVar[RequestRecord | None] = ContextVar("radixlm_request_record", default=None)
 
 
 class RequestRecord:
@@ -165,6 +169,7 @@ class ServerState:
     async def track(self, route: str, request_id: str | None = None) -> AsyncIterator[RequestRecord]:
         """Bookkeeping around one HTTP request: the INFO log line and the metrics."""
         record = RequestRecord(route, request_id or uuid.uuid4().hex[:16])
+        token = CURRENT_RECORD.set(record)  # what a request cut at shutdown produced is counted in it
         try:
             yield record
         except (asyncio.CancelledError, ConnectionResetError):
@@ -175,6 +180,7 @@ class ServerState:
             record.outcome, record.status = "error", (err.status if err else 500)
             raise
         finally:
+            CURRENT_RECORD.reset(token)
             latency = time.perf_counter() - record.start
             self.metrics.record_request(record.outcome, record.prompt, record.cached, record.completion,
                                         latency if record.outcome == "success" else None)
@@ -195,6 +201,8 @@ class ServerState:
     def _check_cut(self, meta: dict[str, Any] | None = None) -> None:
         """503 once the shutdown has cut the requests (for ``meta``: if it is an aborted one's end)."""
         if self.cut and (meta is None or _is_abort(meta)):
+            if meta is not None:
+                _count_cut(meta)
             raise APIError(503, "the server is shutting down; the request was cut at the end of the "
                            "graceful-shutdown period", code="shutting_down")
 
@@ -211,8 +219,11 @@ class ServerState:
         self.owners[rid] = CURRENT_TENANT.get()
         try:
             result = await self.engine.async_generate(rid=rid, stream=False, **kwargs)
-            for out in result if isinstance(result, list) else [result]:
-                self._check_cut(out.get("meta_info", {}))
+            metas = [out.get("meta_info", {}) for out in (result if isinstance(result, list) else [result])]
+            if self.cut and any(_is_abort(meta) for meta in metas):
+                for meta in metas:  # every choice's tokens count, then the request answers 503
+                    _count_cut(meta)
+                self._check_cut()
             if observe_ttft:
                 for out in result if isinstance(result, list) else [result]:
                     meta = out.get("meta_info", {})
@@ -262,6 +273,14 @@ class ServerState:
             self.owners.pop(rid, None)
             if not finished:
                 self.engine.abort(rid)
+
+
+def _count_cut(meta: dict[str, Any]) -> None:
+    """Count a cut request's tokens in the HTTP request's record (its route never sees its end);
+    its prompt only when no earlier phase of the same HTTP request was counted."""
+    record = CURRENT_RECORD.get()
+    if record is not None:
+        record.add(meta, prompt=record.prompt == 0)
 
 
 def _is_abort(meta: dict[str, Any]) -> bool:

@@ -237,13 +237,18 @@ class Tokenizer:
         """
         template = select_chat_template(self._template_entry, tools)  # named `tool_use` with tools
         if template is None:
-            raise ChatTemplateError(
-                f"no chat template in {str(self.path)!r} (looked for tokenizer_config.json 'chat_template' "
-                "and chat_template.jinja)"
-            )
+            raise ChatTemplateError(f"no chat template in {str(self.path)!r} ({self._template_places()}); "
+                                    "pass one with --chat-template FILE (a Jinja file or the template text)")
         variables = {**self.special_tokens, **kwargs}
         return render_chat_template(template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                     **variables)
+
+
+    def _template_places(self) -> str:
+        """Where a chat template was looked for, as the error names it."""
+        if self.path.suffix.lower() == ".gguf":
+            return "the GGUF metadata has no 'tokenizer.chat_template' key: a base model"
+        return "looked for tokenizer_config.json 'chat_template' and chat_template.jinja"
 
 
 def _read_template_override(value: str) -> str:

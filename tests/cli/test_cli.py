@@ -197,11 +197,25 @@ def test_unknown_flag_names_the_closest_ones(capsys):
         main(["serve", "--max-totl-tokens", "5"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: radixlm serve")  # the subcommand's usage, not the top level's
-    assert "unrecognized arguments: --max-totl-tokens 5 (did you mean --max-total-tokens" in err
+    assert "usage:" not in err  # one error line and a pointer to --help, not the whole usage
+    assert err.startswith("radixlm: error: unrecognized arguments: --max-totl-tokens 5 (did you mean "
+                          "--max-total-tokens")
+    assert err.splitlines()[-1] == "radixlm: 'radixlm serve --help' lists the flags"  # the subcommand's
     with pytest.raises(SystemExit):
         main(["generate", "hi", "--zzz"])
     assert "unrecognized arguments: --zzz\n" in capsys.readouterr().err  # nothing close: no hint
+
+
+@pytest.mark.parametrize("argv", [["serve", "--bogus-flag"], ["serve", "--port", "99999"],
+                                  ["serve", "--quantization", "fp4"], ["generate", "hi", "--max-new-tokens", "x"],
+                                  ["nosuchcommand"]])
+def test_a_bad_flag_is_one_error_line_and_a_pointer_to_help(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("radixlm: error: "), lines
+    assert lines[1].endswith("--help' lists the flags"), lines
 
 
 def test_cuda_graph_flags_are_real_flags_not_ignored_ones(capsys):
@@ -228,3 +242,22 @@ def test_generate_on_the_embedded_model_says_its_weights_are_random():
     assert run.returncode == 0, run.stderr
     assert "radixlm: notice: the embedded tiny model has RANDOM weights" in run.stderr
     assert " INFO " not in run.stderr  # generate's output is the text
+
+
+def test_real_gguf_has_a_help_and_names_its_models():
+    module = "radixlm.runtime.checkpoints.real_gguf"
+    shown = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "qwen2.5-coder-0.5b-instruct-q4_k_m" in shown.stdout, shown.stderr
+    bad = subprocess.run([sys.executable, "-m", module, "no-such-model"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "unknown model 'no-such-model'" in bad.stderr
+
+
+def test_the_trust_remote_code_notice_names_every_built_in_family():
+    from radixlm.runtime.model.model_config import SUPPORTED_ARCHITECTURES
+
+    from radixlm.sglang_flags import IGNORED_FLAGS
+
+    notice = IGNORED_FLAGS["--trust-remote-code"][1].replace(" ", "")
+    for arch in SUPPORTED_ARCHITECTURES:
+        assert arch.split("For")[0] in notice, arch

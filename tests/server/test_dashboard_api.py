@@ -3,6 +3,7 @@ tenants kept apart, the shared prefix of a batch in the tree, the playground's t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
@@ -203,6 +204,19 @@ def test_playground_regex_and_free_sampling(open_url):
     assert {t["origin"] for ev in evs if ev["type"] == "tokens" for t in ev["tokens"]} == {"free"}
 
 
+def test_the_request_log_counts_a_playground_run(open_url, caplog):
+    caplog.set_level("INFO", logger="radixlm.server.requests")
+    done = events(call(open_url, "/dashboard/api/playground", {"prompt": "Count", "max_new_tokens": 5})[2])[-1]
+    assert done["type"] == "done" and done["completion_tokens"] > 0
+
+    def logged() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.getMessage().startswith("/dashboard/api/playground")]
+
+    wait_for(lambda: logged())  # the line is written when the handler returns
+    assert f"completion_tokens={done['completion_tokens']} " in logged()[-1], logged()
+    assert "prompt_tokens=0 " not in logged()[-1]
+
+
 @pytest.mark.parametrize(("body", "param"), [
     ({"prompt": "x", "messages": [{"role": "user", "content": "x"}]}, "prompt"),
     ({"prompt": "x", "temperature": "hot"}, "temperature"),
@@ -231,7 +245,123 @@ def test_event_stream_sends_the_series_then_live_inspections(open_url):
                 seen.append(ev["type"])
                 if ev["type"] == "inspect":
                     assert {"tree", "evictions", "requests", "grammars", "eviction_seq"} <= set(ev)
-    assert seen[0] == "series"
+    assert seen[:2] == ["series", "inspect"]  # the panels are filled at first paint, not a tick later
+
+
+def test_first_events_fill_every_panel_at_once(open_url):
+    """The stream opens with the history and a whole inspection (earlier requests included)."""
+    generate(open_url, "first paint warm-up")
+    wait_for(lambda: len(json.loads(call(open_url, "/dashboard/api/series")[2])["samples"]) >= 1)
+    with urllib.request.urlopen(urllib.request.Request(open_url + "/dashboard/events"), timeout=60) as resp:
+        buffer = b""
+        while buffer.count(b"\n\n") < 2:
+            buffer += resp.read1(65536)
+    series, inspect = (json.loads(f[len(b"data: "):]) for f in buffer.split(b"\n\n")[:2])
+    assert series["type"] == "series" and series["samples"]
+    assert inspect["type"] == "inspect" and inspect["requests"] and inspect["tree"]["namespaces"]
+
+
+class _Sessions:
+    """Client sessions from several loopback addresses (127.0.0.2, ...), so that many streams stay
+    under the server's per-client connection cap; ``get`` spreads requests over them."""
+
+    def __init__(self, count: int) -> None:
+        import aiohttp
+
+        self.sessions = [aiohttp.ClientSession(connector=aiohttp.TCPConnector(
+            limit=0, local_addr=(f"127.0.0.{2 + i}", 0))) for i in range(count)]
+        self.n = 0
+
+    def get(self, url: str):
+        self.n += 1
+        return self.sessions[self.n % len(self.sessions)].get(url)
+
+    async def close(self) -> None:
+        for session in self.sessions:
+            await session.close()
+
+
+async def _open_streams(url: str, n: int) -> tuple[list[int], list[Any], _Sessions]:
+    session = _Sessions(max(1, n // 40))
+    responses = await asyncio.gather(*(session.get(url + "/dashboard/events") for _ in range(n)))
+    return [r.status for r in responses], responses, session
+
+
+def test_event_streams_share_one_feed_and_are_capped(engine, open_url):
+    """MAX_SUBSCRIBERS open streams and one more: the extra one gets 503, /health stays 200, and the
+    engine is inspected per tick, not per stream (counted, not timed)."""
+    from radixlm.runtime.server.dashboard.feed import INSPECT_EVERY, MAX_SUBSCRIBERS
+
+    calls = []
+    original = engine.inspect
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    async def scenario():
+        engine.inspect = counted
+        try:
+            statuses, responses, session = await _open_streams(open_url, MAX_SUBSCRIBERS + 1)
+            try:
+                assert sorted(statuses) == [200] * MAX_SUBSCRIBERS + [503], statuses
+                refused = next(r for r in responses if r.status == 503)
+                assert (await refused.json())["error"]["code"] == "too_many_streams"
+                assert refused.headers["Retry-After"]
+                async with session.get(open_url + "/health") as health:
+                    assert health.status == 200
+                opened = [r for r in responses if r.status == 200]
+                firsts = [await r.content.readuntil(b"\n\n") + await r.content.readuntil(b"\n\n")
+                          for r in opened]
+                assert all(b'"type": "series"' in f and b'"type": "inspect"' in f for f in firsts)
+                before = len(calls)
+                for r in opened:  # the streams' next inspection: one computation for all of them
+                    while b'"type": "inspect"' not in await r.content.readuntil(b"\n\n"):
+                        pass
+                assert len(calls) - before <= 2, (len(calls), before)  # at most the tick's and the next's
+                assert before <= 1 + MAX_SUBSCRIBERS // INSPECT_EVERY  # the first paints shared one too
+            finally:
+                for r in responses:
+                    r.close()
+                await session.close()
+        finally:
+            engine.inspect = original
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_five_hundred_dashboard_streams_leave_health_fast(open_url):
+    """500 clients open the stream at once (past the cap: most are refused): /health's median
+    latency stays within 100 ms of its idle figure (timed: slow run only)."""
+    import time
+
+    from radixlm.runtime.server.dashboard.feed import MAX_SUBSCRIBERS
+
+    def health_ms() -> float:
+        start = time.perf_counter()
+        assert call(open_url, "/health")[0] == 200
+        return (time.perf_counter() - start) * 1000
+
+    idle = sorted(health_ms() for _ in range(20))[10]
+
+    async def scenario() -> float:
+        opening = asyncio.ensure_future(_open_streams(open_url, 500))
+        samples = []
+        while not opening.done():
+            samples.append(await asyncio.to_thread(health_ms))
+        statuses, responses, session = await opening
+        for _ in range(10):
+            samples.append(await asyncio.to_thread(health_ms))
+        for r in responses:
+            r.close()
+        await session.close()
+        assert statuses.count(200) <= MAX_SUBSCRIBERS and set(statuses) <= {200, 503}
+        return sorted(samples)[len(samples) // 2]
+
+    busy = asyncio.run(scenario())
+    print(f"/health median: idle {idle:.1f} ms, with 500 streams opening {busy:.1f} ms")
+    assert busy - idle < 100, (idle, busy)
 
 
 def test_generate_returns_token_origins_only_when_asked(open_url):

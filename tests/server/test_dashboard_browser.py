@@ -1,5 +1,6 @@
 """The dashboard in a real browser: headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
-driven by selenium) against a live tiny server under a small load. The charts receive data, the
+driven by selenium) against a live tiny server under a small load. The first paint fills the tree,
+the recent requests and the grammar cache (a screenshot taken at once shows them). The charts receive data, the
 tree shows the shared prefix of a batch, the playground streams a schema-constrained answer with
 its origin colours and the parsed JSON, and the browser console logs no error.
 
@@ -102,6 +103,36 @@ def _wait(driver, what: str, script: str, timeout: float = 45.0):
 
     return WebDriverWait(driver, timeout, poll_frequency=0.25).until(
         lambda d: d.execute_script(script), message=f"the page never showed {what}")
+
+
+def _served_enough(url: str) -> bool:
+    with urllib.request.urlopen(url + "/dashboard/api/inspect", timeout=60) as resp:
+        view = json.loads(resp.read())
+    return len(view["requests"]) >= len(QUESTIONS) and bool(view["grammars"])
+
+
+def test_first_paint_fills_every_panel(loaded_server, browser):
+    """Opened after some traffic, the page's first events fill the tree, the requests and the
+    grammar cache: the screenshot is taken as soon as the first inspection is drawn, and shows them."""
+    _wait_until(lambda: _served_enough(loaded_server))
+    browser.get(loaded_server + "/dashboard")
+    _wait(browser, "the first inspection drawn", "return document.body.dataset.filled === 'yes'", timeout=20)
+    png = browser.get_screenshot_as_png()  # at once: no waiting for a later tick
+    filled = browser.execute_script("""return {
+        nodes: document.querySelectorAll('rect.tree-node').length,
+        requests: document.querySelectorAll('#requests-table tbody tr').length,
+        grammars: document.querySelectorAll('#grammars-table tbody tr').length};""")
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000
+    assert filled["nodes"] >= 1 and filled["requests"] >= len(QUESTIONS) and filled["grammars"] >= 1, filled
+
+
+def _wait_until(ready, timeout: float = 120.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert time.monotonic() < deadline, "the load never produced requests and a grammar"
+        time.sleep(0.5)
 
 
 def test_dashboard_live_in_a_browser(loaded_server, browser):

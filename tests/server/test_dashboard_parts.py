@@ -62,3 +62,81 @@ def test_token_origins_hand_a_stream_reader_what_came_since_its_last_read():
     assert origins.take() == 3 and origins.take() == 5
     origins.append("closed")
     assert origins.codes[-1] == "closed" and origins.take() == 5
+
+
+def _feed(max_subscribers: int):
+    import asyncio
+
+    from radixlm.runtime.server.dashboard.feed import DashboardFeed
+
+    stats = {"timers": {}, "num_running_reqs": 0}
+    sampler = SeriesSampler(lambda: stats, Histogram((0.1,)), Histogram((0.1,)), period_s=3600)  # ticks: step()
+    calls: list[int] = []
+    seq = {"n": 0}
+
+    async def inspect(max_nodes: int, events_since: int, requests_since: int) -> dict:
+        calls.append(max_nodes)
+        seq["n"] += 1
+        await asyncio.sleep(0)
+        return {"tree": None, "grammars": [], "eviction_seq": 0, "evictions": [], "request_seq": seq["n"],
+                "requests": [{"seq": i} for i in range(1, seq["n"] + 1)]}
+
+    return DashboardFeed(sampler, inspect, lambda: False, max_subscribers=max_subscribers), sampler, calls
+
+
+def test_dashboard_feed_computes_once_for_every_subscriber_and_caps_them():
+    """500 subscribers: the first events are the history and a whole inspection, computed once; each
+    broadcast inspection is computed once per tick and sent as the same bytes to all; over the cap a
+    subscriber is refused."""
+    import asyncio
+    import json
+
+    from radixlm.runtime.server.dashboard.feed import INSPECT_EVERY, FeedFull
+
+    async def scenario():
+        feed, sampler, calls = _feed(max_subscribers=500)
+        sampler.sample()
+        subs = await asyncio.gather(*(feed.subscribe(64) for _ in range(500)))
+        assert len(calls) == 1  # 500 first paints, one inspection
+        firsts = {tuple(first) for _, first in subs}
+        assert len(firsts) == 1  # the same encoded events for everyone
+        series, inspect = (json.loads(b[len(b"data: "):]) for b in next(iter(firsts)))
+        assert series["type"] == "series" and len(series["samples"]) == 1
+        assert inspect["type"] == "inspect" and inspect["requests"] == [{"seq": 1}]
+        with pytest.raises(FeedFull, match="500 dashboard streams"):
+            await feed.subscribe(64)
+        sampler.sample()
+        await feed.step()  # tick 1: the new sample
+        got = [sub.queue.get_nowait() for sub, _ in subs]
+        assert len(set(got)) == 1 and json.loads(got[0][6:])["type"] == "samples"
+        await feed.step()  # tick 2: an inspection
+        ticks = [sub.queue.get_nowait() for sub, _ in subs]
+        inspected = json.loads(ticks[0][6:])
+        assert len(set(ticks)) == 1 and inspected["type"] == "inspect"
+        assert [r["seq"] for r in inspected["requests"]] == [2]  # only what is new since the first paint
+        assert len(calls) == 2 and INSPECT_EVERY == 2  # one per inspection tick, never per subscriber
+        for sub, _ in subs[:10]:
+            feed.unsubscribe(sub)
+        assert (await feed.subscribe(8))[0].max_nodes == 8
+        await feed.stop()
+        assert all(sub.queue.get_nowait() is None for sub, _ in subs[10:])  # every stream ends
+
+    asyncio.run(scenario())
+
+
+def test_dashboard_feed_drops_a_reader_that_stopped_reading():
+    import asyncio
+
+    from radixlm.runtime.server.dashboard.feed import QUEUE_EVENTS
+
+    async def scenario():
+        feed, sampler, _ = _feed(max_subscribers=4)
+        stuck, _ = await feed.subscribe(64)
+        for _ in range(QUEUE_EVENTS + 2):
+            feed._broadcast(lambda sub: b"data: {}\n\n")
+        assert stuck not in feed.subscribers
+        drained = [stuck.queue.get_nowait() for _ in range(stuck.queue.qsize())]
+        assert drained[-1] is None  # its stream ends
+        await feed.stop()
+
+    asyncio.run(scenario())

@@ -38,7 +38,7 @@ class StuckEngine:
     async def async_generate(self, rid: str, stream: bool = False, **kwargs):
         gate = self.gates[rid] = asyncio.Event()
         self.started.release()
-        end = {"text": "", "output_ids": [], "meta_info": {"id": rid, "prompt_tokens": 1, "completion_tokens": 1,
+        end = {"text": "", "output_ids": [], "meta_info": {"id": rid, "prompt_tokens": 2, "completion_tokens": 3,
                                                             "finish_reason": {"type": "abort"}}}
         if not stream:
             await gate.wait()
@@ -64,7 +64,8 @@ async def _post(session, url, body):
         return resp.status, await resp.read()
 
 
-def test_cut_requests_are_answered_and_the_server_exits(stuck):
+def test_cut_requests_are_answered_and_the_server_exits(stuck, caplog):
+    caplog.set_level("INFO", logger="radixlm.server.requests")
     srv = BackgroundServer(stuck, ServerConfig(port=0, graceful_shutdown_s=GRACE_S)).start()
     bodies = [("/generate", {"text": "hello", "sampling_params": {"max_new_tokens": 8}}),
               ("/generate", {"text": "hello", "stream": True, "sampling_params": {"max_new_tokens": 8}}),
@@ -97,3 +98,8 @@ def test_cut_requests_are_answered_and_the_server_exits(stuck):
             assert status == 503, raw
             err = json.loads(raw)["error"]
             assert err["code"] == "shutting_down" and set(err) == {"message", "type", "param", "code"}
+    # the request log counts what each cut request produced (3 tokens each), not 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "radixlm.server.requests"]
+    assert len(lines) == len(bodies), lines
+    for line in lines:
+        assert "status=" in line and "prompt_tokens=2 " in line and "completion_tokens=3 " in line, line

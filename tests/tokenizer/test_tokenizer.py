@@ -180,8 +180,20 @@ def test_other_hf_layouts(tiny_llama, tmp_path):
     del config["chat_template"]
     (path / "tokenizer_config.json").write_text(json.dumps(config))
     (path / "chat_template.jinja").unlink()
-    with pytest.raises(ChatTemplateError, match="no chat template"):
+    with pytest.raises(ChatTemplateError, match="no chat template") as err:
         Tokenizer(path).apply_chat_template([{"role": "user", "content": "hey"}])
+    assert "chat_template.jinja" in str(err.value) and "--chat-template" in str(err.value)
+
+
+def test_a_gguf_without_a_template_names_its_key_and_the_flag(tok):
+    """A base model's GGUF has no ``tokenizer.chat_template``: the error names that key, not HF's files."""
+    base = Tokenizer.from_tokenizer(tok.hf, source="/models/base-Q4_K_M.gguf", special_tokens={},
+                                    eos_token_ids=[0])
+    with pytest.raises(ChatTemplateError) as err:
+        base.apply_chat_template([{"role": "user", "content": "hey"}])
+    message = str(err.value)
+    assert "'tokenizer.chat_template'" in message and "--chat-template" in message
+    assert "tokenizer_config.json" not in message and "chat_template.jinja" not in message
 
 
 def test_missing_files_are_named(tmp_path):

@@ -31,7 +31,7 @@ from radixlm.runtime.chat_formats.tools import call_schema
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.http_errors import bad_request
 from radixlm.runtime.server.request_fields import FieldReader
-from radixlm.runtime.server.state import ServerState
+from radixlm.runtime.server.state import RequestRecord, ServerState
 from radixlm.runtime.server.tool_calls import parse_tools
 
 MAX_NEW_TOKENS = 1024
@@ -83,9 +83,10 @@ def parse_playground(state: ServerState, body: dict[str, Any]) -> tuple[list[int
     return ids, params, params.constraint_kind
 
 
-async def playground_events(state: ServerState, request: web.Request, ids: list[int],
-                            params: SamplingParams) -> AsyncIterator[dict[str, Any]]:
-    """The event stream of the module docstring (the engine's first chunk comes before any event)."""
+async def playground_events(state: ServerState, request: web.Request, ids: list[int], params: SamplingParams,
+                            record: RequestRecord) -> AsyncIterator[dict[str, Any]]:
+    """The event stream of the module docstring (the engine's first chunk comes before any event);
+    the run's tokens are counted in ``record`` (the request log line)."""
     tokenizer = state.tokenizer
     rid = f"playground-{uuid.uuid4().hex[:12]}"
     stream = state.stream(rid, input_ids=ids, sampling_params=params, extra_key=state.extra_key(request, None))
@@ -108,6 +109,7 @@ async def playground_events(state: ServerState, request: web.Request, ids: list[
             yield {"type": "tokens", "offset": offset,
                    "tokens": [{"text": t, "origin": o} for t, o in zip(texts, origins[offset:])]}
         if meta.get("finish_reason") is not None:
+            record.add(meta)
             yield _done(text, meta, params, origins)
 
 

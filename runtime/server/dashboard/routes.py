@@ -6,9 +6,10 @@
 - ``GET /dashboard/api/series``: the per-second samples (``series.SeriesSampler``).
 - ``GET /dashboard/api/inspect?max_nodes=&events_since=&requests_since=``: the radix tree's largest
   branches, evictions, recent requests and the grammar cache (``views.inspection_view``).
-- ``GET /dashboard/events``: the same live, as server-sent events: ``series`` (the history) once,
-  then ``samples`` every second and ``inspect`` (new evictions and requests only) every
-  ``INSPECT_EVERY`` seconds, until the client leaves or the server shuts down.
+- ``GET /dashboard/events``: the same live, as server-sent events: ``series`` (the history) and a
+  whole ``inspect`` at once, then ``samples`` every second and ``inspect`` (new evictions and
+  requests only) every ``feed.INSPECT_EVERY`` seconds, until the client leaves or the server shuts
+  down; one feed computed for every subscriber, at most ``MAX_SUBSCRIBERS`` of them (``feed``).
 - ``POST /dashboard/api/playground``: one generation streamed with its tokens' origins (``playground``).
 
 Every data route shows other clients' prompt text, so with API keys it needs an admin caller
@@ -19,17 +20,17 @@ asks for the key and sends it as an ``Authorization`` header (the event stream i
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from radixlm.runtime.server.auth import forbidden_unless_admin
+from radixlm.runtime.server.dashboard.feed import DashboardFeed, FeedFull
 from radixlm.runtime.server.dashboard.playground import parse_playground, playground_events
 from radixlm.runtime.server.dashboard.series import SeriesSampler
 from radixlm.runtime.server.dashboard.views import InspectedEngine, inspection_view
-from radixlm.runtime.server.http_errors import APIError, bad_request, from_exception
-from radixlm.runtime.server.sse import open_stream, send_event, write_stream
+from radixlm.runtime.server.http_errors import APIError, bad_request
+from radixlm.runtime.server.sse import open_stream, write_stream
 from radixlm.runtime.server.state import ServerState
 
 STATIC = Path(__file__).parent / "static"
@@ -39,7 +40,6 @@ PAGE_HEADERS = {"Content-Security-Policy": "default-src 'self'; script-src 'self
                 "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'",
                 "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", "Cache-Control": "no-cache"}
 DATA_HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
-INSPECT_EVERY = 2  # seconds between two tree snapshots on the event stream
 LOOPBACK = ("127.", "::1", "localhost")
 
 
@@ -68,6 +68,8 @@ class DashboardRoutes:
     def __init__(self, state: ServerState) -> None:
         self.state = state
         self.sampler = SeriesSampler(state.engine.get_stats, state.metrics.ttft, state.metrics.itl)
+        inspect = self._inspection if isinstance(state.engine, InspectedEngine) else None
+        self.feed = DashboardFeed(self.sampler, inspect, lambda: state.draining)
 
     def register(self, app: web.Application) -> None:
         app.router.add_get("/dashboard", self.page)
@@ -85,6 +87,7 @@ class DashboardRoutes:
         self.sampler.start()
 
     async def _stop(self, app: web.Application) -> None:
+        await self.feed.stop()
         await self.sampler.stop()
 
     # ------------------------------------------------------------------ the page
@@ -140,36 +143,28 @@ class DashboardRoutes:
     async def events(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
         max_nodes = _query_int(request, "max_nodes", 64, 1, 512)
-        resp = await open_stream(request, DATA_HEADERS)
-        cursor = self.sampler.count
-        await send_event(resp, {"type": "series", "period_s": self.sampler.period_s,
-                                "samples": list(self.sampler.samples)})
-        seqs = {"eviction_seq": 0, "request_seq": 0}
-        tick = 0
         try:
-            while not self.state.draining:
-                new = self.sampler.since(cursor)
-                cursor = self.sampler.count
-                if new:
-                    await send_event(resp, {"type": "samples", "samples": new})
-                if tick % INSPECT_EVERY == 0 and isinstance(self.state.engine, InspectedEngine):
-                    view = await self._inspection(max_nodes, seqs["eviction_seq"], seqs["request_seq"])
-                    seqs = {k: view[k] for k in seqs}
-                    await send_event(resp, {"type": "inspect", **view})
-                tick += 1
-                await asyncio.sleep(self.sampler.period_s)
-            await send_event(resp, {"type": "bye", "reason": "the server is shutting down"})
+            sub, first = await self.feed.subscribe(max_nodes)
+        except FeedFull as e:
+            raise APIError(503, f"{e}: close another dashboard page or try again later",
+                           code="too_many_streams", retry_after_s=5) from None
+        try:
+            resp = await open_stream(request, DATA_HEADERS)
+            for data in first:
+                await resp.write(data)
+            while (data := await sub.queue.get()) is not None:
+                await resp.write(data)
             await resp.write_eof()
         except ConnectionResetError:
             pass
-        except Exception as e:  # noqa: BLE001 - the stream has started: report in-band, then end it
-            await resp.write(from_exception(e).to_sse())
-            await resp.write_eof()
+        finally:
+            self.feed.unsubscribe(sub)
         return resp
 
     async def playground(self, request: web.Request) -> web.StreamResponse:
         self._admin(request)
-        async with self.state.track("/dashboard/api/playground"):
+        async with self.state.track("/dashboard/api/playground") as record:
             body = await self.state.read_json(request)
             ids, params, _ = await self.state.offload(parse_playground, self.state, body)
-            return await write_stream(request, playground_events(self.state, request, ids, params), DATA_HEADERS)
+            events = playground_events(self.state, request, ids, params, record)
+            return await write_stream(request, events, DATA_HEADERS)

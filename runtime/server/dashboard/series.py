@@ -23,7 +23,7 @@ from radixlm.runtime.server.metrics import Histogram
 
 logger = logging.getLogger("radixlm.server.dashboard")
 
-HISTORY_S = 600  # samples kept: the last ten minutes
+HISTORY_S = 300  # samples kept: the last five minutes (what the page's charts show)
 WINDOW_S = 10  # seconds of histogram growth a percentile sample covers
 QUANTILES = (0.5, 0.9, 0.99)
 

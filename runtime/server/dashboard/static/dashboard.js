@@ -80,6 +80,7 @@
       R.tree.evictions(ev.evictions);
       R.tables.requests(ev.requests);
       R.tables.grammars(ev.grammars);
+      document.body.dataset.filled = "yes";  // the stream's first events fill every panel
     } else if (ev.type === "bye") status(ev.reason, "error");
     else if (ev.error) status("error: " + ev.error.message, "error");
   }

@@ -4,7 +4,7 @@
   "use strict";
   const SVG = "http://www.w3.org/2000/svg";
   const BAND_MIN = 36, HEIGHT = 300, LABEL_H = 14;
-  let evicted = 0;
+  let evicted = 0, seenEviction = 0;
 
   function el(name, attrs, parent) {
     const node = document.createElementNS(SVG, name);
@@ -98,6 +98,8 @@
     const feed = document.getElementById("evictions");
     for (const old of feed.querySelectorAll(".fresh")) old.classList.remove("fresh");
     for (const e of list) {
+      if (e.seq <= seenEviction) continue;  // a reconnect's whole snapshot repeats what was shown
+      seenEviction = e.seq;
       evicted += e.tokens;
       const li = document.createElement("li");
       li.className = "fresh";
@@ -106,7 +108,7 @@
       feed.insertBefore(li, feed.firstChild);
     }
     while (feed.children.length > 60) feed.removeChild(feed.lastChild);
-    document.getElementById("eviction-count").textContent = `(${evicted} tokens evicted since this page opened)`;
+    document.getElementById("eviction-count").textContent = `(${evicted} tokens in the evictions received)`;
   }
 
   window.RDX = window.RDX || {};
