@@ -67,7 +67,8 @@ class StepTimers:
 
     def add(self, is_decode: bool, bs: int, step_s: float, forward_s: float, prefill_tokens: int = 0,
             mixed_decode: int = 0) -> None:
-        """Count one step: ``bs`` requests; an extend step's ``prefill_tokens`` and decode rows."""
+        """Count one step: ``bs`` decoded tokens (a request each, and a verify step's kept drafts); an extend
+        step's ``prefill_tokens`` and decode rows."""
         self.steps += 1
         self.prefill_tokens += prefill_tokens
         self.decode_tokens += mixed_decode
@@ -225,7 +226,8 @@ class EngineLoop:
                 self._emit_chunk(req)
         mixed = 0 if batch.is_decode else len(batch.decode_reqs)
         extended = 0 if batch.is_decode else batch.num_tokens - mixed
-        self.timers.add(batch.is_decode, len(batch.reqs), time.perf_counter() - start, result.forward_s,
+        produced = len(batch.reqs) + sum(result.accepted)  # a verify step's kept drafts are decoded tokens too
+        self.timers.add(batch.is_decode, produced, time.perf_counter() - start, result.forward_s,
                         extended, mixed)
         if extended >= RELEASE_AFTER_EXTEND_TOKENS and self.release_after_extend and release_free_memory():
             self.extend_releases += 1

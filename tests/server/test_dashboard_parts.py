@@ -29,7 +29,8 @@ def test_sampler_rates_and_windowed_percentiles():
     sampler = SeriesSampler(lambda: stats, ttft, itl)
     first = sampler.sample()
     assert first["prefill_tps"] == 0 and first["hit_rate"] is None and first["ttft_p50"] is None
-    stats.update(timers={"prefill_tokens": 500, "decode_tokens": 40}, prompt_tokens=100, cached_tokens=75)
+    stats.update(timers={"prefill_tokens": 500, "decode_tokens": 40}, prompt_tokens=100, cached_tokens=75,
+                 speculative={"spec_verify_steps": 4, "spec_accepted_tokens": 10})
     for _ in range(4):
         ttft.observe(0.05)
         itl.observe(0.05)
@@ -37,6 +38,7 @@ def test_sampler_rates_and_windowed_percentiles():
     assert second["prefill_tps"] > 0 and second["decode_tps"] > 0 and second["hit_rate"] == pytest.approx(0.75)
     assert 0 < second["ttft_p50"] <= 0.1 and 0.01 < second["itl_p99"] <= 0.1
     assert second["running"] == 2 and second["queued"] == 1 and second["kv_usage"] == 0.25
+    assert first["spec_kept"] is None and second["spec_kept"] == pytest.approx(2.5)  # drafts kept per verify step
     assert sampler.since(0) == [first, second] and sampler.since(2) == []
 
 

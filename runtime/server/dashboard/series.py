@@ -77,22 +77,26 @@ class SeriesSampler:
         """Take one sample now and append it (also called by the periodic task)."""
         now, stats = time.monotonic(), self.stats()
         timers = stats.get("timers") or {}
+        spec = stats.get("speculative") or {}
         figures = {"prefill": timers.get("prefill_tokens", 0), "decode": timers.get("decode_tokens", 0),
-                   "prompt": stats.get("prompt_tokens", 0), "cached": stats.get("cached_tokens", 0)}
+                   "prompt": stats.get("prompt_tokens", 0), "cached": stats.get("cached_tokens", 0),
+                   "verified": spec.get("spec_verify_steps", 0), "kept": spec.get("spec_accepted_tokens", 0)}
         rates = {"prefill": 0.0, "decode": 0.0}
-        hit = None
+        hit = kept = None
         if self._last is not None:
             then, before = self._last
             dt = max(now - then, 1e-6)
             rates = {k: max(figures[k] - before[k], 0) / dt for k in rates}
             asked = figures["prompt"] - before["prompt"]
             hit = (figures["cached"] - before["cached"]) / asked if asked > 0 else None
+            steps = figures["verified"] - before["verified"]  # draft tokens the model kept per verify step
+            kept = (figures["kept"] - before["kept"]) / steps if steps > 0 else None
         self._last = (now, figures)
         ttft, itl = self._ttft.quantiles(), self._itl.quantiles()
         point = {"t": time.time(), "prefill_tps": rates["prefill"], "decode_tps": rates["decode"],
                  "running": stats.get("num_running_reqs", 0), "queued": stats.get("num_queued_reqs", 0),
                  "kv_usage": stats.get("kv_usage", 0.0), "radix_tokens": stats.get("radix_cache_tokens", 0),
-                 "hit_rate": hit, "hit_rate_total": stats.get("cache_hit_rate", 0.0),
+                 "hit_rate": hit, "hit_rate_total": stats.get("cache_hit_rate", 0.0), "spec_kept": kept,
                  **{f"ttft_p{round(q * 100)}": v for q, v in zip(QUANTILES, ttft)},
                  **{f"itl_p{round(q * 100)}": v for q, v in zip(QUANTILES, itl)}}
         point = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in point.items()}

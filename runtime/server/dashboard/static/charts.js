@@ -18,6 +18,8 @@
       series: [["itl_p50", "p50"], ["itl_p90", "p90"], ["itl_p99", "p99"]] },
     { id: "cache", title: "KV pool use / cache hit rate", fmt: pct, max: 1,
       series: [["kv_usage", "KV use"], ["hit_rate", "hit rate"]] },
+    { id: "spec", title: "Draft tokens kept per verify step", fmt: num,
+      series: [["spec_kept", "kept / step"]] },
   ];
   let samples = [];
   const charts = {};
