@@ -165,3 +165,28 @@ def test_the_radix_tree_drafts_what_an_earlier_request_wrote(engines):
     assert again["output_ids"] == first["output_ids"]
     assert again["meta_info"]["forward_passes"] < first["meta_info"]["forward_passes"] // 2
     assert again["meta_info"]["spec_accepted_tokens"] >= 30
+
+
+def test_speculative_flags_in_sglang_and_vllm_spellings():
+    import argparse
+
+    from radixlm.runtime.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+
+    def method(*argv: str, device: str = "cpu"):
+        return ServerArgs(**vars(parser.parse_args(list(argv)))).speculative_method(device)
+
+    assert method() == ("ngram", 8) and method(device="cuda") == (None, 8)  # auto
+    assert method("--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "4") == ("ngram", 4)
+    assert method("--speculative-algorithm", "none") == (None, 8)
+    assert method("--speculative-config", '{"method": "ngram", "num_speculative_tokens": 5}',
+                  device="cuda") == ("ngram", 5)
+    assert method("--speculative-config", '{"method": null}') == (None, 8)
+    with pytest.raises(ValueError, match="speculative_config must be a JSON object"):
+        ServerArgs(speculative_config="[1]")
+    with pytest.raises(ValueError, match="speculative_num_draft_tokens"):
+        ServerArgs(speculative_num_draft_tokens=0)
+    with pytest.raises(ValueError, match="NGRAM, none or auto"):
+        ServerArgs(speculative_algorithm="lookahead")
