@@ -26,6 +26,7 @@ from radixlm.runtime.server.chat_pipeline import gather
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
 from radixlm.runtime.server.fan_out import check_fan_out
 from radixlm.runtime.server.field_names import OPENAI_NAMES, with_route_names
+from radixlm.runtime.server.http_errors import APIError
 from radixlm.runtime.server.model_facts import fim_prompt
 from radixlm.runtime.server.openai_logprobs import (
     TextCursor,
@@ -42,6 +43,7 @@ from radixlm.runtime.server.openai_requests import (
 from radixlm.runtime.server.openai_responses import Envelope, Usage, envelope, finish_reason, new_id
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
+from radixlm.runtime.server.tool_calls import legacy_error
 from radixlm.runtime.server.tool_schema import check_tool_schemas
 
 
@@ -193,7 +195,10 @@ class OpenAIRoutes:
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/chat/completions")
             if req.tools:  # every tool, whatever tool_choice: auto would otherwise fail mid-answer
-                await self.state.offload(check_tool_schemas, req.tools)
+                try:
+                    await self.state.offload(check_tool_schemas, req.tools)
+                except APIError as e:  # the legacy functions are named as the request sent them
+                    raise legacy_error(e) if req.legacy_functions else e from None
             # template rendering and tokenizing run in the tokenizer pool, off the event loop
             plan = await self.state.prompts.run(plan_chat, self.state, req, self.state.extra_key(request, req.salt))
             runners = [ChoiceRunner(self.state, plan, record, j) for j in range(req.n)]

@@ -17,7 +17,7 @@ from typing import Any
 from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.chat_messages import parse_messages
-from radixlm.runtime.server.http_errors import bad_request
+from radixlm.runtime.server.http_errors import APIError, bad_request
 from radixlm.runtime.server.openai_sampling import read_sampler_fields, read_structured_fields
 from radixlm.runtime.server.request_fields import (
     FieldReader,
@@ -26,7 +26,13 @@ from radixlm.runtime.server.request_fields import (
     is_kind,
     read_cache_salt,
 )
-from radixlm.runtime.server.tool_calls import ToolChoice, legacy_functions, parse_tool_choice, parse_tools
+from radixlm.runtime.server.tool_calls import (
+    ToolChoice,
+    legacy_error,
+    legacy_functions,
+    parse_tool_choice,
+    parse_tools,
+)
 
 # Accepted and ignored: they change nothing about how we generate (named in the ignored-fields header).
 IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls",
@@ -202,8 +208,12 @@ def parse_chat_request(body: dict[str, Any], strict: bool = False,
     fmt = _response_format(r)
     old_tools, old_choice = legacy_functions(r)
     legacy = old_tools is not None or old_choice is not None
-    tools = parse_tools(r.get("tools", "list") if old_tools is None else old_tools)
-    choice = parse_tool_choice(r.get("tool_choice", ("str", "object")) if old_choice is None else old_choice, tools)
+    try:
+        tools = parse_tools(r.get("tools", "list") if old_tools is None else old_tools)
+        choice = parse_tool_choice(r.get("tool_choice", ("str", "object")) if old_choice is None else old_choice,
+                                   tools)
+    except APIError as e:
+        raise legacy_error(e) if legacy else e from None
     rid, constraint, source = _extensions(r)
     _check_one_constraint(fmt, choice, tools, source)
     salt = read_cache_salt(r)

@@ -148,6 +148,25 @@ def legacy_functions(r: FieldReader) -> tuple[list | None, str | dict | None]:
     return tools, call
 
 
+_LEGACY_NAMES = ((re.compile(r"\btools\[(\d+)\]\.function\b"), r"functions[\1]"),
+                 (re.compile(r"\btools\[(\d+)\]"), r"functions[\1]"),
+                 (re.compile(r"\btool_choice\.function\b"), "function_call"),
+                 (re.compile(r"\btool_choice\b"), "function_call"))
+
+
+def legacy_error(err: APIError) -> APIError:
+    """``err`` naming the legacy fields the request sent (``functions[0].name``, ``function_call``)
+    instead of the tools it was read as."""
+    if not err.param:
+        return err
+    param, message = err.param, err.message
+    for pattern, repl in _LEGACY_NAMES:
+        param, message = pattern.sub(repl, param, count=1), pattern.sub(repl, message)
+        if param != err.param:
+            break
+    return APIError(err.status, message, param=param, code=err.code, retry_after_s=err.retry_after_s)
+
+
 def error_pointer(exc: BaseException) -> str | None:
     """The JSON pointer a constraint error names (its ``pointer``, or the ``(at #/...)`` it ends with)."""
     pointer = getattr(exc, "pointer", None)

@@ -221,6 +221,12 @@ def test_legacy_functions_are_tools_answered_as_function_call(oa, server):
     assert choice.message.function_call.name == "beta" and "x" in json.loads(choice.message.function_call.arguments)
     both = post(server, "/v1/chat/completions", {"messages": HI, "tools": TOOLS, "functions": [fn("beta")]})
     assert both.status_code == 400 and both.json()["error"]["param"] == "functions"
+    for body, param in (({"functions": [{"name": "bad name"}]}, "functions[0].name"),
+                        ({"functions": [fn("beta")], "function_call": {"name": "zeta"}}, "function_call.name"),
+                        ({"functions": [{"name": "f", "parameters": {"type": "object", "minProperties": "x"}}]},
+                         "functions[0].parameters")):
+        r = post(server, "/v1/chat/completions", {"messages": HI, "max_tokens": 2, **body})
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
 def test_unknown_nested_keys_are_ignored_and_named_at_any_depth(server):
