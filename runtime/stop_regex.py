@@ -15,9 +15,9 @@ matcher's protection against patterns that make a backtracking engine explode (`
 match exists in the text so far, the leftmost start among them is the start of the match
 ``re.search`` returns; its end (greedy and lazy quantifiers, alternation order) is the ``regex``
 module's match anchored there, once per request (the request stops at it), bounded by
-``EXACT_MATCH_TIMEOUT_S``; past that bound, or where interegular's ASCII classes (``\\d``, ``\\w``,
-``\\s`` are ASCII there) and Python's Unicode ones disagree, the longest match from that start is
-used.
+``EXACT_MATCH_TIMEOUT_S`` (past it, the longest match from that start is used). ``\\d``, ``\\s``,
+``\\w`` and their negations keep Python's Unicode meaning (interegular's are ASCII): the scan marks
+them, as it marks ``^``, and the program tests them as Python does.
 """
 
 from __future__ import annotations
@@ -35,6 +35,19 @@ EXACT_MATCH_TIMEOUT_S = 0.5  # the anchored match of a found stop (greedy/lazy p
 
 _CHAR, _SPLIT, _JMP, _BOL, _MATCH = range(5)
 _BOL_MARK = "\U0010fffd"  # ``^`` outside a class, as interegular (which has no ``^``) reads it
+_RESERVED = range(0x10FFF0, 0x10FFFE)  # the marks' code points: a pattern may not hold them
+
+
+def _is_word(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+# ``\d`` ``\s`` ``\w`` (and negations) as marks interegular reads as plain characters -> Python's test
+_CLASS_MARKS = {"d": "\U0010fff0", "s": "\U0010fff1", "w": "\U0010fff2",
+                "D": "\U0010fff3", "S": "\U0010fff4", "W": "\U0010fff5"}
+_MARK_TESTS = {"\U0010fff0": (str.isdecimal, True), "\U0010fff1": (str.isspace, True), "\U0010fff2": (_is_word, True),
+               "\U0010fff3": (str.isdecimal, False), "\U0010fff4": (str.isspace, False),
+               "\U0010fff5": (_is_word, False)}
 _AT_ESCAPES = frozenset("bBAZzG")
 _REFUSED_GROUPS = (("(?=", "assert (a lookahead)"), ("(?!", "assert_not (a negative lookahead)"),
                    ("(?<=", "assert (a lookbehind)"), ("(?<!", "assert_not (a negative lookbehind)"),
@@ -89,8 +102,8 @@ def check_stop_regexes(patterns: list[str]) -> None:
 def _scan(pattern: str) -> tuple[str, bool]:
     """Refuse the constructs of the module docstring, naming them; return the pattern with ``^``
     (outside classes) marked for interegular, and whether a leading ``(?s)`` asks for DOTALL."""
-    if _BOL_MARK in pattern:
-        raise StopRegexError("holds U+10FFFD, which the stop matcher reserves")
+    if any(ord(c) in _RESERVED for c in pattern):
+        raise StopRegexError("holds a code point of U+10FFF0-U+10FFFD, which the stop matcher reserves")
     dotall = pattern.startswith("(?s)")
     text = pattern[4:] if dotall else pattern
     out, i = [], 0
@@ -102,11 +115,11 @@ def _scan(pattern: str) -> tuple[str, bool]:
                 raise StopRegexError(f"uses \\{nxt} (an at-position assertion), {_NOT_SUPPORTED}")
             if (nxt.isdigit() and nxt != "0") or nxt == "g":
                 raise StopRegexError(f"uses a backreference (\\{nxt}), {_NOT_SUPPORTED}")
-            out.append(text[i:i + 2])
+            out.append(_CLASS_MARKS.get(nxt, text[i:i + 2]))
             i += 2
         elif c == "[":
             end = _class_end(text, i)
-            out.append(text[i:end])
+            out.append(re.sub(r"\\(.)", lambda m: _CLASS_MARKS.get(m.group(1), m.group(0)), text[i:end], flags=re.S))
             i = end
         elif c == "(" and text.startswith("(?", i):
             _check_group(text, i)
@@ -179,10 +192,19 @@ class _Emitter:
     def char_group(self, chars: frozenset[str], negated: bool) -> None:
         if chars == {_BOL_MARK} and not negated:
             self.emit((_BOL,))
-        elif len(chars) == 1 and not negated:
-            self.emit((_CHAR, next(iter(chars)).__eq__))
+            return
+        tests = [_MARK_TESTS[c] for c in chars if c in _MARK_TESTS]
+        plain = chars.difference(_MARK_TESTS)
+        if len(tests) == 1 and not plain and not negated and tests[0][1]:  # a bare \d, \s or \w
+            self.emit((_CHAR, tests[0][0]))
+        elif not tests and len(plain) == 1 and not negated:
+            self.emit((_CHAR, next(iter(plain)).__eq__))
+        elif not tests:
+            self.emit((_CHAR, (lambda c: c not in plain) if negated else plain.__contains__))
         else:
-            self.emit((_CHAR, (lambda c: c not in chars) if negated else chars.__contains__))
+            def test(c: str) -> bool:
+                return (c in plain or any(f(c) == want for f, want in tests)) != negated
+            self.emit((_CHAR, test))
 
     def branch(self, alternatives: tuple) -> None:
         jumps = []
@@ -214,6 +236,11 @@ class _Emitter:
             self.node(body)
         for split in splits:
             self.prog[split] = (_SPLIT, split + 1, len(self.prog))
+
+
+def _leftmost(start: int | None, pos: int, best: tuple[int, int] | None) -> tuple[int, int] | None:
+    """``best`` updated with a match from ``start`` to ``pos`` (leftmost start, then longest)."""
+    return (start, pos) if start is not None and (best is None or start <= best[0]) else best
 
 
 @functools.lru_cache(maxsize=256)
@@ -249,8 +276,8 @@ class StopRegexMatcher:
     def _feed_one(self, i: int, prog: tuple, text: str) -> tuple[int, int] | None:
         """Advance pattern ``i``'s threads over ``text``; the leftmost start of a match in the text
         so far, with the longest end seen from it (None: no match yet)."""
-        threads, pos = self.threads[i], self.pos
-        best = self._matched(threads, prog, pos, None)
+        threads, pos, end_pc = self.threads[i], self.pos, len(prog) - 1  # the program ends with _MATCH
+        best = _leftmost(threads.get(end_pc), pos, None)
         for c in text:
             # threads are kept in order of start, so a state's first arrival brings its earliest start
             nxt: dict[int, int] = {}
@@ -262,17 +289,8 @@ class StopRegexMatcher:
                     self._add(nxt, seen, prog, pc + 1, start, pos + 1)
             pos += 1
             threads = nxt if best is not None else self._start(nxt, seen, prog, pos)
-            best = self._matched(threads, prog, pos, best)
+            best = _leftmost(threads.get(end_pc), pos, best)
         self.threads[i] = threads
-        return best
-
-    @staticmethod
-    def _matched(threads: dict[int, int], prog: tuple, pos: int,
-                 best: tuple[int, int] | None) -> tuple[int, int] | None:
-        """``best`` updated with the matches ending at ``pos`` (leftmost start, then longest)."""
-        for pc, start in threads.items():
-            if prog[pc][0] == _MATCH and (best is None or start <= best[0]):
-                best = (start, pos)
         return best
 
     def _exact_match(self, pattern: str, text: str, start: int, end: int) -> tuple[int, str]:

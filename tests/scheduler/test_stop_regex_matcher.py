@@ -141,3 +141,11 @@ def test_the_matcher_reads_no_private_regex_parser():
 def test_leading_dotall_anchors_and_priorities(pattern, text, found):
     assert StopRegexMatcher([pattern]).search(text) == found
     assert earliest([pattern], text) == found
+
+
+@pytest.mark.parametrize("pattern, text", [
+    (r"\d+", "abc ٣٤ x"), (r"\w+!", "héllo 你好!"), (r"[^\d\s]+9", "a1 b٣ xy9"), (r"[\w-]+=", "a-b é="),
+    (r"\D\S", "12 a٣"), (r"[\W]", "é_!"),
+])
+def test_digit_space_and_word_classes_keep_pythons_unicode_meaning(pattern, text):
+    assert StopRegexMatcher([pattern]).search(text) == earliest([pattern], text)
