@@ -79,3 +79,17 @@ def test_a_sentence_transformers_mean_pooling_config_is_followed(tiny_llama, tmp
         got = torch.tensor(eng.embed(token_lists))
     want = torch.stack([torch.nn.functional.normalize(hf_states(ids).mean(0), dim=-1) for ids in token_lists])
     assert torch.allclose(got, want, atol=ATOL)
+
+
+@pytest.mark.parametrize("kind, pooling", [(1, "mean"), (2, "cls"), (3, "last"), (0, "last"), (None, "last")])
+def test_a_gguf_files_pooling_type_is_read(tmp_path, kind, pooling):
+    gguf = pytest.importorskip("gguf")
+    path = tmp_path / "model.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    if kind is not None:
+        writer.add_uint32("llama.pooling_type", kind)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert declared_pooling(str(path)) == pooling
