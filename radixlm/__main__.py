@@ -59,6 +59,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("serve", help="run the HTTP server (native + OpenAI-compatible API)",
                               description="Serve a model over HTTP: SGLang-native /generate and the "
                                           "OpenAI-compatible /v1 API. SIGINT/SIGTERM shut down gracefully.")
+    p.add_argument("model", nargs="?", default=None, metavar="MODEL",
+                   help="the model, as vLLM's 'vllm serve MODEL' takes it (= --model-path)")
     http = p.add_argument_group("HTTP")
     http.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: %(default)s)")
     http.add_argument("--port", type=int, default=30000, help="TCP port; 0 picks a free one (default: %(default)s)")
@@ -74,8 +76,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
                            "RADIXLM_ADMIN_API_KEY variable")
     http.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                       help="reject request bodies larger than this with 413 (default: %(default)s)")
-    http.add_argument("--served-model-name", default=None,
-                      help="the model name of the OpenAI API (default: the model directory's name)")
+    http.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                      help="the model name of the APIs (default: the model directory's name); with several, "
+                           "requests may name any and responses carry the first (as vLLM)")
     http.add_argument("--graceful-shutdown-s", type=float, default=30.0,
                       help="on SIGINT/SIGTERM, seconds in-flight requests get before they are aborted "
                            "(default: %(default)s)")
@@ -89,22 +92,35 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_serve, parser=p)
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from radixlm.runtime.server.app import serve
+def serve_settings(args: argparse.Namespace):
+    """``radixlm serve``'s parsed flags as ``(ServerArgs, ServerConfig)``; a usage error (one line,
+    exit code 2) for a conflict or a bad value."""
     from radixlm.runtime.server.auth import ADMIN_KEY_ENV, load_api_keys
     from radixlm.runtime.server.state import ServerConfig
-    from radixlm.sglang_flags import notices
-    from radixlm.startup import StartupError, bind_listener
 
+    if args.model is not None:
+        if args.model_path is not None and args.model_path != args.model:
+            args.parser.error(f"the model is given twice: {args.model!r} and --model-path {args.model_path!r}")
+        args.model_path = args.model
     server_args = _server_args(args.parser, args)
+    names = args.served_model_name or [None]
     try:
         keys = load_api_keys(args.api_key or [], args.api_key_file, os.environ)
         admin_key = args.admin_api_key or os.environ.get(ADMIN_KEY_ENV) or None
         config = ServerConfig(host=args.host, port=args.port, api_keys=tuple(keys), admin_api_key=admin_key,
-                              max_body_bytes=args.max_body_bytes, served_model_name=args.served_model_name,
-                              graceful_shutdown_s=args.graceful_shutdown_s)
+                              max_body_bytes=args.max_body_bytes, served_model_name=names[0],
+                              served_model_aliases=tuple(names[1:]), graceful_shutdown_s=args.graceful_shutdown_s)
     except ValueError as e:
         args.parser.error(str(e))
+    return server_args, config
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from radixlm.runtime.server.app import serve
+    from radixlm.sglang_flags import notices
+    from radixlm.startup import StartupError, bind_listener
+
+    server_args, config = serve_settings(args)
     for line in notices(args):
         print(line, file=sys.stderr)
     logging.basicConfig(level=server_args.log_level.upper(), format=LOG_FORMAT)
@@ -148,7 +164,7 @@ def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str],
     if admin_key:
         os.environ[ADMIN_KEY_ENV] = admin_key
     if args.served_model_name is not None:
-        extra += ["--served-model-name", args.served_model_name]
+        extra += ["--served-model-name", *args.served_model_name]
     if not args.log_requests:
         extra.append("--no-log-requests")
     try:
@@ -364,10 +380,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _return_flag_value(args: argparse.Namespace, unknown: list[str], argv: list[str]) -> None:
+    """``serve --typo-flag 5``: argparse hands the unknown flag's value to the positional MODEL; it
+    goes back to the flag (the error then names ``--typo-flag 5``)."""
+    model = getattr(args, "model", None)
+    if model is None or not unknown:
+        return
+    at = argv.index(model) if model in argv else -1
+    if at > 0 and argv[at - 1] in unknown:
+        unknown.insert(unknown.index(argv[at - 1]) + 1, model)
+        args.model = None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default: ``sys.argv[1:]``) and run the chosen subcommand; returns the exit code."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
+    _return_flag_value(args, unknown, argv)
     if unknown:
         owner = getattr(args, "parser", parser)  # the subcommand's parser: its usage, its flags
         owner.error(unknown_arguments(unknown, owner))

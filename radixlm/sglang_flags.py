@@ -1,10 +1,11 @@
-"""SGLang launch flags that cannot apply to radixlm: accepted, each with a one-line notice.
+"""SGLang and vLLM launch flags that cannot apply to radixlm: accepted, each with a one-line notice,
+or refused with a one-line usage error saying why.
 
 An SGLang launch command (``python -m sglang.launch_server --model-path ... --trust-remote-code``)
 should start radixlm unchanged, but a flag must never be swallowed silently: each one listed here
 parses (with its value, if it takes one) and :func:`notices` turns it into one line saying why it
-has no effect. Flags that would change results if ignored (``--nnodes``) are not listed: they stay
-usage errors. ``--quantization`` is a real flag (``ServerArgs.quantization``): ``int8`` is
+has no effect. Flags that would change results if ignored (``--nnodes``, LoRA, pipeline
+parallelism) are :data:`REFUSED_FLAGS`: usage errors naming the reason. ``--quantization`` is a real flag (``ServerArgs.quantization``): ``int8`` is
 implemented, any other value is an error naming the field.
 """
 
@@ -41,7 +42,37 @@ IGNORED_FLAGS: dict[str, tuple[bool, str]] = {
     "--log-level-http": (True, "HTTP logging follows --log-level"),
     "--show-time-cost": (False, "step timers are in /get_server_info's stats.timers"),
     "--disable-outlines-disk-cache": (False, "compiled constraints are cached in memory only"),
+    # vLLM's
+    "--enable-auto-tool-choice": (False, "tool_choice auto is always on (the format: --tool-call-parser, or "
+                                         "detected from the chat template)"),
+    "--enable-prefix-caching": (False, "the radix cache is always on (--disable-radix-cache turns it off)"),
+    "--enable-chunked-prefill": (False, "long prefills are always chunked (--chunked-prefill-size)"),
+    "--disable-log-requests": (False, "use --no-log-requests"),
+    "--disable-log-stats": (False, "radixlm logs no periodic stats (they are on /metrics)"),
+    "--swap-space": (True, "radixlm swaps no KV to host memory: a preempted request is recomputed"),
+    "--block-size": (True, "KV slots are single tokens (--page-size sets the radix-cache granularity)"),
+    "--distributed-executor-backend": (True, "tensor parallelism runs one process per rank (torch.distributed)"),
+    "--generation-config": (True, "sampling defaults are radixlm's; a request's own values apply"),
+    "--uvicorn-log-level": (True, "HTTP logging follows --log-level"),
 }
+# Flags whose effect radixlm cannot give: a one-line usage error saying why (never silently ignored).
+REFUSED_FLAGS: dict[str, tuple[bool, str]] = {
+    "--pipeline-parallel-size": (True, "pipeline parallelism is not implemented; use --tp-size"),
+    "--enable-lora": (False, "LoRA adapters are not supported"),
+    "--lora-modules": (True, "LoRA adapters are not supported"),
+    "--max-lora-rank": (True, "LoRA adapters are not supported"),
+    "--lora-paths": (True, "LoRA adapters are not supported"),
+    "--limit-mm-per-prompt": (True, "radixlm serves text-only models"),
+    "--mm-processor-kwargs": (True, "radixlm serves text-only models"),
+    "--task": (True, "radixlm serves generation and embeddings of any model on the same routes; no task to pick"),
+    "--nnodes": (True, "radixlm runs on one node (--tp-size and --dp-size split work on it)"),
+    "--node-rank": (True, "radixlm runs on one node (--tp-size and --dp-size split work on it)"),
+    "--rope-scaling": (True, "RoPE scaling is read from the checkpoint's config.json; edit it there"),
+    "--hf-overrides": (True, "the model config is the checkpoint's config.json; edit it there"),
+    "--json-model-override-args": (True, "the model config is the checkpoint's config.json; edit it there"),
+}
+# The value of a refused flag that asks for what radixlm does anyway: accepted silently.
+HARMLESS_VALUES = {"--pipeline-parallel-size": "1", "--nnodes": "1", "--node-rank": "0"}
 NOTICES_DEST = "ignored_sglang_flags"
 
 
@@ -55,16 +86,31 @@ class _Ignored(argparse.Action):
         setattr(namespace, NOTICES_DEST, seen)
 
 
+class _Refused(argparse.Action):
+    """A usage error (one line, exit code 2) naming the flag and why radixlm cannot honour it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        flag = option_string or self.option_strings[0]
+        if HARMLESS_VALUES.get(flag) != values:
+            parser.error(f"{flag} cannot be honoured here: {REFUSED_FLAGS[flag][1]}")
+
+
 def add_ignored_flags(parser: argparse.ArgumentParser) -> None:
-    """Register every flag of :data:`IGNORED_FLAGS` the parser does not already own (a flag
-    radixlm implements wins over its entry here)."""
-    group = parser.add_argument_group("SGLang flags accepted without effect (each prints a notice)")
+    """Register every flag of :data:`IGNORED_FLAGS` and :data:`REFUSED_FLAGS` the parser does not
+    already own (a flag radixlm implements wins over its entry here)."""
+    group = parser.add_argument_group("SGLang and vLLM flags accepted without effect (each prints a notice)")
     owned = set(parser._option_string_actions)
     for flag, (takes_value, reason) in IGNORED_FLAGS.items():
         if flag in owned:
             continue
         group.add_argument(flag, action=_Ignored, nargs=None if takes_value else 0, dest=NOTICES_DEST,
                            default=[], metavar="VALUE" if takes_value else None, help=reason)
+    refused = parser.add_argument_group("SGLang and vLLM flags refused (a usage error saying why)")
+    for flag, (takes_value, reason) in REFUSED_FLAGS.items():
+        if flag not in owned:
+            refused.add_argument(flag, action=_Refused, nargs=None if takes_value else 0, dest=argparse.SUPPRESS,
+                                 metavar="VALUE" if takes_value else None, help=reason)
 
 
 def notices(ns: argparse.Namespace) -> list[str]:

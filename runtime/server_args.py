@@ -40,16 +40,25 @@ REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gemma-4", "gemma4", "glm45",
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")  # == constrained.adapters.CORES (tested)
 QUANTIZATIONS = ("int8",)  # runtime/model/quantization.py implements them
-# SGLang's spellings of our flags (``python -m sglang.launch_server`` commands run unchanged)
+# SGLang's and vLLM's spellings of our flags (``python -m sglang.launch_server`` and ``vllm serve``
+# commands run unchanged), each with our flag's meaning
 FLAG_ALIASES: dict[str, tuple[str, ...]] = {
     "model_path": ("--model",),
     "tp_size": ("--tensor-parallel-size",),
-    "mem_fraction": ("--mem-fraction-static",),
+    "mem_fraction": ("--mem-fraction-static", "--gpu-memory-utilization"),
+    "context_length": ("--max-model-len",),
+    "max_running_requests": ("--max-num-seqs",),
+    "max_prefill_tokens": ("--max-num-batched-tokens",),
+    "random_seed": ("--seed",),
+    "disable_cuda_graph": ("--enforce-eager",),
 }
-# SGLang's names for values we spell differently
-VALUE_ALIASES: dict[str, dict[str, str]] = {
+# SGLang's and vLLM's names for values we spell differently (None: the field's default, e.g. ``auto``
+# parsers: chosen from the chat template)
+VALUE_ALIASES: dict[str, dict[str, str | None]] = {
     "dtype": {"half": "float16", "float": "float32"},
     "attention_backend": {"torch_native": "torch"},
+    "tool_call_parser": {"auto": None},
+    "reasoning_parser": {"auto": None},
 }
 # Levels a request body adds above a schema it carries (body > tools > [i] > function > parameters),
 # plus slack: a schema the engine accepts must fit in a body the server accepts.
@@ -320,7 +329,9 @@ class ServerArgs:
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
         """Add one ``--kebab-case`` flag per field (booleans as ``--x/--no-x``), plus SGLang's spellings."""
         for f in dataclasses.fields(ServerArgs):
-            flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, ())]
+            # an alias the command already uses for its own flag (generate's --seed) stays the command's
+            flags = ["--" + f.name.replace("_", "-"),
+                     *(a for a in FLAG_ALIASES.get(f.name, ()) if a not in parser._option_string_actions)]
             if f.metadata["type"] is bool:
                 action = parser.add_argument(*flags, dest=f.name, action=argparse.BooleanOptionalAction,
                                              default=f.default, help=f.metadata["help"])
@@ -349,13 +360,14 @@ class ServerArgs:
         return cls(**kwargs)
 
 
-def _with_value_aliases(value_type: Any, aliases: dict[str, str] | None) -> Any:
+def _with_value_aliases(value_type: Any, aliases: dict[str, str | None] | None) -> Any:
     """``value_type`` that first maps SGLang's spelling of a value (``half``) to ours (``float16``)."""
     if not aliases:
         return value_type
 
     def convert(text: str) -> Any:
-        return value_type(aliases.get(text, text))
+        value = aliases.get(text, text)
+        return None if value is None else value_type(value)
 
     convert.__name__ = getattr(value_type, "__name__", "value")  # argparse names it in errors
     return convert

@@ -212,6 +212,30 @@ class Engine:
         for req in reqs:
             self._loop.abort(req.rid)
 
+    # ------------------------------------------------------------------ embeddings
+
+    def embed(self, input_ids: list[list[int]]) -> list[list[float]]:
+        """One embedding per token list: the final hidden state pooled as the model declares it
+        (``runner.pooling``: a GGUF's ``pooling_type``, a sentence-transformers pooling config, else the
+        last token's, as a causal LM's only state that saw the whole input), L2-normalised. Runs on
+        the engine thread between steps, in a scratch KV pool: no radix-cache hit, nothing cached.
+        ``ValueError`` for an empty list or one longer than the context."""
+        if not input_ids:
+            raise ValueError("input must hold at least one text")
+        for i, ids in enumerate(input_ids):
+            if not ids:
+                raise FieldError("input", f"input[{i}] is empty (it encodes to no tokens)")
+            if len(ids) > self.runner.context_len:
+                raise FieldError("input", f"input[{i}] has {len(ids)} tokens, more than the context length "
+                                 f"{self.runner.context_len}")
+            if min(ids) < 0 or max(ids) >= self.runner.token_vocab_size:
+                raise FieldError("input", f"input[{i}] holds a token id outside [0, {self.runner.token_vocab_size})")
+        return self._loop.call(lambda: self.runner.embed(input_ids))
+
+    async def async_embed(self, input_ids: list[list[int]]) -> list[list[float]]:
+        """``embed`` for asyncio (the caller's event loop keeps serving while the forward runs)."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.embed, input_ids)
+
     # ------------------------------------------------------------------ control
 
     def abort(self, rid: str) -> None:

@@ -11,16 +11,22 @@ Tensor parallelism (``tp_size > 1``): the engine's runner is rank 0; it spawns r
 (``tp_worker``), each of which builds its own ``ModelRunner`` and ``follow()``s: rank 0 broadcasts
 every step's ``BatchSpec`` before its forward, all ranks run the same forward on their shard, and
 rank 0 alone samples from the gathered logits. ``close()`` stops the workers.
+
+``embed(token_lists)`` is the embeddings' forward: one prefill in a scratch KV pool (the serving
+pool and the radix cache are untouched), the final hidden state pooled as the model declares it
+(``declared_pooling``) and L2-normalised.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
 import signal
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 from radixlm.kernels import get_ops
@@ -40,12 +46,39 @@ from radixlm.runtime.model.parallel.layers import check_tp_size
 from radixlm.runtime.model.parallel.tp_worker import TPWorkerError, TPWorkers
 from radixlm.runtime.model.sampler import Sampler, SamplingInfo, apply_logit_processors
 from radixlm.runtime.ports import free_port
-from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
+from radixlm.runtime.scheduler.batch import BatchResult, BatchSpec, ScheduledBatch
 from radixlm.runtime.scheduler.constraint import fill_draft_masks
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.server_args import ServerArgs
 
 CPU_MAX_DEFAULT_SLOTS = 32768  # without max_total_tokens, a CPU pool stays modest
+EMBED_TOKENS_PER_FORWARD = 8192  # embeddings: inputs are batched into forwards of at most this many tokens
+# llama.cpp's pooling_type: 0 none (per token; served as last), 1 mean, 2 cls, 3 last, 4 rank (last)
+GGUF_POOLING = {0: "last", 1: "mean", 2: "cls", 3: "last", 4: "last"}
+
+
+def declared_pooling(model_path: str) -> str:
+    """How the checkpoint pools token states into one embedding: ``mean``, ``cls`` or ``last``.
+
+    A GGUF file's ``<arch>.pooling_type``; a sentence-transformers folder's ``1_Pooling/config.json``
+    (``pooling_mode_mean_tokens``, ``_cls_token``, ``_lasttoken``); otherwise ``last``, the causal LM's
+    one state that has seen the whole input."""
+    gguf = gguf_file(model_path)
+    if gguf is not None:
+        from radixlm.runtime.model.gguf_reader import GGUFFile
+
+        with GGUFFile(gguf) as reader:
+            arch = reader.metadata.get("general.architecture", "")
+            kind = reader.metadata.get(f"{arch}.pooling_type")
+        return GGUF_POOLING.get(int(kind), "last") if kind is not None else "last"
+    config = Path(model_path) / "1_Pooling" / "config.json"
+    if config.is_file():
+        modes = json.loads(config.read_text())
+        for mode, name in (("pooling_mode_mean_tokens", "mean"), ("pooling_mode_cls_token", "cls"),
+                           ("pooling_mode_lasttoken", "last")):
+            if modes.get(mode):
+                return name
+    return "last"
 
 
 def resolve_device(name: str) -> torch.device:
@@ -123,6 +156,7 @@ class ModelRunner:
         # cascade decode attention over a batch-wide shared prefix exists in the torch backend only
         self.detect_shared_prefix = backend == "torch"
         self.sampler = Sampler(self.device, args.random_seed)
+        self.pooling = declared_pooling(model_path)  # embeddings: mean | cls | last
         self.graph_runner: DecodeGraphRunner | None = None
         # CUDA graphs: the Triton kernels need no host syncs; TP ranks would all have to capture
         if (backend == "triton" and self.tp.size == 1
@@ -159,6 +193,48 @@ class ModelRunner:
         elif batch.sample_reqs:
             self._sample(batch.sample_reqs, logits[torch.tensor(batch.sample_rows, device=self.device)], result)
         return result
+
+    # ------------------------------------------------------------------ embeddings
+
+    @torch.inference_mode()
+    def embed(self, token_lists: list[list[int]]) -> list[list[float]]:
+        """The pooled (``self.pooling``), L2-normalised final hidden state of each non-empty token
+        list, batched into forwards of at most ``EMBED_TOKENS_PER_FORWARD`` tokens. Call it on the
+        engine thread between steps."""
+        if self.tp.is_parallel:
+            raise ValueError("embeddings are not served with tensor parallelism (--tp-size > 1)")
+        out: list[list[float]] = []
+        group: list[list[int]] = []
+        for ids in token_lists:
+            if group and sum(map(len, group)) + len(ids) > EMBED_TOKENS_PER_FORWARD:
+                out += self._embed_group(group)
+                group = []
+            group.append(ids)
+        return out + (self._embed_group(group) if group else [])
+
+    def _embed_group(self, token_lists: list[list[int]]) -> list[list[float]]:
+        lens = [len(ids) for ids in token_lists]
+        total, cfg = sum(lens), self.model_config
+        pool = KVPool(total + 1, cfg.num_layers, self.model.num_kv_heads, cfg.head_dim, self.dtype, self.device)
+        spec = BatchSpec(is_decode=False, req_pool_indices=list(range(len(lens))),
+                         input_ids=[t for ids in token_lists for t in ids], prefix_lens=[0] * len(lens),
+                         extend_lens=lens, out_cache_loc=list(range(1, total + 1)),
+                         logits_indices=BatchSpec.last_token_indices(lens))
+        fb = ForwardBatch.from_spec(spec, ReqToTokenTable(len(lens), max(lens), self.device), self.device)
+        states: list[torch.Tensor] = []  # the last layer's output, before the final norm
+        hook = self.model.layers[-1].register_forward_hook(lambda _m, _args, out: states.append(out))
+        try:
+            self.model.forward(fb, pool)  # the logits of the last rows are computed and dropped
+        finally:
+            hook.remove()
+        hidden = self.model.norm(states[0])  # [total, hidden_size]
+        starts = [end - n for end, n in zip(torch.tensor(lens).cumsum(0).tolist(), lens)]
+        if self.pooling == "mean":
+            pooled = torch.stack([hidden[s:s + n].float().mean(0) for s, n in zip(starts, lens)])
+        else:
+            rows = starts if self.pooling == "cls" else [s + n - 1 for s, n in zip(starts, lens)]
+            pooled = hidden[torch.tensor(rows, device=self.device)].float()  # [bs, hidden_size]
+        return torch.nn.functional.normalize(pooled, dim=-1).tolist()
 
     # ------------------------------------------------------------------ CUDA graphs (hook)
 

@@ -40,10 +40,10 @@ GENERATION_ROUTES = ("/generate", "/v1/completions", "/v1/chat/completions", "/v
 CONVERSATION_KEYS = {"/v1/chat/completions": ("messages",), "/v1/messages": ("system", "messages"),
                      "/api/chat": ("messages",), "/v1/responses": ("instructions", "input")}
 FORWARDED_GET_ROUTES = ("/get_model_info", "/v1/models", "/v1/models/{model:.+}", "/health_generate", "/",
-                        "/version", "/api/tags", "/api/version")
+                        "/version", "/api/tags", "/api/version", "/api/ps")
 # the replicas share one tokenizer: any of them answers
 FORWARDED_POST_ROUTES = ("/tokenize", "/detokenize", "/v1/tokenize", "/v1/detokenize", "/api/show",
-                         "/v1/messages/count_tokens")
+                         "/v1/messages/count_tokens", "/v1/embeddings", "/api/embed", "/api/embeddings")
 REPLICA_HEADER = "X-Radixlm-Replica"  # which replica answered, for clients and tests
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive"}
 

@@ -8,7 +8,8 @@ Anthropic's events: ``message_start``, per block ``content_block_start`` / ``con
 ``max_tokens``, ``stop_sequence`` (with ``stop_sequence``), ``tool_use``; ``pause_turn`` when the
 generation was aborted (``/abort_request``), so the client may continue the turn. ``usage``:
 ``input_tokens`` is the prompt's uncached part, ``cache_read_input_tokens`` its radix-cache hit.
-Errors have Anthropic's shape, ``{"type": "error", "error": {"type", "message"}}``.
+Errors have Anthropic's shape, ``{"type": "error", "error": {"type", "message"}}``, whatever failed
+(the app's error middleware answers the same shape on these paths: 401, 404, 405, 415).
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ class AnthropicRoutes:
             answer = await collect(turn)
             blocks: list[dict[str, Any]] = []
             if answer.reasoning:
-                blocks.append({"type": "thinking", "thinking": answer.reasoning, "signature": ""})
+                blocks.append({"type": "thinking", "thinking": "" if req.omit_thinking else answer.reasoning,
+                               "signature": ""})
             if answer.content or not answer.calls:
                 blocks.append({"type": "text", "text": answer.content})
             blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
@@ -115,7 +117,7 @@ class AnthropicRoutes:
 
     async def _stream(self, turn: ChatTurn, req: MessagesRequest, record: RequestRecord,
                       mid: str) -> AsyncIterator[bytes]:
-        blocks = _Blocks()
+        blocks = _Blocks(req.omit_thinking)
         async with aclosing(turn.events()) as events:
             try:
                 first = await anext(events)  # an engine error before any output is still an HTTP error
@@ -144,9 +146,10 @@ class AnthropicRoutes:
 class _Blocks:
     """Content blocks opened and closed as a choice's events arrive (Anthropic's streaming order)."""
 
-    def __init__(self) -> None:
+    def __init__(self, omit_thinking: bool = False) -> None:
         self.index = -1
         self.kind: str | None = None  # the open block's type
+        self.omit_thinking = omit_thinking  # thinking blocks opened and closed, their text not sent
 
     def feed(self, ev: ChoiceEvent) -> list[bytes]:
         if ev.kind in ("content", "reasoning"):
@@ -155,6 +158,8 @@ class _Blocks:
             kind = "text" if ev.kind == "content" else "thinking"
             opened = self._open(kind, {"type": "text", "text": ""} if kind == "text" else
                                 {"type": "thinking", "thinking": "", "signature": ""}) if self.kind != kind else []
+            if kind == "thinking" and self.omit_thinking:
+                return opened
             delta = {"type": "text_delta", "text": ev.text} if kind == "text" else \
                 {"type": "thinking_delta", "thinking": ev.text}
             return opened + [self._delta(delta)]

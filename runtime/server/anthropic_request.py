@@ -5,9 +5,14 @@
 ``thinking`` blocks its ``reasoning_content``. Custom tools (``input_schema``) map onto function
 tools; ``tool_choice`` ``auto`` / ``any`` / ``tool`` / ``none`` onto auto / required / a named
 function / none (``disable_parallel_tool_use``: one call per turn); ``stop_sequences`` onto
-``stop``; ``thinking`` onto the chat template's ``enable_thinking``. Images, documents and server
-tools are a 400 naming the block (this server reads text only). Errors name the field as the
-request wrote it.
+``stop``; ``thinking`` (``enabled`` with its ``budget_tokens``, ``adaptive``, ``between_tools``,
+``disabled``) onto the chat template's ``enable_thinking`` (the budget shares ``max_tokens``: named
+in the ignored-fields header; ``display: "omitted"`` sends thinking blocks empty);
+``output_config.format`` (a JSON schema: ``client.messages.parse``) onto ``response_format``'s
+``json_schema``, the same grammar engine, and ``output_config.effort`` onto ``reasoning_effort``.
+Images, documents and server tools are a 400 naming the block (this server reads text only).
+Unknown keys at any depth (``tools[i].strict``, ``messages[i].id``) are ignored and named in the
+ignored-fields header. Errors name the field as the request wrote it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,11 @@ PARAMS = ParamMap((
     (r"tools\[(\d+)\]\.function\.parameters", r"tools[\1].input_schema"),
     (r"tools\[(\d+)\]\.function", r"tools[\1]"),
     (r"tool_choice\.function", "tool_choice"),
+    (r"response_format\.json_schema\.schema", "output_config.format.schema"),
+    ("response_format", "output_config.format"),
 ))
+THINKING_ON = {"enabled": True, "adaptive": True, "between_tools": True, "disabled": False}
+EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}
 
 
@@ -38,6 +47,7 @@ class MessagesRequest:
     model: str
     stream: bool = False
     ignored: UnknownFields = field(default_factory=UnknownFields)
+    omit_thinking: bool = False  # thinking.display "omitted": thinking blocks sent empty
 
 
 def parse_messages_request(body: dict[str, Any], strict: bool = False) -> MessagesRequest:
@@ -65,11 +75,12 @@ def parse_messages_request(body: dict[str, Any], strict: bool = False) -> Messag
     if tools:
         chat["tools"] = tools
     _tool_choice(r, chat)
-    _thinking(r, chat)
+    omit_thinking = _thinking(r, chat)
+    _output_config(r, chat)
     stream = r.get("stream", "bool", False)
     chat["stream"] = stream
     r.reject_unknown(DROPPED)
-    return MessagesRequest(chat, model, stream, r.unknown)
+    return MessagesRequest(chat, model, stream, r.unknown, omit_thinking)
 
 
 def _system(raw: str | list | None) -> str:
@@ -176,14 +187,38 @@ def _tool_choice(r: FieldReader, chat: dict[str, Any]) -> None:
     chat["tool_choice"] = {"type": "function", "function": {"name": name}} if kind == "tool" else _CHOICES[kind]
 
 
-def _thinking(r: FieldReader, chat: dict[str, Any]) -> None:
+def _thinking(r: FieldReader, chat: dict[str, Any]) -> bool:
+    """``thinking`` onto ``enable_thinking``; True when its ``display`` is ``omitted``."""
     raw = r.get("thinking", "object")
     if raw is None:
-        return
+        return False
     sub = r.sub(raw, "thinking")
-    kind = sub.get("type", "str", required=True, choices=("enabled", "disabled"))
+    kind = sub.get("type", "str", required=True, choices=tuple(THINKING_ON))
     budget = sub.get("budget_tokens", "int", lo=1)
+    display = sub.get("display", "str", choices=("summarized", "omitted"))
     sub.reject_unknown()
-    chat["chat_template_kwargs"] = {"enable_thinking": kind == "enabled"}
-    if budget is not None:  # the thinking shares max_tokens; no separate budget is kept
+    chat["chat_template_kwargs"] = {"enable_thinking": THINKING_ON[kind]}
+    if budget is not None and "thinking.budget_tokens" not in r.unknown.names:  # it shares max_tokens
         r.unknown.names.append("thinking.budget_tokens")
+    return display == "omitted"
+
+
+def _output_config(r: FieldReader, chat: dict[str, Any]) -> None:
+    """``output_config``: ``format`` (``{"type": "json_schema", "schema"}``) constrains the answer;
+    ``effort`` is the reasoning effort."""
+    raw = r.get("output_config", "object")
+    if raw is None:
+        return
+    sub = r.sub(raw, "output_config")
+    effort = sub.get("effort", "str", choices=tuple(EFFORTS))
+    if effort is not None:
+        chat["reasoning_effort"] = EFFORTS[effort]
+    fmt = sub.get("format", "object")
+    if fmt is not None:
+        f = sub.sub(fmt, "format")
+        f.get("type", "str", required=True, choices=("json_schema",))
+        schema = f.get("schema", "object", required=True)
+        f.reject_unknown()
+        chat["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema,
+                                                                          "strict": True}}
+    sub.reject_unknown()

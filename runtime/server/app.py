@@ -24,15 +24,16 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from radixlm.runtime.server.anthropic_api import AnthropicRoutes
+from radixlm.runtime.server.anthropic_api import AnthropicRoutes, anthropic_error
 from radixlm.runtime.server.auth import OPEN_PATHS, auth_middleware
 from radixlm.runtime.server.connection_guard import ConnectionGuard, GuardedSite
 from radixlm.runtime.server.cors import AllowedOrigins, cors_headers, preflight_middleware
 from radixlm.runtime.server.dashboard.routes import DashboardRoutes, public_paths
+from radixlm.runtime.server.embeddings_api import EmbeddingsRoutes
 from radixlm.runtime.server.engine_api import ServedEngine
 from radixlm.runtime.server.http_errors import APIError, from_exception
 from radixlm.runtime.server.native_api import NativeRoutes
-from radixlm.runtime.server.ollama_api import OllamaRoutes
+from radixlm.runtime.server.ollama_api import OLLAMA_PREFIX, OllamaRoutes
 from radixlm.runtime.server.openai_api import OpenAIRoutes
 from radixlm.runtime.server.origin_checks import origin_middleware
 from radixlm.runtime.server.responses_api import ResponsesRoutes
@@ -55,7 +56,8 @@ RANDOM_WEIGHTS_NOTE = (" -- the embedded tiny model has RANDOM weights and answe
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every exception a handler raises becomes ``{"error": {...}}`` with the right status."""
+    """Every exception a handler or a middleware raises becomes an error body with the right status,
+    in the shape of the protocol the path belongs to (:func:`error_response`)."""
     try:
         return await handler(request)
     except (asyncio.CancelledError, ConnectionResetError):
@@ -64,7 +66,17 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         err = from_exception(e)
         if err.status == 500:
             logger.exception("%s %s failed", request.method, request.path)
-        return err.to_response()
+        return error_response(request.path, err)
+
+
+def error_response(path: str, err: APIError) -> web.Response:
+    """``err`` as its route's clients read it: Anthropic's shape under ``/v1/messages``, Ollama's
+    ``{"error": "..."}`` under ``/api/``, OpenAI's everywhere else (401, 404, 405, 415 included)."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return web.json_response(anthropic_error(err), status=err.status, headers=err.headers())
+    if path.startswith(OLLAMA_PREFIX):
+        return web.json_response({"error": err.message}, status=err.status, headers=err.headers())
+    return err.to_response()
 
 
 @web.middleware
@@ -113,6 +125,7 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     ResponsesRoutes(state).register(app)
     AnthropicRoutes(state).register(app)
     OllamaRoutes(state).register(app)
+    EmbeddingsRoutes(state).register(app)
     ServerInfoRoutes(state).register(app)
     if dashboard:
         DashboardRoutes(state).register(app)

@@ -2,7 +2,8 @@
 
 Keys other clients send inside a message are accepted: ``reasoning_content`` (an assistant's earlier
 thinking, passed to templates that render it), ``function_call`` (the legacy single call: read as
-one tool call; ``null`` is nothing) and ``refusal``. Any other key follows the request's
+one tool call; ``null`` is nothing) and ``refusal``; the legacy ``function`` role (a function's
+result, named by ``name``) is a tool message. Any other key follows the request's
 :class:`~radixlm.runtime.server.request_fields.UnknownFields` policy (ignored, or a 400 when strict).
 """
 
@@ -14,7 +15,8 @@ from typing import Any
 from radixlm.runtime.server.http_errors import bad_request
 from radixlm.runtime.server.request_fields import FieldReader
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+_AS_ROLE = {"developer": "system", "function": "tool"}
 
 
 def parse_messages(r: FieldReader) -> list[dict[str, Any]]:
@@ -32,13 +34,15 @@ def _message(parent: FieldReader, m: Any, i: int) -> dict[str, Any]:
         raise bad_request(f"'{prefix}' must be an object", param=prefix, code="invalid_type")
     r = parent.sub(m, prefix)
     role = r.get("role", "str", required=True, choices=ROLES)
-    out: dict[str, Any] = {"role": "system" if role == "developer" else role,
+    out: dict[str, Any] = {"role": _AS_ROLE.get(role, role),
                            "content": _content(r.get("content", ("str", "list")), f"{prefix}.content")}
     name = r.get("name", "str")
     if name is not None:
         out["name"] = name
     if role == "tool":
         out["tool_call_id"] = r.get("tool_call_id", "str", required=True)
+    elif role == "function":
+        out["tool_call_id"] = r.get("name", "str", required=True)
     calls = r.get("tool_calls", "list") if role == "assistant" else None
     legacy = r.get("function_call", "object")  # read for every role; only an assistant's is a call
     if role == "assistant" and not calls and legacy is not None:

@@ -63,12 +63,13 @@ def plan_chat(state: ServerState, req: ChatRequest, extra_key: str | None) -> Ch
         raise APIError(400, f"this model's maximum context length is {ctx} tokens; the messages take "
                        f"{len(ids)} and max_tokens asks for {sampling.max_new_tokens}",
                        param="max_tokens", code="context_length_exceeded")
+    callable_tools = req.tool_choice.callable_tools(req.tools)  # the prompt lists them all (allowed_tools)
     if req.tool_choice.forces_call:  # a layout that cannot express a tool's schema: 400 before generating
         try:
-            state.tool_format.body_constraint(req.tools, req.tool_choice.name)
+            state.tool_format.body_constraint(callable_tools, req.tool_choice.name)
         except FormatUnsupported as e:
             raise schema_error(req, e) from None
-    plan = ChatPlan(ids, sampling, req.tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
+    plan = ChatPlan(ids, sampling, callable_tools, req.tool_choice, req.stream, req.logprobs, req.top_logprobs,
                     extra_key, state.tool_format, MAX_CALLS_PER_TURN if req.parallel_tool_calls else 1,
                     opened=bool(state.tool_format.prompt_opener) and text.endswith(state.tool_format.prompt_opener))
     return _with_reasoning(state, req, plan, text)

@@ -1,9 +1,14 @@
-"""What the served model is, for the routes that describe it (Ollama's ``/api/tags`` and ``/api/show``).
+"""What the served model is, for the routes that describe it (Ollama's ``/api/tags``, ``/api/show`` and
+``/api/ps``), and its fill-in-the-middle markers (``suffix`` on ``/api/generate`` and ``/v1/completions``).
 
 The family comes from the checkpoint's architecture (``Qwen2ForCausalLM`` -> ``qwen2``); the
 parameter count is computed from the config's shapes (embeddings, attention and MLP projections,
 norms, the LM head unless tied), so it is exact for the llama-style decoders served here; the size
 is the bytes of the checkpoint's weight files.
+
+Fill-in-the-middle needs the vocabulary's three markers, each one token: Qwen2.5-Coder's
+``<|fim_prefix|>`` / ``<|fim_suffix|>`` / ``<|fim_middle|>`` or StarCoder's ``<fim_prefix>`` ...; the
+prompt is prefix-suffix-middle (PSM), the order both families were trained on.
 """
 
 from __future__ import annotations
@@ -14,9 +19,31 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from radixlm.runtime.server.http_errors import bad_request
 from radixlm.runtime.server.state import ServerState
 
 WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt")
+FIM_MARKERS = (("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),  # Qwen2.5-Coder
+               ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"))  # StarCoder, SantaCoder
+
+
+def fim_markers(tokenizer: Any) -> tuple[str, str, str] | None:
+    """The vocabulary's (prefix, suffix, middle) markers, each one token; None without them."""
+    for markers in FIM_MARKERS:
+        if all(len(tokenizer.encode(m)) == 1 for m in markers):
+            return markers
+    return None
+
+
+def fim_prompt(tokenizer: Any, prefix: str, suffix: str, param: str = "suffix") -> str:
+    """The fill-in-the-middle prompt for the code between ``prefix`` and ``suffix`` (a 400 naming
+    ``param`` when the vocabulary has no markers)."""
+    markers = fim_markers(tokenizer)
+    if markers is None:
+        raise bad_request(f"'{param}' (fill-in-the-middle) needs a model whose vocabulary has fill-in-the-middle "
+                          f"tokens ({' '.join(FIM_MARKERS[0])}, as Qwen2.5-Coder's); this model has none",
+                          param=param, code="unsupported_parameter")
+    return f"{markers[0]}{prefix}{markers[1]}{suffix}{markers[2]}"
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,26 @@
-"""Ollama's API: ``/api/chat``, ``/api/generate``, ``/api/tags``, ``/api/show``, ``/api/version``.
+"""Ollama's API: ``/api/chat``, ``/api/generate``, ``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``
+(``/api/embed``: :mod:`.embeddings_api`).
 
 Chat and generate (:mod:`.ollama_request`) run as one chat choice (:mod:`.chat_pipeline`); they
 stream by default, as NDJSON lines (``"done": false`` deltas, then one ``"done": true`` line with
 ``done_reason`` -- ``stop`` or ``length`` -- and the counts ``prompt_eval_count`` / ``eval_count``);
 ``"stream": false`` answers one object. Tool calls come in ``message.tool_calls`` with their
 arguments as an object (streamed: one line per complete call), the thinking in
-``message.thinking`` (``thinking`` on generate). Durations are nanoseconds measured here
-(``total_duration``); ``load_duration`` is 0, the model being loaded at start-up. ``/api/tags`` and
-``/api/show`` describe the served model (:mod:`.model_facts`). Errors are ``{"error": "..."}``.
+``message.thinking`` (``thinking`` on generate). Durations are nanoseconds measured here, as
+Ollama reports them: ``load_duration`` from the request's arrival to the engine request (the model is
+resident: this is parsing, the template and tokenizing), ``prompt_eval_duration`` from there to the
+first generated token, ``eval_duration`` from it to the last, ``total_duration`` the whole request.
+``suffix`` on ``/api/generate`` is fill-in-the-middle (:func:`.model_facts.fim_prompt`; a 400 for a
+model without its tokens). ``/api/tags``, ``/api/show`` and ``/api/ps`` describe the served model
+(:mod:`.model_facts`). Errors are ``{"error": "..."}``, whatever failed (the app's error middleware
+answers the same shape for ``/api/`` paths: 401, 404, 405).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -20,17 +28,20 @@ from datetime import datetime, timezone
 from typing import Any
 
 from aiohttp import web
-from radixlm.runtime.server.chat_pipeline import ChatTurn, collect, start_chat, start_raw
+from radixlm.runtime.server.chat_generation import ChoiceEvent
+from radixlm.runtime.server.chat_pipeline import ChatTurn, gather, start_chat, start_raw
 from radixlm.runtime.server.event_stream import NDJSON_TYPE, ndjson_line, write_events
 from radixlm.runtime.server.field_names import with_route_names
 from radixlm.runtime.server.http_errors import APIError, bad_request, from_exception
-from radixlm.runtime.server.model_facts import model_facts, parameter_size
+from radixlm.runtime.server.model_facts import fim_markers, fim_prompt, model_facts, parameter_size
 from radixlm.runtime.server.ollama_request import PARAMS, OllamaRequest, parse_chat, parse_generate
 from radixlm.runtime.server.state import RequestRecord, ServerState
 
 from radixlm import __version__
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+OLLAMA_PREFIX = "/api/"
+KEEP_ALIVE_S = 3650 * 86400  # /api/ps's expires_at: the model is never unloaded
 OLLAMA_NAMES: dict[str, tuple[str, ...]] = {"max_new_tokens": ("options.num_predict",), "stop": ("options.stop",)}
 _DONE = {"length": "length", "abort": "abort"}  # other finishes (stop, tool calls): stop
 
@@ -51,6 +62,41 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
+class _Clock:
+    """One request's phases, for Ollama's durations: submitted, first event, last event."""
+
+    def __init__(self, record: RequestRecord):
+        self.start = record.start
+        self.submitted = self.last = time.perf_counter()
+        self.first: float | None = None
+
+    async def timed(self, events: AsyncIterator[ChoiceEvent]) -> AsyncIterator[ChoiceEvent]:
+        """``events``, stamping the first and the last."""
+        self.submitted = time.perf_counter()
+        async with aclosing(events) as inner:
+            async for ev in inner:
+                self.last = time.perf_counter()
+                if self.first is None and ev.kind != "finish":
+                    self.first = self.last
+                yield ev
+
+    def durations(self) -> dict[str, int]:
+        first = self.first if self.first is not None else self.last
+        ns = lambda a, b: max(int((b - a) * 1e9), 0)  # noqa: E731
+        return {"total_duration": ns(self.start, time.perf_counter()), "load_duration": ns(self.start, self.submitted),
+                "prompt_eval_duration": ns(self.submitted, first), "eval_duration": ns(first, self.last)}
+
+
+def _license(model_path: str) -> str:
+    """The checkpoint folder's ``LICENSE`` text ("" without one)."""
+    for name in ("LICENSE", "LICENSE.txt", "LICENSE.md"):
+        path = os.path.join(model_path, name)
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                return f.read(65536)
+    return ""
+
+
 def _arguments(text: str) -> dict[str, Any]:
     value = json.loads(text) if text.strip() else {}
     return value if isinstance(value, dict) else {"value": value}
@@ -67,6 +113,7 @@ class OllamaRoutes:
         app.router.add_post("/api/generate", ollama_errors(with_route_names(self.generate, OLLAMA_NAMES)))
         app.router.add_get("/api/tags", ollama_errors(self.tags))
         app.router.add_post("/api/show", ollama_errors(self.show))
+        app.router.add_get("/api/ps", ollama_errors(self.ps))
         app.router.add_get("/api/version", ollama_errors(self.version))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
@@ -88,14 +135,19 @@ class OllamaRoutes:
         """Run ``req``; ``shape`` is ``message`` (chat) or ``response`` (generate)."""
         self.state.check_model(req.model)
         headers = req.ignored.report(request.path)
-        if req.raw:
+        if req.suffix is not None:
+            prompt = fim_prompt(self.state.tokenizer, req.prompt or "", req.suffix)
+            turn = await start_raw(self.state, request, record, req.chat, PARAMS, prompt, "prompt")
+        elif req.raw:
             turn = await start_raw(self.state, request, record, req.chat, PARAMS, req.prompt or "", "prompt")
         else:
             turn = await start_chat(self.state, request, record, req.chat, PARAMS)
+        clock = _Clock(record)
         if req.stream:
             on_error = lambda err: ndjson_line({"error": err.message})  # noqa: E731
-            return await write_events(request, self._lines(turn, record, shape), NDJSON_TYPE, on_error, headers)
-        answer = await collect(turn)
+            return await write_events(request, self._lines(turn, record, shape, clock), NDJSON_TYPE, on_error,
+                                      headers)
+        answer = await gather(clock.timed(turn.events()))  # a call the budget cut off is not in answer.calls
         if shape == "message":
             body: dict[str, Any] = {"message": {"role": "assistant", "content": answer.content}}
             if answer.reasoning:
@@ -106,14 +158,13 @@ class OllamaRoutes:
         else:
             body = {"response": answer.content, **({"thinking": answer.reasoning} if answer.reasoning else {})}
         return web.json_response({"model": self.state.model_name, "created_at": _now(), **body,
-                                  **self._done(record, answer.finish_reason)}, headers=headers)
+                                  **self._done(record, answer.finish.finish_reason, clock)}, headers=headers)
 
-    def _done(self, record: RequestRecord, finish: str | None) -> dict[str, Any]:
-        return {"done": True, "done_reason": _DONE.get(finish or "stop", "stop"),
-                "total_duration": int((time.perf_counter() - record.start) * 1e9), "load_duration": 0,
+    def _done(self, record: RequestRecord, finish: str | None, clock: _Clock) -> dict[str, Any]:
+        return {"done": True, "done_reason": _DONE.get(finish or "stop", "stop"), **clock.durations(),
                 "prompt_eval_count": record.prompt, "eval_count": record.completion}
 
-    async def _lines(self, turn: ChatTurn, record: RequestRecord, shape: str) -> AsyncIterator[bytes]:
+    async def _lines(self, turn: ChatTurn, record: RequestRecord, shape: str, clock: _Clock) -> AsyncIterator[bytes]:
         call: dict[str, Any] | None = None  # the call being generated, sent whole once complete
 
         def line(**fields: Any) -> bytes:
@@ -133,7 +184,7 @@ class OllamaRoutes:
             return [line(tool_calls=[{"function": {"name": done["name"], "arguments": _arguments(done["args"])}}],
                          done=False)]
 
-        async with aclosing(turn.events()) as events:
+        async with aclosing(clock.timed(turn.events())) as events:
             async for ev in events:
                 if ev.kind == "content" and ev.text:
                     yield line(content=ev.text, done=False)
@@ -150,7 +201,7 @@ class OllamaRoutes:
                         call = None  # cut off by the budget: not a complete call
                     for out in flush():
                         yield out
-                    yield line(content="", **self._done(record, ev.finish_reason))
+                    yield line(content="", **self._done(record, ev.finish_reason, clock))
 
     async def tags(self, request: web.Request) -> web.Response:
         return web.json_response({"models": [self._model_entry()]})
@@ -186,11 +237,23 @@ class OllamaRoutes:
             if key in facts.shapes:
                 info[f"{arch}.{name}"] = facts.shapes[key]
         template = self.state.tokenizer.chat_template or ""
-        caps = ["completion", "tools"] + (["thinking"] if self.state.reasoning_format is not None else [])
+        caps = ["completion", "tools"] + (["insert"] if fim_markers(self.state.tokenizer) else []) + \
+            (["thinking"] if self.state.reasoning_format is not None else [])
         return web.json_response({
+            "license": _license(self.state.model_path),
             "modelfile": f"FROM {self.state.model_path}\nPARAMETER num_ctx {facts.context_len}\n",
             "parameters": f"num_ctx {facts.context_len}", "template": template, "details": self._details(facts),
             "model_info": info, "capabilities": caps, "modified_at": facts.modified_at})
+
+    async def ps(self, request: web.Request) -> web.Response:
+        """The running models: the served one, resident for as long as the server runs."""
+        entry = self._model_entry()
+        expires = datetime.fromtimestamp(self.state.started_at + KEEP_ALIVE_S, timezone.utc)
+        on_gpu = str(self.state.engine.server_args.device).startswith("cuda")  # "auto" counts as CPU here
+        entry.update(digest=hashlib.sha256(f"{self.state.model_path}@{entry['modified_at']}".encode()).hexdigest(),
+                     expires_at=expires.isoformat().replace("+00:00", "Z"), size_vram=entry["size"] if on_gpu else 0,
+                     context_length=self.state.context_len)
+        return web.json_response({"models": [entry]})
 
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": __version__})

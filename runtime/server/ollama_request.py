@@ -7,6 +7,7 @@ is ``"json"`` (any JSON object) or a JSON schema (the answer follows it). ``thin
 template's ``enable_thinking`` (a level, ``low`` / ``medium`` / ``high``: its ``reasoning_effort``).
 ``stream`` defaults to true, as in Ollama. Messages carry no call ids: an assistant's calls get
 ``call_<turn>_<n>``, a tool message ``tool_name`` as its id. Images are a 400 (text-only model).
+``suffix`` on ``/api/generate`` asks for the code between ``prompt`` and it (fill-in-the-middle).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class OllamaRequest:
     stream: bool = True
     prompt: str | None = None
     raw: bool = False
+    suffix: str | None = None  # fill-in-the-middle: the code after the gap (``prompt`` is before it)
     ignored: UnknownFields = field(default_factory=UnknownFields)
 
 
@@ -74,7 +76,7 @@ def _common(r: FieldReader, chat: dict[str, Any]) -> tuple[str | None, bool]:
     elif think is not None:
         chat["chat_template_kwargs"] = {"enable_thinking": think}
     stream = r.get("stream", "bool", True)
-    chat["stream"] = stream
+    chat["stream"] = True  # the engine request streams either way: the durations need the first token's time
     return model.removesuffix(":latest"), stream
 
 
@@ -117,7 +119,8 @@ def parse_generate(body: dict[str, Any], strict: bool = False) -> OllamaRequest:
     prompt = r.get("prompt", "str", "")
     raw = r.get("raw", "bool", False)
     system = r.get("system", "str")
-    for key in ("template", "context", "suffix"):
+    suffix = r.get("suffix", "str")
+    for key in ("template", "context"):
         if r.get(key, ("str", "list")) not in (None, "", []):
             raise bad_request(f"'{key}' is not supported by this server (it renders the model's own chat "
                               "template; send a conversation to /api/chat)", param=key, code="unsupported_parameter")
@@ -129,7 +132,7 @@ def parse_generate(body: dict[str, Any], strict: bool = False) -> OllamaRequest:
     chat: dict[str, Any] = {"messages": messages}
     model, stream = _common(r, chat)
     r.reject_unknown(DROPPED)
-    return OllamaRequest(chat, model, stream, prompt=prompt, raw=raw, ignored=r.unknown)
+    return OllamaRequest(chat, model, stream, prompt=prompt, raw=raw, suffix=suffix or None, ignored=r.unknown)
 
 
 def _message(m: Any, path: str, turn: int) -> dict[str, Any]:

@@ -4,7 +4,9 @@ Each choice (``n`` of them per prompt) is its own engine request; siblings share
 through the radix cache. ``usage`` counts each prompt once and reports the cached part in
 ``prompt_tokens_details.cached_tokens``. Structured outputs map onto the engine's constraints:
 ``response_format`` json_object / json_schema -> ``sampling_params`` json_object / json_schema;
-tool calls are described in :mod:`radixlm.runtime.server.tool_calls`. A lenient constraint
+tool calls are described in :mod:`radixlm.runtime.server.tool_calls` (the legacy ``functions`` /
+``function_call`` are tools whose one call is answered as ``function_call``). ``suffix`` on
+``/v1/completions`` is fill-in-the-middle (:func:`.model_facts.fim_prompt`). A lenient constraint
 (``json_schema.strict: false``) adds radixlm's ``constraint_violations`` to each choice (streamed: to
 its finishing chunk): the engine's check of the output against the whole constraint, ``[]`` if valid.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -23,6 +26,8 @@ from radixlm.runtime.server.chat_pipeline import gather
 from radixlm.runtime.server.chat_plan import plan_chat, schema_error
 from radixlm.runtime.server.fan_out import check_fan_out
 from radixlm.runtime.server.field_names import OPENAI_NAMES, with_route_names
+from radixlm.runtime.server.http_errors import APIError
+from radixlm.runtime.server.model_facts import fim_prompt
 from radixlm.runtime.server.openai_logprobs import (
     TextCursor,
     completion_logprobs,
@@ -38,6 +43,7 @@ from radixlm.runtime.server.openai_requests import (
 from radixlm.runtime.server.openai_responses import Envelope, Usage, envelope, finish_reason, new_id
 from radixlm.runtime.server.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.state import RequestRecord, ServerState
+from radixlm.runtime.server.tool_calls import legacy_error
 from radixlm.runtime.server.tool_schema import check_tool_schemas
 
 
@@ -71,6 +77,8 @@ class OpenAIRoutes:
         async with self.state.track("/v1/completions") as record:
             req = parse_completion_request(await self.state.read_json(request), self.strict)
             self.state.check_model(req.model)
+            if req.suffix is not None:  # fill-in-the-middle: the prompts become the model's FIM layout
+                req = replace(req, prompts=[fim_prompt(self.state.tokenizer, p, req.suffix) for p in req.prompts])
             check_fan_out(self.state.engine.server_args, [req.n] * len(req.prompts), "prompt", "n")
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/completions")
@@ -187,7 +195,10 @@ class OpenAIRoutes:
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/chat/completions")
             if req.tools:  # every tool, whatever tool_choice: auto would otherwise fail mid-answer
-                await self.state.offload(check_tool_schemas, req.tools)
+                try:
+                    await self.state.offload(check_tool_schemas, req.tools)
+                except APIError as e:  # the legacy functions are named as the request sent them
+                    raise legacy_error(e) if req.legacy_functions else e from None
             # template rendering and tokenizing run in the tokenizer pool, off the event loop
             plan = await self.state.prompts.run(plan_chat, self.state, req, self.state.extra_key(request, req.salt))
             runners = [ChoiceRunner(self.state, plan, record, j) for j in range(req.n)]
@@ -195,7 +206,7 @@ class OpenAIRoutes:
             try:
                 if req.stream:
                     return await write_stream(request, self._chat_chunks(req, runners, rid, record), headers)
-                choices = await gather_all([_collect(r, req.logprobs) for r in runners])
+                choices = await gather_all([_collect(r, req.logprobs, req.legacy_functions) for r in runners])
             except ValueError as e:
                 raise schema_error(req, e) from None
             usage = Usage.count(record.prompt, record.completion, record.cached)
@@ -233,6 +244,10 @@ class OpenAIRoutes:
             return self._chat_chunk(req, rid, k, {"content": ev.text}, logprobs=lps)
         if ev.kind == "reasoning":
             return self._chat_chunk(req, rid, k, {"reasoning_content": ev.text})
+        if ev.kind == "call_start" and req.legacy_functions:
+            return self._chat_chunk(req, rid, k, {"function_call": {"name": ev.name, "arguments": ""}})
+        if ev.kind == "call_args" and req.legacy_functions:
+            return self._chat_chunk(req, rid, k, {"function_call": {"arguments": ev.text}})
         if ev.kind == "call_start":
             call = {"index": ev.call_index, "id": ev.call_id, "type": "function",
                     "function": {"name": ev.name, "arguments": ""}}
@@ -240,7 +255,8 @@ class OpenAIRoutes:
         if ev.kind == "call_args":
             return self._chat_chunk(req, rid, k, {"tool_calls": [{"index": ev.call_index,
                                                                     "function": {"arguments": ev.text}}]})
-        out = self._chat_chunk(req, rid, k, {}, reason=ev.finish_reason)
+        reason = "function_call" if req.legacy_functions and ev.finish_reason == "tool_calls" else ev.finish_reason
+        out = self._chat_chunk(req, rid, k, {}, reason=reason)
         with_violations(out["choices"][0], ev.violations)
         with_budget_closed(out["choices"][0], ev.budget_closed, ev.notes)
         return out
@@ -275,8 +291,9 @@ async def _ready(value: Any) -> Any:
     return value
 
 
-async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
-    """Run one choice to the end and build its ``choices[i]`` object."""
+async def _collect(runner: ChoiceRunner, want_logprobs: bool, legacy: bool = False) -> dict[str, Any]:
+    """Run one choice to the end and build its ``choices[i]`` object (``legacy``: the request sent
+    ``functions``, so its call is answered as ``function_call``)."""
     got = await gather(with_bare_calls(runner.events(), runner.plan))
     text, thought, fin = got.content, got.reasoning, got.finish
     calls, truncated = got.calls, got.truncated
@@ -284,11 +301,15 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": text if text or not (calls or thought) else None}
     if runner.splitter is not None:
         message["reasoning_content"] = thought or None
-    if calls:
+    finish = fin.finish_reason
+    if calls and legacy:
+        message["function_call"] = calls[0].to_dict()["function"]
+        finish = "function_call" if finish == "tool_calls" else finish
+    elif calls:
         message["tool_calls"] = [c.to_dict() for c in calls]
     choice = {"index": runner.index, "message": message,
               "logprobs": {"content": got.logprobs, "refusal": None} if want_logprobs else None,
-              "finish_reason": fin.finish_reason}
+              "finish_reason": finish}
     if truncated is not None:
         choice["truncated_tool_call"] = truncated.to_dict()
     return with_budget_closed(with_violations(choice, fin.violations), fin.budget_closed, fin.notes)

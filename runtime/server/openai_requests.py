@@ -17,7 +17,7 @@ from typing import Any
 from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.chat_messages import parse_messages
-from radixlm.runtime.server.http_errors import bad_request
+from radixlm.runtime.server.http_errors import APIError, bad_request
 from radixlm.runtime.server.openai_sampling import read_sampler_fields, read_structured_fields
 from radixlm.runtime.server.request_fields import (
     FieldReader,
@@ -26,7 +26,13 @@ from radixlm.runtime.server.request_fields import (
     is_kind,
     read_cache_salt,
 )
-from radixlm.runtime.server.tool_calls import ToolChoice, parse_tool_choice, parse_tools
+from radixlm.runtime.server.tool_calls import (
+    ToolChoice,
+    legacy_error,
+    legacy_functions,
+    parse_tool_choice,
+    parse_tools,
+)
 
 # Accepted and ignored: they change nothing about how we generate (named in the ignored-fields header).
 IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parallel_tool_calls",
@@ -72,6 +78,7 @@ class CompletionRequest:
     rid: str | None = None  # SGLang's request id: /abort_request takes it
     constraint_field: str | None = None  # the request field holding a regex / ebnf / schema extension
     ignored: UnknownFields = field(default_factory=UnknownFields)
+    suffix: str | None = None  # fill-in-the-middle: each prompt is the code before the gap, this after it
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,7 @@ class ChatRequest:
     rid: str | None = None
     constraint_field: str | None = None
     ignored: UnknownFields = field(default_factory=UnknownFields)
+    legacy_functions: bool = False  # sent functions / function_call: the call is answered as function_call
 
     @property
     def max_tokens_given(self) -> bool:
@@ -146,6 +154,10 @@ def parse_completion_request(body: dict[str, Any], strict: bool = False) -> Comp
     sampler = read_sampler_fields(r, ("max_tokens",))
     n = r.get("n", "int", 1, lo=1, hi=MAX_N)
     echo = r.get("echo", "bool", False)
+    suffix = r.get("suffix", "str") or None
+    if suffix is not None and (echo or not all(isinstance(p, str) for p in prompts)):
+        raise bad_request("'suffix' (fill-in-the-middle) takes text prompts and no 'echo'", param="suffix",
+                          code="invalid_value")
     logprobs = r.get("logprobs", "int", lo=0, hi=20)
     stream = r.get("stream", "bool", False)
     include_usage = _stream_options(r, stream)
@@ -155,7 +167,7 @@ def parse_completion_request(body: dict[str, Any], strict: bool = False) -> Comp
     sampling = SamplingParams(**{"max_new_tokens": COMPLETION_MAX_TOKENS, **sampler, **constraint})
     return CompletionRequest(model, prompts, sampling, n=n, echo=echo, logprobs=logprobs, stream=stream,
                              include_usage=include_usage, salt=salt, rid=rid, constraint_field=source,
-                             ignored=r.unknown)
+                             ignored=r.unknown, suffix=suffix)
 
 
 def _prompts(raw: Any) -> list[str | list[int]]:
@@ -194,12 +206,18 @@ def parse_chat_request(body: dict[str, Any], strict: bool = False,
     if top_logprobs and not logprobs:
         raise bad_request("'top_logprobs' requires 'logprobs' to be true", param="top_logprobs")
     fmt = _response_format(r)
-    tools = parse_tools(r.get("tools", "list"))
-    choice = parse_tool_choice(r.get("tool_choice", ("str", "object")), tools)
+    old_tools, old_choice = legacy_functions(r)
+    legacy = old_tools is not None or old_choice is not None
+    try:
+        tools = parse_tools(r.get("tools", "list") if old_tools is None else old_tools)
+        choice = parse_tool_choice(r.get("tool_choice", ("str", "object")) if old_choice is None else old_choice,
+                                   tools)
+    except APIError as e:
+        raise legacy_error(e) if legacy else e from None
     rid, constraint, source = _extensions(r)
     _check_one_constraint(fmt, choice, tools, source)
     salt = read_cache_salt(r)
-    parallel = r.get("parallel_tool_calls", "bool", True)
+    parallel = r.get("parallel_tool_calls", "bool", True) and not legacy  # a legacy answer holds one call
     template_kwargs = check_template_kwargs(r.get("chat_template_kwargs", "object"))
     effort = r.get("reasoning_effort", "str", choices=REASONING_EFFORTS)
     if effort is not None:  # a template variable (gpt-oss renders it); chat_template_kwargs' own wins
@@ -218,7 +236,8 @@ def parse_chat_request(body: dict[str, Any], strict: bool = False,
                        response_format=fmt, tools=tools, tool_choice=choice, salt=salt,
                        parallel_tool_calls=parallel, chat_template_kwargs=template_kwargs,
                        separate_reasoning=separate, continue_final_message=cont,
-                       add_generation_prompt=add_prompt, rid=rid, constraint_field=source, ignored=r.unknown)
+                       add_generation_prompt=add_prompt, rid=rid, constraint_field=source, ignored=r.unknown,
+                       legacy_functions=legacy)
 
 
 def _check_one_constraint(fmt: ResponseFormat, choice: ToolChoice, tools: list[ToolSpec],

@@ -12,7 +12,9 @@ A server on loopback is still reachable from a browser on the same machine: a pa
   request) must come from this server's own origin, or from a host ``--allowed-hosts`` lists; otherwise
   403 -- unless ``--allowed-origins`` lists it (:mod:`.cors`).
 - A POST, PUT or PATCH with a body must say ``Content-Type: application/json`` (a ``charset``, if
-  any, ``utf-8``); otherwise 415. Bodiless POSTs (``/flush_cache``) pass whatever their type.
+  any, ``utf-8``); otherwise 415. Bodiless POSTs (``/flush_cache``) pass whatever their type. Ollama's
+  routes (``/api/``) read JSON whatever the type, as Ollama does (its documentation's ``curl -d``
+  sends a form type): a browser's cross-site form post carries an ``Origin`` and is refused above.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+ANY_TYPE_PREFIXES = ("/api/",)  # Ollama's routes: JSON whatever the Content-Type
 
 
 def allowed_host_names(bind_host: str, allowed_hosts: str | None) -> frozenset[str] | None:
@@ -75,7 +78,7 @@ def origin_middleware(bind_host: str, allowed_hosts: str | None,
         if origin is not None and not _same_origin(origin, host, origins) \
                 and not (cors_allows is not None and cors_allows(origin)):
             raise APIError(403, f"cross-origin request from {origin!r} refused", code="cross_origin")
-        if request.method in BODY_METHODS:
+        if request.method in BODY_METHODS and not request.path.startswith(ANY_TYPE_PREFIXES):
             check_json_content_type(request)
         return await handler(request)
 

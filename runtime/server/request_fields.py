@@ -5,7 +5,11 @@ type or an out-of-range value is always a 400 whose ``param`` is the offending f
 
 A field no route reads is handled by the request's :class:`UnknownFields` policy: ignored and
 remembered (the default, as SGLang and vLLM do: the route logs one warning line and names them in
-the ``x-radixlm-ignored-fields`` response header), or a 400 with ``ServerArgs.strict_api``.
+the ``x-radixlm-ignored-fields`` response header), or a 400 with ``ServerArgs.strict_api``. The
+policy holds at any depth: a reader built without one (a message, a tool, a content block) takes
+the policy of the body being read in the same task (the last top-level reader given one), so an
+unknown key in ``tools[0]`` is named ``tools[0].strict`` in the header. A wrong type on a field
+that is read stays a 400 naming it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from contextvars import ContextVar
 from typing import Any
 
 from radixlm.runtime.server.http_errors import bad_request
@@ -31,6 +36,8 @@ _KIND_WORDS = {"int": "an integer", "number": "a number", "bool": "a boolean", "
 _MISSING = object()
 IGNORED_HEADER = "x-radixlm-ignored-fields"
 logger = logging.getLogger("radixlm.server")
+# the unknown-field policy of the body being read in this task (each HTTP request is its own task)
+_BODY_POLICY: ContextVar[UnknownFields | None] = ContextVar("radixlm_body_policy", default=None)
 
 
 class UnknownFields:
@@ -65,14 +72,18 @@ def is_kind(value: Any, kind: str) -> bool:
 class FieldReader:
     """Reads fields from one JSON object; remembers which were read so extras can be found.
 
-    ``unknown`` decides what :meth:`reject_unknown` does with them (None: always a 400)."""
+    ``unknown`` decides what :meth:`reject_unknown` does with them; a top-level reader given one
+    makes it the policy of the body (see the module docstring); None takes the body's policy, or,
+    outside a body's parse, always a 400."""
 
     def __init__(self, body: dict[str, Any], prefix: str = "", unknown: UnknownFields | None = None):
         if not isinstance(body, dict):
             raise bad_request(f"{prefix or 'body'} must be an object", param=prefix or None)
+        if unknown is not None and not prefix:
+            _BODY_POLICY.set(unknown)
         self.body = body
         self.prefix = prefix
-        self.unknown = unknown
+        self.unknown = unknown if unknown is not None else (_BODY_POLICY.get() if prefix else None)
         self.seen: set[str] = set()
 
     def sub(self, value: Any, key: str) -> FieldReader:

@@ -49,6 +49,7 @@ class ServerConfig:
     api_keys: tuple[str, ...] = ()
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     served_model_name: str | None = None
+    served_model_aliases: tuple[str, ...] = ()  # more names requests may use (responses carry the first)
     graceful_shutdown_s: float = 30.0
     admin_api_key: str | None = None  # admin routes act on every tenant with it (see auth)
 
@@ -140,8 +141,9 @@ class ServerState:
         self.prompts = PromptEncoder(self.tokenizer, self.context_len)  # size check, tokenizer pool
 
     def check_model(self, model: str | None) -> None:
-        """404 unless ``model`` is absent, the served name, the model path or ``"default"``."""
-        if model is not None and model not in (self.model_name, self.model_path, "default"):
+        """404 unless ``model`` is absent, the served name (or an alias), the model path or ``"default"``."""
+        if model is not None and model not in (self.model_name, self.model_path, "default",
+                                               *self.config.served_model_aliases):
             raise APIError(404, f"the model '{model}' does not exist; this server serves "
                            f"'{self.model_name}'", param="model", code="model_not_found")
 

@@ -35,14 +35,20 @@ _HEADER_RE = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"argum
 
 @dataclass(frozen=True)
 class ToolChoice:
-    """``mode``: none | auto | required | named (then ``name`` is the function)."""
+    """``mode``: none | auto | required | named (then ``name`` is the function). ``allowed``
+    (``{"type": "allowed_tools"}``): the only tools a call may name; every tool stays in the prompt."""
 
     mode: str = "none"
     name: str | None = None
+    allowed: tuple[str, ...] | None = None
 
     @property
     def forces_call(self) -> bool:
         return self.mode in ("required", "named")
+
+    def callable_tools(self, tools: list[ToolSpec]) -> list[ToolSpec]:
+        """The tools a call may name: ``allowed``'s, or all of them."""
+        return tools if self.allowed is None else [t for t in tools if t.name in self.allowed]
 
 
 def parse_tools(raw: list | None) -> list[ToolSpec]:
@@ -81,7 +87,8 @@ def parse_tool_choice(raw: str | dict | None, tools: list[ToolSpec]) -> ToolChoi
             raise bad_request(f"tool_choice {raw!r} requires 'tools'", param="tool_choice")
         return ToolChoice(raw)
     r = FieldReader(raw, "tool_choice")
-    r.get("type", "str", required=True, choices=("function",))
+    if r.get("type", "str", required=True, choices=("function", "allowed_tools")) == "allowed_tools":
+        return _allowed_tools(r, tools)
     name = FieldReader(r.get("function", "object", required=True), "tool_choice.function").get(
         "name", "str", required=True)
     r.reject_unknown()
@@ -89,6 +96,75 @@ def parse_tool_choice(raw: str | dict | None, tools: list[ToolSpec]) -> ToolChoi
         raise bad_request(f"tool_choice names function {name!r}, which is not in 'tools'",
                           param="tool_choice.function.name", code="invalid_value")
     return ToolChoice("named", name)
+
+
+def _allowed_tools(r: FieldReader, tools: list[ToolSpec]) -> ToolChoice:
+    """``{"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required", "tools": [...]}}``;
+    each entry names a declared function (``{"type": "function", "function": {"name"}}``, or the
+    Responses API's flat ``{"type": "function", "name"}``)."""
+    sub = r.sub(r.get("allowed_tools", "object", required=True), "allowed_tools")
+    mode = sub.get("mode", "str", required=True, choices=("auto", "required"))
+    entries = sub.get("tools", "list", required=True)
+    sub.reject_unknown()
+    r.reject_unknown()
+    if not entries:
+        raise bad_request("'tool_choice.allowed_tools.tools' must not be empty", param="tool_choice.allowed_tools.tools",
+                          code="invalid_value")
+    names = []
+    for j, entry in enumerate(entries):
+        path = f"tool_choice.allowed_tools.tools[{j}]"
+        if not isinstance(entry, dict):
+            raise bad_request(f"'{path}' must be an object", param=path, code="invalid_type")
+        e = FieldReader(entry, path)
+        e.get("type", "str", required=True, choices=("function",))
+        fn = e.get("function", "object")
+        name_at = e.sub(fn, "function") if fn is not None else e
+        name = name_at.get("name", "str", required=True)
+        name_at.reject_unknown()
+        e.reject_unknown()
+        if not any(t.name == name for t in tools):
+            raise bad_request(f"'{name_at.path('name')}' names function {name!r}, which is not in 'tools'",
+                              param=name_at.path("name"), code="invalid_value")
+        names.append(name)
+    return ToolChoice(mode, allowed=tuple(names))
+
+
+def legacy_functions(r: FieldReader) -> tuple[list | None, str | dict | None]:
+    """The legacy ``functions`` / ``function_call`` as ``tools`` / ``tool_choice`` values (None, None
+    when absent); with ``tools`` or ``tool_choice`` also given, a 400."""
+    functions = r.get("functions", "list")
+    call = r.get("function_call", ("str", "object"))
+    if functions is None and call is None:
+        return None, None
+    for new, old in (("tools", "functions"), ("tool_choice", "function_call")):
+        if r.has(new) and r.has(old):
+            raise bad_request(f"'{old}' is the legacy form of '{new}': send one of them", param=old,
+                              code="invalid_value")
+    tools = None if functions is None else [{"type": "function", "function": f} for f in functions]
+    if isinstance(call, dict):
+        sub = r.sub(call, "function_call")
+        call = {"type": "function", "function": {"name": sub.get("name", "str", required=True)}}
+        sub.reject_unknown()
+    return tools, call
+
+
+_LEGACY_NAMES = ((re.compile(r"\btools\[(\d+)\]\.function\b"), r"functions[\1]"),
+                 (re.compile(r"\btools\[(\d+)\]"), r"functions[\1]"),
+                 (re.compile(r"\btool_choice\.function\b"), "function_call"),
+                 (re.compile(r"\btool_choice\b"), "function_call"))
+
+
+def legacy_error(err: APIError) -> APIError:
+    """``err`` naming the legacy fields the request sent (``functions[0].name``, ``function_call``)
+    instead of the tools it was read as."""
+    if not err.param:
+        return err
+    param, message = err.param, err.message
+    for pattern, repl in _LEGACY_NAMES:
+        param, message = pattern.sub(repl, param, count=1), pattern.sub(repl, message)
+        if param != err.param:
+            break
+    return APIError(err.status, message, param=param, code=err.code, retry_after_s=err.retry_after_s)
 
 
 def error_pointer(exc: BaseException) -> str | None:

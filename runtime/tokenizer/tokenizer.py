@@ -243,7 +243,6 @@ class Tokenizer:
         return render_chat_template(template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                     **variables)
 
-
     def _template_places(self) -> str:
         """Where a chat template was looked for, as the error names it."""
         if self.path.suffix.lower() == ".gguf":
@@ -251,12 +250,23 @@ class Tokenizer:
         return "looked for tokenizer_config.json 'chat_template' and chat_template.jinja"
 
 
+# ``--chat-template NAME``: SGLang's and vLLM's named templates that hold for any tokenizer
+NAMED_CHAT_TEMPLATES = {
+    "chatml": ("{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + (message['content'] or '')"
+               " + '<|im_end|>\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+               "{%- endif %}"),
+}
+
+
 def _read_template_override(value: str) -> str:
-    """``--chat-template``: the text of a Jinja file, or ``value`` itself when it is template text."""
+    """``--chat-template``: the text of a Jinja file, ``value`` itself when it is template text, or a
+    named template (:data:`NAMED_CHAT_TEMPLATES`, when no file has that name)."""
     if "{{" in value or "{%" in value:  # template text (checked first: it may be too long for a path)
         return value
     path = Path(value)
     if path.is_file():
         return path.read_text(encoding="utf-8")
-    raise FileNotFoundError(f"chat_template {value!r}: no such file (pass a Jinja template file or the "
-                            "template text)")
+    if value in NAMED_CHAT_TEMPLATES:
+        return NAMED_CHAT_TEMPLATES[value]
+    raise FileNotFoundError(f"chat_template {value!r}: no such file, and not a template this server names "
+                            f"({', '.join(NAMED_CHAT_TEMPLATES)}); pass a Jinja template file or the template text")

@@ -141,7 +141,7 @@ def test_sglang_launch_command_parses_with_a_notice_per_ignored_flag():
                                                                                              4096, 7)
     assert (args.chat_template, args.tool_call_parser, args.reasoning_parser) == ("chat.jinja", "hermes", "qwen3")
     assert (args.grammar_backend, args.strict_api, args.incremental_streaming_output) == ("xgrammar", True, True)
-    assert (ns.host, ns.port, ns.dp_size, ns.served_model_name, ns.api_key) == ("0.0.0.0", 30001, 1, "llama",
+    assert (ns.host, ns.port, ns.dp_size, ns.served_model_name, ns.api_key) == ("0.0.0.0", 30001, 1, ["llama"],
                                                                                 ["sk-1"])
     lines = notices(ns)
     for flag in ("--enable-metrics", "--kv-cache-dtype fp8_e5m2", "--trust-remote-code", "--enable-torch-compile",

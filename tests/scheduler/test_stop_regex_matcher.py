@@ -124,3 +124,28 @@ def test_the_patterns_of_a_request_have_a_total_size_bound():
     SamplingParams(stop_regex=[f"{c}{{400}}" for c in "abcdefgh"[:fits]])
     with pytest.raises(ValueError, match="stop_regex patterns total"):
         SamplingParams(stop_regex=[f"{c}{{400}}" for c in "abcdefgh"[:fits + 1]])
+
+
+def test_the_matcher_reads_no_private_regex_parser():
+    import inspect
+
+    import radixlm.runtime.stop_regex as module
+    source = inspect.getsource(module)
+    assert "re._parser" not in source and "sre_parse" not in source and "sre_compile" not in source
+
+
+@pytest.mark.parametrize("pattern, text, found", [
+    ("(?s)a.b", "xa\nb", (1, "a\nb")), ("a.b", "xa\nb", None), ("^b|c", "abc", (2, "c")),
+    ("x[^a]*?y", "x12y34y", (0, "x12y")), ("(?:ab|a)(?:b|)c", "zabc", (1, "abc")),
+])
+def test_leading_dotall_anchors_and_priorities(pattern, text, found):
+    assert StopRegexMatcher([pattern]).search(text) == found
+    assert earliest([pattern], text) == found
+
+
+@pytest.mark.parametrize("pattern, text", [
+    (r"\d+", "abc ٣٤ x"), (r"\w+!", "héllo 你好!"), (r"[^\d\s]+9", "a1 b٣ xy9"), (r"[\w-]+=", "a-b é="),
+    (r"\D\S", "12 a٣"), (r"[\W]", "é_!"),
+])
+def test_digit_space_and_word_classes_keep_pythons_unicode_meaning(pattern, text):
+    assert StopRegexMatcher([pattern]).search(text) == earliest([pattern], text)
