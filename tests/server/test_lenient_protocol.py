@@ -193,8 +193,9 @@ def test_generate_streams_cumulative_text_unless_incremental(lenient, strict):
     body = {"text": "The tide", "stream": True, "return_logprob": True,
             "sampling_params": {"temperature": 0.0, "max_new_tokens": 10}}
     full = call(lenient, "/generate", {**body, "stream": False})[1]
+    # the same prompt again: the radix tree drafts the answer it cached, so a chunk may carry several tokens
     chunks, _ = sse(lenient, "/generate", body)
-    assert len(chunks) > 2 and chunks[-1]["text"] == full["text"] and chunks[-1]["output_ids"] == full["output_ids"]
+    assert len(chunks) >= 2 and chunks[-1]["text"] == full["text"] and chunks[-1]["output_ids"] == full["output_ids"]
     assert all(b["text"].startswith(a["text"]) for a, b in zip(chunks, chunks[1:]))
     assert len(chunks[-1]["meta_info"]["output_token_logprobs"]) == 10  # the lists so far, too
     deltas, _ = sse(strict, "/generate", body)

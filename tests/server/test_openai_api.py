@@ -187,16 +187,28 @@ def test_tools_required_with_parallel_calls_makes_one_or_more(client):
 
 def test_tools_required_parallel_cut_by_the_budget_is_honest(client):
     """Several forced calls cut by ``max_tokens``: the complete ones stand in ``tool_calls``, the cut
-    one is kept apart in ``truncated_tool_call``, and the reason is ``length``; streamed alike."""
-    kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 60,
-              "temperature": 0}
-    choice = client.chat.completions.create(**kwargs).choices[0]
-    assert choice.finish_reason == "length" and choice.message.content is None
-    _check_calls(choice.message.tool_calls or [], {"get_weather", "get_time"})
-    truncated = getattr(choice, "truncated_tool_call", None)
-    assert truncated is not None and truncated["function"]["name"] in ("get_weather", "get_time")
-    _, calls, reason, _ = _collect_stream(client.chat.completions.create(**kwargs, stream=True))
-    assert reason == "length" and len(calls) == len(choice.message.tool_calls or []) + 1  # the cut one streamed
+    one is kept apart in ``truncated_tool_call``, and the reason is ``length``; streamed alike. A
+    forced turn may also end after a call, as the model ends it (``stop``: ``tool_calls``); the tiny
+    random model goes on to another call on some seeds, which the budget then cuts."""
+    cut = 0
+    for seed in range(8):
+        kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 60,
+                  "temperature": 1.0, "seed": seed}
+        choice = client.chat.completions.create(**kwargs).choices[0]
+        assert not choice.message.content  # no call markup leaks into the content
+        truncated = getattr(choice, "truncated_tool_call", None)
+        if choice.finish_reason == "tool_calls":
+            _check_calls(choice.message.tool_calls, {"get_weather", "get_time"})
+            assert truncated is None
+            continue
+        assert choice.finish_reason == "length"
+        if choice.message.tool_calls:
+            _check_calls(choice.message.tool_calls, {"get_weather", "get_time"})
+        assert truncated is not None and truncated["function"]["name"] in ("get_weather", "get_time")
+        _, calls, reason, _ = _collect_stream(client.chat.completions.create(**kwargs, stream=True))
+        assert reason == "length" and len(calls) == len(choice.message.tool_calls or []) + 1  # the cut one streamed
+        cut += 1
+    assert cut, "no seed went on to a call the budget cut"
 
 
 def test_tools_auto_detects_and_constrains_a_call(client, server):
