@@ -227,8 +227,9 @@ class EngineLoop:
         mixed = 0 if batch.is_decode else len(batch.decode_reqs)
         extended = 0 if batch.is_decode else batch.num_tokens - mixed
         produced = len(batch.reqs) + sum(result.accepted)  # a verify step's kept drafts are decoded tokens too
-        self.timers.add(batch.is_decode, produced, time.perf_counter() - start, result.forward_s,
-                        extended, mixed)
+        step_s = time.perf_counter() - start
+        self.timers.add(batch.is_decode, produced, step_s, result.forward_s, extended, mixed)
+        self.scheduler.observe_step(batch, step_s)
         if extended >= RELEASE_AFTER_EXTEND_TOKENS and self.release_after_extend and release_free_memory():
             self.extend_releases += 1
 

@@ -202,8 +202,8 @@ class Scheduler:
             return None
         context_len = self.stop_checker.context_len
         share = VERIFY_MAX_ROWS // len(reqs) - 1  # draft tokens each request may verify this step
-        drafts = [self.drafter.propose(r, min(r.remaining_new_tokens, context_len - r.fill_len, share + 1) - 1)
-                  for r in reqs]
+        drafts = [self.drafter.propose(r, min(r.remaining_new_tokens, context_len - r.fill_len, share + 1) - 1,
+                                       len(reqs)) for r in reqs]
         total = len(reqs) + sum(len(d) for d in drafts)
         if total == len(reqs) or self.cache.available() < total:
             return None
@@ -221,6 +221,11 @@ class Scheduler:
     def _decay_new_token_ratio(self) -> None:
         """Once per step that decodes the running requests."""
         self.new_token_ratio = max(self.new_token_ratio - NEW_TOKEN_RATIO_DECAY, MIN_NEW_TOKEN_RATIO)
+
+    def observe_step(self, batch: ScheduledBatch, seconds: float) -> None:
+        """A decode step (plain or verify) took ``seconds``: the drafter's cost model learns from it."""
+        if batch.is_decode and self.drafter.config.enabled:
+            self.drafter.cost.observe(len(batch.reqs), len(batch.spec.input_ids), seconds)
 
     def schedule_decode_ahead(self, inflight: ScheduledBatch) -> AheadBatch | None:
         """Step N+1 while ``inflight`` (step N) runs, for overlap scheduling (``decode_ahead.py``);

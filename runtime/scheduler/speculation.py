@@ -15,9 +15,15 @@ is exactly what decoding one token a step would have produced (greedy), or has i
 
 A draft stops at an end token (EOS, ``stop_token_ids``) and at the first token the grammar refuses.
 
-Adaptive length: each request keeps its own draft length, doubled after a step that accepted the
-whole draft and set to what was accepted + 1 after one that did not, so a request whose drafts
-miss pays one extra row at most. Speculation steps aside where it cannot pay or could change the
+Adaptive length, by cost: each request estimates how often the model keeps its draft tokens
+(``p``, from what it kept and where it stopped), and the drafter measures what a step costs
+(``StepCost``: a plain decode step, and each draft row more). A draft of ``k`` tokens yields
+``(1 - p^(k+1)) / (1 - p)`` tokens for ``1 + r k`` times a plain step's time (``r``: a draft row's
+cost over a plain step's); the drafter proposes the ``k`` with the most tokens per unit of time, and
+none when no ``k`` beats a plain step by ``MIN_GAIN``, so free text the drafts miss is not slowed
+down. On a GPU or a memory-bound CPU step a row costs little (``r`` small: long drafts); where each
+row is compute (a small CPU), drafts are proposed only while the model keeps most of them.
+Speculation steps aside where it cannot pay or could change the
 output: batches of more than ``max_batch_size`` running requests (a forward is then
 compute-bound, and extra rows cost what they save) and requests with penalties or
 ``min_new_tokens`` (their logits depend on the tokens before each position). Sampled requests
@@ -35,6 +41,11 @@ from radixlm.runtime.scheduler.req import Req
 
 MIN_NGRAM = 2
 MAX_NGRAM = 4
+MIN_GAIN = 0.05  # a draft must promise this much more than a plain step's tokens per unit of time
+PRIOR_ROW_COST = 0.1  # a draft row's cost over a plain step's, until steps were measured
+PRIOR_KEPT, PRIOR_WEIGHT = 0.6, 2.0  # the acceptance a request starts from, weighed as 2 observations
+FORCED_KEPT = 0.9  # text the grammar forces is kept but where the model spells its end otherwise
+EMA = 0.2  # weight of the newest measured step
 # rows one verify step may carry: up to this many, the GGUF kernels compute each row exactly as a
 # one-row decode step does (kernels/csrc/gguf_matmul.c DECODE_MAX_M), and read the weights once
 VERIFY_MAX_ROWS = 16
@@ -56,14 +67,62 @@ class SpeculativeConfig:
 
 
 @dataclass
-class DraftState:
-    """One request's drafting state: its n-gram index, its adaptive length and what it proposed."""
+class StepCost:
+    """What decode steps cost, measured: a plain step's seconds by its number of requests, and the
+    seconds each draft row adds (exponential moving averages)."""
 
-    length: int  # draft tokens to propose next step
+    plain: dict[int, float] = field(default_factory=dict)
+    per_row: float | None = None
+
+    def observe(self, requests: int, rows: int, seconds: float) -> None:
+        """A decode step of ``requests`` requests and ``rows`` rows took ``seconds``."""
+        if rows == requests:
+            self.plain[requests] = _ema(self.plain.get(requests), seconds)
+        elif requests in self.plain:
+            extra = max(seconds - self.plain[requests], 0.0) / (rows - requests)
+            self.per_row = _ema(self.per_row, extra)
+
+    def ratio(self, requests: int) -> float:
+        """A draft row's cost over a plain step's, at ``requests`` requests."""
+        plain = self.plain.get(requests)
+        if plain is None or self.per_row is None or plain <= 0:
+            return PRIOR_ROW_COST
+        return self.per_row / plain
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else (1 - EMA) * old + EMA * new
+
+
+def best_length(kept: float, ratio: float, longest: int) -> int:
+    """The draft length (0 .. ``longest``) with the most expected tokens per unit of time, when a
+    draft token is kept with probability ``kept`` and a draft row costs ``ratio`` plain steps; 0
+    unless it beats a plain step by ``MIN_GAIN``."""
+    best, best_value, expected, power = 0, 1.0 + MIN_GAIN, 1.0, 1.0
+    for k in range(1, longest + 1):
+        power *= kept
+        expected += power  # 1 + p + ... + p^k
+        value = expected / (1.0 + ratio * k)
+        if value > best_value:
+            best, best_value = k, value
+    return best
+
+
+@dataclass
+class DraftState:
+    """One request's drafting state: its n-gram index, what it proposed and what the model kept."""
+
     indexed: int = 0  # positions of fill_ids whose n-grams are in ``index``
     index: dict[tuple[int, ...], int] = field(default_factory=dict)  # n-gram -> position after it
     proposed: list[int] = field(default_factory=list)  # this step's draft
     grammar_len: int = 0  # how many leading draft tokens the grammar forced
+    kept: int = 0  # draft tokens the model kept so far
+    missed: int = 0  # steps whose draft the model stopped short of
+
+    @property
+    def keep_rate(self) -> float:
+        """The estimated probability that the model keeps the next draft token."""
+        return (self.kept + PRIOR_KEPT * PRIOR_WEIGHT) / (self.kept + self.missed + PRIOR_WEIGHT)
 
 
 def spec_blocker(req: Req) -> str | None:
@@ -84,6 +143,7 @@ class Drafter:
         self.config = config
         self.tree = tree
         self.end_ids = end_ids  # EOS ids: a draft stops before one
+        self.cost = StepCost()
         self.steps = 0  # verify steps run
         self.proposed_tokens = 0
         self.accepted_tokens = 0
@@ -92,23 +152,25 @@ class Drafter:
         """Whether a decode step of ``num_running`` requests drafts at all."""
         return self.config.enabled and num_running <= self.config.max_batch_size
 
-    def propose(self, req: Req, room: int) -> list[int]:
+    def propose(self, req: Req, room: int, batch_size: int = 1) -> list[int]:
         """``req``'s draft for this step: at most ``room`` tokens (what its budget and context
-        leave after the token the step samples anyway); empty when nothing is worth proposing."""
+        leave after the token the step samples anyway), as long as pays in a step of
+        ``batch_size`` requests; empty when nothing is worth proposing."""
         state = req.drafts
         if state is None:
-            state = req.drafts = DraftState(self.config.num_draft_tokens)
+            state = req.drafts = DraftState()
         state.proposed, state.grammar_len = [], 0
         if spec_blocker(req) is not None:
             return []
         constraint = req.constraint
-        k = min(state.length, room)
-        if k <= 0:
+        longest, ratio = min(self.config.num_draft_tokens, room), self.cost.ratio(batch_size)
+        if longest <= 0:
             return []
         draft: list[int] = []
         if constraint is not None and self.config.grammar_drafts and not req.params.disable_jump_forward:
-            draft = constraint.draft(k)
+            draft = constraint.draft(best_length(FORCED_KEPT, ratio, longest))
             state.grammar_len = len(draft)
+        k = max(len(draft), best_length(state.keep_rate, ratio, longest))
         if len(draft) < k:
             draft += self._lookup(req, draft, k - len(draft))
         draft = self._cut(req, draft)
@@ -130,8 +192,8 @@ class Drafter:
         req.spec_draft_tokens += proposed
         req.spec_accepted_tokens += accepted
         req.forced_tokens += min(accepted, state.grammar_len)
-        top = self.config.num_draft_tokens
-        state.length = min(2 * state.length, top) if accepted == proposed else max(accepted + 1, 1)
+        state.kept += accepted
+        state.missed += accepted < proposed
 
     def origin(self, req: Req, j: int) -> str:
         """The origin code of the ``j``-th accepted draft token (``req_origins``)."""

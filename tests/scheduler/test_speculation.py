@@ -10,7 +10,7 @@ import pytest
 from radixlm.radix_cache import RadixCache
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.req import Req
-from radixlm.runtime.scheduler.speculation import Drafter, SpeculativeConfig, spec_blocker
+from radixlm.runtime.scheduler.speculation import Drafter, SpeculativeConfig, best_length, spec_blocker
 from scheduler_fakes import EOS, expected_output, make, run_all
 
 SPEC = SpeculativeConfig(num_draft_tokens=6, max_batch_size=8)
@@ -108,7 +108,7 @@ def test_rejected_drafts_hand_back_their_slots_between_steps():
 
 
 def test_drafter_ngram_proposes_what_followed_the_latest_match():
-    d = Drafter(SPEC, None, frozenset({EOS}))
+    d = free(Drafter(SPEC, None, frozenset({EOS})))
     r = req("a", [2, 5, 6, 7, 8, 9, 5, 6], max_new=20)
     assert d.propose(r, 10) == [7, 8, 9, 5, 6, 7]  # overlapping repeats allowed
     r.output_ids = [7, 8, 9]  # the suffix "8 9" occurs at 4..5: what followed is 5 6 7 ...
@@ -116,7 +116,7 @@ def test_drafter_ngram_proposes_what_followed_the_latest_match():
 
 
 def test_drafter_stops_before_an_end_token_and_steps_aside_for_penalties():
-    d = Drafter(SPEC, None, frozenset({EOS}))
+    d = free(Drafter(SPEC, None, frozenset({EOS})))
     r = req("a", [2, 5, 6, 7, EOS, 9, 5, 6], max_new=20)
     assert d.propose(r, 10) == [7]
     penalised = req("b", [2, 5, 6, 7, 8, 5, 6], max_new=20, frequency_penalty=0.5)
@@ -125,22 +125,40 @@ def test_drafter_stops_before_an_end_token_and_steps_aside_for_penalties():
     assert d.propose(req("c", [2, 5, 6, 7, 8, 5, 6], max_new=20, min_new_tokens=4), 10) == []
 
 
-def test_drafter_adapts_its_length_to_what_was_accepted():
+def test_draft_length_follows_the_keep_rate_and_the_cost_of_a_row():
+    assert best_length(0.9, 0.0, 6) == 6  # rows cost nothing: the longest draft
+    assert best_length(0.9, 0.1, 8) > best_length(0.6, 0.1, 8) > 0
+    assert best_length(0.3, 0.3, 8) == 0  # a plain step yields more per unit of time
+    assert best_length(0.95, 1.0, 8) == 0  # each row costs a whole step: nothing pays
     d = Drafter(SPEC, None, frozenset({EOS}))
     r = req("a", [2] + [5, 6, 7] * 6, max_new=50)
-    assert len(d.propose(r, 50)) == 6
-    d.record(r, 1)
-    assert r.drafts.length == 2
-    d.propose(r, 50)
-    d.record(r, 2)  # all accepted: doubles, up to num_draft_tokens
-    assert r.drafts.length == 4
-    assert d.stats()["spec_accepted_tokens"] == 3 and d.stats()["spec_draft_tokens"] == 8
+    first = d.propose(r, 50)
+    assert 0 < len(first) < 6  # the prior: a draft row at a tenth of a step, a token kept at 0.6
+    d.record(r, len(first))
+    d.cost.observe(1, 1, 1.0)
+    d.cost.observe(1, 5, 1.4)  # four draft rows added 0.4 s to a 1 s step
+    assert d.cost.ratio(1) == pytest.approx(0.1)
+    for _ in range(6):  # the model keeps every draft: the keep rate rises, so does the length
+        d.record(r, len(d.propose(r, 50)))
+    assert r.drafts.keep_rate > 0.9 and len(d.propose(r, 50)) == 6
+    slow = Drafter(SPEC, None, frozenset({EOS}))
+    slow.cost.observe(1, 1, 1.0)
+    slow.cost.observe(1, 3, 3.0)  # each draft row costs a whole step (compute-bound)
+    assert slow.propose(req("b", [2] + [5, 6, 7] * 6, max_new=50), 50) == []
+    assert d.stats()["spec_accepted_tokens"] == d.stats()["spec_draft_tokens"] > 0
+
+
+def free(drafter: Drafter) -> Drafter:
+    """``drafter`` told that draft rows cost nothing (so it proposes its longest drafts)."""
+    drafter.cost.observe(1, 1, 1.0)
+    drafter.cost.observe(1, 2, 1.0)
+    return drafter
 
 
 def test_drafter_prefers_the_radix_tree_continuation():
     tree = RadixCache()
     tree.insert([2, 40, 41, 42, 43, 44, 45], list(range(1, 8)))
-    d = Drafter(SPEC, tree, frozenset({EOS}))
+    d = free(Drafter(SPEC, tree, frozenset({EOS})))
     r = req("a", [2, 40, 41], max_new=20)
     assert d.propose(r, 10) == [42, 43, 44, 45]
     assert tree.stats()["queries"] == 0 if "queries" in tree.stats() else True  # not a cache query
@@ -182,13 +200,13 @@ class ToyConstraint:
 
 
 def test_grammar_drafts_come_first_and_every_draft_is_cut_to_the_grammar():
-    d = Drafter(SPEC, None, frozenset({EOS}))
+    d = free(Drafter(SPEC, None, frozenset({EOS})))
     r = req("a", [2, 5, 6, 7, 8, 5, 6], max_new=20)
     r.constraint = ToyConstraint([30, 31, 5, 6, 99])
     draft = d.propose(r, 10)
     assert draft[:2] == [30, 31] and r.drafts.grammar_len == 2
     assert all(t in (30, 31, 5, 6, 99) for t in draft)  # the n-gram tail is cut where the path ends
-    off = Drafter(SpeculativeConfig(6, 8, grammar_drafts=False), None, frozenset({EOS}))
+    off = free(Drafter(SpeculativeConfig(6, 8, grammar_drafts=False), None, frozenset({EOS})))
     r2 = req("b", [2, 5, 6, 7, 8, 5, 6], max_new=20)
     r2.constraint = ToyConstraint([7, 8, 1])
     assert off.propose(r2, 10) == [7, 8] and r2.constraint.calls == []
