@@ -162,6 +162,9 @@ class ServerArgs:
     max_json_depth: int = _arg(256, "HTTP: deepest nesting of arrays and objects in a request body (400 "
                                f"beyond); at least max_schema_depth + {JSON_BODY_WRAPPING}, at most "
                                f"{MAX_JSON_DEPTH_CEILING}", int)
+    max_json_values: int = _arg(1 << 21, "HTTP: most JSON values in a request body (one more than its commas "
+                                "and opening brackets outside strings; 400 beyond): bounds the decoder's time "
+                                "and memory", int)
     max_new_tokens_default: int = _arg(1024, "HTTP: max_tokens of an OpenAI chat request that sets none "
                                        "(capped by the context left)", int)
     tool_call_parser: str | None = _arg(None, "HTTP: the tool-call format (hermes, qwen3_coder, llama3, pythonic, "
@@ -303,6 +306,7 @@ class ServerArgs:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         check_int("max_json_depth", self.max_json_depth, lo=1, hi=MAX_JSON_DEPTH_CEILING)
+        check_int("max_json_values", self.max_json_values, lo=1024)
         if self.max_json_depth < self.max_schema_depth + JSON_BODY_WRAPPING:
             raise ValueError(f"max_json_depth must be >= max_schema_depth + {JSON_BODY_WRAPPING} "
                              f"({self.max_schema_depth + JSON_BODY_WRAPPING}), so that a request body can "

@@ -1,9 +1,17 @@
-"""Decoding a request body: UTF-8 JSON whose nesting depth is measured before it is decoded.
+"""Decoding a request body: UTF-8 JSON whose nesting depth and value count are measured before it is decoded.
 
 ``json.loads`` recurses once per nesting level, so a body of 10,000 ``[`` raises ``RecursionError``
 (and every later walk over a deep value risks the same). :func:`nesting_depth` measures the depth
 on the raw bytes first, without recursion and at C speed (bytes methods and numpy), so a body
 deeper than ``max_json_depth`` is a 400 and never reaches the decoder.
+
+A body's decoding cost (time and memory: ~50 bytes of Python object per value) follows its number
+of values, not its bytes: 18 MB of ``{},`` is six million objects. :func:`value_count` bounds the
+values from the same scan (one more than the commas and opening brackets outside strings), so a
+body of more than ``max_json_values`` is a 400 before decoding. ``json.loads`` holds the GIL for
+its whole run, so the bound, not the thread it runs in, is what keeps the event loop responsive;
+the server still decodes large bodies in a small pool of its own (``ServerState.read_json``), so
+several of them at once wait their turn instead of multiplying the memory.
 
 A compressed body (``Content-Encoding: gzip`` or ``deflate``; the server turns aiohttp's automatic
 decompression off) is inflated by :func:`decompress_body` in bounded steps, stopping with a 413 as
@@ -23,6 +31,8 @@ from radixlm.runtime.server.http_errors import APIError
 _STEP = np.zeros(256, dtype=np.int8)
 _STEP[[ord("["), ord("{")]] = 1
 _STEP[[ord("]"), ord("}")]] = -1
+_SEPARATOR = np.zeros(256, dtype=bool)
+_SEPARATOR[[ord(","), ord("["), ord("{")]] = True
 _QUOTE = ord('"')
 _CHUNK = 1 << 20  # brackets per running-sum slice: bounds the int64 scratch to 8 MiB
 _INFLATE_STEP = 1 << 20  # most bytes one decompress call may produce
@@ -57,18 +67,29 @@ def decompress_body(raw: bytes, encoding: str | None, limit: int) -> bytes:
     return b"".join(out)
 
 
-def nesting_depth(raw: bytes, limit: int | None = None) -> int:
-    """The deepest ``[``/``{`` nesting of the JSON text ``raw`` (UTF-8), brackets inside strings
-    excluded (0 for a scalar). With ``limit``, counting stops once the depth passes it (the result
-    is then some value > limit)."""
+def _structure(raw: bytes) -> np.ndarray:
+    """The bytes of the JSON text ``raw`` (UTF-8) that lie outside strings."""
     # Drop escaped backslashes, then escaped quotes, so every remaining quote opens or closes a
     # string (left-to-right pairing is JSON's escape rule: a run of 2k+1 backslashes escapes the
     # next byte). In UTF-8, bytes below 0x80 only ever encode ASCII, so the byte view is exact.
     text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
     codes = np.frombuffer(text, dtype=np.uint8)
     in_string = np.bitwise_xor.accumulate((codes == _QUOTE).view(np.uint8))
-    steps = _STEP[codes]
-    steps[in_string.view(bool)] = 0
+    return codes[~in_string.view(bool)]
+
+
+def value_count(raw: bytes) -> int:
+    """An upper bound of the values ``json.loads(raw)`` makes: one more than the commas and opening
+    brackets outside strings (exact for arrays of scalars; at most 2x for nested empty containers)."""
+    codes = _structure(raw)
+    return 1 + int(np.count_nonzero(_SEPARATOR[codes]))
+
+
+def nesting_depth(raw: bytes, limit: int | None = None) -> int:
+    """The deepest ``[``/``{`` nesting of the JSON text ``raw`` (UTF-8), brackets inside strings
+    excluded (0 for a scalar). With ``limit``, counting stops once the depth passes it (the result
+    is then some value > limit)."""
+    steps = _STEP[_structure(raw)]
     steps = steps[steps != 0]
     depth = deepest = 0
     for start in range(0, steps.size, _CHUNK):
@@ -80,8 +101,9 @@ def nesting_depth(raw: bytes, limit: int | None = None) -> int:
     return deepest
 
 
-def parse_json_body(raw: bytes, max_depth: int) -> dict[str, Any]:
-    """Decode a request body that must be a UTF-8 JSON object at most ``max_depth`` deep (400 otherwise)."""
+def parse_json_body(raw: bytes, max_depth: int, max_values: int | None = None) -> dict[str, Any]:
+    """Decode a request body that must be a UTF-8 JSON object at most ``max_depth`` deep and of at
+    most ``max_values`` values (400 otherwise)."""
     try:
         text = raw.decode("utf-8-sig")  # JSON over HTTP is UTF-8 (RFC 8259); the depth scan relies on it
     except UnicodeDecodeError as e:
@@ -90,6 +112,12 @@ def parse_json_body(raw: bytes, max_depth: int) -> dict[str, Any]:
     if raw.count(b"[") + raw.count(b"{") > max_depth and nesting_depth(raw, max_depth) > max_depth:
         raise APIError(400, f"request body nests deeper than max_json_depth ({max_depth} levels of arrays "
                        "and objects)", code="json_too_deep")
+    # Fewer separators anywhere than the limit cannot make more values: most bodies skip the scan.
+    if max_values is not None and raw.count(b",") + raw.count(b"[") + raw.count(b"{") >= max_values:
+        count = value_count(raw)
+        if count > max_values:
+            raise APIError(400, f"request body holds about {count} JSON values, more than max_json_values "
+                           f"({max_values})", code="json_too_many_values")
     try:
         body = json.loads(text)
     except json.JSONDecodeError as e:
