@@ -152,7 +152,8 @@ async def serve(engine: ServedEngine, config: ServerConfig, stop: asyncio.Event 
                            keepalive_timeout=args.http_keepalive_timeout_s)
     await runner.setup()
     sock = sock or bind_socket(config.host, config.port)
-    guard = app[STATE_KEY].guard = ConnectionGuard(args.max_connections_per_client, args.http_header_timeout_s)
+    guard = app[STATE_KEY].guard = ConnectionGuard(args.max_connections_per_client, args.http_header_timeout_s,
+                                                   args.forwarded_allow_ips)
     site = GuardedSite(runner, sock, guard)
     await site.start()
     port = sock.getsockname()[1]
