@@ -21,6 +21,8 @@ soon as the output passes the body limit: a small bomb never expands in memory.
 from __future__ import annotations
 
 import json
+import re
+import sys
 import zlib
 from typing import Any
 
@@ -118,8 +120,12 @@ def parse_json_body(raw: bytes, max_depth: int, max_values: int | None = None) -
         if count > max_values:
             raise APIError(400, f"request body holds about {count} JSON values, more than max_json_values "
                            f"({max_values})", code="json_too_many_values")
+    # Python refuses to convert integers of more digits than its limit (a ValueError naming no
+    # field): such bodies decode with a hook that marks those integers, then name the first one.
+    big = sys.get_int_max_str_digits()
+    hook = _mark_big_int if big and re.search(rb"[0-9]{%d}" % (big + 1), raw) else None
     try:
-        body = json.loads(text)
+        body = json.loads(text, parse_int=hook)
     except json.JSONDecodeError as e:
         raise APIError(400, f"request body is not valid JSON: {e}", code="invalid_json") from None
     except RecursionError:  # only if max_json_depth was set near Python's recursion limit
@@ -127,4 +133,30 @@ def parse_json_body(raw: bytes, max_depth: int, max_values: int | None = None) -
     if not isinstance(body, dict):
         raise APIError(400, f"request body must be a JSON object, got {type(body).__name__}",
                        code="invalid_json")
+    if hook is not None:
+        _reject_big_ints(body)
     return body
+
+
+class _BigInt(int):
+    """An integer literal of more digits than Python converts; holds its digit count."""
+
+
+def _mark_big_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > sys.get_int_max_str_digits():
+        return _BigInt(len(digits.lstrip("-")))
+    return int(digits)
+
+
+def _reject_big_ints(body: dict[str, Any]) -> None:
+    """400 naming the first integer of ``body`` too long to convert, by its path (``a.b[2]``)."""
+    stack: list[tuple[Any, str]] = [(body, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _BigInt):
+            raise APIError(400, f"'{path}': an integer of {int(value)} digits is too large (at most "
+                           f"{sys.get_int_max_str_digits()} digits)", param=path, code="invalid_value")
+        if isinstance(value, dict):
+            stack.extend((item, f"{path}.{key}" if path else str(key)) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((item, f"{path}[{i}]") for i, item in reversed(list(enumerate(value))))
