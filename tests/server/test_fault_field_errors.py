@@ -126,3 +126,9 @@ def test_constraint_errors_name_their_field(server, path, body, param):
 def test_an_integer_too_long_to_convert_is_named(server, path, raw, param):
     err = assert_400(post(server, path, raw % ("9" * 5000)), param)
     assert "5000 digits" in err["message"], err
+
+
+def test_a_grammar_with_no_finite_string_is_a_400(server):
+    err = assert_400(post(server, "/generate", '{"text": "hi", "sampling_params": {"max_new_tokens": 2, '
+                                               '"ebnf": "root ::= root"}}'), "sampling_params.ebnf")
+    assert "rule(s) root never end" in err["message"], err
