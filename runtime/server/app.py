@@ -195,6 +195,7 @@ async def _drain(runner: web.AppRunner, state: ServerState, grace_s: float) -> N
         await _until_idle(state, CUT_MARGIN_S)
     await runner.cleanup()  # closes idle connections; a handler still running is cancelled
     state.prompts.close()
+    state.json_pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def _until_idle(state: ServerState, timeout_s: float) -> bool:

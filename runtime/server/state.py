@@ -153,7 +153,7 @@ class ServerState:
                            f"'{self.model_name}'", param="model", code="model_not_found")
 
     async def read_json(self, request: web.Request) -> dict[str, Any]:
-        """The request's body as a JSON object, within the size and depth limits (400 / 413 otherwise)."""
+        """The request's body as a JSON object, within the size, depth and value limits (400 / 413 otherwise)."""
         try:
             raw = await asyncio.wait_for(request.read(), self.body_timeout_s)
         except asyncio.TimeoutError:
