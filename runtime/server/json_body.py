@@ -33,8 +33,7 @@ from radixlm.runtime.server.http_errors import APIError
 _STEP = np.zeros(256, dtype=np.int8)
 _STEP[[ord("["), ord("{")]] = 1
 _STEP[[ord("]"), ord("}")]] = -1
-_SEPARATOR = np.zeros(256, dtype=bool)
-_SEPARATOR[[ord(","), ord("["), ord("{")]] = True
+_COMMA, _OPEN_ARRAY, _OPEN_OBJECT = ord(","), ord("["), ord("{")
 _QUOTE = ord('"')
 _CHUNK = 1 << 20  # brackets per running-sum slice: bounds the int64 scratch to 8 MiB
 _INFLATE_STEP = 1 << 20  # most bytes one decompress call may produce
@@ -83,16 +82,23 @@ def _structure(raw: bytes) -> np.ndarray:
 def value_count(raw: bytes) -> int:
     """An upper bound of the values ``json.loads(raw)`` makes: one more than the commas and opening
     brackets outside strings (exact for arrays of scalars; at most 2x for nested empty containers)."""
-    codes = _structure(raw)
-    return 1 + int(np.count_nonzero(_SEPARATOR[codes]))
+    return _value_count(_structure(raw))
 
 
 def nesting_depth(raw: bytes, limit: int | None = None) -> int:
     """The deepest ``[``/``{`` nesting of the JSON text ``raw`` (UTF-8), brackets inside strings
     excluded (0 for a scalar). With ``limit``, counting stops once the depth passes it (the result
     is then some value > limit)."""
-    steps = _STEP[_structure(raw)]
-    steps = steps[steps != 0]
+    return _depth(_structure(raw), limit)
+
+
+def _value_count(codes: np.ndarray) -> int:
+    return 1 + sum(int(np.count_nonzero(codes == c)) for c in (_COMMA, _OPEN_ARRAY, _OPEN_OBJECT))
+
+
+def _depth(codes: np.ndarray, limit: int | None) -> int:
+    brackets = codes[_STEP[codes] != 0]
+    steps = _STEP[brackets]
     depth = deepest = 0
     for start in range(0, steps.size, _CHUNK):
         running = np.cumsum(steps[start:start + _CHUNK], dtype=np.int64) + depth
@@ -103,6 +109,25 @@ def nesting_depth(raw: bytes, limit: int | None = None) -> int:
     return deepest
 
 
+def check_shape(raw: bytes, max_depth: int, max_values: int | None) -> None:
+    """400 when ``raw`` holds more than ``max_values`` values or nests deeper than ``max_depth``;
+    one scan of its bytes, skipped when too few brackets and commas appear anywhere to matter."""
+    brackets = raw.count(b"[") + raw.count(b"{")
+    needs_depth = brackets > max_depth
+    needs_count = max_values is not None and brackets + raw.count(b",") >= max_values
+    if not (needs_depth or needs_count):
+        return
+    codes = _structure(raw)
+    if needs_count:
+        count = _value_count(codes)
+        if count > max_values:
+            raise APIError(400, f"request body holds about {count} JSON values, more than max_json_values "
+                           f"({max_values})", code="json_too_many_values")
+    if needs_depth and _depth(codes, max_depth) > max_depth:
+        raise APIError(400, f"request body nests deeper than max_json_depth ({max_depth} levels of arrays "
+                       "and objects)", code="json_too_deep")
+
+
 def parse_json_body(raw: bytes, max_depth: int, max_values: int | None = None) -> dict[str, Any]:
     """Decode a request body that must be a UTF-8 JSON object at most ``max_depth`` deep and of at
     most ``max_values`` values (400 otherwise)."""
@@ -110,16 +135,7 @@ def parse_json_body(raw: bytes, max_depth: int, max_values: int | None = None) -
         text = raw.decode("utf-8-sig")  # JSON over HTTP is UTF-8 (RFC 8259); the depth scan relies on it
     except UnicodeDecodeError as e:
         raise APIError(400, f"request body is not valid UTF-8 (byte {e.start})", code="invalid_json") from None
-    # Fewer brackets than the limit cannot nest past it: most bodies skip the scan.
-    if raw.count(b"[") + raw.count(b"{") > max_depth and nesting_depth(raw, max_depth) > max_depth:
-        raise APIError(400, f"request body nests deeper than max_json_depth ({max_depth} levels of arrays "
-                       "and objects)", code="json_too_deep")
-    # Fewer separators anywhere than the limit cannot make more values: most bodies skip the scan.
-    if max_values is not None and raw.count(b",") + raw.count(b"[") + raw.count(b"{") >= max_values:
-        count = value_count(raw)
-        if count > max_values:
-            raise APIError(400, f"request body holds about {count} JSON values, more than max_json_values "
-                           f"({max_values})", code="json_too_many_values")
+    check_shape(raw, max_depth, max_values)
     # Python refuses to convert integers of more digits than its limit (a ValueError naming no
     # field): such bodies decode with a hook that marks those integers, then name the first one.
     big = sys.get_int_max_str_digits()
