@@ -9,7 +9,8 @@ one call. Threads: the library's own small pool (``csrc/pool.h``: brief spin, th
 
 The library is compiled once per source version with the system C compiler (``$CC``, else ``cc``:
 ``-O3 -mavx2 -mfma -mf16c -ffp-contract=off -pthread``) into ``$RADIXLM_CACHE/native/`` (default
-``~/.cache/radixlm``). Nothing is required: on a machine without AVX2 and F16C, without a compiler, off
+``~/.cache/radixlm``); the compiler and its children die with the process that started them (even
+by ``kill -9``), and a build killed midway leaves only a temp file the next build removes. Nothing is required: on a machine without AVX2 and F16C, without a compiler, off
 Linux x86-64, or with ``RADIXLM_DISABLE_NATIVE=1``, ``available()`` is False and the callers keep
 their torch paths (``torch_only()`` switches the kernels off for a block, for tests).
 
@@ -25,6 +26,7 @@ import hashlib
 import logging
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -91,6 +93,10 @@ _INT_SIGNATURES = {  # these return 0, or -1 (no memory)
     "rl_block_linear": [ctypes.POINTER(BlockProj), _P, _I, _P, _P, _P, _L, _I, _I],
     "rl_block_gate_up_silu": [ctypes.POINTER(BlockProj), _P, _I, _P, _L, _I, _I],
 }
+COMPILE_TIMEOUT_S = 120
+_PR_SET_PDEATHSIG = 1
+# the compiler's shell: on SIGTERM (its parent died) it kills its whole process group
+_GROUP_GUARD = 'trap "kill -KILL 0" TERM; "$@" & wait $!'
 BUILD_PREFIX, BUILD_SUFFIX = ".build-", ".so.part"  # a build's temp file: .build-<pid>-<random>.so.part
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -146,11 +152,15 @@ def build() -> Path:
     return path
 
 
-def _compile(cmd: list[str], bar: tqdm, timeout_s: float = 120.0, refresh_s: float = 0.5) -> None:
-    """Run the compiler, redrawing ``bar``'s elapsed time while it works; ``CalledProcessError``
-    or ``TimeoutExpired`` as ``subprocess.run(check=True)`` raises them."""
-    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + timeout_s
+def _compile(cmd: list[str], bar: tqdm, refresh_s: float = 0.5) -> None:
+    """Run the compiler ``cmd``, redrawing ``bar``'s elapsed time while it works, so that it never
+    outlives this process: in its own process group, under a shell that kills the whole group (the
+    driver's cc1, as and ld included) when this process dies, even by ``kill -9`` (the kernel's
+    parent-death signal), and killed whole on the timeout. ``CalledProcessError`` or
+    ``TimeoutExpired`` as ``subprocess.run(check=True)`` raises them."""
+    child = subprocess.Popen(["/bin/sh", "-c", _GROUP_GUARD, "sh", *cmd], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_term_with_parent)
+    deadline = time.monotonic() + COMPILE_TIMEOUT_S
     try:
         while True:
             try:
@@ -159,14 +169,19 @@ def _compile(cmd: list[str], bar: tqdm, timeout_s: float = 120.0, refresh_s: flo
             except subprocess.TimeoutExpired:
                 bar.refresh()
                 if time.monotonic() > deadline:
-                    raise subprocess.TimeoutExpired(cmd, timeout_s) from None
+                    raise subprocess.TimeoutExpired(cmd, COMPILE_TIMEOUT_S) from None
     finally:
         if child.poll() is None:
-            child.kill()
+            os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     if child.returncode != 0:
         raise subprocess.CalledProcessError(child.returncode, cmd, out, err)
     bar.update()
+
+
+def _term_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent dies (Linux ``PR_SET_PDEATHSIG``)."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def remove_stale_builds(directory: Path) -> list[Path]:

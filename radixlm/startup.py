@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from radixlm.runtime.gguf_path import GGUFPathError, gguf_file
+from radixlm.runtime.gguf_path import GGUFPathError, check_gguf_header, gguf_file
 
 logger = logging.getLogger("radixlm.startup")
 
@@ -51,6 +51,12 @@ def check_checkpoint(model_path: str | None, tokenizer_path: str | None = None) 
     except GGUFPathError as e:
         raise StartupError(f"--model-path {model_path}: {e}") from None
     if gguf is not None:
+        try:  # the magic and version before anything reads more of the file (the tokenizer conversion)
+            check_gguf_header(gguf)
+        except ValueError as e:  # its message starts with the file's path
+            raise StartupError(f"--model-path {e}") from None
+        except OSError as e:
+            raise StartupError(f"--model-path {model_path}: {e.strerror or e}") from None
         if tokenizer_path is not None and gguf_file(tokenizer_path) is None \
                 and not (Path(tokenizer_path) / "tokenizer.json").is_file():
             raise StartupError(f"--tokenizer-path {tokenizer_path}: tokenizer.json is missing")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,6 +163,9 @@ class ServerArgs:
     max_json_depth: int = _arg(256, "HTTP: deepest nesting of arrays and objects in a request body (400 "
                                f"beyond); at least max_schema_depth + {JSON_BODY_WRAPPING}, at most "
                                f"{MAX_JSON_DEPTH_CEILING}", int)
+    max_json_values: int = _arg(1 << 21, "HTTP: most JSON values in a request body (one more than its commas "
+                                "and opening brackets outside strings; 400 beyond): bounds the decoder's time "
+                                "and memory", int)
     max_new_tokens_default: int = _arg(1024, "HTTP: max_tokens of an OpenAI chat request that sets none "
                                        "(capped by the context left)", int)
     tool_call_parser: str | None = _arg(None, "HTTP: the tool-call format (hermes, qwen3_coder, llama3, pythonic, "
@@ -196,8 +200,14 @@ class ServerArgs:
                                         "many seconds of opening (a later request: of its first byte); 408 and "
                                         "closed otherwise", float)
     http_body_timeout_s: float = _arg(60.0, "HTTP: most seconds reading one request body (408 after)", float)
-    max_connections_per_client: int = _arg(64, "HTTP: most open connections from one client IP; more are "
-                                           "refused with a 503", int)
+    max_connections_per_client: int = _arg(64, "HTTP: most open connections from one client IP (not a trusted "
+                                           "one): a new one evicts the client's oldest still sending headers, "
+                                           "else 2 more may only ask /health and /metrics, then 503; at most 4x "
+                                           "this many connections still sending headers in all (the oldest is "
+                                           "evicted)", int)
+    forwarded_allow_ips: str = _arg("127.0.0.1,::1", "HTTP: addresses (or networks; * = all) of reverse proxies "
+                                    "and local clients, which carry many clients on one address: no per-client "
+                                    "connection cap for them (uvicorn's flag)", str)
     enable_dashboard: bool = _arg(False, "HTTP: serve the live dashboard and playground at /dashboard (with API "
                                   "keys its data needs the admin key: it shows every client's prompts)", bool)
 
@@ -298,11 +308,18 @@ class ServerArgs:
     def _validate_http_limits(self) -> None:
         check_int("max_new_tokens_default", self.max_new_tokens_default, lo=1)
         check_int("max_connections_per_client", self.max_connections_per_client, lo=1)
+        for entry in (e.strip() for e in self.forwarded_allow_ips.split(",")):
+            if entry and entry != "*":
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(f"forwarded_allow_ips: {entry!r} is not an IP address or network") from None
         for name in ("http_keepalive_timeout_s", "http_header_timeout_s", "http_body_timeout_s"):
             check_num(name, getattr(self, name))
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         check_int("max_json_depth", self.max_json_depth, lo=1, hi=MAX_JSON_DEPTH_CEILING)
+        check_int("max_json_values", self.max_json_values, lo=1024)
         if self.max_json_depth < self.max_schema_depth + JSON_BODY_WRAPPING:
             raise ValueError(f"max_json_depth must be >= max_schema_depth + {JSON_BODY_WRAPPING} "
                              f"({self.max_schema_depth + JSON_BODY_WRAPPING}), so that a request body can "

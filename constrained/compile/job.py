@@ -15,9 +15,16 @@ EBNF: EBNF grammars as SGLang accepts them: GBNF/xgrammar style (``root ::= ...`
 Both become Lark text for the matcher core: GBNF through llguidance's converter (``root`` is the
 start rule), Lark as it is (its ``start`` rule). The grammar is checked here, so a bad grammar is
 a ``ConstraintError`` with the parser's message and position, never a matcher in an error state.
+
+A grammar whose start rule derives no finite string (``root ::= root``, ``root ::= "a" root``) is
+valid to the parser but would let the model write nothing: :func:`empty_rules` finds the rules that
+never end (the fixpoint of "some alternative is made of ending items only") on the Lark text, and
+such a grammar is refused naming them. Lark syntax this reader does not know skips the check.
 """
 
 from __future__ import annotations
+
+import re
 
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
@@ -112,4 +119,119 @@ def ebnf_to_lark(spec: object) -> str:
     error = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_lark(lark))
     if error and not error.startswith("WARNING"):
         raise ConstraintError(f"ebnf: {error.strip().splitlines()[0]}", keyword="ebnf")
+    empty = empty_rules(lark)
+    if empty and "start" in empty:
+        names = ", ".join(("root" if "::=" in spec else "start") if n == "start" else n for n in empty)
+        raise ConstraintError(f"ebnf: the grammar matches no finite string: rule(s) {names} never end (every "
+                              "alternative refers back to a rule that never ends; add an alternative "
+                              "without the recursion)", keyword="ebnf")
     return lark
+
+
+_TOKEN = re.compile(r'\s+|//[^\n]*|"(?:\\.|[^"\\])*"i?|/(?:\\.|[^/\\\n])+/[a-z]*|[A-Za-z_][\w.]*|->|\.\.|\d+|[:|()\[\]{}?*+~,]')
+_OPTIONAL = frozenset("?*")
+
+
+class _Unknown(Exception):
+    """Lark syntax the productivity reader does not handle."""
+
+
+def empty_rules(lark: str) -> list[str]:
+    """The rules of the Lark grammar ``lark`` that derive no finite string (empty when every rule
+    ends, or when the text uses syntax this reader does not know)."""
+    try:
+        rules = _read_rules(lark)
+    except _Unknown:
+        return []
+    ending: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, alternatives in rules.items():
+            if name not in ending and any(all(_ends(item, ending, rules) for item in alt) for alt in alternatives):
+                ending.add(name)
+                changed = True
+    return [name for name in rules if name not in ending]
+
+
+def _ends(item: object, ending: set[str], rules: dict) -> bool:
+    if isinstance(item, str):  # a rule or terminal name
+        return item in ending or item not in rules
+    return any(all(_ends(i, ending, rules) for i in alt) for alt in item)  # a group: its alternatives
+
+
+def _read_rules(lark: str) -> dict[str, list[list[object]]]:
+    """name -> alternatives, each a list of items: a name, or a group (a list of alternatives);
+    literals, regexes and optional items are dropped (they always end)."""
+    rules: dict[str, list[list[object]]] = {}
+    for line in re.split(r"\n(?=[A-Za-z_?!])", lark.strip()):
+        if not line.strip() or line.lstrip().startswith(("%", "//")):
+            continue
+        head, sep, body = line.partition(":")
+        name = head.strip().lstrip("?!").split(".")[0]
+        if not sep or not re.fullmatch(r"\w+", name):
+            raise _Unknown
+        tokens = [t for t in _tokens(body) if t.strip() and not t.startswith("//")]
+        alternatives, rest = _alternatives(tokens)
+        if rest:
+            raise _Unknown
+        rules[name] = rules.get(name, []) + alternatives
+    return rules
+
+
+def _tokens(body: str) -> list[str]:
+    """``body`` cut into tokens, every character covered (``_Unknown`` at one no token matches)."""
+    tokens, pos = [], 0
+    while pos < len(body):
+        match = _TOKEN.match(body, pos)
+        if match is None:
+            raise _Unknown
+        tokens.append(match.group())
+        pos = match.end()
+    return tokens
+
+
+def _alternatives(tokens: list[str]) -> tuple[list[list[object]], list[str]]:
+    """Parse ``alt ("|" alt)*`` from ``tokens``; returns it and the tokens after it."""
+    alternatives: list[list[object]] = [[]]
+    while tokens and tokens[0] not in (")", "]"):
+        token, tokens = tokens[0], tokens[1:]
+        if token == "|":
+            alternatives.append([])
+            continue
+        if token == "->":  # an alias names the alternative: its name is no item
+            tokens = tokens[1:]
+            continue
+        if token in ("(", "["):
+            inner, tokens = _alternatives(tokens)
+            if not tokens or tokens[0] != {"(": ")", "[": "]"}[token]:
+                raise _Unknown
+            tokens = tokens[1:]
+            item: object = None if token == "[" else inner
+        elif token[0] in "\"/" or token.isdigit():
+            item = None
+        elif re.fullmatch(r"[A-Za-z_][\w.]*", token):
+            item = token
+        else:
+            raise _Unknown
+        if tokens and tokens[0] == "{":  # {n}, {n,m}, {n,}: optional when n is 0
+            close = tokens.index("}") if "}" in tokens else -1
+            if close < 2 or not tokens[1].isdigit():
+                raise _Unknown
+            item = None if tokens[1] == "0" else item
+            tokens = tokens[close + 1:]
+        elif tokens and tokens[0] in _OPTIONAL:
+            item, tokens = None, tokens[1:]
+        elif tokens and tokens[0] == "+":
+            tokens = tokens[1:]
+        elif tokens and tokens[0] == "~":
+            count = tokens[1] if len(tokens) > 1 else ""
+            if not count.isdigit():
+                raise _Unknown
+            item = None if count == "0" else item
+            tokens = tokens[2:]
+            if tokens[:1] == [".."]:
+                tokens = tokens[2:]
+        if item is not None:
+            alternatives[-1].append(item)
+    return alternatives, tokens

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import warnings
 from pathlib import Path
 
+from radixlm.runtime.checkpoints.build_cache import building_dir
 from radixlm.runtime.checkpoints.llamacpp_fixtures import LLAMACPP_VERSION, radixlm_cache, vocab_gguf
 
 # Bump when the conversion or its repairs change, so no stale cached conversion is reused.
@@ -85,8 +85,7 @@ def gguf_tokenizer_dir(name: str) -> Path:
     final = root / name
     if (final / "tokenizer.json").is_file():
         return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".building-{name}-", dir=root))
+    tmp = building_dir(final)
     try:
         convert_gguf_tokenizer(name, tmp)
         try:

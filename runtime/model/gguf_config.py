@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from gguf import quants
 from radixlm.runtime.model import gguf_gemma3 as gemma3
-from radixlm.runtime.model.gguf_reader import GGUFFile
+from radixlm.runtime.model.gguf_reader import GGUFFile, StringArray
 from radixlm.runtime.model.model_config import ModelConfig
 
 # GGUF name -> HF name, for every llama-family file
@@ -36,7 +36,8 @@ LAYER_TENSORS = {
     "ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-ROPE_FREQS = "rope_freqs.weight"  # Llama 3.1 rope scaling, as per-frequency divisors
+ROPE_FREQS = "rope_freqs.weight"
+MAX_SIZE = 1 << 24  # the largest hidden size, head count, layer count or context a file may state  # Llama 3.1 rope scaling, as per-frequency divisors
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
 
 
@@ -95,11 +96,34 @@ def field_value(reader: GGUFFile, key: str, default: Any = None) -> Any:
     return reader.metadata.get(key, default)
 
 
+def _fail(reader: GGUFFile, key: str, problem: str) -> ValueError:
+    return ValueError(f"{reader.path}: {key}: {problem}")
+
+
 def _required(reader: GGUFFile, key: str) -> Any:
     value = field_value(reader, key)
     if value is None:
-        raise ValueError(f"GGUF metadata is missing {key!r}")
+        raise _fail(reader, key, "missing from the GGUF metadata")
     return value
+
+
+def _size(reader: GGUFFile, key: str, default: Any = None, *, low: int = 1) -> int:
+    """An integer field (``default`` when absent) in ``[low, MAX_SIZE]``, else ``ValueError`` naming it."""
+    value = _required(reader, key) if default is None else field_value(reader, key, default)
+    if isinstance(value, np.integer):
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _fail(reader, key, f"must be an integer, got {type(value).__name__}")
+    if not low <= value <= MAX_SIZE:
+        raise _fail(reader, key, f"{value} is outside {low}..{MAX_SIZE}")
+    return value
+
+
+def _number(reader: GGUFFile, key: str, default: float | None = None) -> float:
+    value = _required(reader, key) if default is None else field_value(reader, key, default)
+    if isinstance(value, (bool, str, list, np.ndarray, StringArray)) or not np.isfinite(value):
+        raise _fail(reader, key, f"must be a finite number, got {value!r:.40}")
+    return float(value)
 
 
 def _rope_scaling(reader: GGUFFile, arch: str, rope_freqs: list[float] | None) -> dict[str, Any] | None:
@@ -116,19 +140,20 @@ def _rope_scaling(reader: GGUFFile, arch: str, rope_freqs: list[float] | None) -
 
 def _kv_heads_and_head_dim(reader: GGUFFile, arch: str, heads: int, hidden: int) -> tuple[int, int]:
     p = f"{arch}."
-    kv_heads = field_value(reader, p + "attention.head_count_kv", heads)
-    if isinstance(kv_heads, np.ndarray):  # per-layer counts: ours are uniform
-        if len(set(kv_heads.tolist())) != 1:
-            raise ValueError(f"GGUF {p}attention.head_count_kv differs between layers "
-                             f"({sorted(set(kv_heads.tolist()))})")
-        kv_heads = kv_heads[0]
-    head_dim = int(field_value(reader, p + "attention.key_length", hidden // heads))
-    value_dim = int(field_value(reader, p + "attention.value_length", head_dim))
-    rope_dim = int(field_value(reader, p + "rope.dimension_count", head_dim))
+    key = p + "attention.head_count_kv"
+    counts = field_value(reader, key)
+    if isinstance(counts, np.ndarray):  # per-layer counts: ours are uniform
+        if counts.size == 0 or len(set(counts.tolist())) != 1:
+            raise _fail(reader, key, f"differs between layers ({sorted(set(counts.tolist()))})")
+        reader.metadata[key] = counts[0]
+    kv_heads = _size(reader, key, heads)
+    head_dim = _size(reader, p + "attention.key_length", max(hidden // heads, 1))
+    value_dim = _size(reader, p + "attention.value_length", head_dim)
+    rope_dim = _size(reader, p + "rope.dimension_count", head_dim)
     if value_dim != head_dim or rope_dim != head_dim:
-        raise ValueError(f"GGUF {arch}: key_length {head_dim}, value_length {value_dim} and "
+        raise ValueError(f"{reader.path}: {arch}: key_length {head_dim}, value_length {value_dim} and "
                          f"rope.dimension_count {rope_dim} must be equal (partial RoPE is not supported)")
-    return int(kv_heads), head_dim
+    return kv_heads, head_dim
 
 
 def hf_config(reader: GGUFFile) -> dict[str, Any]:
@@ -137,29 +162,28 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
     arch_name = str(_required(reader, "general.architecture"))
     spec = gguf_architecture(arch_name)
     p = f"{arch_name}."
-    heads = int(_required(reader, p + "attention.head_count"))
-    hidden = int(_required(reader, p + "embedding_length"))
+    heads = _size(reader, p + "attention.head_count")
+    hidden = _size(reader, p + "embedding_length")
     kv_heads, head_dim = _kv_heads_and_head_dim(reader, arch_name, heads, hidden)
     embed = tensors.get("token_embd.weight")
     if embed is None:
-        raise ValueError("GGUF file has no token_embd.weight tensor")
+        raise _fail(reader, "token_embd.weight", "the file has no such tensor")
     rope_freqs = tensors.get(ROPE_FREQS)
     freqs = None if rope_freqs is None else quants.dequantize(rope_freqs.data, rope_freqs.qtype).reshape(-1).tolist()
     config = {
         "architectures": [spec.hf_architecture], "model_type": spec.model_type,
-        "hidden_size": hidden, "num_hidden_layers": int(_required(reader, p + "block_count")),
+        "hidden_size": hidden, "num_hidden_layers": _size(reader, p + "block_count"),
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
-        "intermediate_size": int(_required(reader, p + "feed_forward_length")),
-        "rms_norm_eps": float(_required(reader, p + "attention.layer_norm_rms_epsilon")),
-        "rope_theta": float(field_value(reader, p + "rope.freq_base", 10000.0)),
-        "max_position_embeddings": int(_required(reader, p + "context_length")),
+        "intermediate_size": _size(reader, p + "feed_forward_length"),
+        "rms_norm_eps": _number(reader, p + "attention.layer_norm_rms_epsilon"),
+        "rope_theta": _number(reader, p + "rope.freq_base", 10000.0),
+        "max_position_embeddings": _size(reader, p + "context_length"),
         "vocab_size": int(embed.shape[0]),  # [vocab, hidden]
         "tie_word_embeddings": "output.weight" not in tensors,
         "attention_bias": "blk.0.attn_q.bias" in tensors, "hidden_act": "silu",
     }
-    window = field_value(reader, p + "attention.sliding_window")
-    if window is not None:
-        config["sliding_window"] = int(window)
+    if field_value(reader, p + "attention.sliding_window") is not None:
+        config["sliding_window"] = _size(reader, p + "attention.sliding_window", 0)
     for key, hf_key in spec.extra_config.items():
         value = field_value(reader, p + key)
         if value is not None:
@@ -169,7 +193,37 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
         config["rope_scaling"] = scaling
     if spec.config_fields is not None:
         config.update(spec.config_fields(reader.metadata, config))
+    check_shapes(reader, config)
     return config
+
+
+def check_shapes(reader: GGUFFile, config: dict[str, Any]) -> None:
+    """The metadata against the tensor table, before a model of that size is allocated: the
+    embedding's width is the hidden size and its rows hold every token of the vocabulary, the head
+    has as many rows, and each of the ``block_count`` layers has Q/K/V/O and MLP tensors of the
+    shapes the head counts and sizes say."""
+    embed = reader.tensors["token_embd.weight"].shape
+    hidden, vocab = config["hidden_size"], config["vocab_size"]
+    want = {"token_embd.weight": (vocab, hidden), "output.weight": (vocab, hidden)}
+    q_rows = config["num_attention_heads"] * config["head_dim"]
+    kv_rows = config["num_key_value_heads"] * config["head_dim"]
+    ffn = config["intermediate_size"]
+    for i in range(config["num_hidden_layers"]):
+        want.update({f"blk.{i}.attn_q.weight": (q_rows, hidden), f"blk.{i}.attn_k.weight": (kv_rows, hidden),
+                     f"blk.{i}.attn_v.weight": (kv_rows, hidden), f"blk.{i}.attn_output.weight": (hidden, q_rows),
+                     f"blk.{i}.ffn_gate.weight": (ffn, hidden), f"blk.{i}.ffn_up.weight": (ffn, hidden),
+                     f"blk.{i}.ffn_down.weight": (hidden, ffn)})
+    for name, shape in want.items():
+        tensor = reader.tensors.get(name)
+        if tensor is None and name != "output.weight":
+            raise _fail(reader, name, f"missing (the metadata states {config['num_hidden_layers']} layers)")
+        if tensor is not None and tuple(tensor.shape) != shape:
+            raise _fail(reader, name, f"shape {list(tensor.shape)} does not match the metadata's {list(shape)} "
+                        f"(embedding_length {hidden}, head counts and sizes, feed_forward_length {ffn})")
+    tokens = field_value(reader, "tokenizer.ggml.tokens")
+    if isinstance(tokens, StringArray) and tokens.length > embed[0]:
+        raise _fail(reader, "tokenizer.ggml.tokens", f"{tokens.length} tokens but token_embd.weight has only "
+                    f"{embed[0]} rows")
 
 
 def gguf_model_config(path: str | os.PathLike) -> ModelConfig:

@@ -6,10 +6,11 @@ OpenAI-shaped JSON error), the URL limit (414), authentication (:mod:`.auth`; ``
 open) and the body limit (aiohttp's ``client_max_size``, answered with 413; a compressed body is
 inflated in bounded steps by :mod:`.json_body`, so the limit also holds after decompression).
 
-``serve(engine, config)`` runs until SIGINT/SIGTERM (or ``stop`` is set): it then stops accepting
-connections, gives in-flight requests ``graceful_shutdown_s`` to finish, and cuts the rest: their
-engine requests are aborted and their handlers answer 503 (a stream: an error event, then
-``data: [DONE]``) within ``CUT_MARGIN_S``, after which the connections close. Connections go through
+``serve(engine, config)`` runs until SIGINT/SIGTERM (or ``stop`` is set): it then answers every new
+request, ``/health`` included, with a 503 (``code: shutting_down``, so a load balancer takes it out
+of rotation; the port stays open), gives in-flight requests ``graceful_shutdown_s`` to finish, and
+cuts the rest: their engine requests are aborted and their handlers answer 503 (a stream: an error
+event, then ``data: [DONE]``) within ``CUT_MARGIN_S``, after which the connections and the port close. Connections go through
 :mod:`.connection_guard` (per-client cap, header timeout). ``BackgroundServer`` runs the same in a
 thread, for tests, benchmarks and notebooks.
 """
@@ -93,6 +94,14 @@ async def handler_count_middleware(request: web.Request, handler: Handler) -> we
 
 
 @web.middleware
+async def drain_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """503 for every request that arrives once the shutdown has begun (those running go on)."""
+    if request.app[STATE_KEY].draining:
+        raise APIError(503, "the server is shutting down", code="shutting_down", retry_after_s=1)
+    return await handler(request)
+
+
+@web.middleware
 async def url_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """414 for a URL over ``MAX_URL_BYTES``, before authentication or routing look at it."""
     if len(request.raw_path) > MAX_URL_BYTES:
@@ -106,7 +115,7 @@ def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.
     :class:`~radixlm.runtime.server.engine_api.ServedEngine`)."""
     config = config or ServerConfig()
     origins = AllowedOrigins(engine.server_args.allowed_origins)
-    middlewares = [handler_count_middleware, error_middleware, url_limit_middleware]
+    middlewares = [handler_count_middleware, error_middleware, drain_middleware, url_limit_middleware]
     if origins:  # an allowed origin's preflight is answered before the checks and authentication
         middlewares.append(preflight_middleware(origins))
     middlewares.append(origin_middleware(config.host, engine.server_args.allowed_hosts, origins.allows))
@@ -152,7 +161,8 @@ async def serve(engine: ServedEngine, config: ServerConfig, stop: asyncio.Event 
                            keepalive_timeout=args.http_keepalive_timeout_s)
     await runner.setup()
     sock = sock or bind_socket(config.host, config.port)
-    guard = app[STATE_KEY].guard = ConnectionGuard(args.max_connections_per_client, args.http_header_timeout_s)
+    guard = app[STATE_KEY].guard = ConnectionGuard(args.max_connections_per_client, args.http_header_timeout_s,
+                                                   args.forwarded_allow_ips)
     site = GuardedSite(runner, sock, guard)
     await site.start()
     port = sock.getsockname()[1]
@@ -178,15 +188,14 @@ async def serve(engine: ServedEngine, config: ServerConfig, stop: asyncio.Event 
 
 async def _drain(runner: web.AppRunner, state: ServerState, grace_s: float) -> None:
     """Stop accepting, give the running handlers ``grace_s``, cut the rest (see the module docstring)."""
-    state.draining = True
-    for site in list(runner.sites):
-        await site.stop()
+    state.draining = True  # new requests get 503 from here on (drain_middleware); the port closes at cleanup
     logger.info("shutting down: %d request(s) in flight", state.handlers)
     if not await _until_idle(state, grace_s):
         logger.warning("graceful shutdown: cutting %d engine request(s) after %.1f s", state.cut_all(), grace_s)
         await _until_idle(state, CUT_MARGIN_S)
     await runner.cleanup()  # closes idle connections; a handler still running is cancelled
     state.prompts.close()
+    state.json_pool.shutdown(wait=False, cancel_futures=True)
 
 
 async def _until_idle(state: ServerState, timeout_s: float) -> bool:

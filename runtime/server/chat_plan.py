@@ -20,6 +20,7 @@ from radixlm.runtime.chat_formats.tools import ToolSpec
 from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams
 from radixlm.runtime.server.http_errors import APIError, bad_request, client_message
 from radixlm.runtime.server.openai_requests import ChatRequest
+from radixlm.runtime.server.prompt_encoder import text_chars
 from radixlm.runtime.server.state import ServerState
 from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN, ToolChoice, constraint_error, error_pointer
 
@@ -48,6 +49,7 @@ class ChatPlan:
 def plan_chat(state: ServerState, req: ChatRequest, extra_key: str | None) -> ChatPlan:
     """The plan of ``req`` (400 for messages the template cannot render, a context overflow, or a
     forced call's schema the tool-call format cannot express)."""
+    state.prompts.check_chars(text_chars(req.messages), "messages")  # before rendering: the text holds them all
     text = _render(state, req)
     state.prompts.check_chars(text, "messages")  # before tokenizing a text that cannot fit
     ids = state.prompts.encode_sync(text, add_special_tokens=False)

@@ -34,7 +34,13 @@ from radixlm.runtime.server.event_stream import NDJSON_TYPE, ndjson_line, write_
 from radixlm.runtime.server.field_names import with_route_names
 from radixlm.runtime.server.http_errors import APIError, bad_request, from_exception
 from radixlm.runtime.server.model_facts import fim_markers, fim_prompt, model_facts, parameter_size
-from radixlm.runtime.server.ollama_request import PARAMS, OllamaRequest, parse_chat, parse_generate
+from radixlm.runtime.server.ollama_request import (
+    GENERATE_PARAMS,
+    PARAMS,
+    OllamaRequest,
+    parse_chat,
+    parse_generate,
+)
 from radixlm.runtime.server.state import RequestRecord, ServerState
 
 from radixlm import __version__
@@ -141,7 +147,8 @@ class OllamaRoutes:
         elif req.raw:
             turn = await start_raw(self.state, request, record, req.chat, PARAMS, req.prompt or "", "prompt")
         else:
-            turn = await start_chat(self.state, request, record, req.chat, PARAMS)
+            turn = await start_chat(self.state, request, record, req.chat,
+                                    GENERATE_PARAMS if shape == "response" else PARAMS)
         clock = _Clock(record)
         if req.stream:
             on_error = lambda err: ndjson_line({"error": err.message})  # noqa: E731

@@ -39,6 +39,8 @@ PARAMS = ParamMap((
     ("repetition_penalty", "options.repeat_penalty"), ("stop", "options.stop"),
     (r"response_format\.json_schema\.schema", "format"), ("response_format", "format"),
 ))
+# /api/generate: the chat messages are made of its prompt (and system), so they are named as "prompt"
+GENERATE_PARAMS = ParamMap((("messages", "prompt"), *PARAMS.rules))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ each), so a prompt of more than ``context_len * longest`` characters needs more 
 NFC / NFKC shrink UTF-8 text at most 3x; a normalizer that deletes text is not covered). Such a prompt is a 400 naming the field, before any tokenizing. The rest runs in a
 small dedicated thread pool (``run``), and encoding goes through the tokenizer's GIL-releasing
 batch path where it has one, so the event loop keeps serving meanwhile.
+
+Utility routes (``/tokenize``, ``/detokenize``, token counting) run in a pool of their own
+(``run_utility``, one thread), so a burst of them waits behind itself and never delays the
+tokenizing of a generation request; they apply the same character bound first.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from radixlm.runtime.server.http_errors import bad_request
 T = TypeVar("T")
 NORMALIZER_SLACK = 4
 TOKENIZE_THREADS = 2
+UTILITY_THREADS = 1
 
 
 def longest_token_bytes(tokenizer: Any) -> int | None:
@@ -41,11 +46,13 @@ class PromptEncoder:
         longest = longest_token_bytes(tokenizer) if context_len else None
         self.max_chars = context_len * longest * NORMALIZER_SLACK if longest else None
         self.pool = ThreadPoolExecutor(TOKENIZE_THREADS, thread_name_prefix="radixlm-tokenize")
+        self.utility_pool = ThreadPoolExecutor(UTILITY_THREADS, thread_name_prefix="radixlm-tokenize-utility")
 
-    def check_chars(self, text: str, param: str) -> None:
-        """400 naming ``param`` when ``text`` has more characters than any prompt that fits."""
-        if self.max_chars is not None and len(text) > self.max_chars:
-            raise bad_request(f"{param}: {len(text)} characters cannot fit the model's context (at most "
+    def check_chars(self, text: str | int, param: str) -> None:
+        """400 naming ``param`` when ``text`` (or a count of characters) is more than any prompt that fits."""
+        chars = text if isinstance(text, int) else len(text)
+        if self.max_chars is not None and chars > self.max_chars:
+            raise bad_request(f"'{param}': {chars} characters cannot fit the model's context (at most "
                               f"{self.max_chars} characters for this tokenizer and context length)",
                               param=param, code="context_length_exceeded")
 
@@ -69,5 +76,26 @@ class PromptEncoder:
         """``fn(*args)`` in the tokenizer pool (template rendering, tokenizing)."""
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
+    async def run_utility(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in the utility routes' own pool (never ahead of a generation request's work)."""
+        return await asyncio.get_running_loop().run_in_executor(self.utility_pool, fn, *args)
+
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.utility_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def text_chars(value: Any) -> int:
+    """How many characters the strings inside ``value`` (nested dicts and lists, keys excluded) hold
+    together. A chat template renders the messages' text whole, so messages whose strings exceed the
+    character bound make a prompt that exceeds it too (``max_chars``' 4x slack covers dropped ids)."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total

@@ -5,6 +5,11 @@ rendered with the chat template as a chat request would be) answers ``{"tokens",
 "max_model_len"}``, lists for a list of prompts; with ``messages``, ``tools`` (and ``tool_choice``)
 render as a chat request's do, so the tokens are the chat prompt's. ``POST /detokenize`` ``{"tokens": [int] | [[int]],
 "skip_special_tokens": true}`` answers ``{"text"}``.
+
+Both apply the generation routes' bounds before any tokenizer work: at most
+``max_prompts_per_request`` prompts or sequences, each prompt within the character bound
+(``PromptEncoder.check_chars``), each sequence at most the context length in ids; the work runs in
+the utility pool, never ahead of a generation request's tokenizing.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from aiohttp import web
 from radixlm.runtime.server.chat_messages import parse_messages
 from radixlm.runtime.server.http_errors import bad_request, client_message
 from radixlm.runtime.server.openai_requests import check_template_kwargs
-from radixlm.runtime.server.prompt_encoder import PromptEncoder
+from radixlm.runtime.server.prompt_encoder import PromptEncoder, text_chars
 from radixlm.runtime.server.request_fields import FieldReader, UnknownFields, check_str_list, check_token_ids
 from radixlm.runtime.server.state import ServerState
 from radixlm.runtime.server.tool_calls import parse_tool_choice, parse_tools
@@ -50,14 +55,20 @@ class TokenizeRoutes:
             kwargs = check_template_kwargs(r.get("chat_template_kwargs", "object"))
             if tools and choice.mode != "none":  # as the chat route renders them
                 kwargs = {**kwargs, "tools": [t.to_template() for t in tools]}
-            text = self._render(parse_messages(r), kwargs)
+            messages = parse_messages(r)
+            r.reject_unknown()
+            self.state.prompts.check_chars(text_chars(messages), "messages")
+            text = await self.state.prompts.run_utility(self._render, messages, kwargs)
+            self.state.prompts.check_chars(text, "messages")
             prompts, single, add_special = [text], True, False  # the template wrote the special tokens
         else:
             raw = r.get("prompt", ("str", "list"), required=True)
             prompts, single = check_str_list(raw, "prompt", allow_empty=True), isinstance(raw, str)
-        r.reject_unknown()
-        # off the event loop: a long text (counted, never rejected here) must not stall other routes
-        tokens = await self.state.prompts.run(_encode_all, self.state.prompts, prompts, add_special)
+            r.reject_unknown()
+            self._check_count(len(prompts), "prompt")
+            for i, prompt in enumerate(prompts):
+                self.state.prompts.check_chars(prompt, "prompt" if single else f"prompt[{i}]")
+        tokens = await self.state.prompts.run_utility(_encode_all, self.state.prompts, prompts, add_special)
         counts = [len(t) for t in tokens]
         return web.json_response({"tokens": tokens[0] if single else tokens, "count": counts[0] if single else counts,
                                   "max_model_len": self.state.context_len},
@@ -79,19 +90,37 @@ class TokenizeRoutes:
         r.reject_unknown()
         single = not raw or not isinstance(raw[0], list)
         batch = [raw] if single else raw
-        texts = [self._decode(ids, f"tokens[{i}]" if not single else "tokens", skip) for i, ids in enumerate(batch)]
+        self._check_count(len(batch), "tokens")
+        params = ["tokens" if single else f"tokens[{i}]" for i in range(len(batch))]
+        for ids, param in zip(batch, params):
+            self._check_ids(ids, param)
+        texts = await self.state.prompts.run_utility(self._decode_all, batch, skip)
         return web.json_response({"text": texts[0] if single else texts}, headers=r.unknown.report(request.path))
 
-    def _decode(self, ids: Any, param: str, skip: bool) -> str:
+    def _check_count(self, count: int, param: str) -> None:
+        """400 naming ``param`` for more prompts or sequences than a generation request may hold."""
+        most = self.state.engine.server_args.max_prompts_per_request
+        if count > most:
+            raise bad_request(f"'{param}' holds {count} entries, more than max_prompts_per_request ({most})",
+                              param=param, code="too_many_prompts")
+
+    def _check_ids(self, ids: Any, param: str) -> None:
+        """400 naming ``param`` unless ``ids`` are token ids of the vocabulary, at most a context's worth."""
         if ids == []:
-            return ""
+            return
         check_token_ids(ids, param)
+        ctx = self.state.context_len
+        if ctx and len(ids) > ctx:
+            raise bad_request(f"'{param}' holds {len(ids)} token ids, more than the context length ({ctx})",
+                              param=param, code="context_length_exceeded")
         size = self.state.tokenizer.vocab_size
         bad = next((t for t in ids if t >= size), None)
         if bad is not None:
             raise bad_request(f"'{param}' holds token id {bad}, outside the vocabulary (size {size})",
                               param=param, code="out_of_range")
-        return self.state.tokenizer.decode(ids, skip_special_tokens=skip)
+
+    def _decode_all(self, batch: list[list[int]], skip: bool) -> list[str]:
+        return [self.state.tokenizer.decode(ids, skip_special_tokens=skip) if ids else "" for ids in batch]
 
 
 def _encode_all(encoder: PromptEncoder, prompts: list[str], add_special: bool) -> list[list[int]]:

@@ -145,3 +145,21 @@ def test_checkpoint_path_builds_once_and_survives_a_race(tmp_path, monkeypatch):
     assert checkpoints.content_version() in results[0]
     assert checkpoint_path("llama", "tiny") == results[0]
     assert checkpoints.default_model_path() == results[0]
+
+
+@pytest.mark.unit
+def test_stale_building_folders_are_removed_before_a_build(tmp_path):
+    """A build killed midway leaves ``.building-<name>-<pid>-*``: the next build of that name removes
+    it once its process is gone, and keeps a live process's folder."""
+    from radixlm.runtime.checkpoints.build_cache import build_cached
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = tmp_path / f".building-model-{dead.pid}-abc"
+    live = tmp_path / f".building-model-{os.getpid()}-def"
+    for folder in (stale, live):
+        folder.mkdir()
+        (folder / "half.bin").write_bytes(b"x")
+    out = build_cached(tmp_path / "model", lambda tmp: (tmp / "done").write_text("ok"))
+    assert (tmp_path / "model" / "done").read_text() == "ok" and out == str(tmp_path / "model")
+    assert not stale.exists() and live.exists()

@@ -68,3 +68,18 @@ def test_broken_checkpoint_is_one_line(broken_checkpoint: Path):
 def test_missing_chat_template_file_is_one_line(tmp_path: Path):
     line = _one_error_line(_serve("--port", "0", "--chat-template", str(tmp_path / "none.jinja")))
     assert "none.jinja" in line and "no such file" in line, line
+
+
+@pytest.mark.parametrize("hub_id", ["org/" + "n" * 100, "org/a--b", "org/a..b"])
+def test_an_invalid_hub_id_is_one_line(hub_id: str, tmp_path: Path):
+    line = _one_error_line(_serve("--port", "0", "--model-path", hub_id, cwd=tmp_path, timeout=60))
+    assert f"--model-path {hub_id}: not a valid hub id" in line, line
+
+
+def test_a_gguf_file_of_random_bytes_fails_on_its_magic(tmp_path: Path):
+    import random
+
+    path = tmp_path / "noise.gguf"
+    path.write_bytes(random.Random(0).randbytes(1 << 20))
+    line = _one_error_line(_serve("--port", "0", "--model-path", str(path), timeout=60))
+    assert "magic: not a GGUF file" in line and "converting" not in line, line

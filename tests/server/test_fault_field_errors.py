@@ -115,3 +115,20 @@ def test_openai_routes_name_fields_as_the_client_wrote_them(server, path, body, 
 ])
 def test_constraint_errors_name_their_field(server, path, body, param):
     assert_400(post(server, path, json.dumps(body)), param)
+
+
+@pytest.mark.parametrize("path,raw,param", [
+    ("/generate", '{"text": "hi", "sampling_params": {"seed": %s}}', "sampling_params.seed"),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": -%s}}',
+     "logit_bias.5"),
+    ("/v1/completions", '{"prompt": [1, 2, %s]}', "prompt[2]"),
+])
+def test_an_integer_too_long_to_convert_is_named(server, path, raw, param):
+    err = assert_400(post(server, path, raw % ("9" * 5000)), param)
+    assert "5000 digits" in err["message"], err
+
+
+def test_a_grammar_with_no_finite_string_is_a_400(server):
+    err = assert_400(post(server, "/generate", '{"text": "hi", "sampling_params": {"max_new_tokens": 2, '
+                                               '"ebnf": "root ::= root"}}'), "sampling_params.ebnf")
+    assert "rule(s) root never end" in err["message"], err

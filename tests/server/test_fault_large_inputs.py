@@ -1,7 +1,9 @@
-"""Large inputs never stall the event loop (issue 47, item 3): a prompt too long to fit is a 400
-before any tokenizing (a cheap check on its characters), tokenizing and template rendering run off
-the event loop (``/health`` answers while one is in progress), and a compressed body is bounded
-while it is inflated (a gzip bomb gets 413 without the process's memory growing)."""
+"""Large inputs never stall the event loop (issue 47, item 3; issue 60, item 1): a prompt too long to
+fit is a 400 before any tokenizing (a cheap check on its characters) on every route that reads text,
+tokenizing and template rendering run off the event loop (``/health`` answers while one is in
+progress), utility routes never hold up a generation request's tokenizing, a body of too many JSON
+values is a 400 before decoding, and a compressed body is bounded while it is inflated (a gzip bomb
+gets 413 without the process's memory growing)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
 from radixlm.runtime.server.http_errors import APIError
-from radixlm.runtime.server.json_body import decompress_body
+from radixlm.runtime.server.json_body import decompress_body, parse_json_body, value_count
 from radixlm.runtime.server.state import ServerConfig
 
 GUARD_S = 120.0  # hang guards only
@@ -24,6 +26,7 @@ MARKER = "SLOW-TOKENIZE"
 BIG = 200_000  # characters: far more than a 256-token context can hold
 BODY_LIMIT = 1 << 20
 PROBES = 5
+MAX_VALUES = 100_000
 
 
 class GatedTokenizer:
@@ -60,7 +63,7 @@ class GatedTokenizer:
 
 @pytest.fixture(scope="module")
 def served():
-    engine = Engine(max_total_tokens=2048, context_length=256)
+    engine = Engine(max_total_tokens=2048, context_length=256, max_json_values=MAX_VALUES)
     gated = engine.tokenizer = GatedTokenizer(engine.tokenizer)
     srv = BackgroundServer(engine, ServerConfig(port=0, max_body_bytes=BODY_LIMIT)).start()
     yield srv, gated
@@ -109,6 +112,14 @@ def test_health_answers_while_a_prompt_is_tokenized(served, path, body):
     ("/generate", {"text": ["hi", "a" * BIG], "sampling_params": {"max_new_tokens": 1}}, "text[1]"),
     ("/v1/completions", {"prompt": "a" * BIG, "max_tokens": 1}, "prompt"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "a" * BIG}], "max_tokens": 1}, "messages"),
+    ("/tokenize", {"prompt": "a" * BIG}, "prompt"),
+    ("/tokenize", {"prompt": ["hi", "a" * BIG]}, "prompt[1]"),
+    ("/v1/tokenize", {"messages": [{"role": "user", "content": "a" * BIG}]}, "messages"),
+    ("/v1/responses", {"input": "a" * BIG, "max_output_tokens": 1}, "input"),
+    ("/v1/messages", {"model": "default", "max_tokens": 1, "messages": [{"role": "user", "content": "a" * BIG}]},
+     "messages"),
+    ("/api/chat", {"model": "default", "messages": [{"role": "user", "content": "a" * BIG}], "stream": False}, "messages"),
+    ("/api/generate", {"model": "default", "prompt": "a" * BIG, "stream": False}, "prompt"),
 ])
 def test_prompt_too_long_to_fit_is_rejected_before_tokenizing(served, path, body, param):
     srv, gated = served
@@ -119,9 +130,70 @@ def test_prompt_too_long_to_fit_is_rejected_before_tokenizing(served, path, body
             return await _post(session, srv.url + path, body)
 
     status, raw = asyncio.run(run())
-    err = json.loads(raw)["error"]
-    assert status == 400 and err["param"] == param and err["code"] == "context_length_exceeded", raw
+    assert status == 400 and param in raw.decode() and "context" in raw.decode(), raw
     assert gated.big_encodes == before  # never tokenized
+
+
+def test_detokenize_takes_at_most_a_context_of_ids(served):
+    srv, _ = served
+
+    async def run():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=GUARD_S)) as session:
+            return await _post(session, srv.url + "/detokenize", {"tokens": [[1, 2], [1] * 257]})
+
+    status, raw = asyncio.run(run())
+    err = json.loads(raw)["error"]
+    assert status == 400 and err["param"] == "tokens[1]" and err["code"] == "context_length_exceeded", raw
+
+
+def test_generation_never_waits_behind_tokenize_calls(served):
+    """Two ``/tokenize`` calls hold the utility pool (one encoding, one queued); a ``/generate``
+    still tokenizes and answers before either of them is released."""
+    srv, gated = served
+    gated.release.clear()
+    gated.inside.clear()
+
+    async def run():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=GUARD_S)) as session:
+            held = [asyncio.ensure_future(_post(session, srv.url + "/tokenize", {"prompt": MARKER}))
+                    for _ in range(2)]
+            assert await asyncio.to_thread(gated.inside.wait, GUARD_S)
+            status, raw = await _post(session, srv.url + "/generate",
+                                      {"text": "hello", "sampling_params": {"max_new_tokens": 1}})
+            still_held = gated.busy and not any(task.done() for task in held)
+            gated.release.set()
+            return status, raw, still_held, [(await task)[0] for task in held]
+
+    try:
+        status, raw, still_held, held = asyncio.run(run())
+    finally:
+        gated.release.set()
+    assert status == 200 and still_held and held == [200, 200], (status, raw, still_held, held)
+
+
+def test_a_body_of_too_many_values_is_a_400_before_decoding(served):
+    srv, _ = served
+    body = b'{"text": "hi", "x": [' + b"{}," * MAX_VALUES + b'{}]}'
+    assert len(body) < BODY_LIMIT
+
+    async def run():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=GUARD_S)) as session:
+            return await _post(session, srv.url + "/generate", data=body,
+                               headers={"Content-Type": "application/json"})
+
+    status, raw = asyncio.run(run())
+    assert status == 400 and json.loads(raw)["error"]["code"] == "json_too_many_values", raw
+
+
+@pytest.mark.unit
+def test_value_count_bounds_the_values_outside_strings():
+    assert value_count(b'{"a": [1, 2, 3], "b": "x,y,[{"}') == 6  # object, list, 3 numbers, 1 string
+    assert value_count(b"[[],{}]") == 5  # 3 values: empty containers count twice
+    assert value_count(b'"\\\\", "\\",",') == 3  # an escaped backslash, then an escaped quote
+    parse_json_body(b'{"a": [1, 2, 3]}', 8, 5)
+    with pytest.raises(APIError) as info:
+        parse_json_body(b'{"a": [1, 2, 3, 4, 5]}', 8, 5)
+    assert info.value.status == 400 and "max_json_values (5)" in str(info.value)
 
 
 def _vm_kib(field: str) -> int:

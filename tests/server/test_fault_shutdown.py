@@ -103,3 +103,32 @@ def test_cut_requests_are_answered_and_the_server_exits(stuck, caplog):
     assert len(lines) == len(bodies), lines
     for line in lines:
         assert "status=" in line and "prompt_tokens=2 " in line and "completion_tokens=3 " in line, line
+
+
+def test_health_answers_503_while_draining(stuck):
+    """During the grace the port stays open: ``/health`` and every new request get a 503
+    ``shutting_down`` (a load balancer's signal), while the running request goes on until cut."""
+    srv = BackgroundServer(stuck, ServerConfig(port=0, graceful_shutdown_s=HANG_GUARD_S)).start()
+
+    async def run():
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_GUARD_S)) as session:
+            running = asyncio.ensure_future(_post(session, srv.url + "/generate", {"text": "hello"}))
+            assert await asyncio.to_thread(stuck.started.acquire, True, HANG_GUARD_S)
+            async with session.get(srv.url + "/health") as resp:
+                before = resp.status
+            srv.stop(0)  # begin the shutdown (returns at once)
+            for _ in range(1000):  # until the server has begun draining
+                async with session.get(srv.url + "/health") as resp:
+                    during, body = resp.status, await resp.json()
+                if during != 200:
+                    break
+                await asyncio.sleep(0.01)
+            async with session.post(srv.url + "/v1/completions", json={"prompt": "hi"}) as resp:
+                new_request = resp.status
+            stuck.abort(next(iter(stuck.gates)))  # the running request ends: the drain completes
+            return before, during, body, new_request, await running
+
+    before, during, body, new_request, (status, _) = asyncio.run(run())
+    srv.stop(HANG_GUARD_S)
+    assert (before, during, new_request) == (200, 503, 503) and body["error"]["code"] == "shutting_down", body
+    assert status == 200 and not srv._thread.is_alive()

@@ -117,3 +117,30 @@ def test_without_an_interpreter_to_start_it_converts_here(spm_file, tmp_path, mo
     monkeypatch.setattr(cache.sys, "executable", "")
     _same(cache.load_gguf_vocab(spm_file), read_gguf_vocab(spm_file))
     assert children == []
+
+
+@pytest.mark.parametrize("field,value", [("eos_token_ids", "2"), ("token_count", 3)])
+def test_an_entry_with_wrong_fields_is_named_and_converted_again(spm_file, tmp_path, monkeypatch, children,
+                                                                  caplog, field, value):
+    monkeypatch.setenv("RADIXLM_CACHE", str(tmp_path))
+    cache.load_gguf_vocab(spm_file)
+    entry = tmp_path / "gguf-vocab" / f"{cache.cache_key(spm_file)}.json"
+    fields = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**fields, field: value}))  # valid JSON, a wrong value
+    with caplog.at_level("WARNING", logger="radixlm.tokenizer"):
+        _same(cache.load_gguf_vocab(spm_file), read_gguf_vocab(spm_file))
+    assert len(children) == 2 and f"{entry}: {field}:" in caplog.text, caplog.text
+    assert json.loads(entry.read_text()) == fields  # rewritten whole
+
+
+def test_an_entry_of_another_model_is_not_used(spm_file, tmp_path, monkeypatch, children, caplog):
+    other = vocab_gguf("llama-bpe")  # before RADIXLM_CACHE moves the fixtures' root
+    monkeypatch.setenv("RADIXLM_CACHE", str(tmp_path))
+    cache.load_gguf_vocab(other)
+    folder = tmp_path / "gguf-vocab"
+    theirs, ours = cache.cache_key(other), cache.cache_key(spm_file)
+    for suffix in (".json", ".tokenizer.json"):  # another model's entry under this file's key
+        (folder / f"{ours}{suffix}").write_bytes((folder / f"{theirs}{suffix}").read_bytes())
+    with caplog.at_level("WARNING", logger="radixlm.tokenizer"):
+        _same(cache.load_gguf_vocab(spm_file), read_gguf_vocab(spm_file))
+    assert len(children) == 2 and "source_hash: the entry was made from another file" in caplog.text
