@@ -1,4 +1,4 @@
-/* Decode rows of the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) for 1-2 activation rows: each weight
+/* Decode rows of the 32-block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) for up to 8 activation rows: each weight
  * block is decoded in registers and met at once by the activation block (no scratch), as ggml's
  * vec_dot_q*_q8_0. The offset of Q4_0 / Q5_0 / Q8_0 (o = 8, 16, 128: w = d (u - o)) starts the
  * integer sum at -o * sum(xq), so one float FMA per block and row pair remains; Q4_1 / Q5_1's min m
@@ -104,23 +104,13 @@ int gb_decode_type(int qtype) {
     return qtype == GB_Q4_0 || qtype == GB_Q4_1 || qtype == GB_Q5_0 || qtype == GB_Q5_1 || qtype == GB_Q8_0;
 }
 
-/* x rows b0 .. of x */
-static gb_xrows rows_from(const gb_xrows *x, int b0) {
-    gb_xrows y = *x;
-    y.q = x->q + (int64_t)b0 * x->ldq;
-    y.dxe = x->dxe + (int64_t)b0 * x->ldh;
-    y.xd = x->xd + (int64_t)b0 * x->ldh;
-    y.xs = x->xs + (int64_t)b0 * x->lds;
-    return y;
-}
-
 /* BT x rows in chunks of 8, 4, 2 or 1: each row's sums are the same whatever the chunk, so a row's
  * result does not depend on the rows beside it (speculative decoding's verify rows need that) */
 void gb_decode_rows(int isa, int qtype, const uint8_t *w, int64_t wbytes, int R, int64_t K, const gb_xrows *x,
                     int BT, float *res) {
     for (int b0 = 0; b0 < BT;) {
-        int n = BT - b0 >= 8 ? 8 : BT - b0 >= 4 ? 4 : BT - b0 >= 2 ? 2 : 1;
-        gb_xrows xr = rows_from(x, b0);
+        int n = gb_x_chunk(BT - b0);
+        gb_xrows xr = gb_xrows_from(x, b0);
         for (int r0 = 0; r0 < R;) {  /* the (R, BT) shapes instantiated: 4 x 1, 2 x 1, 2 x 2, else 1 x BT */
             float part[MAXR * MAXB];
             int rr = R - r0 >= DECODE_ROWS && n == 1 ? DECODE_ROWS : R - r0 >= 2 && n <= 2 ? 2 : 1;

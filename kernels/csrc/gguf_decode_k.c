@@ -1,4 +1,4 @@
-/* Decode rows of the K-quants (Q4_K, Q5_K, Q6_K) for 1-2 activation rows, decoded in registers as
+/* Decode rows of the K-quants (Q4_K, Q5_K, Q6_K) for up to 8 activation rows at a time, decoded in registers as
  * gguf_decode.c does for the 32-block types: per 32 weights one integer dot with the activation block
  * (exact), one float FMA scaled by d * scale * dx; Q4_K / Q5_K's mins (dmin * m * dx * sum xq) and
  * Q6_K's offset (-32 d * scale * dx * sum xq per 16) gather in a scalar per row. */
@@ -134,26 +134,13 @@ static VNNI void krow_vnni(int t, const uint8_t *w, int64_t K, const gb_xrows *x
     else KROW(t, 8, 1);
 }
 
-/* x rows b0 .. b0 + n of x */
-static gb_xrows rows_from(const gb_xrows *x, int b0) {
-    gb_xrows y = *x;
-    y.q = x->q + (int64_t)b0 * x->ldq;
-    y.dxe = x->dxe + (int64_t)b0 * x->ldh;
-    y.xd = x->xd + (int64_t)b0 * x->ldh;
-    y.xs = x->xs + (int64_t)b0 * x->lds;
-    return y;
-}
-
-/* the largest supported chunk of x rows that fits in n */
-static int chunk(int n) { return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1; }
-
 void gb_decode_rows_k(int isa, int qtype, const uint8_t *w, int64_t wbytes, int R, int64_t K, const gb_xrows *x,
                       int BT, float *res) {
     for (int r = 0; r < R; r++)
         for (int b0 = 0; b0 < BT;) {
-            int n = chunk(BT - b0);
+            int n = gb_x_chunk(BT - b0);
             float part[MAXB];
-            gb_xrows xr = rows_from(x, b0);
+            gb_xrows xr = gb_xrows_from(x, b0);
             (isa == GB_ISA_AVX512 ? krow_vnni : krow_avx2)(qtype, w + r * wbytes, K, &xr, part, n);
             for (int b = 0; b < n; b++) res[(b0 + b) * R + r] = part[b];
             b0 += n;

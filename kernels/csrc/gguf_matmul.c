@@ -71,7 +71,7 @@ static void quantize_row(const float *x, int64_t K, int64_t Kp, int8_t *q, float
 
 typedef struct {
     const gb_isa_tiles *tiles;
-    int qtype, flt, M, isa, decode;  /* decode: gguf_decode.c's rows (1-2 x rows of a 32-block type) */
+    int qtype, flt, M, isa, decode;  /* decode: gguf_decode.c's rows (up to DECODE_MAX_M x rows) */
     int panel;                       /* 16-row VNNI panels (gguf_panel.h) instead of the tiles */
     int64_t N, K, Kp, rb, wbytes;
     const uint8_t *w;

@@ -30,7 +30,7 @@ QUANTIZABLE = (T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1)  # gguf.quants.quantize w
 K_TYPES = (T.Q4_K, T.Q5_K, T.Q6_K)  # random blocks with finite fp16 scales (gguf cannot quantize them)
 FP16_FIELDS = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}  # d (and dmin) byte offsets in a block
 FLOAT_RTOL = 1e-5
-BATCHES = (1, 2, 3, 4, 8, 17, 64)  # 1-2: the decode rows (csrc/gguf_decode.c, gguf_decode_k.c); 4+: panels
+BATCHES = (1, 2, 3, 4, 8, 17, 64)  # up to 16: the decode rows (csrc/gguf_decode.c, gguf_decode_k.c); more: tiles, panels
 ALL_TYPES = FLOAT_TYPES + QUANTIZABLE + K_TYPES
 
 
@@ -88,6 +88,21 @@ def test_block_linear_matches_reference(qtype: T, isa: str) -> None:
         assert_rel_close(y, block_linear_ref(gguf_blocks_native.quantize_activations(x), w), FLOAT_RTOL)
         slack = FLOAT_RTOL * ref.abs().max()
         assert ((y - ref).abs() <= act_bound(x, dense) * 1.0001 + slack).all(), f"batch {m}: beyond the int8 bound"
+
+
+@needs_native
+@pytest.mark.parametrize("qtype", QUANTIZABLE + K_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("isa", [i for i in ISAS if i != "scalar"])
+def test_a_row_does_not_depend_on_the_rows_beside_it(qtype: T, isa: str) -> None:
+    """Up to 16 rows, each row's result is the one-row result bit for bit (the decode kernels meet
+    each decoded weight block with 1, 2, 4 or 8 rows, each summed alone): a verify step's rows give
+    the logits one token a step gives, whatever else is in the batch."""
+    w = make_weight(qtype)
+    x = torch.randn(16, w.shape[1], generator=torch.Generator().manual_seed(3))
+    with gguf_blocks_native.forced_isa(isa):
+        alone = torch.cat([block_linear(x[i:i + 1], w) for i in range(16)])
+        for m in (2, 3, 5, 9, 16):
+            assert torch.equal(block_linear(x[:m], w), alone[:m]), f"{m} rows"
 
 
 @needs_native
