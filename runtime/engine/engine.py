@@ -40,6 +40,7 @@ from radixlm.runtime.engine.inputs import (
 from radixlm.runtime.engine.inspection import inspect_engine
 from radixlm.runtime.engine.step_loop import EngineLoop
 from radixlm.runtime.gguf_path import gguf_file
+from radixlm.runtime.model.gguf_reader import GGUFFile
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import SamplingParams
@@ -76,6 +77,8 @@ class Engine:
         tokenizer_path = resolve_model_path(args.tokenizer_path, "--tokenizer-path") if args.tokenizer_path else None
         tokenizer_source = tokenizer_path or self.model_path
         gguf = gguf_file(tokenizer_source)  # a GGUF file (or a folder holding one) carries its tokenizer
+        if gguf is not None:  # every length, count and offset checked before the tokenizer's converter reads it
+            GGUFFile(gguf).close()
         self.tokenizer = (Tokenizer.from_gguf(gguf, args.chat_template) if gguf is not None
                           else Tokenizer(tokenizer_source, args.chat_template))
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)

@@ -229,3 +229,4 @@ def test_fuzzed_files_load_or_raise_one_clear_value_error(tmp_path, seed):
         finally:
             tracemalloc.stop()
     assert rejected > MUTANTS_PER_SEED // 2 and loaded + rejected == MUTANTS_PER_SEED
+
