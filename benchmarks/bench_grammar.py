@@ -56,7 +56,7 @@ GGUF_NAMES = {"qwen2": "qwen2", "llama3": "llama-bpe"}
 
 def load_tokenizer(name: str):
     """``(Tokenizer, TokenizerVocab)`` for ``qwen2`` | ``llama3`` | ``small`` | ``tiny``."""
-    from radixlm.runtime.engine.gc_freeze import freeze_startup_objects
+    from radixlm.runtime.engine.engine import freeze_startup_objects
     from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     if name in ("small", "tiny"):

@@ -1,6 +1,6 @@
 """Completions: short bytes that finish a document from a matcher's state.
 
-Budget-aware completion (``runtime/engine/budget_close.py``) splices one in when a request's
+Budget-aware completion (``runtime/engine/constraints.py``) splices one in when a request's
 output budget is about to run out; test walks finish on one. The search is greedy and byte by
 byte through the single-byte tokens, on a copy of the matcher: forced text first, else the first
 candidate byte the grammar allows. It does not search exhaustively (llguidance exposes no state

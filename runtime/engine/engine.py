@@ -6,7 +6,7 @@
 
 The step loop runs in its own thread (``EngineLoop``); ``generate`` may be called from many
 threads at once and their requests are batched together. Return values (see
-``request_output``): one dict for one prompt, a list for a batch; a request with ``n > 1``
+``delivery``): one dict for one prompt, a list for a batch; a request with ``n > 1``
 contributes ``n`` dicts (a list of ``n`` for a single prompt, flattened prompt-major for a batch).
 ``stream=True`` yields chunks whose ``text`` / ``output_ids`` are deltas; the last chunk carries
 ``finish_reason``; chunks of a batch (or ``n > 1``) carry an ``"index"``.
@@ -14,19 +14,32 @@ contributes ``n`` dicts (a list of ``n`` for a single prompt, flattened prompt-m
 Prompt logprobs: ``logprob_start_len=k`` returns ``input_token_logprobs`` for prompt positions
 ``k ..`` (the first entry's logprob is None, as in SGLang); None or -1 returns none. All logprobs
 are ``log_softmax`` of the raw float32 logits, before temperature, penalties and masks.
+
+Start-up objects are kept out of Python's cyclic garbage collector (``freeze_startup_objects``).
+Once torch is imported a process holds well over a hundred thousand objects the collector tracks,
+and each full (generation-2) collection walks them all: a pause of tens of milliseconds, landing on
+whichever decode step or grammar compile is running. Objects that exist when the engine has started
+(the model, the tokenizer, torch's own) live as long as the engine, so ``gc.freeze()`` moves them
+to the permanent generation and a full collection then walks only what was made since: SGLang and
+vLLM do the same after start-up.
+
+Engines nest (tests start several in one process): the objects stay frozen while any engine is
+open, and ``gc.unfreeze()`` hands them back to the collector when the last one shuts down, so
+the cycles of a closed engine are freed as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixlm.runtime.engine.delivery import Delivery, RequestHandle, ResultCollector
 from radixlm.runtime.engine.engine_summary import EngineSummary, summarize
-from radixlm.runtime.engine.gc_freeze import freeze_startup_objects, thaw_startup_objects
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.inputs import (
     InputLimits,
@@ -54,6 +67,9 @@ from radixlm.runtime.validation import FieldError
 
 # sampling_params as Engine.generate takes it: shared by every prompt, or one per prompt
 SamplingLike = SamplingParams | dict[str, Any] | list[SamplingParams | dict[str, Any] | None] | None
+
+_gc_lock = threading.Lock()
+_open_engines = 0  # engines between freeze_startup_objects and thaw_startup_objects
 
 
 class QueueFullError(RuntimeError):
@@ -316,3 +332,21 @@ class Engine:
             self.shutdown()
         except Exception:  # noqa: BLE001 - interpreter teardown
             pass
+
+
+def freeze_startup_objects() -> None:
+    """Collect once, then freeze every object that survives (one more open engine)."""
+    global _open_engines
+    with _gc_lock:
+        _open_engines += 1
+        gc.collect()
+        gc.freeze()
+
+
+def thaw_startup_objects() -> None:
+    """One engine fewer; with none left, give the frozen objects back to the collector."""
+    global _open_engines
+    with _gc_lock:
+        _open_engines = max(_open_engines - 1, 0)
+        if _open_engines == 0:
+            gc.unfreeze()

@@ -41,10 +41,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from radixlm.runtime.engine.delivery import final_output, stream_chunk
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
+from radixlm.runtime.engine.inspection import RequestLog
 from radixlm.runtime.engine.overlap_loop import DeviceWorker, OverlapStepper
-from radixlm.runtime.engine.request_log import RequestLog
-from radixlm.runtime.engine.request_output import final_output, stream_chunk
 from radixlm.runtime.model.cpu_malloc import release_free_memory
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch

@@ -1,7 +1,7 @@
 """``Constraint``: every call the engine makes on a constrained request's grammar, in one protocol.
 
 The scheduler, the model runner and the output builder never import the grammar engine:
-``req.constraint`` is any object with these methods (``radixlm.runtime.engine.request_matcher``
+``req.constraint`` is any object with these methods (``radixlm.runtime.engine.constraints``
 builds one per request, ``RequestMatcher`` or its ``ReasoningGate``). Who calls what:
 
 - the scheduler: ``accept`` each sampled token and apply the answer (finish now or go on), then

@@ -11,7 +11,7 @@ import pytest
 import requests
 from radixlm.runtime.chat_formats.reasoning.base import CLOSED, NONE, OPEN
 from radixlm.runtime.chat_formats.reasoning.registry import FORMATS, detect_name, get_format, names
-from radixlm.runtime.engine.reasoning_gate import NOT_CLOSED, ReasoningGate
+from radixlm.runtime.engine.constraints import NOT_CLOSED, ReasoningGate
 from radixlm.runtime.server_args import REASONING_PARSERS, ServerArgs
 
 HARMONY = ("<|channel|>analysis<|message|>Need the weather.<|end|>"

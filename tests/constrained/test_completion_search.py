@@ -11,7 +11,7 @@ import pytest
 from radixlm.constrained import compile_grammar
 from radixlm.constrained.decoding.completion_keys import schema_keys
 from radixlm.constrained.decoding.hints import completion_hints
-from radixlm.runtime.engine.budget_close import BudgetClose
+from radixlm.runtime.engine.constraints import BudgetClose
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 

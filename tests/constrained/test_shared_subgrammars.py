@@ -1,5 +1,5 @@
 """The Lark writer writes a sub-grammar used in several places once (``grammar_text._Writer``),
-and the engine's garbage-collector freeze nests (``runtime/engine/gc_freeze``)."""
+and the engine's garbage-collector freeze nests (``runtime/engine/engine``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from radixlm.constrained.grammar import CompiledGrammar
 from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.vocab import TokenizerVocab
-from radixlm.runtime.engine import gc_freeze
+from radixlm.runtime.engine import engine as engine_module
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 
@@ -58,20 +58,20 @@ def test_shared_rules_keep_the_language(text, ok):
 def test_gc_freeze_nests_and_thaws_with_the_last_engine(monkeypatch):
     # an engine another test left open (a module-scoped fixture) counts too: start from none
     was_frozen = gc.get_freeze_count() > 0
-    monkeypatch.setattr(gc_freeze, "_open", 0)
+    monkeypatch.setattr(engine_module, "_open_engines", 0)
     gc.unfreeze()
     try:
-        gc_freeze.freeze_startup_objects()
-        gc_freeze.freeze_startup_objects()
+        engine_module.freeze_startup_objects()
+        engine_module.freeze_startup_objects()
         assert gc.get_freeze_count() > 0
-        gc_freeze.thaw_startup_objects()
+        engine_module.thaw_startup_objects()
         assert gc.get_freeze_count() > 0  # one engine still open
-        gc_freeze.thaw_startup_objects()
+        engine_module.thaw_startup_objects()
         assert gc.get_freeze_count() == 0
-        gc_freeze.thaw_startup_objects()  # an extra shutdown never goes below zero
-        gc_freeze.freeze_startup_objects()
+        engine_module.thaw_startup_objects()  # an extra shutdown never goes below zero
+        engine_module.freeze_startup_objects()
         assert gc.get_freeze_count() > 0
-        gc_freeze.thaw_startup_objects()
+        engine_module.thaw_startup_objects()
         assert gc.get_freeze_count() == 0
     finally:
         if was_frozen:

@@ -7,7 +7,7 @@ import json
 
 import jsonschema
 import pytest
-from radixlm.runtime.engine.budget_close import BudgetClose
+from radixlm.runtime.engine.constraints import BudgetClose
 
 from radixlm import Engine
 

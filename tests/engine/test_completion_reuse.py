@@ -7,7 +7,7 @@ import json
 
 import pytest
 from radixlm.constrained import TokenizerVocab, compile_grammar
-from radixlm.runtime.engine.completion_reuse import LastCompletion, _cuts
+from radixlm.runtime.engine.constraints import LastCompletion, _cuts
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from radixlm.runtime.engine.grammar_backend_start import GrammarBackendStart
+from radixlm.runtime.engine.grammar_compiler import GrammarBackendStart
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ import time
 import pytest
 from radixlm.runtime.engine import engine as engine_module
 from radixlm.runtime.engine import step_loop
-from radixlm.runtime.engine.request_matcher import RequestMatcher
+from radixlm.runtime.engine.constraints import RequestMatcher
 from radixlm.runtime.model import model_runner
 
 from radixlm import Engine
