@@ -1,6 +1,5 @@
 """radixlm.radix_cache: the RadixAttention prefix tree (no torch)."""
 
-from radixlm.radix_cache.radix_cache import RadixCache
-from radixlm.radix_cache.tree_node import MatchResult, TreeNode
+from radixlm.radix_cache.radix_cache import MatchResult, RadixCache, TreeNode
 
 __all__ = ["MatchResult", "RadixCache", "TreeNode"]

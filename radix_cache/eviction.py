@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
 
-from radixlm.radix_cache.tree_node import TreeNode
+if TYPE_CHECKING:  # the tree's module imports this one
+    from radixlm.radix_cache.radix_cache import TreeNode
 
 EVICTION_POLICIES = ("lru", "lfu")
 

@@ -23,19 +23,30 @@ stay the same, so "match_prefix does not change what is cached" holds.
 With ``page_size > 1`` only whole pages are cached and matched: ``insert`` ignores the trailing
 ``len(key) % page_size`` tokens (their slots stay the caller's to free) and ``match_prefix``
 returns a multiple of ``page_size`` slots.
+
+Here too: ``TreeNode`` (one edge and the node it leads to), ``MatchResult``, and the token-key
+helpers (``as_tokens``, ``common_prefix_len``: an edge compared with a key by slices).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from radixlm.radix_cache.eviction import EVICTION_POLICIES, EvictionQueue
-from radixlm.radix_cache.inspection import check_tree, child_key_of, render_tree
-from radixlm.radix_cache.key_match import as_tokens, common_prefix_len
-from radixlm.radix_cache.snapshot import EvictionLog, namespace_of, snapshot_tree
-from radixlm.radix_cache.tree_node import MatchResult, TreeNode
+from radixlm.radix_cache.inspection import (
+    EvictionLog,
+    check_tree,
+    child_key_of,
+    namespace_of,
+    render_tree,
+    snapshot_tree,
+)
+
+# Tokens compared per slice when an edge does not match whole.
+_SCAN_CHUNK = 64
 
 
 class RadixCache:
@@ -335,3 +346,115 @@ class RadixCache:
                 f"node {node!r} is not in this cache (evicted, reset, or from another RadixCache)"
             )
         return path
+
+
+class TreeNode:
+    """One edge of the radix tree together with the node it leads to.
+
+    ``key`` holds the edge's token ids (a tuple, never empty except on a root) and ``value`` the
+    KV slots caching them (same length). ``children`` maps a child's first token (``page_size ==
+    1``) or its first page as a tuple (``page_size > 1``) to the child. ``lock_ref`` counts the
+    locks held on this node or any descendant: a node with ``lock_ref > 0`` is never evicted.
+    ``last_access`` (a tick of the owning cache's counter) and ``hit_count`` drive LRU and LFU.
+
+    A root has ``parent is None`` and ``is_root`` set; it carries the ``extra_key`` of its
+    namespace. An evicted node also has ``parent is None`` (but is no root), which is how
+    :meth:`RadixCache.lock` recognises a stale node.
+    """
+
+    __slots__ = (
+        "key",
+        "value",
+        "parent",
+        "children",
+        "lock_ref",
+        "last_access",
+        "last_access_time",
+        "hit_count",
+        "heap_stamp",
+        "is_root",
+        "extra_key",
+    )
+
+    def __init__(self, key: tuple[int, ...], value: list[int], parent: TreeNode | None) -> None:
+        self.key = key
+        self.value = value
+        self.parent = parent
+        self.children: dict[object, TreeNode] = {}
+        self.lock_ref = 0
+        self.last_access = 0
+        self.last_access_time = 0.0  # time.monotonic() of the last access (the dashboard's age)
+        self.hit_count = 0
+        # Stamp of this node's one valid entry in the eviction heap (0: none).
+        self.heap_stamp = 0
+        self.is_root = False
+        self.extra_key: str | None = None
+
+    @classmethod
+    def new_root(cls, extra_key: str | None) -> TreeNode:
+        """An empty root for the namespace ``extra_key``."""
+        root = cls((), [], None)
+        root.is_root = True
+        root.extra_key = extra_key
+        return root
+
+    def is_evictable_leaf(self) -> bool:
+        """True for an attached, unlocked, childless non-root node."""
+        return self.parent is not None and not self.children and self.lock_ref == 0
+
+    def depth_tokens(self) -> int:
+        """Number of tokens on the path from the root to this node (inclusive)."""
+        total = 0
+        node: TreeNode | None = self
+        while node is not None:
+            total += len(node.key)
+            node = node.parent
+        return total
+
+    def __repr__(self) -> str:
+        kind = "root" if self.is_root else f"{len(self.key)} tokens"
+        return f"TreeNode({kind}, lock_ref={self.lock_ref}, children={len(self.children)})"
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """What :meth:`RadixCache.match_prefix` found.
+
+    ``value`` holds the KV slots of the longest cached prefix of the query (page-aligned when
+    ``page_size > 1``); ``last_node`` is the node whose root path is exactly that prefix (the
+    namespace root on a miss). Lock ``last_node`` to keep the prefix from being evicted.
+    """
+
+    value: list[int]
+    last_node: TreeNode
+
+
+def as_tokens(key: Sequence[int], name: str) -> tuple[int, ...]:
+    """``key`` as a tuple of token ids (``TypeError`` naming ``name`` for str/bytes/non-sequences)."""
+    if type(key) is tuple:
+        return key
+    if isinstance(key, (str, bytes)):
+        raise TypeError(f"{name} must be a sequence of ints, got {type(key).__name__}")
+    try:
+        return tuple(key)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of ints, got {type(key).__name__}") from None
+
+
+def common_prefix_len(edge: Sequence, key: Sequence, start: int = 0, page_size: int = 1) -> int:
+    """Length of the common prefix of ``edge`` and ``key[start:]``, rounded down to a whole page.
+
+    Any sliceable sequences of the same kind (token tuples or lists, strings). Compares slices in
+    C rather than items in Python: first the whole edge (the common case on a cache hit), then
+    chunks, then single items inside the first differing chunk.
+    """
+    size = len(edge)
+    if key[start : start + size] == edge:
+        return size
+    limit = min(size, len(key) - start)
+    j = 0
+    while j + _SCAN_CHUNK <= limit and key[start + j : start + j + _SCAN_CHUNK] == edge[j : j + _SCAN_CHUNK]:
+        j += _SCAN_CHUNK
+    while j < limit and key[start + j] == edge[j]:
+        j += 1
+    return j - j % page_size

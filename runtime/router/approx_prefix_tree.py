@@ -16,7 +16,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from radixlm.radix_cache.key_match import common_prefix_len
+from radixlm.radix_cache.radix_cache import common_prefix_len
 
 
 @dataclass

@@ -22,7 +22,7 @@ import itertools
 import math
 from collections.abc import Callable
 
-from radixlm.radix_cache.key_match import common_prefix_len
+from radixlm.radix_cache.radix_cache import common_prefix_len
 from radixlm.runtime.scheduler.req import Req
 
 LPM_FALLBACK_QUEUE_LEN = 128
