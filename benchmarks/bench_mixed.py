@@ -13,7 +13,7 @@ p99(during) / median(all), and the long prompt's time to first token.
 
 With mixing off the running requests wait for the whole prompt (one gap of ~TTFT); with it on a
 step is the decode rows plus a chunk of at most ``chunked_prefill_size - running`` prompt tokens
-(``runtime/scheduler/policy.py: mixed_prefill_budget``), so the chunk size sets the ITL during the
+(``runtime/scheduler/admission.py: mixed_prefill_budget``), so the chunk size sets the ITL during the
 arrival against the prompt's TTFT.
 
     python benchmarks/bench_mixed.py                          # `small`, chunks 32, 64, 128

@@ -76,7 +76,7 @@ class SamplingParams:
     budget_aware_completion: bool = True
     # The text that ends a reasoning model's thinking: the constraint applies only after it (None: at once).
     reasoning_end: str | None = None
-    # meta_info["token_origins"]: where each output token came from (runtime/scheduler/req_origins.py)
+    # meta_info["token_origins"]: where each output token came from (runtime/scheduler/req.py: TokenOrigins)
     return_token_origins: bool = False
 
     def __post_init__(self) -> None:

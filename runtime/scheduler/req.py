@@ -23,25 +23,48 @@ layers own: ``delivery`` (the engine's stream offsets and output handle) and ``s
 A speculative decode step extends the last token and ``k`` draft tokens (``extend_len == k + 1``);
 the positions of rejected drafts are handed back right after (``ReqCache.rewind``), so between
 steps a running request again has ``kv_len == len(fill_ids) - 1``.
+
+``KVState``: its slots and lengths, changed only through ``ReqCache`` (admit, cache_unfinished,
+release); the scheduler sets ``extend_len`` (how many positions one step computes).
+
+``TextState``: the decoded output text and its stop-string search. Its ``detokenizer`` is any
+object with ``step(new_ids) -> str``, ``finish() -> str`` and ``fresh()`` (a new one with the same
+settings and no ids); None in scheduler tests, which then have no text and no stop strings.
+
+``LogprobState``: what a request asked for in logprobs and what it has collected. Prompt logprobs
+cover positions ``start_len .. prompt_len - 1``; the first entry is always None (no token predicts
+position ``start_len`` inside the returned span), as in SGLang. They are computed once: a retracted
+request that had not finished them starts over, one that had keeps them. Output logprobs are one
+entry per output token; a token spliced in by jump-forward was never sampled and gets None.
+
+``TokenOrigins``: where each output token came from, for callers that ask (``return_token_origins``).
+Codes: ``free`` (sampled without a constraint), ``masked`` (sampled under the grammar's mask),
+``forced`` (text the grammar forced, proposed as a draft and accepted by the model: what it would
+have sampled), ``drafted`` (a draft from the prompt or the radix cache, accepted by the model),
+``closed`` (the closing completion budget-aware completion appended when ``max_new_tokens`` ran
+out). Prompt tokens are ``cache`` (read from the radix cache) or ``prefill`` (computed); the result
+carries their counts, not one code per prompt token.
+
+A reader gets ``(offset, codes)`` pairs: drop what it holds from ``offset`` and append ``codes``
+(output is only ever appended, so ``offset`` is where the last hand-out ended).
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.scheduler.req_kv import KVState
-from radixlm.runtime.scheduler.req_logprobs import LogprobState
-from radixlm.runtime.scheduler.req_origins import TokenOrigins
-from radixlm.runtime.scheduler.req_text import TextState
 
 if TYPE_CHECKING:
     from radixlm.runtime.scheduler.constraint import Constraint
 
 _arrival = itertools.count()
+Top = list[tuple[float, int]]  # [(logprob, token_id), ...], best first
+OUTPUT_ORIGINS = ("free", "masked", "forced", "drafted", "closed")
+PROMPT_ORIGINS = ("cache", "prefill")
 
 
 @dataclass
@@ -152,7 +175,7 @@ class Req:
     # ------------------------------------------------------------------ outputs
 
     def append_token(self, token_id: int, origin: str = "free") -> None:
-        """Append a sampled token and its text; ``origin`` is ``free`` or ``masked`` (``req_origins``)."""
+        """Append a sampled token and its text; ``origin`` is ``free`` or ``masked`` (``TokenOrigins``)."""
         if self.first_token_at is None:
             self.first_token_at = time.perf_counter()
         if self.origins is not None:
@@ -187,3 +210,116 @@ class Req:
     def __repr__(self) -> str:
         return (f"Req({self.rid!r}, prompt={self.prompt_len}, out={self.output_len}, kv={self.kv.kv_len}, "
                 f"protected={self.kv.cache_protected_len}, finished={self.finished_reason})")
+
+
+@dataclass
+class KVState:
+    """Slots, lengths, the locked radix node and the req_to_token row of one request."""
+
+    slots: list[int] = field(default_factory=list)
+    kv_len: int = 0  # positions whose K/V are in the pool
+    cache_protected_len: int = 0  # positions below this belong to the radix tree (locked via last_node)
+    last_node: Any = None  # the radix-cache node locked for this request, or None
+    req_pool_idx: int | None = None  # this request's row of the req_to_token table while it holds KV
+    extend_len: int = 0  # positions the current step computes
+
+    @property
+    def holds_kv(self) -> bool:
+        return self.req_pool_idx is not None
+
+    def reset(self) -> None:
+        """Forget everything (after release: retraction, jump-forward re-queue, abort)."""
+        self.slots = []
+        self.kv_len = self.cache_protected_len = self.extend_len = 0
+        self.last_node = None
+        self.req_pool_idx = None
+
+
+@dataclass
+class LogprobState:
+    """Logprob request options and the collected values."""
+
+    return_logprob: bool = False
+    start_len: int = 0  # first prompt position with a logprob (== prompt_len: none wanted)
+    top_num: int = 0
+    input_token: list[float | None] = field(default_factory=list)
+    input_top: list[Top | None] = field(default_factory=list)
+    input_done: bool = False
+    output_token: list[float | None] = field(default_factory=list)
+    output_top: list[Top] = field(default_factory=list)
+
+    def wants_input(self, prompt_len: int) -> bool:
+        """Prompt logprobs are still to compute."""
+        return self.return_logprob and self.start_len < prompt_len and not self.input_done
+
+    def add_input(self, logprobs: list[float], tops: list[Top] | None) -> None:
+        """Append one step's prompt logprobs (after the None entry that opens the span)."""
+        self._open_input()
+        self.input_token.extend(logprobs)
+        if tops is not None:
+            self.input_top.extend(t[:self.top_num] for t in tops)
+
+    def finish_input(self, wanted: bool) -> None:
+        """The prompt is computed: close the prompt logprobs (``wanted``: they were asked for)."""
+        if wanted:
+            self._open_input()  # a span of one position (start_len == prompt_len - 1) has only the None
+        self.input_done = True
+
+    def add_output(self, logprob: float, top: Top) -> None:
+        if self.return_logprob:
+            self.output_token.append(logprob)
+            self.output_top.append(top[:self.top_num])
+
+    def add_unscored(self, num: int) -> None:
+        """``num`` output tokens the model did not score (a budget close's completion)."""
+        if self.return_logprob:
+            self.output_token.extend([None] * num)
+            self.output_top.extend([] for _ in range(num))
+
+    def restart_input(self) -> None:
+        """After a retraction: unfinished prompt logprobs are computed again from the start."""
+        if not self.input_done:
+            self.input_token, self.input_top = [], []
+
+    def _open_input(self) -> None:
+        if not self.input_token:
+            self.input_token.append(None)
+            self.input_top.append(None)
+
+
+@dataclass
+class TextState:
+    """The output text so far, where a matched stop string starts, and how far it was searched."""
+
+    detokenizer: Any = None
+    text: str = ""
+    stop_pos: int | None = None  # where the matched stop string starts in text
+    checked_len: int = 0  # text searched for stop strings so far
+    regex: Any = None  # the request's StopRegexMatcher, made at its first stop_regex check
+
+    def append(self, token_ids: list[int]) -> None:
+        if self.detokenizer is not None:
+            self.text += self.detokenizer.step(token_ids)
+
+    def flush(self) -> None:
+        """Append the text held back for an unfinished character (when the request finishes)."""
+        if self.detokenizer is not None:
+            self.text += self.detokenizer.finish()
+
+
+class TokenOrigins:
+    """The origin code of each output token, and what a stream reader was last handed."""
+
+    __slots__ = ("codes", "_sent")
+
+    def __init__(self) -> None:
+        self.codes: list[str] = []
+        self._sent = 0  # codes handed to the stream so far
+
+    def append(self, code: str) -> None:
+        self.codes.append(code)
+
+    def take(self) -> int:
+        """The offset from which a stream reader appends its codes; marks all as handed out."""
+        offset, self._sent = self._sent, len(self.codes)
+        return offset

@@ -37,7 +37,7 @@ tokens, scaled by ``new_token_ratio`` (SGLang's estimate, raised after a retract
 
 from __future__ import annotations
 
-from radixlm.runtime.scheduler.admission import AdmissionLimits, admit
+from radixlm.runtime.scheduler.admission import AdmissionLimits, admit, mixed_prefill_budget
 from radixlm.runtime.scheduler.batch import (
     BatchResult,
     ScheduledBatch,
@@ -47,7 +47,6 @@ from radixlm.runtime.scheduler.batch import (
     build_verify_batch,
 )
 from radixlm.runtime.scheduler.decode_ahead import AheadBatch, commit_decode_ahead, plan_decode_ahead
-from radixlm.runtime.scheduler.policy import mixed_prefill_budget
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.results import finish_prefill_only, take_token, take_verified

@@ -196,7 +196,7 @@ class Drafter:
         state.missed += accepted < proposed
 
     def origin(self, req: Req, j: int) -> str:
-        """The origin code of the ``j``-th accepted draft token (``req_origins``)."""
+        """The origin code of the ``j``-th accepted draft token (``TokenOrigins``, ``req.py``)."""
         return "forced" if j < req.drafts.grammar_len else "drafted"
 
     # ------------------------------------------------------------------ sources

@@ -12,8 +12,7 @@ a linear-time matcher fed only the new text (``runtime/stop_regex.py``), never P
 
 from __future__ import annotations
 
-from radixlm.runtime.scheduler.req import Req
-from radixlm.runtime.scheduler.req_text import TextState
+from radixlm.runtime.scheduler.req import Req, TextState
 from radixlm.runtime.stop_regex import StopRegexMatcher
 
 

@@ -18,7 +18,7 @@ import threading
 import jsonschema
 import pytest
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.scheduler.policy import mixed_prefill_budget
+from radixlm.runtime.scheduler.admission import mixed_prefill_budget
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.scheduler import Scheduler

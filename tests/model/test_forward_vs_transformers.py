@@ -18,7 +18,7 @@ from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_loader import load_model
 from radixlm.runtime.scheduler.batch import BatchSpec
-from radixlm.runtime.scheduler.slot_allocator import ReqSlotAllocator, SlotAllocator
+from radixlm.runtime.scheduler.req_cache import ReqSlotAllocator, SlotAllocator
 from transformers import AutoModelForCausalLM
 
 ATOL = 1e-4

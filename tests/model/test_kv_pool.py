@@ -10,7 +10,7 @@ import torch
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.scheduler.batch import BatchSpec
-from radixlm.runtime.scheduler.slot_allocator import ReqSlotAllocator, SlotAllocator
+from radixlm.runtime.scheduler.req_cache import ReqSlotAllocator, SlotAllocator
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 
@@ -87,7 +87,7 @@ def test_allocator_sizes_validated():
 
 
 def test_scheduler_side_modules_do_not_import_torch():
-    code = ("import sys; import radixlm.runtime.scheduler.slot_allocator; "
+    code = ("import sys; import radixlm.runtime.scheduler.req_cache; "
             "from radixlm.runtime.scheduler.batch import BatchSpec; "
             "assert 'torch' not in sys.modules, 'torch was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

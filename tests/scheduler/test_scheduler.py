@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.scheduler.policy import dfs_weight_order, order_waiting
+from radixlm.runtime.scheduler.admission import dfs_weight_order, order_waiting
 from radixlm.runtime.scheduler.req import Req
 from scheduler_fakes import (
     check_outputs,
@@ -199,7 +199,7 @@ def test_policy_orders():
 
 def test_scheduler_never_imports_torch():
     code = ("import sys; import radixlm.runtime.scheduler.scheduler, radixlm.runtime.scheduler.req_cache, "
-            "radixlm.runtime.scheduler.policy, radixlm.runtime.scheduler.admission, radixlm.runtime.scheduler.results, "
+            "radixlm.runtime.scheduler.admission, radixlm.runtime.scheduler.results, "
             "radixlm.runtime.scheduler.stop_checker, radixlm.runtime.scheduler.req; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -4,7 +4,7 @@ and the token-origin bookkeeping a stream reader relies on."""
 from __future__ import annotations
 
 import pytest
-from radixlm.runtime.scheduler.req_origins import TokenOrigins
+from radixlm.runtime.scheduler.req import TokenOrigins
 from radixlm.runtime.server.auth import cache_namespace, tenant_id
 from radixlm.runtime.server.dashboard.namespaces import namespace_view
 from radixlm.runtime.server.dashboard.series import SeriesSampler, window_quantile
