@@ -25,10 +25,13 @@ import ctypes
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from radixlm.kernels import cpu_native
-from radixlm.kernels.gguf_block_weight import BlockWeight
+
+if TYPE_CHECKING:  # gguf_blocks imports this module
+    from radixlm.kernels.gguf_blocks import BlockWeight
 
 ISA_ENV = "RADIXLM_GGUF_ISA"
 ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}

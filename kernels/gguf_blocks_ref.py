@@ -6,10 +6,14 @@ kernels (``gguf_blocks_native``) are tested against it, and it is the path where
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType, quants
-from radixlm.kernels.gguf_block_weight import BlockWeight
+
+if TYPE_CHECKING:  # gguf_blocks imports this module
+    from radixlm.kernels.gguf_blocks import BlockWeight
 
 
 def dequantize_rows_ref(qtype: int, raw: np.ndarray) -> torch.Tensor:

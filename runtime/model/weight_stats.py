@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
-from radixlm.kernels.gguf_block_weight import BlockWeight
+from radixlm.kernels.gguf_blocks import BlockWeight
 from torch import nn
 
 _WEIGHT_DTYPES = (torch.int8, torch.uint8, torch.float32, torch.float16, torch.bfloat16)
