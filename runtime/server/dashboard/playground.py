@@ -9,7 +9,7 @@ with the chat template), at most one of ``json_schema`` (an object), ``regex`` (
   the radix cache served;
 - ``{"type": "tokens", "offset": int, "tokens": [{"text", "origin"}]}``: replace the answer's
   tokens from ``offset`` (where the previous event ended); origins as in
-  ``scheduler/req_origins.py``;
+  ``scheduler/req.py`` (``TokenOrigins``);
 - ``{"type": "done", "text", "finish_reason", "json", "json_error", "completion_tokens",
   "cached_tokens", "forced_tokens", "closed_tokens", "notes"}``: the final text and, for a JSON
   schema or tools, its parsed value (or why it does not parse).
