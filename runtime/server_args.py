@@ -138,6 +138,8 @@ class ServerArgs:
                                              "adapts its own length to what it accepts)", int)
     speculative_max_batch_size: int = _arg(4, "speculate only while at most this many requests decode (larger "
                                            "batches are compute-bound: extra rows cost what they save)", int)
+    speculative_row_cost: float | None = _arg(None, "a draft row's cost as a share of a plain decode step, for "
+                                              "choosing draft lengths (default: measured while serving)", float)
     speculative_config: str | None = _arg(None, "vLLM's spelling, a JSON object: {\"method\": \"ngram\" | null, "
                                           "\"num_speculative_tokens\": K}; overrides the two flags above", str)
     # per-request limits, enforced by the engine for every caller and route (a ValueError naming the field)
@@ -261,6 +263,8 @@ class ServerArgs:
         check_bools(self, ("disable_radix_cache", "enable_jump_forward", "strict_api",
                            "incremental_streaming_output"))
         self.speculative_method(None)  # ValueError naming the field
+        if self.speculative_row_cost is not None:
+            check_num("speculative_row_cost", self.speculative_row_cost, lo=0.0)
         if self.allowed_hosts is not None and (not isinstance(self.allowed_hosts, str)
                                                or not self.allowed_hosts.strip(" ,")):
             raise ValueError("allowed_hosts must be a non-empty comma-separated list of host names, or *")

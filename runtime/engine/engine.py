@@ -103,7 +103,8 @@ class Engine:
                          args.disable_radix_cache, args.radix_eviction_policy)
         method, num_draft_tokens = args.speculative_method(self.runner.device.type)
         self.speculative = SpeculativeConfig(num_draft_tokens if method else 0, args.speculative_max_batch_size,
-                                             grammar_drafts=args.enable_jump_forward)
+                                             grammar_drafts=args.enable_jump_forward,
+                                             row_cost=args.speculative_row_cost)
         self.scheduler = Scheduler(cache, StopChecker(self.tokenizer.eos_token_ids, self.runner.context_len),
                                    schedule_policy=args.schedule_policy,
                                    max_running_requests=args.max_running_requests,

@@ -55,11 +55,14 @@ VERIFY_MAX_ROWS = 16
 class SpeculativeConfig:
     """What the scheduler drafts: at most ``num_draft_tokens`` a request a step, while at most
     ``max_batch_size`` requests decode; ``grammar_drafts`` False proposes no forced text (the
-    server's ``--enable-jump-forward``). ``num_draft_tokens == 0`` turns speculation off."""
+    server's ``--enable-jump-forward``); ``row_cost`` fixes what a draft row costs instead of
+    measuring it (drafting then does not depend on the machine's load). ``num_draft_tokens == 0``
+    turns speculation off."""
 
     num_draft_tokens: int = 0
     max_batch_size: int = 4
     grammar_drafts: bool = True
+    row_cost: float | None = None  # a draft row's cost over a plain step's; None: measured (StepCost)
 
     @property
     def enabled(self) -> bool:
@@ -163,7 +166,9 @@ class Drafter:
         if spec_blocker(req) is not None:
             return []
         constraint = req.constraint
-        longest, ratio = min(self.config.num_draft_tokens, room), self.cost.ratio(batch_size)
+        fixed = self.config.row_cost
+        longest = min(self.config.num_draft_tokens, room)
+        ratio = fixed if fixed is not None else self.cost.ratio(batch_size)
         if longest <= 0:
             return []
         draft: list[int] = []

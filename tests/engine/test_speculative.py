@@ -26,7 +26,9 @@ MAX_REGEX = 3000
 
 @pytest.fixture(scope="module")
 def engines(tiny_llama):
-    with Engine(tiny_llama, max_total_tokens=8192, speculative_algorithm="NGRAM") as spec, \
+    # a fixed draft-row cost: whether drafts are proposed must not depend on the machine's load
+    with Engine(tiny_llama, max_total_tokens=8192, speculative_algorithm="NGRAM",
+                speculative_row_cost=0.05) as spec, \
             Engine(tiny_llama, max_total_tokens=8192, speculative_algorithm=None) as plain:
         yield spec, plain
 

@@ -51,7 +51,8 @@ def generate(url: str, text: str | list[str], key: str | None = None, max_new_to
 
 @pytest.fixture(scope="module")
 def engine():
-    eng = Engine(max_total_tokens=16384, random_seed=0, enable_dashboard=True)
+    # a fixed draft-row cost: the playground's forced drafts must not depend on the machine's load
+    eng = Engine(max_total_tokens=16384, random_seed=0, enable_dashboard=True, speculative_row_cost=0.05)
     yield eng
     eng.shutdown()
 
