@@ -23,16 +23,16 @@ class StopChecker:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.context_len = context_len
 
-    def check(self, req: Req, num_new: int = 1) -> None:
-        """Set ``req.finished_reason`` if the last ``num_new`` tokens finished it."""
+    def check(self, req: Req) -> None:
+        """Set ``req.finished_reason`` if the last token finished it (called once per token taken)."""
         if req.finished:
             return
         params = req.params
         if req.output_len >= params.min_new_tokens and req.output_ids:
-            for token in req.output_ids[-num_new:]:
-                if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
-                    req.finish("stop", token)
-                    return
+            token = req.output_ids[-1]
+            if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
+                req.finish("stop", token)
+                return
             if params.stop and req.decoded.detokenizer is not None:
                 found = self._find_stop_string(req.decoded, params.stop)
                 if found is not None:
