@@ -109,7 +109,8 @@ class Engine:
                                    schedule_policy=args.schedule_policy,
                                    max_running_requests=args.max_running_requests,
                                    max_prefill_tokens=args.max_prefill_tokens, chunk_size=args.chunk_size,
-                                   mixed_chunk=args.enable_mixed_chunk, speculative=self.speculative)
+                                   mixed_chunk=args.enable_mixed_chunk, speculative=self.speculative,
+                                   codec=self.tokenizer)
         self._grammar = GrammarCompiler(self.tokenizer, self.runner.vocab_size, args.grammar_compile_timeout_s,
                                         args.grammar_compile_max_memory_mb,
                                         args.grammar_backend, args.grammar_cache_mb,

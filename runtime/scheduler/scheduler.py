@@ -50,7 +50,7 @@ from radixlm.runtime.scheduler.decode_ahead import AheadBatch, commit_decode_ahe
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.results import finish_prefill_only, take_token, take_verified
-from radixlm.runtime.scheduler.speculation import VERIFY_MAX_ROWS, Drafter, SpeculativeConfig
+from radixlm.runtime.scheduler.speculation import VERIFY_MAX_ROWS, Drafter, SpeculativeConfig, TextCodec
 from radixlm.runtime.scheduler.stop_checker import StopChecker
 
 INIT_NEW_TOKEN_RATIO = 0.7
@@ -64,10 +64,10 @@ class Scheduler:
     def __init__(self, cache: ReqCache, stop_checker: StopChecker, *, schedule_policy: str = "lpm",
                  max_running_requests: int = 256, max_prefill_tokens: int = 16384,
                  chunk_size: int | None = None, mixed_chunk: bool = False,
-                 speculative: SpeculativeConfig | None = None) -> None:
+                 speculative: SpeculativeConfig | None = None, codec: TextCodec | None = None) -> None:
         self.cache = cache
         self.stop_checker = stop_checker
-        self.drafter = Drafter(speculative or SpeculativeConfig(), cache.tree, stop_checker.eos_token_ids)
+        self.drafter = Drafter(speculative or SpeculativeConfig(), cache.tree, stop_checker.eos_token_ids, codec)
         self.limits = AdmissionLimits(schedule_policy, max_running_requests, chunk_size)
         self.max_prefill_tokens = max_prefill_tokens
         self.mixed_chunk = mixed_chunk

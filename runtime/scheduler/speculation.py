@@ -11,7 +11,11 @@ is exactly what decoding one token a step would have produced (greedy), or has i
 2. **the radix tree** (``RadixCache.continuation``): what earlier requests with this whole prefix
    went on with (SGLang's NGRAM keeps a cache of such continuations);
 3. **the request's own tokens**: the longest recent n-gram (``MIN_NGRAM``..``MAX_NGRAM``) that
-   ends the text so far and occurred before proposes what followed it (prompt lookup).
+   ends the text so far and occurred before proposes what followed it (prompt lookup);
+4. **the prompt's text**: the longest end of the output's text found in the prompt's text proposes
+   the text after it, tokenized. Text copied from the prompt into JSON is tokenized otherwise than
+   in the prompt (``"Lucas`` is ``"``, ``Luc``, ``as`` where the prose had `` Lucas``), so
+   token n-grams miss it where characters match.
 
 A draft stops at an end token (EOS, ``stop_token_ids``) and at the first token the grammar refuses.
 
@@ -35,6 +39,7 @@ logprobs are verified like any other: each kept token's logprobs come from its o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from radixlm.radix_cache import RadixCache
 from radixlm.runtime.scheduler.req import Req
@@ -46,9 +51,20 @@ PRIOR_ROW_COST = 0.1  # a draft row's cost over a plain step's, until steps were
 PRIOR_KEPT, PRIOR_WEIGHT = 0.6, 2.0  # the acceptance a request starts from, weighed as 2 observations
 FORCED_KEPT = 0.9  # text the grammar forces is kept but where the model spells its end otherwise
 EMA = 0.2  # weight of the newest measured step
+TEXT_TAIL_TOKENS = 8  # the output's last tokens whose text is looked up in the prompt's text
+MIN_TEXT_MATCH = 5  # characters a text match must have
+CHARS_PER_TOKEN = 8  # prompt text taken per draft token wanted (then tokenized and cut)
 # rows one verify step may carry: up to this many, the GGUF kernels compute each row exactly as a
 # one-row decode step does (kernels/csrc/gguf_matmul.c DECODE_MAX_M), and read the weights once
 VERIFY_MAX_ROWS = 16
+
+
+class TextCodec(Protocol):
+    """What text lookup uses of the tokenizer."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,7 @@ class DraftState:
     grammar_len: int = 0  # how many leading draft tokens the grammar forced
     kept: int = 0  # draft tokens the model kept so far
     missed: int = 0  # steps whose draft the model stopped short of
+    prompt_text: str | None = None  # the prompt decoded, for text lookup (made on first use)
 
     @property
     def keep_rate(self) -> float:
@@ -142,10 +159,12 @@ class Drafter:
     """Proposes each running request's draft (see the module docstring); the scheduler allocates
     its slots and keeps the accounts."""
 
-    def __init__(self, config: SpeculativeConfig, tree: RadixCache | None, end_ids: frozenset[int]) -> None:
+    def __init__(self, config: SpeculativeConfig, tree: RadixCache | None, end_ids: frozenset[int],
+                 codec: TextCodec | None = None) -> None:
         self.config = config
         self.tree = tree
         self.end_ids = end_ids  # EOS ids: a draft stops before one
+        self.codec = codec  # the tokenizer, for text lookup (None: no text lookup)
         self.cost = StepCost()
         self.steps = 0  # verify steps run
         self.proposed_tokens = 0
@@ -207,12 +226,42 @@ class Drafter:
     # ------------------------------------------------------------------ sources
 
     def _lookup(self, req: Req, head: list[int], k: int) -> list[int]:
-        """What follows ``fill_ids + head``: the radix tree's continuation, else the n-gram match."""
+        """What follows ``fill_ids + head``: the radix tree's continuation, else the n-gram match,
+        else the prompt text's."""
         if self.tree is not None and not head:
             found = self.tree.continuation(req.fill_ids, req.extra_key, k)
             if found:
                 return found
-        return self._ngram(req, head, k)
+        return self._ngram(req, head, k) or self._text(req, head, k)
+
+    def _text(self, req: Req, head: list[int], k: int) -> list[int]:
+        """Text lookup: the longest end (``MIN_TEXT_MATCH`` characters or more) of the last
+        ``TEXT_TAIL_TOKENS`` tokens' text that occurs in the prompt's text proposes the text after its
+        latest occurrence, tokenized (its last token dropped where the text was cut, as it may be
+        part of a longer one)."""
+        if self.codec is None or req.output_len == 0:
+            return []
+        state = req.drafts
+        if state.prompt_text is None:
+            state.prompt_text = self.codec.decode(req.origin_input_ids)
+        text, total = state.prompt_text, req.fill_len
+        tail = self.codec.decode(req.fill_slice(max(total - TEXT_TAIL_TOKENS, 0), total) + head)
+        lo, hi, pos = MIN_TEXT_MATCH, len(tail), -1  # a suffix that occurs has every shorter one occur
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            found = text.rfind(tail[-mid:])
+            if found >= 0:
+                lo, pos, n = mid + 1, found, mid
+            else:
+                hi = mid - 1
+        if pos < 0:
+            return []
+        start = pos + n
+        piece = text[start:start + CHARS_PER_TOKEN * (k + 1)]
+        ids = list(self.codec.encode(piece, add_special_tokens=False))
+        if start + len(piece) < len(text):
+            ids = ids[:-1]
+        return ids[:k]
 
     def _ngram(self, req: Req, head: list[int], k: int) -> list[int]:
         """Prompt lookup: the most recent earlier occurrence of the longest n-gram that ends

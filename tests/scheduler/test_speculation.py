@@ -254,3 +254,35 @@ def test_a_verify_step_stays_within_the_rows_the_decode_kernels_compute_row_by_r
     assert all(len(b.spec.input_ids) <= VERIFY_MAX_ROWS for b in runner.steps if b.is_verify)
     for r in reqs:
         assert r.output_ids == expected(r.origin_input_ids, 30, periodic)
+
+
+class WordCodec:
+    """A tokenizer over a fixed vocabulary (greedy longest match), in which ``" Lucas"`` in prose and
+    ``"Luc" "as"`` after a quote are different tokens, as in a real BPE vocabulary."""
+
+    VOCAB = [" Lucas", "Luc", "as", " More", "au", ",", " designer", " in", " Lisbon", "\"", "name", ":", " "]
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        ids, i = [], 0
+        while i < len(text):
+            best = max((t for t in range(len(self.VOCAB)) if text.startswith(self.VOCAB[t], i)),
+                       key=lambda t: len(self.VOCAB[t]))
+            ids.append(100 + best)
+            i += len(self.VOCAB[best])
+        return ids
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(self.VOCAB[i - 100] for i in ids)
+
+
+def test_drafter_text_lookup_copies_prompt_text_tokenized_otherwise():
+    codec = WordCodec()
+    prompt = codec.encode("name: Lucas Moreau, designer in Lisbon")
+    d = free(Drafter(SPEC, None, frozenset({EOS}), codec))
+    r = req("a", prompt, max_new=20)
+    r.output_ids = codec.encode("\"Luc")  # "Luc" alone (3 characters) is too short to trust
+    assert d.propose(r, 10) == []
+    r.output_ids = codec.encode("\"Lucas More")  # no token n-gram matches; the text "Lucas More" does
+    assert codec.decode(d.propose(r, 10)) == "au, designer in Lisbon"
+    assert codec.decode(d.propose(r, 2)) == "au,"  # cut to the room, never past the prompt's text
+    assert free(Drafter(SPEC, None, frozenset({EOS}))).propose(r, 10) == []  # no codec: no text lookup
