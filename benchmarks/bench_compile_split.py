@@ -11,7 +11,7 @@ Schemas the front end rejects are left out (``bench_grammar.py`` counts them).
 ``--any-order-rules N`` sets the front end's any-order rule budget for this run
 (``json_schema.objects.MAX_ANY_ORDER_RULES``, 1,024 by default): 0 sends every object the
 runtime member check can follow to that check instead of subset rules (smaller Lark, a faster
-compile, a dearer mask: ``benchmarks/history/constrained-notes-2026.md``). ``--runtime-check-above N`` sets the member
+compile, a dearer mask: ``benchmarks/history/constrained-notes-2026.md`` as of commit c96c48f). ``--runtime-check-above N`` sets the member
 count past which an object is checked at runtime (``json_schema.objects.RUNTIME_CHECK_ABOVE``).
 """
 

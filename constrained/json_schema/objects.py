@@ -288,7 +288,7 @@ MAX_ANY_ORDER = 8  # objects of at most this many named members (and no others) 
 MAX_ANY_ORDER_RULES = 1024  # per schema: past it, further objects are checked at runtime (compile max, docs)
 # Objects of more named members are checked at runtime (where they can be): up to 4 members the
 # any-order rules are at most 16 subset states, and past that their compile cost outgrows the
-# runtime check's dearer masks (benchmarks/history/ has the measurements).
+# runtime check's dearer masks (measured in benchmarks/history/ as of commit c96c48f).
 RUNTIME_CHECK_ABOVE = 4
 
 
