@@ -14,8 +14,8 @@ from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
+from radixlm.runtime.scheduler.results import StopChecker
 from radixlm.runtime.scheduler.scheduler import Scheduler
-from radixlm.runtime.scheduler.stop_checker import StopChecker
 
 EOS = 1
 

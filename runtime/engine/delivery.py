@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from radixlm.runtime.scheduler.req import Req
-from radixlm.runtime.scheduler.stop_checker import StopChecker
+from radixlm.runtime.scheduler.results import StopChecker
 
 
 class RequestHandle:

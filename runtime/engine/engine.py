@@ -39,7 +39,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from radixlm.runtime.engine.delivery import Delivery, RequestHandle, ResultCollector
-from radixlm.runtime.engine.engine_summary import EngineSummary, summarize
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.inputs import (
     InputLimits,
@@ -50,7 +49,7 @@ from radixlm.runtime.engine.inputs import (
     normalize_params,
     normalize_rids,
 )
-from radixlm.runtime.engine.inspection import inspect_engine
+from radixlm.runtime.engine.inspection import EngineSummary, inspect_engine, summarize
 from radixlm.runtime.engine.step_loop import EngineLoop
 from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.gguf_reader import GGUFFile
@@ -59,9 +58,9 @@ from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
+from radixlm.runtime.scheduler.results import StopChecker
 from radixlm.runtime.scheduler.scheduler import Scheduler
 from radixlm.runtime.scheduler.speculation import SpeculativeConfig
-from radixlm.runtime.scheduler.stop_checker import StopChecker
 from radixlm.runtime.server_args import ServerArgs
 from radixlm.runtime.validation import FieldError
 

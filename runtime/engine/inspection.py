@@ -10,6 +10,8 @@ few milliseconds. The request log and the grammar cache have locks of their own.
 The engine thread appends a record when it delivers a request's end; any thread reads the ring
 (under its lock, copying). A record holds what the engine knows of the request; the caller's
 tenant is read off its radix-cache namespace (``extra_key``).
+
+What an engine loaded and how it runs, as the one start-up line ``radixlm serve`` prints.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from radixlm.runtime.model.weight_stats import parameter_count, threads, weight_format
 from radixlm.runtime.scheduler.req import Req
 
 if TYPE_CHECKING:  # the engine loop keeps a RequestLog: its module imports this one
@@ -105,3 +109,43 @@ def request_record(req: Req) -> dict[str, Any]:
             "closed_tokens": req.closed_tokens, "constraint": constraint, "ttft_s": ttft, "e2e_s": e2e,
             "decode_tps": tps, "finish_reason": finish.type if finish is not None else None,
             "error": None if req.error is None else f"{type(req.error).__name__}: {req.error}"}
+
+
+@dataclass(frozen=True)
+class EngineSummary:
+    """The facts of a loaded engine a user checks first."""
+
+    model: str  # ORG/NAME for a hub snapshot, else the checkpoint's folder or file name
+    architecture: str
+    parameters: int  # weights' logical elements (a tied embedding counted once)
+    weight_format: str  # "float32", "bfloat16", "int8 (weight-only)", "GGUF Q5_0 60%, Q8_0 27%, ...", ...
+    device: str
+    threads: int
+    kv_tokens: int  # KV-cache capacity, in tokens
+    max_running_requests: int
+    grammar_backend: str
+
+    def line(self) -> str:
+        """One line: ``Qwen/Qwen2.5-0.5B (qwen2, 494M parameters, int8 (weight-only) weights) on cpu ...``."""
+        where = f"{self.device} with {self.threads} thread{'s' * (self.threads != 1)}"
+        return (f"{self.model} ({self.architecture}, {count(self.parameters)} parameters, {self.weight_format} "
+                f"weights) on {where}; KV cache {self.kv_tokens:,} tokens; up to {self.max_running_requests} "
+                f"running requests; grammar backend {self.grammar_backend}")
+
+
+def summarize(model_name: str, args: Any, runner: Any, kv_tokens: int) -> EngineSummary:
+    """The summary of an engine from its ``ServerArgs`` and ``ModelRunner``."""
+    return EngineSummary(
+        model=model_name, architecture=runner.model_config.architecture, parameters=parameter_count(runner.model),
+        weight_format=weight_format(args.quantization, runner.dtype, runner.model), device=str(runner.device),
+        threads=threads(), kv_tokens=kv_tokens, max_running_requests=args.max_running_requests,
+        grammar_backend=args.grammar_backend)
+
+
+def count(n: int) -> str:
+    """``494M``, ``1.24B``, ``8.5K``: a parameter count as people write it."""
+    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if n >= size:
+            value = n / size
+            return f"{value:.3g}{unit}" if value < 100 else f"{value:.0f}{unit}"
+    return str(n)

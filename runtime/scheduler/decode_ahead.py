@@ -1,6 +1,6 @@
 """Decode-ahead: the decode batch of step N+1, scheduled while step N still runs (no torch).
 
-Overlap scheduling (``runtime/engine/overlap_loop.py``) needs step N+1 before step N's tokens are
+Overlap scheduling (``runtime/engine/step_loop.py``, ``OverlapStepper``) needs step N+1 before step N's tokens are
 known. Its input tokens are *future tokens*: ``future_token(i)`` (a negative id) stands for the
 token step N samples for its row ``i``; the engine resolves them (``resolve_future_tokens``) on
 the device side once step N's result exists. The scheduler never waits and is never called back:

@@ -1,16 +1,104 @@
-"""What the scheduler does with one request's part of a step's results (plain Python, no torch).
+"""What a step's tokens do to a request (plain Python, no torch): each token taken, and whether
+it finished the request.
 
 The scheduler keeps the queues and the KV accounts (``Scheduler.process_batch_result``); these
 helpers change only the request: its tokens, its logprobs, and whether it finished.
+
+Finish conditions (``StopChecker``), checked after each token, in order: EOS / ``stop_token_ids``
+(the token itself; ``ignore_eos`` skips EOS only),
+``stop`` strings (matched in the decoded text, so a stop string split over several tokens is
+found), ``stop_regex`` patterns (the earliest match anywhere in the text), then
+``max_new_tokens``, then the context length. EOS, stop ids, stop strings and stop regexes count
+only once ``min_new_tokens`` tokens exist (the sampler also masks EOS and stop ids before that).
+A streamed request holds back the last ``len(longest stop) - 1`` characters; with ``stop_regex``
+it holds back the text from the earliest start of a match still in progress. Stop regexes run on
+a linear-time matcher fed only the new text (``runtime/stop_regex.py``), never Python's ``re``.
 """
 
 from __future__ import annotations
 
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
 from radixlm.runtime.scheduler.constraint import Splice
-from radixlm.runtime.scheduler.req import Req
+from radixlm.runtime.scheduler.req import Req, TextState
 from radixlm.runtime.scheduler.speculation import Drafter
-from radixlm.runtime.scheduler.stop_checker import StopChecker
+from radixlm.runtime.stop_regex import StopRegexMatcher
+
+
+class StopChecker:
+    """Decides whether a request has finished; ``eos_token_ids`` come from the tokenizer."""
+
+    def __init__(self, eos_token_ids: list[int], context_len: int) -> None:
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.context_len = context_len
+
+    def check(self, req: Req) -> None:
+        """Set ``req.finished_reason`` if the last token finished it (called once per token taken)."""
+        if req.finished:
+            return
+        params = req.params
+        if req.output_len >= params.min_new_tokens and req.output_ids:
+            token = req.output_ids[-1]
+            if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
+                req.finish("stop", token)
+                return
+            if params.stop and req.decoded.detokenizer is not None:
+                found = self._find_stop_string(req.decoded, params.stop)
+                if found is not None:
+                    req.decoded.stop_pos = found[0]
+                    req.finish("stop", found[1])
+                    return
+            if params.stop_regex and req.decoded.detokenizer is not None:
+                found = self._find_stop_regex(req.decoded, params.stop_regex)
+                if found is not None:
+                    req.decoded.stop_pos = found[0]
+                    req.finish("stop", found[1])
+                    return
+        if req.output_len >= params.max_new_tokens:
+            req.finish("length")
+        elif req.fill_len >= self.context_len:
+            req.finish("length", message="reached the context length")
+
+    @staticmethod
+    def _find_stop_string(decoded: TextState, stop: list[str]) -> tuple[int, str] | None:
+        # Only text not yet searched, plus a stop string's length before it, can hold a new match.
+        longest = max(len(s) for s in stop)
+        start = max(decoded.checked_len - longest + 1, 0)
+        decoded.checked_len = len(decoded.text)
+        tail = decoded.text[start:]
+        first: tuple[int, str] | None = None
+        for s in stop:
+            i = tail.find(s)
+            if i != -1 and (first is None or i < first[0]):
+                first = (i, s)
+        return None if first is None else (start + first[0], first[1])
+
+    @staticmethod
+    def _find_stop_regex(decoded: TextState, patterns: list[str]) -> tuple[int, str] | None:
+        # The matcher keeps its state across steps and scans only the text added since the last one.
+        if decoded.regex is None:
+            decoded.regex = StopRegexMatcher(patterns)
+        return decoded.regex.search(decoded.text)
+
+    @staticmethod
+    def final_text(req: Req) -> str:
+        """The output text, cut before the first stop string unless ``no_stop_trim``."""
+        reason, text = req.finished_reason, req.decoded.text
+        if reason is None or not isinstance(reason.matched, str) or req.params.no_stop_trim:
+            return text
+        return text if req.decoded.stop_pos is None else text[:req.decoded.stop_pos]
+
+    @staticmethod
+    def stream_safe_len(req: Req) -> int:
+        """How much of the text may be streamed: hold back a possible prefix of a stop string."""
+        if req.finished:
+            return len(StopChecker.final_text(req))
+        safe = len(req.decoded.text)
+        if req.params.stop_regex:  # text not yet scanned, or where a match may have begun, waits
+            safe = 0 if req.decoded.regex is None else req.decoded.regex.safe_len()
+        if req.params.stop:
+            safe = min(safe, len(req.decoded.text) - max(len(s) for s in req.params.stop) + 1)
+        return max(safe, 0)
+
 
 Top = list[tuple[float, int]]
 

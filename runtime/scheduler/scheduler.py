@@ -49,9 +49,8 @@ from radixlm.runtime.scheduler.batch import (
 from radixlm.runtime.scheduler.decode_ahead import AheadBatch, commit_decode_ahead, plan_decode_ahead
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
-from radixlm.runtime.scheduler.results import finish_prefill_only, take_token, take_verified
+from radixlm.runtime.scheduler.results import StopChecker, finish_prefill_only, take_token, take_verified
 from radixlm.runtime.scheduler.speculation import VERIFY_MAX_ROWS, Drafter, SpeculativeConfig, TextCodec
-from radixlm.runtime.scheduler.stop_checker import StopChecker
 
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO = 0.15

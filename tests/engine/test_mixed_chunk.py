@@ -21,9 +21,9 @@ from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.admission import mixed_prefill_budget
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
+from radixlm.runtime.scheduler.results import StopChecker
 from radixlm.runtime.scheduler.scheduler import Scheduler
 from radixlm.runtime.scheduler.speculation import SpeculativeConfig
-from radixlm.runtime.scheduler.stop_checker import StopChecker
 from radixlm.runtime.server_args import ServerArgs
 from scheduler_fakes import EOS, FakeRunner, check_outputs, expected_output, prompts, req, run_all
 

@@ -19,8 +19,8 @@ from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
 from radixlm.runtime.scheduler.decode_ahead import future_token, overlap_blocker, resolve_future_tokens
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
+from radixlm.runtime.scheduler.results import StopChecker
 from radixlm.runtime.scheduler.scheduler import Scheduler
-from radixlm.runtime.scheduler.stop_checker import StopChecker
 
 EOS = 2
 VOCAB = 50

@@ -200,7 +200,7 @@ def test_policy_orders():
 def test_scheduler_never_imports_torch():
     code = ("import sys; import radixlm.runtime.scheduler.scheduler, radixlm.runtime.scheduler.req_cache, "
             "radixlm.runtime.scheduler.admission, radixlm.runtime.scheduler.results, "
-            "radixlm.runtime.scheduler.stop_checker, radixlm.runtime.scheduler.req; "
+            "radixlm.runtime.scheduler.speculation, radixlm.runtime.scheduler.req; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
