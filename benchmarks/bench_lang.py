@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any
 
-from radixlm.lang.backend_engine import EngineBackend
+from radixlm.lang.backends import EngineBackend
 
 import radixlm as sgl
 

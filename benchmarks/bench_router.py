@@ -24,8 +24,8 @@ import time
 
 import aiohttp
 from aiohttp import web
+from radixlm.runtime import free_port
 from radixlm.runtime.checkpoints.synthetic import checkpoint_path
-from radixlm.runtime.ports import free_port
 from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 from radixlm.runtime.router.policy import RoutingConfig
 from radixlm.runtime.router.router import RouterConfig, create_router_app

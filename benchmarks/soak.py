@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import aiohttp
-from radixlm.runtime.ports import free_port
+from radixlm.runtime import free_port
 from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 SYSTEM = ("You are the planning agent of a logistics company. Tools: route(origin, dest), "

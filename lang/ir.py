@@ -12,12 +12,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # SGLang's type regexes (``sglang.lang.ir``), with its exact values, for ``gen(regex=REGEX_INT)``.
-# ``gen(dtype=...)`` uses the bounded forms in ``radixlm.lang.gen_exprs.DTYPE_REGEX`` instead, so
+# ``gen(dtype=...)`` uses the bounded forms in ``DTYPE_REGEX`` (below) instead, so
 # that a typed gen always ends on its own rather than at ``max_tokens``.
 REGEX_INT = r"[-+]?[0-9]+[ \n]*"
 REGEX_FLOAT = r"[-+]?[0-9]*\.?[0-9]+[ \n]*"
 REGEX_BOOL = r"(True|False)"
 REGEX_STR = r"\"[\w\d\s]*\""  # SGLang's comment: r"\".*\"" hit a bug in the interegular package
+
+# dtype -> regex for ``gen(dtype=...)``: bounded, so that a typed gen always terminates on its own.
+DTYPE_REGEX: dict[str, str] = {
+    "int": r"[-+]?[0-9]{1,9}",
+    "float": r"[-+]?[0-9]{1,9}\.[0-9]{1,6}",
+    "bool": r"(True|False)",
+    "str": r'"[^"\\\n]{0,64}"',
+}
+
+
+def dtype_of_regex(regex: str | None) -> str | None:
+    """The dtype name whose regex ``gen(dtype=...)`` put into the params, if it is one of them."""
+    return next((k for k, v in DTYPE_REGEX.items() if v == regex), None)
 
 
 class Expr:

@@ -1,20 +1,138 @@
-"""``ProgramState``: what a program's ``s`` is, and what ``run`` returns.
+"""``ProgramState``: what a program's ``s`` is, and what ``run`` returns; the methods it shares with the tracer.
 
 Appending (``s += ...``) enqueues on the state's interpreter and returns immediately; reading
 (``s["x"]``, ``text()``, ``messages()``) waits for the expressions it depends on.
+
+Running and tracing states (``TracerState``, :mod:`radixlm.lang.program`) share two bases:
+
+- ``ScopeMethods``: role turns, variable scopes and copies. Turns and scopes are a begin/end
+  expression pair around what the program appends in between, so a state only needs ``+=``: the
+  running state enqueues the pair, the tracing state records it. ``copy`` is a one-child ``fork``
+  joined on exit.
+- ``ForkGroup``: the children of ``s.fork(n)``. Indexing, iterating and appending to every child
+  work the same whether the children run (``ProgramStateGroup``) or are being traced
+  (``TracerGroup``); only ``join`` differs, so each subclass supplies just that.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from radixlm.lang import ir
-from radixlm.lang.fork_group import ForkGroup, check_join_mode
-from radixlm.lang.interpreter import StreamExecutor, _Raise
-from radixlm.lang.scope_methods import ScopeMethods, check_position_ids_offset
-from radixlm.lang.text_stream import TextReader
+from radixlm.lang.interpreter import StreamExecutor, TextReader, _Raise
+
+S = TypeVar("S")  # the state type of a fork's children
+G = TypeVar("G", bound="ForkGroup")
+
+# SGLang's join modes, and our older name for concate_and_append.
+JOIN_MODES = ("gather_variable", "concate_and_append", "concate_join")
+
+
+class ScopeMethods:
+    """``s.system/user/assistant(...)`` and ``s.var_scope(name)`` for a state that supports ``+=``."""
+
+    def system(self, expr: Any = None):
+        """Append a system turn holding ``expr``; without it, ``with s.system():`` opens one."""
+        return self._role("system", expr)
+
+    def user(self, expr: Any = None):
+        """Append a user turn holding ``expr``; without it, ``with s.user():`` opens one."""
+        return self._role("user", expr)
+
+    def assistant(self, expr: Any = None):
+        """Append an assistant turn holding ``expr``; without it, ``with s.assistant():`` opens one."""
+        return self._role("assistant", expr)
+
+    def var_scope(self, name: str) -> contextlib.AbstractContextManager:
+        """``with s.var_scope("x"):`` stores everything appended inside as variable ``x``."""
+        return self._scope(ir.VarScopeBegin(name), ir.VarScopeEnd(name))
+
+    @contextlib.contextmanager
+    def copy(self, position_ids_offset: list[int] | None = None) -> Iterator[Any]:
+        """``with s.copy() as c:`` a one-child fork of ``s``; on exit its variables join back."""
+        group = self.fork(1, position_ids_offset)
+        try:
+            yield group[0]
+        finally:
+            group.join()
+
+    def _role(self, role: str, expr: Any):
+        """With ``expr``: append the whole turn. Without: a context manager for ``with s.user():``."""
+        if expr is not None:
+            self += ir.role_turn(role, expr)
+            return None
+        return self._scope(ir.RoleBegin(role), ir.RoleEnd(role))
+
+    @contextlib.contextmanager
+    def _scope(self, begin: ir.Expr, end: ir.Expr) -> Iterator[Any]:
+        self += begin
+        try:
+            yield self
+        finally:
+            self += end  # also on an exception, so the scope is always closed
+
+
+def check_position_ids_offset(position_ids_offset: Any) -> None:
+    """SGLang's ``fork(position_ids_offset=...)`` positions children for parallel encoding.
+
+    Our children always continue at the parent's position, so only None is accepted.
+    """
+    if position_ids_offset is not None:
+        raise ValueError("fork(position_ids_offset=...) is not supported: radixlm forks continue at "
+                         "the parent's position (no parallel encoding); leave it None")
+
+
+def check_join_mode(mode: str) -> None:
+    """``ValueError`` naming the accepted modes unless ``mode`` is one of them."""
+    if mode not in JOIN_MODES:
+        raise ValueError(f"join mode must be one of {', '.join(map(repr, JOIN_MODES))}, got {mode!r}")
+
+
+class ForkGroup(ABC, Generic[S]):
+    """``size`` children of ``parent``: index them, append to all, then ``join()``."""
+
+    def __init__(self, parent: S, states: list[S]):
+        self.parent = parent
+        self.states = states
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def __getitem__(self, i: int) -> S:
+        return self.states[i]
+
+    def __setitem__(self, i: int, value: S) -> None:
+        """Completes ``forks[i] += expr``, which Python runs as ``forks[i] = forks[i].__iadd__(expr)``.
+
+        Appending returns the child itself, so storing it back is a no-op; anything else would
+        replace a child, which SGLang forbids as well.
+        """
+        if value is not self.states[i]:
+            raise TypeError(f"cannot replace fork child {i}: use forks[{i}] += expr to append to it")
+
+    def __iter__(self) -> Iterator[S]:
+        return iter(self.states)
+
+    def __iadd__(self: G, other: Any) -> G:
+        """Append to every child: one expression, ``lambda i: expr`` per child, or a list (one each)."""
+        if isinstance(other, (list, tuple)):
+            if len(other) != len(self.states):
+                raise ValueError(f"forks += list needs one entry per child: got {len(other)} for "
+                                 f"{len(self.states)} children")
+            for state, item in zip(self.states, other):
+                state += item
+            return self
+        for i, state in enumerate(self.states):
+            state += other(i) if callable(other) else other
+        return self
+
+    @abstractmethod
+    def join(self, mode: str = "gather_variable") -> None:
+        """Merge the children back into the parent (``gather_variable`` or ``concate_and_append``)."""
 
 
 class ProgramState(ScopeMethods):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from radixlm import __version__
-from radixlm.flag_hints import OneLineErrorParser, unknown_arguments
+from radixlm.flags import OneLineErrorParser, unknown_arguments
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -52,9 +52,9 @@ def _fail(error: Exception) -> NoReturn:
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
+    from radixlm.flags import add_ignored_flags
     from radixlm.runtime.server.state import DEFAULT_MAX_BODY_BYTES
     from radixlm.runtime.server_args import ServerArgs
-    from radixlm.sglang_flags import add_ignored_flags
 
     p = subparsers.add_parser("serve", help="run the HTTP server (native + OpenAI-compatible API)",
                               description="Serve a model over HTTP: SGLang-native /generate and the "
@@ -116,8 +116,8 @@ def serve_settings(args: argparse.Namespace):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from radixlm.flags import notices
     from radixlm.runtime.server.app import serve
-    from radixlm.sglang_flags import notices
     from radixlm.startup import StartupError, bind_listener
 
     server_args, config = serve_settings(args)

@@ -1,19 +1,20 @@
 """Sampling parameters: the one dataclass that carries a request's sampler and constraint settings.
 
 It crosses every boundary (HTTP, Engine, DSL, scheduler, sampler, grammar backend) whole, and is
-validated at construction, with errors that name the bad field. Nothing changes one in place: a
-request phase that needs other settings takes a validated copy (:meth:`SamplingParams.replace`).
+validated at construction, with errors that name the bad field (``FieldError``; the field checks
+here serve ``ServerArgs`` too). Nothing changes one in place: a request phase that needs other
+settings takes a validated copy (:meth:`SamplingParams.replace`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from radixlm.runtime.stop_regex import StopRegexError, check_stop_regexes
-from radixlm.runtime.validation import FieldError, check_bools, check_int, check_num
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
 # json_schema objects: "schema" (declared properties in schema order, extras only where the schema
@@ -29,6 +30,44 @@ MAX_LOGIT_BIAS = 100.0  # |bias| at most this, as OpenAI allows: past it a token
 MAX_REPETITION_PENALTY = 2.0  # SGLang's range (0, 2]
 MAX_STOP_REGEX_CEILING = 256  # patterns compiled at most (the engine's max_stop_regex is the real limit)
 MAX_TOP_K = 2**31 - 1  # past any vocabulary; the engine also checks top_k against its own vocabulary
+
+
+# ---- field checks (SamplingParams' and ServerArgs'): each raises FieldError naming the field ------
+
+
+class FieldError(ValueError):
+    """Bad input in one named field; ``field`` is its name (the HTTP error's ``param``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def check_int(name: str, value: Any, lo: int | None = None, hi: int | None = None) -> None:
+    """``value`` is an integer (not a bool), inside ``[lo, hi]`` when given."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise FieldError(name, f"{name} must be an integer, got {value!r}")
+    if lo is not None and value < lo:
+        raise FieldError(name, f"{name} must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise FieldError(name, f"{name} must be <= {hi}, got {value}")
+
+
+def check_num(name: str, value: Any, lo: float | None = None, hi: float | None = None) -> None:
+    """``value`` is a finite real number (not a bool, NaN or infinity), inside ``[lo, hi]`` when given."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise FieldError(name, f"{name} must be a finite number, got {value!r}")
+    if lo is not None and value < lo:
+        raise FieldError(name, f"{name} must be >= {lo}, got {value}")
+    if hi is not None and value > hi:
+        raise FieldError(name, f"{name} must be <= {hi}, got {value}")
+
+
+def check_bools(obj: Any, names: tuple[str, ...]) -> None:
+    """Every attribute ``names`` of ``obj`` is a bool."""
+    for name in names:
+        if not isinstance(getattr(obj, name), bool):
+            raise FieldError(name, f"{name} must be a boolean")
 
 
 def choice_seed(seed: int, index: int) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from radixlm.runtime.validation import check_bools, check_int, check_num
+from radixlm.runtime.sampling_params import check_bools, check_int, check_num
 
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import openai
-from radixlm.runtime.ports import free_port
+from radixlm.runtime import free_port
 from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 

@@ -36,7 +36,7 @@ def _program():
 
 def dsl_trial(engine: Any, batch: list[dict[str, Any]], prefill: bool, picks: list):
     """Run the select program over ``batch`` on ``engine``; the picks land in ``picks``."""
-    from radixlm.lang.backend_engine import EngineBackend
+    from radixlm.lang.backends import EngineBackend
 
     program, backend = _program(), EngineBackend(engine)
 

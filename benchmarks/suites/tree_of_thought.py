@@ -37,7 +37,7 @@ def _program():
 
 
 def dsl_trial(engine: Any, problems: list[str], tokens: int, prefill: bool):
-    from radixlm.lang.backend_engine import EngineBackend
+    from radixlm.lang.backends import EngineBackend
 
     program, backend = _program(), EngineBackend(engine)
 

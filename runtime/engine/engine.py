@@ -55,14 +55,13 @@ from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.gguf_reader import GGUFFile
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
-from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.sampling_params import FieldError, SamplingParams
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.results import StopChecker
 from radixlm.runtime.scheduler.scheduler import Scheduler
 from radixlm.runtime.scheduler.speculation import SpeculativeConfig
 from radixlm.runtime.server_args import ServerArgs
-from radixlm.runtime.validation import FieldError
 
 # sampling_params as Engine.generate takes it: shared by every prompt, or one per prompt
 SamplingLike = SamplingParams | dict[str, Any] | list[SamplingParams | dict[str, Any] | None] | None

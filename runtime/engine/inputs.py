@@ -14,9 +14,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.sampling_params import FieldError, SamplingParams
 from radixlm.runtime.scheduler.req import Req
-from radixlm.runtime.validation import FieldError
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 from radixlm.kernels import get_ops
+from radixlm.runtime import free_port
 from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.attention import resolve_attention_backend
 from radixlm.runtime.model.cpu_malloc import release_free_memory, tune_malloc
@@ -45,7 +46,6 @@ from radixlm.runtime.model.parallel.distributed import TPGroup, tp_device
 from radixlm.runtime.model.parallel.layers import check_tp_size
 from radixlm.runtime.model.parallel.tp_worker import TPWorkerError, TPWorkers
 from radixlm.runtime.model.sampler import Sampler, SamplingInfo, apply_logit_processors
-from radixlm.runtime.ports import free_port
 from radixlm.runtime.scheduler.batch import BatchResult, BatchSpec, ScheduledBatch
 from radixlm.runtime.scheduler.constraint import fill_draft_masks
 from radixlm.runtime.scheduler.req import Req

@@ -17,7 +17,7 @@ import time
 import urllib.request
 from typing import Any
 
-from radixlm.runtime.ports import free_port
+from radixlm.runtime import free_port
 
 logger = logging.getLogger("radixlm.dp")
 

@@ -5,10 +5,33 @@ generation request is proxied, body and (SSE) stream untouched, to the replica t
 :class:`~radixlm.runtime.router.policy.RoutingPolicy` picks from the request's text. A background
 task probes every replica's ``/health``; a replica that fails a probe or a connection leaves the
 rotation (its in-flight requests fail with a 502 error rather than hang) and rejoins once it answers
-again. Routes about every replica (cache flush, abort, load, server info, metrics) ask them all
-(:mod:`radixlm.runtime.router.fanout`); informational ones and ``/tokenize`` /
-``/detokenize`` go to any healthy replica; ``/router/stats`` reports per-replica load and routing
-counts.
+again. Informational routes and ``/tokenize`` / ``/detokenize`` go to any healthy replica;
+``/router/stats`` reports per-replica load and routing counts.
+
+Routes about every replica ask them all (:class:`FanOutRoutes`). A replica's *rank* is its index in
+the router's worker list (``dp_rank`` in the answers, as SGLang numbers its data-parallel ranks).
+Only replicas in rotation are asked; each answer is read whole (these routes' bodies are small)
+within ``RouterConfig.fanout_timeout_s``.
+
+- ``POST /flush_cache``: every replica flushes; 200 only if all did (400 otherwise, as a
+  replica answers while requests run); the routing tree forgets the replicas that flushed.
+- ``POST /abort_request``: sent to every replica (the router does not remember where a rid went);
+  ``success`` if any replica aborted something, ``aborted`` the total count.
+- ``GET /get_load``: every replica's entries, renumbered by rank and naming the ``replica``.
+- ``GET /get_server_info`` (and ``/server_info``): the lowest-ranked replica's answer, with
+  ``internal_states`` holding every replica's (one per rank, as SGLang's) and ``dp_size`` the replicas.
+- ``GET /metrics``: one Prometheus exposition from every replica's (:func:`merge_metrics`). Each
+  replica exposes its own ``radixlm:*`` families (:mod:`radixlm.runtime.server.metrics`); the router
+  parses them with ``prometheus_client``'s text parser and merges them by sample (name plus labels):
+  counters and histograms (every ``_bucket``, ``_sum`` and ``_count``) are summed, so rates and
+  quantiles over the merged series cover all the traffic; the additive gauges (:data:`SUMMED_GAUGES`:
+  running and queued requests, KV slots in use, decode throughput) are summed too; every other gauge
+  (``token_usage``, ``cache_hit_rate``, the ``engine_*`` figures) is a ratio or a figure of one
+  replica: it is kept per replica under a ``dp_rank`` label, as SGLang labels its schedulers' gauges
+  under data parallelism (a dashboard averages them, ``avg by (model_name)``, or shows them per
+  rank). The router adds ``radixlm:router_replica_up{dp_rank, replica}``: 1 for each replica whose
+  metrics are in the sum, 0 for one that is out of rotation or did not answer (its counters are
+  then missing from the sums until it answers again).
 """
 
 from __future__ import annotations
@@ -16,12 +39,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from radixlm.runtime.router.fanout import FanOutRoutes
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Sample
 from radixlm.runtime.router.policy import (
     NoHealthyReplica,
     ReplicaState,
@@ -29,6 +57,7 @@ from radixlm.runtime.router.policy import (
     RoutingPolicy,
 )
 from radixlm.runtime.server.http_errors import APIError
+from radixlm.runtime.server.metrics import PREFIX
 
 logger = logging.getLogger("radixlm.router")
 
@@ -264,3 +293,204 @@ def run_router(config: RouterConfig, host: str = "127.0.0.1", port: int = 30000,
         loop = asyncio.new_event_loop()
     logger.info("routing %s over %s", config.routing.policy, ", ".join(config.workers))
     web.run_app(create_router_app(config, host, allowed_hosts), host=host, port=port, print=None, loop=loop)
+
+
+# ---- routes asked of every replica -------------------------------------------------------------
+
+
+@dataclass
+class ReplicaReply:
+    """One replica's answer to a fanned-out request; ``status`` is None when it could not be reached."""
+
+    rank: int
+    url: str
+    status: int | None
+    body: bytes = b""
+
+    def json(self) -> Any:
+        """The body as JSON, or None when it is not JSON."""
+        try:
+            return json.loads(self.body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return None
+
+
+class FanOutRoutes:
+    """Handlers of the fanned-out routes of ``router``; ``register`` adds them to an application."""
+
+    def __init__(self, router: Router) -> None:
+        self.router = router
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_post("/flush_cache", self.flush_cache)  # POST only, as the servers
+        app.router.add_post("/abort_request", self.abort_request)
+        app.router.add_get("/get_load", self.get_load)
+        app.router.add_get("/get_server_info", self.server_info)
+        app.router.add_get("/server_info", self.server_info)
+        app.router.add_get("/metrics", self.metrics)
+
+    @property
+    def ranks(self) -> dict[str, int]:
+        return {url: rank for rank, url in enumerate(self.router.policy.replicas)}
+
+    async def fan_out(self, request: web.Request, path: str, method: str = "GET") -> list[ReplicaReply]:
+        """Send ``request``'s body to ``path`` on every replica in rotation; replies in rank order."""
+        raw = await request.read()
+        headers = {"Content-Type": request.headers.get("Content-Type", "application/json")}
+        if "Authorization" in request.headers:  # the replicas check the API key
+            headers["Authorization"] = request.headers["Authorization"]
+        timeout = aiohttp.ClientTimeout(total=self.router.config.fanout_timeout_s)
+        ranks = self.ranks
+
+        async def ask(url: str) -> ReplicaReply:
+            try:
+                async with self.router.session.request(method, url + path, data=raw or None, headers=headers,
+                                                       timeout=timeout) as resp:
+                    return ReplicaReply(ranks[url], url, resp.status, await resp.read())
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                return ReplicaReply(ranks[url], url, None)
+
+        healthy = [r.url for r in self.router.policy.replicas.values() if r.healthy]
+        if not healthy:
+            raise APIError(503, "no healthy replica is available", code="no_healthy_replica")
+        return list(await asyncio.gather(*(ask(u) for u in healthy)))
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        """Every replica flushes its radix cache; 200 only if all of them did."""
+        replies = await self.fan_out(request, "/flush_cache", "POST")
+        flushed = {r.url: r.status == 200 for r in replies}
+        for url, ok in flushed.items():
+            if ok:
+                self.router.policy.forget(url)
+        failed = [url for url, ok in flushed.items() if not ok]
+        message = f"not flushed on {', '.join(failed)}" if failed else f"cache flushed on {len(replies)} replicas"
+        return web.json_response({"success": not failed, "message": message, "flushed": flushed},
+                                 status=400 if failed else 200)
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        """Abort ``rid`` (or everything) on whichever replicas run it."""
+        replies = await self.fan_out(request, "/abort_request", "POST")
+        answered = [r for r in replies if r.status is not None]
+        ok = [r for r in answered if r.status == 200 and isinstance(r.json(), dict)]
+        if not ok:  # a bad request is bad on every replica: relay the first replica's own error
+            if not answered:
+                raise APIError(502, "no replica answered /abort_request", code="replica_failed")
+            first = answered[0]
+            return web.Response(body=first.body, status=first.status, content_type="application/json")
+        bodies = {r.url: r.json() for r in ok}
+        aborted = sum(int(b.get("aborted") or 0) for b in bodies.values())
+        body: dict[str, Any] = {"success": any(b.get("success") for b in bodies.values()),
+                                "rid": next(iter(bodies.values())).get("rid"), "aborted": aborted,
+                                "replicas": bodies}
+        if not body["success"]:
+            body["message"] = next(iter(bodies.values())).get("message")
+        return web.json_response(body)
+
+    async def get_load(self, request: web.Request) -> web.Response:
+        """SGLang's ``/get_load`` list: one entry per replica (per rank), ``dp_rank`` its rank."""
+        entries: list[dict[str, Any]] = []
+        for r in await self.fan_out(request, "/get_load"):
+            body = r.json() if r.status == 200 else None
+            for entry in body if isinstance(body, list) else []:
+                if isinstance(entry, dict):
+                    entries.append({**entry, "dp_rank": r.rank, "replica": r.url})
+        return web.json_response(entries)
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """The lowest-ranked replica's server info, with every replica's live ``internal_states``."""
+        replies = [(r, r.json()) for r in await self.fan_out(request, "/get_server_info")]
+        good = [(r, b) for r, b in replies if r.status == 200 and isinstance(b, dict)]
+        if not good:
+            raise APIError(502, "no replica answered /get_server_info", code="replica_failed")
+        info = dict(good[0][1])
+        info["internal_states"] = [s for _, b in good for s in b.get("internal_states") or []]
+        info["dp_size"] = len(self.router.policy.replicas)
+        answered = {r.url for r, _ in good}
+        info["router"] = {"policy": self.router.policy.config.policy,
+                          "replicas": [{"dp_rank": rank, "url": url, "answered": url in answered}
+                                       for url, rank in self.ranks.items()]}
+        return web.json_response(info)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        """Every replica's ``/metrics``, merged: counters and histograms summed, gauges as documented."""
+        replies = await self.fan_out(request, "/metrics")
+        scrapes = {r.rank: r.body.decode("utf-8", "replace") for r in replies if r.status == 200}
+        urls = {rank: url for url, rank in self.ranks.items()}
+        text = await asyncio.get_running_loop().run_in_executor(None, merge_metrics, scrapes, urls)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                            headers={"X-Prometheus-Format": "0.0.4"})
+
+
+# ---- the replicas' /metrics merged ------------------------------------------------------------
+
+SUMMED_TYPES = frozenset({"counter", "histogram"})
+SUMMED_GAUGES = frozenset(PREFIX + name for name in (
+    "num_running_reqs", "num_queue_reqs", "num_used_tokens", "gen_throughput"))
+RANK_LABEL = "dp_rank"
+UP_METRIC = PREFIX + "router_replica_up"
+
+
+def parse(text: str) -> list[Metric]:
+    """One replica's exposition as metric families (``ValueError`` if it is not the text format)."""
+    return list(text_string_to_metric_families(text))
+
+
+def merge_families(scrapes: Mapping[int, list[Metric]]) -> list[Metric]:
+    """The merged families of ``scrapes`` (dp_rank -> that replica's parsed families), in the order
+    they first appear (the lowest rank's order)."""
+    families: dict[str, Metric] = {}
+    samples: dict[str, dict[tuple, Sample]] = {}
+    for rank, parsed in sorted(scrapes.items()):
+        for fam in parsed:
+            merged = families.setdefault(fam.name, Metric(fam.name, fam.documentation, fam.type, fam.unit))
+            if merged.type != fam.type:  # replicas of different versions: do not add unlike things
+                logger.warning("replica %d exposes %s as a %s, not a %s: left out", rank, fam.name,
+                               fam.type, merged.type)
+                continue
+            # replicas may use another --metrics-prefix: the gauges are known by their suffix
+            summed = fam.type in SUMMED_TYPES or PREFIX + fam.name.partition(":")[2] in SUMMED_GAUGES
+            into = samples.setdefault(fam.name, {})
+            for s in fam.samples:
+                labels = dict(s.labels) if summed else {**s.labels, RANK_LABEL: str(rank)}
+                key = (s.name, tuple(sorted(labels.items())))
+                before = into.get(key)
+                into[key] = Sample(s.name, labels, s.value + (before.value if before else 0.0))
+    for name, fam in families.items():
+        fam.samples = list(samples.get(name, {}).values())
+    return list(families.values())
+
+
+def up_family(up: Mapping[int, tuple[str, bool]]) -> Metric:
+    """``radixlm:router_replica_up`` from dp_rank -> (replica URL, whether its metrics were merged)."""
+    fam = Metric(UP_METRIC, "1 if the replica's metrics are in the router's sums, else 0.", "gauge")
+    for rank, (url, ok) in sorted(up.items()):
+        fam.add_sample(UP_METRIC, {RANK_LABEL: str(rank), "replica": url}, 1.0 if ok else 0.0)
+    return fam
+
+
+class _Families(Collector):
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+def render(families: Iterable[Metric]) -> str:
+    """The exposition text (format 0.0.4) of ``families``."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry).decode("utf-8")
+
+
+def merge_metrics(scrapes: Mapping[int, str], urls: Mapping[int, str]) -> str:
+    """The router's ``/metrics`` text from dp_rank -> exposition text of the replicas that answered
+    and dp_rank -> URL of every replica: the merged families, then the per-replica up gauge."""
+    parsed: dict[int, list[Metric]] = {}
+    for rank, text in scrapes.items():
+        try:
+            parsed[rank] = parse(text)
+        except ValueError as e:  # one replica's bad answer must not hide the others
+            logger.warning("replica %s answered /metrics with unparsable text: %s", urls[rank], e)
+    up = {rank: (url, rank in parsed) for rank, url in urls.items()}
+    return render([*merge_families(parsed), up_family(up)])

@@ -7,7 +7,7 @@ histograms with SGLang's buckets). Counters and histograms are updated from the 
 usage, cache hit rate, decode throughput) are read from ``Engine.get_stats()`` when ``/metrics`` is
 scraped. prometheus_client writes the exposition (text format 0.0.4) from metric families built at
 each scrape; with ``--dp-size`` each replica is its own server and the router merges their
-``/metrics`` (:mod:`radixlm.runtime.router.metrics_merge`).
+``/metrics`` (:func:`radixlm.runtime.router.router.merge_metrics`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from radixlm.runtime.server_args import ServerArgs
 
 from radixlm import launch_server
 from radixlm.__main__ import build_parser, main
-from radixlm.sglang_flags import notices
+from radixlm.flags import notices
 
 
 def test_help_lists_subcommands_and_every_server_arg(capsys):
@@ -256,7 +256,7 @@ def test_real_gguf_has_a_help_and_names_its_models():
 def test_the_trust_remote_code_notice_names_every_built_in_family():
     from radixlm.runtime.model.model_config import SUPPORTED_ARCHITECTURES
 
-    from radixlm.sglang_flags import IGNORED_FLAGS
+    from radixlm.flags import IGNORED_FLAGS
 
     notice = IGNORED_FLAGS["--trust-remote-code"][1].replace(" ", "")
     for arch in SUPPORTED_ARCHITECTURES:

@@ -10,8 +10,7 @@ import pytest
 from radixlm.runtime.tokenizer.tokenizer import NAMED_CHAT_TEMPLATES, _read_template_override
 
 from radixlm.__main__ import build_parser, serve_settings
-from radixlm.flag_hints import unknown_arguments
-from radixlm.sglang_flags import notices
+from radixlm.flags import notices, unknown_arguments
 
 pytestmark = pytest.mark.unit
 
@@ -222,7 +221,7 @@ def test_each_invocation_works_or_is_refused_in_one_line(command, expected, caps
             settle(argv)
         assert e.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()
-        # the error line, then one pointer to --help (flag_hints.OneLineErrorParser); no usage dump
+        # the error line, then one pointer to --help (flags.OneLineErrorParser); no usage dump
         errors = [line for line in err if line.startswith(("radixlm: error: ", "radixlm serve: error: "))]
         assert len(errors) == 1 and expected[1] in errors[0], err
         assert len(err) <= 2 and (len(err) == 1 or "--help" in err[-1]), err

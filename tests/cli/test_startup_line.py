@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
+from radixlm.runtime import free_port
 from radixlm.runtime.engine.inspection import EngineSummary, count
-from radixlm.runtime.ports import free_port
 from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 

@@ -232,7 +232,7 @@ def test_server_arg_and_flag():
     assert ServerArgs().enable_mixed_chunk is False
     with pytest.raises(ValueError, match="enable_mixed_chunk"):
         ServerArgs(enable_mixed_chunk="yes")
-    from radixlm.sglang_flags import IGNORED_FLAGS
+    from radixlm.flags import IGNORED_FLAGS
     assert "--enable-mixed-chunk" not in IGNORED_FLAGS
 
 

@@ -13,7 +13,7 @@ import re
 import jsonschema
 import pytest
 from pydantic import BaseModel, Field
-from radixlm.lang.backend_engine import as_backend
+from radixlm.lang.backends import as_backend
 
 import radixlm as sgl
 
@@ -251,7 +251,7 @@ def test_trace_prints_the_ir_and_finds_the_prefix(engine):
 
 def test_http_backend_reuses_its_connections(engine):
     """Kept-alive connections serve a sequence of requests; run_batch's threads share a bounded pool."""
-    from radixlm.lang.backend_http import POOL_SIZE
+    from radixlm.lang.backends import POOL_SIZE
     from radixlm.runtime.server.app import BackgroundServer
 
     with BackgroundServer(engine) as server:

@@ -13,6 +13,7 @@ import torch
 import torch.multiprocessing as mp
 from prefill_logits import prefill_logits
 from radixlm.kernels.int8_matmul_ref import int8_matmul_ref
+from radixlm.runtime import free_port
 from radixlm.runtime.model.model_loader import load_model
 from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.parallel.layers import Linear, RowParallelLinear
@@ -24,7 +25,6 @@ from radixlm.runtime.model.quantization import (
     dequantize_int8,
     quantize_int8,
 )
-from radixlm.runtime.ports import free_port
 from radixlm.runtime.server_args import ServerArgs
 
 # The documented tolerance (docs/server.md): every logits row of the int8 model is within 6% of the

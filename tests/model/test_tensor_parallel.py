@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 import torch.nn.functional as F
+from radixlm.runtime import free_port
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_config import ModelConfig
@@ -21,7 +22,6 @@ from radixlm.runtime.model.parallel.layers import (
     parallel_lm_head,
     vocab_parallel_embedding,
 )
-from radixlm.runtime.ports import free_port
 from radixlm.runtime.scheduler.batch import BatchSpec
 
 PROMPT = [5, 300, 41, 977, 12, 8, 2000, 63, 77, 1500, 4, 9]

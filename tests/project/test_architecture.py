@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
-CLI_MODULES = ("__main__", "launch_server", "startup", "sglang_flags", "flag_hints")  # radixlm/'s CLI modules
+CLI_MODULES = ("__main__", "launch_server", "startup", "flags")  # radixlm/'s CLI modules
 
 
 def unit_of(module: str) -> str | None:

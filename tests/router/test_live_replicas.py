@@ -19,7 +19,7 @@ import threading
 import aiohttp
 import pytest
 from aiohttp import web
-from radixlm.runtime.ports import free_port
+from radixlm.runtime import free_port
 from radixlm.runtime.router.launcher import wait_ready
 from radixlm.runtime.router.policy import RoutingConfig
 from radixlm.runtime.router.router import REPLICA_HEADER, RouterConfig, create_router_app

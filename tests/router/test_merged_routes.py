@@ -13,8 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
+from radixlm.runtime import free_port
 from radixlm.runtime.engine.engine import Engine
-from radixlm.runtime.ports import free_port
 from radixlm.runtime.router.policy import RoutingConfig
 from radixlm.runtime.router.router import REPLICA_HEADER, RouterConfig, create_router_app
 from radixlm.runtime.server.app import BackgroundServer

@@ -5,8 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from radixlm.runtime.router.approx_prefix_tree import ApproxPrefixTree
-from radixlm.runtime.router.policy import NoHealthyReplica, RoutingConfig, RoutingPolicy
+from radixlm.runtime.router.policy import ApproxPrefixTree, NoHealthyReplica, RoutingConfig, RoutingPolicy
 from radixlm.runtime.router.router import routing_text
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from radixlm.runtime.ports import free_port
+from radixlm.runtime import free_port
 from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 
 pytestmark = pytest.mark.timeout(300)

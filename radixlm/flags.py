@@ -1,18 +1,51 @@
-"""SGLang and vLLM launch flags that cannot apply to radixlm: accepted, each with a one-line notice,
-or refused with a one-line usage error saying why.
+"""How the command line treats flags beyond its own: usage errors in one line, and SGLang's and vLLM's flags.
 
-An SGLang launch command (``python -m sglang.launch_server --model-path ... --trust-remote-code``)
-should start radixlm unchanged, but a flag must never be swallowed silently: each one listed here
-parses (with its value, if it takes one) and :func:`notices` turns it into one line saying why it
-has no effect. Flags that would change results if ignored (``--nnodes``, LoRA, pipeline
-parallelism) are :data:`REFUSED_FLAGS`: usage errors naming the reason. ``--quantization`` is a real flag (``ServerArgs.quantization``): ``int8`` is
-implemented, any other value is an error naming the field.
+A usage error is ``radixlm: error: MESSAGE`` and one line naming ``PROG --help`` (exit code 2),
+instead of argparse's whole usage text; an unknown flag is answered with the closest known ones
+(``did you mean --max-total-tokens?``).
+
+SGLang and vLLM launch flags that cannot apply to radixlm are accepted, each with a one-line
+notice, or refused with a one-line usage error saying why. An SGLang launch command
+(``python -m sglang.launch_server --model-path ... --trust-remote-code``) should start radixlm
+unchanged, but a flag must never be swallowed silently: each one listed here parses (with its
+value, if it takes one) and :func:`notices` turns it into one line saying why it has no effect.
+Flags that would change results if ignored (``--nnodes``, LoRA, pipeline parallelism) are
+:data:`REFUSED_FLAGS`: usage errors naming the reason. ``--quantization`` is a real flag
+(``ServerArgs.quantization``): ``int8`` is implemented, any other value is an error naming the field.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import difflib
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose usage errors are ``radixlm: error: MESSAGE`` and one line naming
+    ``PROG --help`` (exit code 2); subparsers made by ``add_subparsers`` inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"radixlm: error: {message}", file=sys.stderr)
+        print(f"radixlm: '{self.prog} --help' lists the flags", file=sys.stderr)
+        sys.exit(2)
+
+
+def unknown_arguments(unknown: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """``unrecognized arguments: --max-token 5 (did you mean --max-tokens?)``: argparse's message with
+    the closest flags of ``parser`` for each unknown flag."""
+    known = [f for f in parser._option_string_actions if f.startswith("--")]
+    hints = []
+    for arg in unknown:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=2, cutoff=0.6)
+            hints += [f"did you mean {' or '.join(close)}?"] if close else []
+    return f"unrecognized arguments: {' '.join(unknown)}" + (f" ({'; '.join(hints)})" if hints else "")
+
+
+# ---- SGLang's and vLLM's flags -------------------------------------------------------------------
 
 NO_TORCH_COMPILE = "radixlm runs no torch.compile"
 

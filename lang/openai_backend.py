@@ -5,9 +5,15 @@ Follows SGLang's OpenAI backend: a chat model (the default) sends the finished t
 model (``is_chat_model=False``) sends the text. Streaming works for both; ``n > 1`` returns every
 sample. What an OpenAI API cannot do raises a ``ValueError`` naming the argument instead of being
 dropped: regex / JSON-schema / stop-regex constraints, logprobs, and typed gens other than
-``dtype=str`` (which, as in SGLang, is a completion between quotes). ``select`` on a completion
-model scores each choice with ``echo`` + ``logprobs`` prompt logprobs (see
-:mod:`radixlm.lang.openai_select`); on a chat model it raises ``BackendCapabilityError`` (a ``NotImplementedError``, as SGLang raises).
+``dtype=str`` (which, as in SGLang, is a completion between quotes).
+
+``select`` on a completion model is scored by echoed prompt logprobs (:func:`select_by_echo`); on a
+chat model it raises ``BackendCapabilityError`` (a ``NotImplementedError``, as SGLang raises).
+SGLang's OpenAI backend picks choices by biasing OpenAI's own tokenizer (tiktoken) token by token,
+which only works for OpenAI's models. Instead we ask the server to echo ``context + choice`` with
+``logprobs`` and ``max_tokens=0`` (one batched request), find the choice's tokens by their text
+offsets, and let the same ``ChoicesMethod`` as the native backends decide. Any server that
+supports ``echo`` with ``logprobs`` (radixlm, SGLang, vLLM) works.
 """
 
 from __future__ import annotations
@@ -17,11 +23,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from radixlm.lang.backend_base import ChatContext
+from radixlm.lang.backends import ChatContext
 from radixlm.lang.chat_template import RoleTemplate
-from radixlm.lang.choices import ChoicesDecision, ChoicesMethod
-from radixlm.lang.gen_exprs import dtype_of_regex
-from radixlm.lang.openai_select import select_by_echo
+from radixlm.lang.choices import ChoicesDecision, ChoicesMethod, Entry
+from radixlm.lang.ir import dtype_of_regex
 
 INSTRUCT_MODEL_NAMES = ("gpt-3.5-turbo-instruct",)  # SGLang's list of completion-only models
 # Constraints an OpenAI API has no field for: refuse rather than silently return unconstrained text.
@@ -197,3 +202,53 @@ def _refuse_logprobs(return_logprob: bool | None) -> None:
     if return_logprob:
         raise ValueError("return_logprob is not supported by the OpenAI backend (SGLang returns no "
                          "meta info there); use RuntimeEndpoint or an Engine")
+
+
+# ---- select by echoed prompt logprobs ----------------------------------------------------------
+
+
+def select_by_echo(client: Any, model: str, context: str, choices: list[str], method: ChoicesMethod,
+                   temperature: float = 0.0) -> ChoicesDecision:
+    """Score each choice as a continuation of ``context`` and pick one with ``method``."""
+    prompts = [context + c for c in choices]
+    scored = _echo(client, model, prompts)
+    cond = [_tokens_after(lps, len(context), len(p)) for lps, p in zip(scored, prompts)]
+    uncond = None
+    if method.requires_unconditional_logprobs:
+        alone = _echo(client, model, list(choices))
+        # Align by position from the end: the choice alone may tokenise slightly differently.
+        uncond = [_tokens_after(lps, 0, len(c))[-len(entries):] if entries else []
+                  for lps, c, entries in zip(alone, choices, cond)]
+        uncond = [_pad(u, len(entries)) for u, entries in zip(uncond, cond)]
+    return method(list(choices), cond, uncond, temperature=temperature)
+
+
+def _echo(client: Any, model: str, prompts: list[str]) -> list[Any]:
+    """The legacy ``logprobs`` object of each prompt, echoed back with no new tokens."""
+    ret = client.completions.create(model=model, prompt=prompts, max_tokens=0, echo=True, logprobs=0,
+                                    temperature=0)
+    by_index = {c.index: c.logprobs for c in ret.choices}
+    missing = [i for i in range(len(prompts)) if by_index.get(i) is None]
+    if missing:
+        raise RuntimeError("the server returned no echoed logprobs for select: it must support "
+                           "/v1/completions with echo=true and logprobs")
+    return [by_index[i] for i in range(len(prompts))]
+
+
+def _tokens_after(logprobs: Any, start: int, end: int) -> list[Entry]:
+    """Entries ``[logprob, None, token]`` of the tokens whose text ends past ``start`` (up to ``end``).
+
+    A token's span runs to the next token's offset, so zero-width tokens (BOS) are skipped and a
+    token that merges the end of the context with the start of the choice is counted.
+    """
+    offsets = list(logprobs.text_offset)
+    ends = offsets[1:] + [max(end, offsets[-1] if offsets else end)]
+    out = []
+    for tok, lp, off, stop in zip(logprobs.tokens, logprobs.token_logprobs, offsets, ends):
+        if stop > start and off < end:
+            out.append([lp, None, tok])
+    return out
+
+
+def _pad(entries: list[Entry], n: int) -> list[Entry]:
+    return [[0.0, None, ""]] * (n - len(entries)) + entries
