@@ -80,6 +80,7 @@ class Engine:
     """Continuous-batching generation with the radix cache; see the module docstring."""
 
     def __init__(self, model_path: str | None = None, **server_args: Any) -> None:
+        started = time.perf_counter()
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
         args = self.server_args
         logging.getLogger("radixlm").setLevel(args.log_level.upper())
@@ -97,7 +98,9 @@ class Engine:
             GGUFFile(gguf).close()
         self.tokenizer = (Tokenizer.from_gguf(gguf, args.chat_template) if gguf is not None
                           else Tokenizer(tokenizer_source, args.chat_template))
+        loading = time.perf_counter()
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
+        self.load_weights_s = time.perf_counter() - loading  # the weights, and the KV pool's allocation
         self.model_config = self.runner.model_config
         # what a request's unset temperature, top_p, ... become (a request's own values always win)
         self.sampling_defaults = load_sampling_defaults(args.sampling_defaults_from(), self.model_path)
@@ -127,6 +130,7 @@ class Engine:
         if args.grammar_warmup:  # in the background: the engine serves at once
             self._grammar.start_backend()
         freeze_startup_objects()  # full collections then skip the model's and torch's objects
+        self.startup_s = time.perf_counter() - started
 
     # ------------------------------------------------------------------ generate
 
@@ -290,6 +294,7 @@ class Engine:
             "finished_requests": loop.finished_requests,
             "num_running_reqs": len(self.scheduler.running) + (self.scheduler.chunked is not None),
             "num_queued_reqs": loop.num_queued(),
+            "num_grammar_queue_reqs": len(self._grammar),
             "kv_used_slots": total - free,
             "kv_total_slots": total,
             "kv_usage": (total - free) / total,
@@ -300,6 +305,9 @@ class Engine:
             "extend_memory_releases": loop.extend_releases,
             "timers": loop.timers.as_dict(),
             "grammar_backend": self._grammar.backend_state(),
+            "grammar": self._grammar.counts(),
+            "startup_s": self.startup_s,
+            "load_weights_s": self.load_weights_s,
             "speculative": {"enabled": self.speculative.enabled, **self.scheduler.drafter.stats()},
         }
 

@@ -6,8 +6,8 @@ labels):
 
 - counters and histograms (every ``_bucket``, ``_sum`` and ``_count``) are summed, so rates and
   quantiles over the merged series cover all the traffic;
-- the additive gauges (:data:`SUMMED_GAUGES`: running and queued requests, KV slots in use, decode
-  throughput) are summed too;
+- the additive gauges (:data:`SUMMED_GAUGES`: running and queued requests, requests waiting for a
+  grammar, KV slots in use and in all, decode throughput) are summed too;
 - every other gauge (``token_usage``, ``cache_hit_rate``, the ``engine_*`` figures) is a ratio or a
   figure of one replica: it is kept per replica under a ``dp_rank`` label (the replica's index in the
   router's worker list), as SGLang labels its schedulers' gauges with ``dp_rank`` under data
@@ -34,7 +34,8 @@ logger = logging.getLogger("radixlm.router")
 
 SUMMED_TYPES = frozenset({"counter", "histogram"})
 SUMMED_GAUGES = frozenset(PREFIX + name for name in (
-    "num_running_reqs", "num_queue_reqs", "num_used_tokens", "gen_throughput"))
+    "num_running_reqs", "num_queue_reqs", "num_grammar_queue_reqs", "num_used_tokens", "max_total_num_tokens",
+    "gen_throughput"))
 RANK_LABEL = "dp_rank"
 UP_METRIC = PREFIX + "router_replica_up"
 

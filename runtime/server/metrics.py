@@ -8,6 +8,22 @@ usage, cache hit rate, decode throughput) are read from ``Engine.get_stats()`` w
 scraped. prometheus_client writes the exposition (text format 0.0.4) from metric families built at
 each scrape; with ``--dp-size`` each replica is its own server and the router merges their
 ``/metrics`` (:mod:`radixlm.runtime.router.metrics_merge`).
+
+Every series of SGLang's metrics collector that has a meaning here is exported, each with a measured
+value: the request counters and latency histograms (``num_requests_total``, ``num_aborted_requests_total``,
+``prompt_tokens_total``, ``generation_tokens_total``, ``cached_tokens_total``, ``time_to_first_token_seconds``,
+``inter_token_latency_seconds``, ``e2e_request_latency_seconds``), ``queue_time_seconds`` (the engine's
+``meta_info["queue_time"]``: waiting queue to first step), the scheduler gauges (``num_running_reqs``,
+``num_queue_reqs``, ``num_grammar_queue_reqs``, ``num_used_tokens``, ``token_usage``, ``max_total_num_tokens``
+= the KV pool's slots, ``cache_hit_rate``, ``gen_throughput``, ``spec_accept_length``, ``spec_accept_rate``,
+``engine_startup_time``, ``engine_load_weights_time``), ``num_retracted_requests_total``, and the grammar
+series (``grammar_compilation_time_seconds`` from ``meta_info["grammar_compile_time"]``;
+``num_so_requests_total``, ``num_grammar_total``, ``num_grammar_cache_hit_total``,
+``num_grammar_timeout_total``, ``num_grammar_aborted_total`` from the grammar compiler's counts). Not
+exported, having no meaning on this engine: the PD-disaggregation, LoRA, SWA/Mamba, routing-key, DP
+cooperation, prefill-delayer, CUDA-graph-pass and xgrammar-internal (schema count, EBNF size, tree
+traversal) series. Series carry SGLang's ``model_name`` label (the one its dashboard filters on), not
+its per-rank labels.
 """
 
 from __future__ import annotations
@@ -34,6 +50,9 @@ TPOT_BUCKETS = (0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0
 ITL_BUCKETS = TPOT_BUCKETS
 E2E_BUCKETS = (0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
                90.0, 120.0, 300.0)
+QUEUE_BUCKETS = (0.0, 0.1, 0.2, 0.5, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50, 60, 70, 80, 90, 100, 200, 300, 400,
+                 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800, 2000, 2500, 3000)
+GRAMMAR_COMPILE_BUCKETS = (0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 90, 120, 240)
 
 # SGLang's gauge name -> the Engine.get_stats() key it shows, and its help text
 ENGINE_GAUGES: dict[str, tuple[str, str]] = {
@@ -42,6 +61,19 @@ ENGINE_GAUGES: dict[str, tuple[str, str]] = {
     "num_used_tokens": ("kv_used_slots", "The number of KV slots in use (radix cache included)."),
     "token_usage": ("kv_usage", "The share of KV slots in use."),
     "cache_hit_rate": ("cache_hit_rate", "Prompt tokens served from the radix cache / prompt tokens."),
+    "max_total_num_tokens": ("kv_total_slots", "Maximum total number of tokens in the KV cache pool."),
+    "num_grammar_queue_reqs": ("num_grammar_queue_reqs", "The number of requests waiting for their grammar."),
+    "engine_startup_time": ("startup_s", "Seconds the engine took to start."),
+    "engine_load_weights_time": ("load_weights_s", "Seconds the engine took to load the weights (and "
+                                 "allocate the KV pool)."),
+}
+# SGLang's grammar counter -> Engine.get_stats()["grammar"] key, and its help text
+GRAMMAR_COUNTERS: dict[str, tuple[str, str]] = {
+    "num_so_requests": ("requests", "Number of structured output requests processed."),
+    "num_grammar": ("requests", "Number of the total grammar requests."),
+    "num_grammar_cache_hit": ("cache_hits", "Number of grammar cache hits."),
+    "num_grammar_timeout": ("timeouts", "Number of grammar timeouts."),
+    "num_grammar_aborted": ("failed", "Number of grammar aborted requests."),
 }
 
 
@@ -97,6 +129,8 @@ class ServerMetrics:
         self.tpot = Histogram(TPOT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        self.queue_time = Histogram(QUEUE_BUCKETS)
+        self.grammar_compile = Histogram(GRAMMAR_COMPILE_BUCKETS)
         self._throughput_mark = (time.monotonic(), 0)  # (when, decode tokens then) of the last scrape
 
     def record_request(self, outcome: str, prompt: int = 0, cached: int = 0, completion: int = 0,
@@ -110,11 +144,16 @@ class ServerMetrics:
             self.e2e.observe(latency_s)
 
     def record_output(self, meta: dict[str, Any]) -> None:
-        """Time per output token of one finished engine request, from its ``meta_info``: the time
-        after the first token over the tokens after it (as SGLang computes it)."""
+        """What one finished engine request's ``meta_info`` tells: its time per output token (the time
+        after the first token over the tokens after it, as SGLang computes it), its queue time and its
+        grammar's compile time."""
         tokens, e2e, ttft = meta.get("completion_tokens"), meta.get("e2e_latency"), meta.get("first_token_latency")
         if isinstance(tokens, int) and tokens > 1 and isinstance(e2e, (int, float)) and isinstance(ttft, (int, float)):
             self.tpot.observe(max(e2e - ttft, 0.0) / (tokens - 1))
+        for hist, key in ((self.queue_time, "queue_time"), (self.grammar_compile, "grammar_compile_time")):
+            value = meta.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                hist.observe(max(float(value), 0.0))
 
     def gen_throughput(self, decode_tokens: int | None) -> float:
         """Decoded tokens per second since the previous scrape (the engine's running count)."""
@@ -139,11 +178,7 @@ class ServerMetrics:
         for outcome, n in sorted(self.requests.items()):
             requests.add_metric([model, outcome], n)
         out: list[Metric] = [requests]
-        for name, value, text in (
-            ("prompt_tokens", self.prompt_tokens, "Number of prefill tokens processed."),
-            ("generation_tokens", self.generation_tokens, "Number of generation tokens processed."),
-            ("cached_tokens", self.cached_tokens, "Prompt tokens served from the radix cache."),
-        ):
+        for name, value, text in self._counters(engine_stats):
             out.append(CounterMetricFamily(p + name, text, labels=["model_name"]))
             out[-1].add_metric([model], value)
         for name, (value, text) in self._gauges(engine_stats).items():
@@ -154,9 +189,28 @@ class ServerMetrics:
             ("time_per_output_token_seconds", self.tpot, "Histogram of time per output token in seconds."),
             ("inter_token_latency_seconds", self.itl, "Histogram of time between streamed tokens in seconds."),
             ("e2e_request_latency_seconds", self.e2e, "Histogram of end-to-end request latency in seconds."),
+            ("queue_time_seconds", self.queue_time, "Histogram of queueing time in seconds."),
+            ("grammar_compilation_time_seconds", self.grammar_compile,
+             "Histogram of grammar compilation time in seconds."),
         ):
             out.append(hist.family(p + name, text, model))
         return out
+
+    def _counters(self, engine_stats: dict[str, Any]) -> list[tuple[str, float, str]]:
+        """SGLang's counters (names without ``_total``, which the exposition adds)."""
+        grammar = engine_stats.get("grammar")
+        grammar = grammar if isinstance(grammar, dict) else {}
+        return [
+            ("num_requests", sum(self.requests.values()), "Number of requests processed."),
+            ("num_aborted_requests", self.requests.get("aborted", 0) + self.requests.get("abort", 0),
+             "Number of requests aborted."),
+            ("prompt_tokens", self.prompt_tokens, "Number of prefill tokens processed."),
+            ("generation_tokens", self.generation_tokens, "Number of generation tokens processed."),
+            ("cached_tokens", self.cached_tokens, "Prompt tokens served from the radix cache."),
+            ("num_retracted_requests", engine_stats.get("num_retractions", 0),
+             "Total number of retracted requests."),
+            *((name, grammar.get(key, 0), text) for name, (key, text) in GRAMMAR_COUNTERS.items()),
+        ]
 
     def _gauges(self, engine_stats: dict[str, Any]) -> dict[str, tuple[float, str]]:
         """SGLang's engine gauges, the decode throughput, and the engine's other figures."""
@@ -165,13 +219,13 @@ class ServerMetrics:
         gauges = {name: (engine_stats.get(key, 0), text) for name, (key, text) in ENGINE_GAUGES.items()}
         gauges["gen_throughput"] = (self.gen_throughput(decode_tokens), "The generate throughput (token/s).")
         spec = engine_stats.get("speculative")
-        if isinstance(spec, dict):  # SGLang's speculative gauges, and the totals behind them
-            gauges["spec_accept_length"] = (spec.get("spec_accept_length", 0.0),
-                                            "Draft tokens the model kept per verify step (speculative decoding).")
-            gauges["spec_accept_rate"] = (spec.get("spec_accept_rate", 0.0),
-                                          "Draft tokens kept / draft tokens proposed (speculative decoding).")
-            gauges["spec_verify_steps"] = (spec.get("spec_verify_steps", 0), "Decode steps that verified drafts.")
-        shown = {key for key, _ in ENGINE_GAUGES.values()}
+        spec = spec if isinstance(spec, dict) else {}  # SGLang's speculative gauges (0 when off), and a total
+        gauges["spec_accept_length"] = (spec.get("spec_accept_length", 0.0),
+                                        "Draft tokens the model kept per verify step (speculative decoding).")
+        gauges["spec_accept_rate"] = (spec.get("spec_accept_rate", 0.0),
+                                      "Draft tokens kept / draft tokens proposed (speculative decoding).")
+        gauges["spec_verify_steps"] = (spec.get("spec_verify_steps", 0), "Decode steps that verified drafts.")
+        shown = {key for key, _ in ENGINE_GAUGES.values()} | {"num_retractions"}
         for key, value in sorted(engine_stats.items()):  # the engine's other figures, for debugging
             if key not in shown and isinstance(value, (int, float)) and not isinstance(value, bool):
                 gauges[f"engine_{key}"] = (value, f"Engine.get_stats()['{key}'].")
