@@ -298,9 +298,10 @@ class SamplingDefaults:
         return cls(_checked_defaults(found, source), source)
 
     def describe(self) -> str:
-        """``temperature=0.6 top_p=0.95 (generation_config.json)``, or the built-in defaults."""
+        """``temperature=0.6 top_p=0.95 (generation_config.json)``, or the built-in defaults and why."""
         if not self.values:
-            return f"temperature=1.0 top_p=1.0 top_k=-1 ({self.source})"
+            why = self.source if self.source.startswith("built-in") else f"built-in: {self.source} sets none"
+            return f"temperature=1.0 top_p=1.0 top_k=-1 ({why})"
         return " ".join(f"{name}={value}" for name, value in self.values.items()) + f" ({self.source})"
 
 
