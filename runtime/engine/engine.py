@@ -295,6 +295,8 @@ class Engine:
             "num_running_reqs": len(self.scheduler.running) + (self.scheduler.chunked is not None),
             "num_queued_reqs": loop.num_queued(),
             "num_grammar_queue_reqs": len(self._grammar),
+            # a snapshot: the engine thread may change the list while this sums it
+            "decode_sum_seq_lens": sum(r.prompt_len + r.output_len for r in list(self.scheduler.running)),
             "kv_used_slots": total - free,
             "kv_total_slots": total,
             "kv_usage": (total - free) / total,

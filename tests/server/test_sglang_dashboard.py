@@ -30,7 +30,8 @@ SGLANG_SERIES = (
     "num_grammar_aborted_total", "num_grammar_timeout_total", "num_grammar_total", "prompt_tokens_total",
     "generation_tokens_total", "cached_tokens_total", "num_requests_total", "num_so_requests_total",
     "num_aborted_requests_total", "time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
-    "e2e_request_latency_seconds_bucket",
+    "e2e_request_latency_seconds_bucket", "num_retractions_bucket", "prompt_tokens_histogram_bucket",
+    "generation_tokens_histogram_bucket", "realtime_tokens_total", "decode_sum_seq_lens",
 )
 
 
@@ -141,3 +142,9 @@ def test_sglang_series_carry_measured_values(scraped):
     assert value("num_requests_total") == 2 and value("num_aborted_requests_total") == 0
     assert value("engine_startup_time") >= value("engine_load_weights_time") > 0
     assert value("e2e_request_latency_seconds_count") == 2
+    assert value("num_retractions_count") == value("num_retractions_bucket", le="0.0") == 2  # none retracted
+    assert value("prompt_tokens_histogram_count") == value("generation_tokens_histogram_count") == 2
+    assert value("generation_tokens_histogram_sum") == value("generation_tokens_total") > 0
+    assert value("realtime_tokens_total", mode="decode") > 0
+    assert value("realtime_tokens_total", mode="prefill_compute") > 0
+    assert value("decode_sum_seq_lens") == 0  # nothing running at the scrape
