@@ -36,11 +36,12 @@ from radixlm.lang.state import (
 
 __all__ = ["SglFunction", "TracingError", "DataDependentError", "split_run_options", "trace"]
 
-# run() keywords that are sampling params, with SGLang's defaults (None: left to the engine)
+# run() keywords that are sampling params, with SGLang's defaults (None: left to the engine, whose
+# defaults for the sampler fields are the model's: runtime/sampling_params.py SamplingDefaults)
 SAMPLING_DEFAULTS: dict[str, Any] = {
     "max_new_tokens": 128, "n": None, "stop": None, "stop_token_ids": None, "stop_regex": None,
-    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "frequency_penalty": 0.0,
-    "presence_penalty": 0.0, "ignore_eos": False,
+    "temperature": None, "top_p": None, "top_k": None, "min_p": None, "frequency_penalty": None,
+    "presence_penalty": None, "ignore_eos": False,
 }
 LOGPROB_KEYS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 

@@ -85,7 +85,6 @@ IGNORED_FLAGS: dict[str, tuple[bool, str]] = {
     "--swap-space": (True, "radixlm swaps no KV to host memory: a preempted request is recomputed"),
     "--block-size": (True, "KV slots are single tokens (--page-size sets the radix-cache granularity)"),
     "--distributed-executor-backend": (True, "tensor parallelism runs one process per rank (torch.distributed)"),
-    "--generation-config": (True, "sampling defaults are radixlm's; a request's own values apply"),
     "--uvicorn-log-level": (True, "HTTP logging follows --log-level"),
 }
 # Flags whose effect radixlm cannot give: a one-line usage error saying why (never silently ignored).

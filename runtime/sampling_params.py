@@ -4,13 +4,20 @@ It crosses every boundary (HTTP, Engine, DSL, scheduler, sampler, grammar backen
 validated at construction, with errors that name the bad field (``FieldError``; the field checks
 here serve ``ServerArgs`` too). Nothing changes one in place: a request phase that needs other
 settings takes a validated copy (:meth:`SamplingParams.replace`).
+
+Each one remembers which fields its caller set (``explicit``): the model's own defaults
+(:class:`SamplingDefaults`, from its ``generation_config.json`` or a GGUF's ``general.sampling.*``
+keys) fill only the others, so an explicit value always wins, even one equal to the default.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +37,18 @@ MAX_LOGIT_BIAS = 100.0  # |bias| at most this, as OpenAI allows: past it a token
 MAX_REPETITION_PENALTY = 2.0  # SGLang's range (0, 2]
 MAX_STOP_REGEX_CEILING = 256  # patterns compiled at most (the engine's max_stop_regex is the real limit)
 MAX_TOP_K = 2**31 - 1  # past any vocabulary; the engine also checks top_k against its own vocabulary
+
+# The sampler fields a model may default (the ones vLLM's --generation-config auto and SGLang's
+# --sampling-defaults model read from generation_config.json), with their Python type
+MODEL_DEFAULT_FIELDS: dict[str, type] = {"temperature": float, "top_p": float, "top_k": int, "min_p": float,
+                                         "repetition_penalty": float}
+# A GGUF's sampling keys (llama.cpp's gguf-py Keys.General.SAMPLING_*) -> SamplingParams field; the
+# others (sequence, xtc_*, penalty_last_n, mirostat*) name samplers radixlm does not have
+GGUF_SAMPLING_KEYS = {"general.sampling.temp": "temperature", "general.sampling.top_p": "top_p",
+                      "general.sampling.top_k": "top_k", "general.sampling.min_p": "min_p",
+                      "general.sampling.penalty_repeat": "repetition_penalty"}
+
+logger = logging.getLogger(__name__)
 
 
 # ---- field checks (SamplingParams' and ServerArgs'): each raises FieldError naming the field ------
@@ -144,12 +163,31 @@ class SamplingParams:
 
     def replace(self, **changes: Any) -> SamplingParams:
         """A copy with ``changes`` applied, validated again (``dataclasses.replace`` runs
-        ``__post_init__``). Later request phases derive their parameters this way; none mutates."""
-        return dataclasses.replace(self, **changes)
+        ``__post_init__``); the changed fields count as set. Later request phases derive their
+        parameters this way; none mutates."""
+        out = dataclasses.replace(self, **changes)
+        out._explicit = self._explicit | frozenset(changes)
+        return out
 
     def reset(self, *names: str) -> SamplingParams:
-        """A validated copy with the fields ``names`` back at their defaults."""
-        return self.replace(**{name: _DEFAULTS[name]() for name in names})
+        """A validated copy with the fields ``names`` back at their defaults (and unset again)."""
+        out = self.replace(**{name: _DEFAULTS[name]() for name in names})
+        out._explicit = self._explicit - frozenset(names)
+        return out
+
+    @property
+    def explicit(self) -> frozenset[str]:
+        """The fields the caller set: constructor keywords, ``from_dict`` keys, ``replace`` changes."""
+        return self._explicit
+
+    def with_defaults(self, defaults: SamplingDefaults) -> SamplingParams:
+        """A copy whose unset fields take ``defaults`` (the model's); the set ones keep their values."""
+        unset = {name: value for name, value in defaults.values.items() if name not in self._explicit}
+        if not unset:
+            return self
+        out = self.replace(**unset)
+        out._explicit = self._explicit  # still unset: the defaults are not the caller's choice
+        return out
 
     @property
     def is_greedy(self) -> bool:
@@ -259,6 +297,70 @@ class SamplingParams:
                              f"got {self.json_key_order!r}")
         if self.whitespace_pattern is not None and not isinstance(self.whitespace_pattern, str):
             raise FieldError("whitespace_pattern", "whitespace_pattern must be a string (a regex)")
+
+
+_dataclass_init = SamplingParams.__init__
+
+
+@functools.wraps(_dataclass_init)
+def _init_recording_explicit(self: SamplingParams, **fields: Any) -> None:
+    _dataclass_init(self, **fields)
+    self._explicit = frozenset(fields)
+
+
+SamplingParams.__init__ = _init_recording_explicit  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True)
+class SamplingDefaults:
+    """What a request's unset sampler fields become: ``values`` (field -> value, a subset of
+    ``MODEL_DEFAULT_FIELDS``) and where they came from, for the start-up line. Empty values: the
+    ``SamplingParams`` defaults (SGLang's and OpenAI's: temperature 1, top_p 1, no top-k)."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    source: str = "radixlm"
+
+    @classmethod
+    def from_generation_config(cls, config: Mapping[str, Any], source: str) -> SamplingDefaults:
+        """From a Hugging Face ``generation_config.json`` (``top_k`` 0 means off there: -1 here)."""
+        found = {name: config[name] for name in MODEL_DEFAULT_FIELDS if config.get(name) is not None}
+        if found.get("top_k") == 0:
+            found["top_k"] = -1
+        return cls(_checked_defaults(found, source), source)
+
+    @classmethod
+    def from_gguf_metadata(cls, metadata: Mapping[str, Any], source: str) -> SamplingDefaults:
+        """From a GGUF's ``general.sampling.*`` keys (``top_k`` 0 means off in llama.cpp: -1 here)."""
+        found = {name: metadata[key] for key, name in GGUF_SAMPLING_KEYS.items() if metadata.get(key) is not None}
+        if found.get("top_k") == 0:
+            found["top_k"] = -1
+        return cls(_checked_defaults(found, source), source)
+
+    def describe(self) -> str:
+        """``temperature=0.6 top_p=0.95 (generation_config.json)``, or the built-in defaults and why."""
+        if not self.values:
+            why = self.source if self.source.startswith("built-in") else f"built-in: {self.source} sets none"
+            return f"temperature=1.0 top_p=1.0 top_k=-1 ({why})"
+        return " ".join(f"{name}={value}" for name, value in self.values.items()) + f" ({self.source})"
+
+
+def _checked_defaults(found: dict[str, Any], source: str) -> dict[str, Any]:
+    """The values that are valid sampler settings, in ``MODEL_DEFAULT_FIELDS`` order; each other one
+    is logged and left out (a request then gets radixlm's default for it)."""
+    kept = {}
+    for name, kind in MODEL_DEFAULT_FIELDS.items():
+        if name not in found:
+            continue
+        value = found[name]
+        try:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+                raise FieldError(name, f"{name} must be a number, got {value!r}")
+            SamplingParams(**{name: kind(value)})
+        except ValueError as e:
+            logger.warning("%s: %s; the default is radixlm's", source, e)
+            continue
+        kept[name] = kind(value)
+    return kept
 
 
 # field -> a factory of its default (lists get a fresh one each time)

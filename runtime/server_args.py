@@ -41,6 +41,8 @@ REASONING_PARSERS = ("deepseek-r1", "deepseek_r1", "gemma-4", "gemma4", "glm45",
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 GRAMMAR_BACKENDS = ("radixlm", "xgrammar", "llguidance")  # == constrained.adapters.CORES (tested)
 QUANTIZATIONS = ("int8",)  # runtime/model/quantization.py implements them
+SAMPLING_DEFAULTS = ("model", "openai")  # SGLang's --sampling-defaults
+BUILTIN_GENERATION_CONFIG = "vllm"  # vLLM's --generation-config value for the engine's own defaults
 # SGLang's and vLLM's spellings of our flags (``python -m sglang.launch_server`` and ``vllm serve``
 # commands run unchanged), each with our flag's meaning
 FLAG_ALIASES: dict[str, tuple[str, ...]] = {
@@ -168,6 +170,13 @@ class ServerArgs:
     max_json_values: int = _arg(1 << 21, "HTTP: most JSON values in a request body (one more than its commas "
                                 "and opening brackets outside strings; 400 beyond): bounds the decoder's time "
                                 "and memory", int)
+    sampling_defaults: str = _arg("model", "what a request's unset temperature, top_p, top_k, min_p and "
+                                  "repetition_penalty become: model = the checkpoint's generation_config.json "
+                                  "(a GGUF: its general.sampling.* keys), openai = temperature 1, top_p 1, no "
+                                  "top-k (SGLang's flag)", str, SAMPLING_DEFAULTS)
+    generation_config: str = _arg("auto", "vLLM's spelling of --sampling-defaults: auto = the model's, vllm = "
+                                  "the built-in ones, or a folder holding a generation_config.json to read "
+                                  "instead of the model's", str)
     max_new_tokens_default: int = _arg(1024, "HTTP: max_tokens of an OpenAI chat request that sets none "
                                        "(capped by the context left)", int)
     tool_call_parser: str | None = _arg(None, "HTTP: the tool-call format (hermes, qwen3_coder, llama3, pythonic, "
@@ -273,6 +282,8 @@ class ServerArgs:
         if not isinstance(self.metrics_prefix, str) or not re.fullmatch(r"[a-zA-Z_][a-zA-Z0-9_]*", self.metrics_prefix):
             raise ValueError(f"metrics_prefix must be a Prometheus name ([a-zA-Z_][a-zA-Z0-9_]*), got "
                              f"{self.metrics_prefix!r}")
+        if not isinstance(self.generation_config, str) or not self.generation_config:
+            raise ValueError("generation_config must be auto, vllm or a folder holding a generation_config.json")
         if self.chat_template is not None and (not isinstance(self.chat_template, str) or not self.chat_template):
             raise ValueError("chat_template must be a non-empty string: a Jinja file or the template text")
         check_bools(self, ("disable_cuda_graph", "disable_overlap_schedule"))
@@ -288,6 +299,14 @@ class ServerArgs:
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ValueError(f"quantization must be {' or '.join(QUANTIZATIONS)} (weight-only) or unset for the "
                              f"float weights; got {self.quantization!r}")
+
+    def sampling_defaults_from(self) -> str | None:
+        """Where a request's unset sampler fields come from: None = the built-in defaults
+        (``--sampling-defaults openai`` or ``--generation-config vllm``), ``auto`` = the model,
+        else the folder ``--generation-config`` names."""
+        if self.sampling_defaults == "openai" or self.generation_config == BUILTIN_GENERATION_CONFIG:
+            return None
+        return self.generation_config
 
     def speculative_method(self, device_type: str | None) -> tuple[str | None, int]:
         """``(method, num_draft_tokens)``: ``"ngram"`` or None (off), from ``speculative_config``

@@ -53,8 +53,9 @@ def _quantize(w: np.ndarray, qtype: T) -> np.ndarray:
 
 def write_gguf(model_dir: str | Path, out: str | Path, qtypes: dict[str, T] | None = None, *,
                tie: bool = False, chat_template: str | None = None, arch: str | None = None,
-               split_max_tensors: int = 0) -> Path:
+               split_max_tensors: int = 0, sampling: dict[str, float] | None = None) -> Path:
     """Write ``out`` from the checkpoint in ``model_dir``; ``tie`` drops ``output.weight`` (a tied head).
+    ``sampling`` adds ``general.sampling.<key>`` values (``top_k`` as uint32, the others as float32).
     ``split_max_tensors`` > 0 writes split parts ``OUT-00001-of-0000N.gguf`` as llama-gguf-split does."""
     import gguf
     from suites.gguf_convert import ARCHS, _add_tokenizer, _load_float32, _permute_rope, gguf_name
@@ -76,6 +77,9 @@ def write_gguf(model_dir: str | Path, out: str | Path, qtypes: dict[str, T] | No
     _add_tokenizer(writer, model_dir, config)
     if chat_template is not None:
         writer.add_chat_template(chat_template)
+    for key, value in (sampling or {}).items():
+        add = writer.add_uint32 if key == "top_k" else writer.add_float32
+        add(f"general.sampling.{key}", value)
     tensors = _load_float32(model_dir)
     if tie:
         tensors.pop("lm_head.weight", None)

@@ -11,7 +11,9 @@ stream chunks, the same way for the sync and the async API.
     {"text": str, "output_ids": list[int],
      "meta_info": {"id", "prompt_tokens", "completion_tokens", "cached_tokens",
                    "finish_reason": {"type": "stop"|"length"|"abort", "matched": str|int|None},
-                   "e2e_latency", "first_token_latency", "forward_passes", "total_retractions",
+                   "e2e_latency", "first_token_latency", "queue_time", "forward_passes", "total_retractions",
+                   # with a constraint: seconds from its grammar's request to its readiness
+                   "grammar_compile_time",
                    # after a step verified draft tokens (speculative decoding, SGLang's names):
                    "spec_verify_ct", "spec_draft_tokens", "spec_accepted_tokens", "spec_accept_length",
                    # with return_logprob (SGLang's layout, entries [logprob, token_id, None]):
@@ -36,7 +38,9 @@ A stream chunk has the same keys, but ``text`` is the new text since the previou
 
 Latencies are seconds since submission: ``e2e_latency`` until this dict was built,
 ``first_token_latency`` until the first output token was sampled (None before that and for
-``max_new_tokens == 0``), so non-streamed requests report a time to first token too. A request with
+``max_new_tokens == 0``), so non-streamed requests report a time to first token too. ``queue_time``
+is SGLang's: from entering the waiting queue (after a grammar compiled) to the first step that ran
+the request (None before it ran). A request with
 ``max_new_tokens == 0`` returns no output tokens: its prompt is prefilled and cached, prompt
 logprobs come back if asked, and ``finish_reason`` is ``length``.
 """
@@ -172,6 +176,7 @@ def _meta(req: Req) -> dict[str, Any]:
         "finish_reason": req.finished_reason.to_dict() if req.finished_reason else None,
         "e2e_latency": time.perf_counter() - created,
         "first_token_latency": None if req.first_token_at is None else req.first_token_at - created,
+        "queue_time": req.queue_time,
         "forward_passes": req.forward_passes,
         "total_retractions": req.num_retractions,  # SGLang's: times the request went back to the queue
     }
@@ -180,6 +185,8 @@ def _meta(req: Req) -> dict[str, Any]:
         meta["spec_draft_tokens"] = req.spec_draft_tokens
         meta["spec_accepted_tokens"] = req.spec_accepted_tokens
         meta["spec_accept_length"] = req.spec_accepted_tokens / req.spec_verify_ct
+    if req.constraint_stats is not None and req.constraint_stats.get("wait_s") is not None:
+        meta["grammar_compile_time"] = req.constraint_stats["wait_s"]
     if req.constraint is not None:
         if req.finished and not req.params.strict:  # lenient mode reports what the output violates
             meta["constraint_violations"] = req.constraint.violations(StopChecker.final_text(req))

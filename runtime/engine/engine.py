@@ -55,7 +55,7 @@ from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.gguf_reader import GGUFFile
 from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
-from radixlm.runtime.sampling_params import FieldError, SamplingParams
+from radixlm.runtime.sampling_params import FieldError, SamplingDefaults, SamplingParams
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.scheduler.req_cache import ReqCache
 from radixlm.runtime.scheduler.results import StopChecker
@@ -78,6 +78,7 @@ class Engine:
     """Continuous-batching generation with the radix cache; see the module docstring."""
 
     def __init__(self, model_path: str | None = None, **server_args: Any) -> None:
+        started = time.perf_counter()
         self.server_args = ServerArgs.from_kwargs(model_path=model_path, **server_args)
         args = self.server_args
         logging.getLogger("radixlm").setLevel(args.log_level.upper())
@@ -95,8 +96,12 @@ class Engine:
             GGUFFile(gguf).close()
         self.tokenizer = (Tokenizer.from_gguf(gguf, args.chat_template) if gguf is not None
                           else Tokenizer(tokenizer_source, args.chat_template))
+        loading = time.perf_counter()
         self.runner = ModelRunner(args, self.model_path, self.tokenizer.vocab_size, self.tokenizer.eos_token_ids)
+        self.load_weights_s = time.perf_counter() - loading  # the weights, and the KV pool's allocation
         self.model_config = self.runner.model_config
+        # what a request's unset temperature, top_p, ... become (a request's own values always win)
+        self.sampling_defaults = load_sampling_defaults(args.sampling_defaults_from(), self.model_path)
         cache = ReqCache(self.runner.num_slots, args.max_running_requests, args.page_size,
                          args.disable_radix_cache, args.radix_eviction_policy)
         method, num_draft_tokens = args.speculative_method(self.runner.device.type)
@@ -123,6 +128,7 @@ class Engine:
         if args.grammar_warmup:  # in the background: the engine serves at once
             self._grammar.start_backend()
         freeze_startup_objects()  # full collections then skip the model's and torch's objects
+        self.startup_s = time.perf_counter() - started
 
     # ------------------------------------------------------------------ generate
 
@@ -180,7 +186,9 @@ class Engine:
                    logprob_start_len: Any, top_logprobs_num: Any, stream: bool,
                    rid: Any, extra_key: Any) -> tuple[list[Req], ResultCollector]:
         items, is_batch = normalize_inputs(prompt, input_ids)
-        params = normalize_params(sampling_params, len(items))
+        given = normalize_params(sampling_params, len(items))
+        defaulted = {id(p): p.with_defaults(self.sampling_defaults) for p in given}
+        params = [defaulted[id(p)] for p in given]
         check_fan_out(len(items), params, self._limits)  # before tokenizing a huge batch
         extra_keys = normalize_extra_keys(extra_key, len(items))
         token_lists = [self.tokenizer.encode(x, add_special_tokens=True) if isinstance(x, str) else x
@@ -269,7 +277,8 @@ class Engine:
 
     def summary(self) -> EngineSummary:
         """What was loaded and how it runs (the start-up line of ``radixlm serve``)."""
-        return summarize(self.model_name, self.server_args, self.runner, self.scheduler.cache.usable_slots)
+        return summarize(self.model_name, self.server_args, self.runner, self.scheduler.cache.usable_slots,
+                         self.sampling_defaults.describe())
 
     def get_stats(self) -> dict[str, Any]:
         """Cache hit rate, queue and running counts, KV usage, and the step timers."""
@@ -283,6 +292,9 @@ class Engine:
             "finished_requests": loop.finished_requests,
             "num_running_reqs": len(self.scheduler.running) + (self.scheduler.chunked is not None),
             "num_queued_reqs": loop.num_queued(),
+            "num_grammar_queue_reqs": len(self._grammar),
+            # a snapshot: the engine thread may change the list while this sums it
+            "decode_sum_seq_lens": sum(r.prompt_len + r.output_len for r in list(self.scheduler.running)),
             "kv_used_slots": total - free,
             "kv_total_slots": total,
             "kv_usage": (total - free) / total,
@@ -293,6 +305,9 @@ class Engine:
             "extend_memory_releases": loop.extend_releases,
             "timers": loop.timers.as_dict(),
             "grammar_backend": self._grammar.backend_state(),
+            "grammar": self._grammar.counts(),
+            "startup_s": self.startup_s,
+            "load_weights_s": self.load_weights_s,
             "speculative": {"enabled": self.speculative.enabled, **self.scheduler.drafter.stats()},
         }
 
@@ -332,6 +347,37 @@ class Engine:
             self.shutdown()
         except Exception:  # noqa: BLE001 - interpreter teardown
             pass
+
+
+def load_sampling_defaults(source: str | None, model_path: str) -> SamplingDefaults:
+    """The model's sampling defaults (``ServerArgs.sampling_defaults_from``): None = the built-in
+    ones; ``auto`` = a GGUF's ``general.sampling.*`` keys or the checkpoint's generation_config.json
+    (the built-in ones when it has neither); else the generation_config.json in that folder."""
+    import json
+    from pathlib import Path
+
+    if source is None:
+        return SamplingDefaults(source="built-in: --sampling-defaults openai")
+    if source == "auto":
+        gguf = gguf_file(model_path)
+        if gguf is not None:
+            with GGUFFile(gguf) as f:
+                return SamplingDefaults.from_gguf_metadata(f.metadata, f"{Path(gguf).name} general.sampling.*")
+        folder = Path(model_path)
+    else:
+        folder = Path(source)
+        if not (folder / "generation_config.json").is_file():
+            raise ValueError(f"generation_config: {source!r} is not a folder holding a generation_config.json")
+    path = folder / "generation_config.json"
+    if not path.is_file():
+        return SamplingDefaults(source="built-in: the model has no generation_config.json")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"generation_config: {path} is not readable JSON: {e}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"generation_config: {path} must hold a JSON object")
+    return SamplingDefaults.from_generation_config(config, "generation_config.json")
 
 
 def freeze_startup_objects() -> None:

@@ -78,6 +78,8 @@ class GrammarCompiler:
         self._closed = False
         # None: the submit itself failed (req.error); AWAITING_BACKEND: not submitted yet
         self._pending: dict[Req, Future | str | None] = {}
+        self.num_requests = 0  # constrained requests submitted
+        self.num_failed = 0  # of them, those whose grammar failed (error, timeout, over a bound)
         self._marker_ids: dict[str, list[int]] = {}  # reasoning_end text -> its token ids
 
     def __len__(self) -> int:
@@ -110,6 +112,13 @@ class GrammarCompiler:
             return {"state": "not started", "ready_s": None, "warm_up": None, "error": None}
         return self._start.state()
 
+    def counts(self) -> dict[str, int]:
+        """Grammar requests so far: submitted, failed, served from the compile cache, timed out."""
+        backend = self._ready_backend()
+        stats = backend.stats if backend is not None else {}
+        return {"requests": self.num_requests, "failed": self.num_failed, "cache_hits": stats.get("hits", 0),
+                "timeouts": stats.get("timeouts", 0)}
+
     def _ready_backend(self) -> Any | None:
         start = self._start
         if start is None or not start.future.done() or start.future.exception() is not None:
@@ -141,6 +150,7 @@ class GrammarCompiler:
     def _submit(self, req: Req) -> None:
         future = None
         started = time.perf_counter()
+        self.num_requests += 1
         try:
             future = self._start.future.result().submit(req.params, caller=req.caller)  # fair between callers
         except Exception as e:  # noqa: BLE001 - the request fails, the engine goes on
@@ -172,6 +182,7 @@ class GrammarCompiler:
             if req.error is None:
                 ready.append(req)
             else:
+                self.num_failed += 1
                 req.finish("abort", message=str(req.error))
                 failed.append(req)
         return ready, failed

@@ -241,10 +241,21 @@ class EngineLoop:
         self._drain_doors()
         ready, failed = self.grammar.poll()
         for req in ready:
-            self.scheduler.add(req)
+            self._enqueue(req)
         for req in failed:
             self._emit_final(req)
-        return self.scheduler.schedule()
+        batch = self.scheduler.schedule()
+        if batch is not None and not batch.is_decode:
+            now = time.perf_counter()
+            for req in batch.reqs:
+                if req.queue_time is None and req.queued_at is not None:
+                    req.queue_time = now - req.queued_at
+        return batch
+
+    def _enqueue(self, req: Req) -> None:
+        """Into the scheduler's waiting queue (a constrained request once its grammar compiled)."""
+        req.queued_at = time.perf_counter()
+        self.scheduler.add(req)
 
     def finish_step(self, batch: ScheduledBatch, result: BatchResult, start: float) -> None:
         """Apply a step's result, emit finished results and stream chunks, count the step."""
@@ -284,7 +295,7 @@ class EngineLoop:
             if req.params.constraint_kind is not None:
                 self.grammar.start(req)
             else:
-                self.scheduler.add(req)
+                self._enqueue(req)
         for rid in aborts:
             self._abort(rid)
         for fn, future in calls:

@@ -425,7 +425,8 @@ class FanOutRoutes:
 
 SUMMED_TYPES = frozenset({"counter", "histogram"})
 SUMMED_GAUGES = frozenset(PREFIX + name for name in (
-    "num_running_reqs", "num_queue_reqs", "num_used_tokens", "gen_throughput"))
+    "num_running_reqs", "num_queue_reqs", "num_grammar_queue_reqs", "num_used_tokens", "max_total_num_tokens",
+    "gen_throughput"))
 RANK_LABEL = "dp_rank"
 UP_METRIC = PREFIX + "router_replica_up"
 

@@ -112,6 +112,8 @@ class Req:
         self.forward_passes = 0
         self.num_retractions = 0
         self.first_token_at: float | None = None  # time.perf_counter() when the first output token came
+        self.queued_at: float | None = None  # time.perf_counter() when it entered the waiting queue
+        self.queue_time: float | None = None  # seconds from queued_at to its first step (SGLang's queue time)
         self.forced_tokens = 0  # output tokens the grammar forced, proposed as drafts and verified
         self.closed_tokens = 0  # output tokens budget-aware completion added
         self.spec_verify_ct = 0  # decode steps that verified drafts (SGLang's spec_verify_ct)

@@ -55,12 +55,13 @@ def read_sampler_fields(r: FieldReader, max_tokens_keys: tuple[str, ...]) -> dic
         value = r.get(key, "int", lo=0)
         if value is not None:
             s["max_new_tokens"] = value
-    s["temperature"] = r.get("temperature", "number", 1.0, lo=0.0, hi=2.0)
-    s["top_p"] = r.get("top_p", "number", 1.0, lo=0.0, hi=1.0)
-    if s["top_p"] == 0.0:
+    for key, lo, hi in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0), ("presence_penalty", -2.0, 2.0),
+                        ("frequency_penalty", -2.0, 2.0)):
+        value = r.get(key, "number", lo=lo, hi=hi)
+        if value is not None:  # unset: the engine's default (the model's, see SamplingDefaults)
+            s[key] = value
+    if s.get("top_p") == 0.0:
         raise bad_request("'top_p' must be in (0, 1]", param="top_p", code="out_of_range")
-    s["presence_penalty"] = r.get("presence_penalty", "number", 0.0, lo=-2.0, hi=2.0)
-    s["frequency_penalty"] = r.get("frequency_penalty", "number", 0.0, lo=-2.0, hi=2.0)
     seed = r.get("seed", "int")
     if seed is not None:
         s["seed"] = seed

@@ -29,7 +29,8 @@ def test_the_start_up_line_says_what_was_loaded_and_where():
     line = next(ln for ln in err.splitlines() if "radixlm serving" in ln)
     for part in ("(LlamaForCausalLM, 7.1M parameters, float32 weights)", "on cpu with ",
                  "KV cache 4,095 tokens", "up to 256 running requests", "grammar backend radixlm",
-                 "listening on http://127.0.0.1:", "RANDOM weights"):
+                 "listening on http://127.0.0.1:", "RANDOM weights",
+                 "sampling defaults temperature=1.0 top_p=1.0 top_k=-1 (built-in: generation_config.json sets none)"):
         assert part in line, (part, line)
 
 
