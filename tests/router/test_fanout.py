@@ -16,9 +16,14 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 from radixlm.runtime import free_port
-from radixlm.runtime.router.router import SUMMED_GAUGES, merge_metrics
 from radixlm.runtime.router.policy import RoutingConfig
-from radixlm.runtime.router.router import ROUTER_KEY, RouterConfig, create_router_app, merge_metrics
+from radixlm.runtime.router.router import (
+    ROUTER_KEY,
+    SUMMED_GAUGES,
+    RouterConfig,
+    create_router_app,
+    merge_metrics,
+)
 from radixlm.runtime.server.metrics import ServerMetrics
 
 P = "radixlm:"
