@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import requests
-from radixlm.lang.backend_engine import EngineBackend
+from radixlm.lang.backends import EngineBackend
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
 from radixlm.runtime.server.state import ServerConfig
