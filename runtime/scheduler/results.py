@@ -41,14 +41,8 @@ class StopChecker:
             if token in params.stop_token_ids or (token in self.eos_token_ids and not params.ignore_eos):
                 req.finish("stop", token)
                 return
-            if params.stop and req.decoded.detokenizer is not None:
-                found = self._find_stop_string(req.decoded, params.stop)
-                if found is not None:
-                    req.decoded.stop_pos = found[0]
-                    req.finish("stop", found[1])
-                    return
-            if params.stop_regex and req.decoded.detokenizer is not None:
-                found = self._find_stop_regex(req.decoded, params.stop_regex)
+            for patterns, find in ((params.stop, self._find_stop_string), (params.stop_regex, self._find_stop_regex)):
+                found = find(req.decoded, patterns) if patterns and req.decoded.detokenizer is not None else None
                 if found is not None:
                     req.decoded.stop_pos = found[0]
                     req.finish("stop", found[1])
