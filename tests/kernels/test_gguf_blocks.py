@@ -37,7 +37,7 @@ ALL_TYPES = FLOAT_TYPES + QUANTIZABLE + K_TYPES
 def _isas() -> list[str]:
     if not gguf_blocks_native.available():
         return []
-    return ["scalar", "avx2"] + (["avx512"] if gguf_blocks_native.best_isa() == "avx512" else [])
+    return gguf_blocks_native.machine_isas()
 
 
 ISAS = _isas()
