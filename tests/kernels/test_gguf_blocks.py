@@ -41,7 +41,7 @@ def _isas() -> list[str]:
 
 
 ISAS = _isas()
-needs_native = pytest.mark.skipif(not ISAS, reason="native CPU kernels need Linux x86-64 with AVX2 and a C compiler")
+needs_native = pytest.mark.skipif(not ISAS, reason=f"no native CPU kernels here: {cpu_native.unavailable_reason()}")
 
 
 def random_k_blocks(qtype: T, out_f: int, in_f: int, seed: int) -> BlockWeight:

@@ -23,7 +23,7 @@ from radixlm.kernels import cpu_native
 from radixlm.runtime.model.quantization import Int8Linear, int8_linear, quantize_int8
 
 pytestmark = pytest.mark.skipif(cpu_native._unsupported_reason() is not None,
-                                reason="native CPU kernels need Linux x86-64 with AVX2")
+                                reason=f"no native CPU kernels here: {cpu_native._unsupported_reason()}")
 GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 10}
 
 

@@ -27,7 +27,7 @@ from radixlm.kernels.torch_ops import decode_attention_torch, store_kv_torch
 from radixlm.runtime.model.rotary import RotaryEmbedding, apply_rotary
 
 pytestmark = pytest.mark.skipif(cpu_native._unsupported_reason() is not None,
-                                reason="native CPU kernels need Linux x86-64 with AVX2")
+                                reason=f"no native CPU kernels here: {cpu_native._unsupported_reason()}")
 
 
 @pytest.fixture(scope="module", autouse=True)
