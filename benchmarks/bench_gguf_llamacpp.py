@@ -103,6 +103,39 @@ class LlamaCpp:
         return best
 
 
+def weight_bytes_per_token(path: str) -> int:
+    """Bytes of weights one decode token reads: every tensor but the token embedding (a row a token),
+    which counts whole only where it is also the LM head (no ``output.weight``)."""
+    from gguf import GGUFReader
+
+    sizes = {t.name: int(t.n_bytes) for t in GGUFReader(path).tensors}
+    tied = "output.weight" not in sizes
+    return sum(n for name, n in sizes.items() if name != "token_embd.weight" or tied)
+
+
+def read_bandwidth(reps: int = 5, mib: int = 512) -> float:
+    """Bytes/s a full read of a ``mib`` MiB float32 buffer reaches on torch's threads (a sum), the best of ``reps``."""
+    import torch
+
+    buf = torch.ones(mib * 2**18)
+    best = float("inf")
+    for _ in range(reps):
+        start = time.perf_counter()
+        buf.sum()
+        best = min(best, time.perf_counter() - start)
+    return buf.numel() * 4 / best
+
+
+def roofline_line(path: str, radix_tok_s: float, llama_tok_s: float) -> str:
+    """The batch-1 decode figures beside their floor: weight bytes read per token / measured read bandwidth."""
+    nbytes, bw = weight_bytes_per_token(path), read_bandwidth()
+    floor_ms = 1e3 * nbytes / bw
+    return (f"roofline, batch 1: {nbytes / 1e6:,.0f} MB of weights read per token / {bw / 1e9:.1f} GB/s measured "
+            f"read bandwidth (a torch sum over 512 MiB, best of 5) = {floor_ms:.1f} ms a token at best; radixlm "
+            f"{1e3 / radix_tok_s:.1f} ms ({100 * floor_ms * radix_tok_s / 1e3:.0f}% of the bound), llama.cpp "
+            f"{1e3 / llama_tok_s:.1f} ms ({100 * floor_ms * llama_tok_s / 1e3:.0f}%)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model-path", required=True, help="the .gguf file both systems run")
@@ -144,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
                  "agent": f"agent ({args.agent_requests} requests, llama.cpp best of "
                           f"{args.llamacpp_parallel} parallel: {max(set(sizes), key=sizes.count) if sizes else '-'})"}
         print(f"| {label[part]} | {a:,.1f} | {b:,.1f} | **{a / b:.2f}x** |")
+    if "decode" in results:
+        print("\n" + roofline_line(args.model_path, statistics.median(results["decode"]["radixlm"]),
+                                   statistics.median(results["decode"]["llama.cpp"])))
     return 0
 
 

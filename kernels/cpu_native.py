@@ -7,12 +7,17 @@ q/k/v, RoPE + KV store, paged decode attention, o + residual, gate/up + SiLU, do
 one call. Threads: the library's own small pool (``csrc/pool.h``: brief spin, then a futex sleep),
 ``torch.get_num_threads()`` of them, the caller included.
 
-The library is compiled once per source version with the system C compiler (``$CC``, else ``cc``:
-``-O3 -mavx2 -mfma -mf16c -ffp-contract=off -pthread``) into ``$RADIXLM_CACHE/native/`` (default
-``~/.cache/radixlm``); the compiler and its children die with the process that started them (even
-by ``kill -9``), and a build killed midway leaves only a temp file the next build removes. Nothing is required: on a machine without AVX2 and F16C, without a compiler, off
-Linux x86-64, or with ``RADIXLM_DISABLE_NATIVE=1``, ``available()`` is False and the callers keep
-their torch paths (``torch_only()`` switches the kernels off for a block, for tests).
+The library is compiled once per source version with the platform's C compiler (``$CC``, else ``cc``;
+``toolchain()``: x86-64 with ``-mavx2 -mfma -mf16c``; aarch64 Linux for Armv8-A, Apple Silicon with
+``-mcpu=apple-m1`` into a ``.dylib``; other Linux CPUs portable C), one compiler process per source
+file in parallel, then one link, into ``$RADIXLM_CACHE/native/`` (default ``~/.cache/radixlm``). The
+kernels are written in x86 intrinsics; off x86 ``csrc/rl_simd.h`` takes them from SIMDe (the
+``simde-py`` package's headers), which lowers them to NEON on aarch64. The compilers die with the
+process that started them (even by ``kill -9``), and a build killed midway leaves only temp files the
+next build removes. Nothing is required: without a compiler, on an x86 CPU without AVX2 and F16C, or
+with ``RADIXLM_DISABLE_NATIVE=1``, ``available()`` is False and the callers keep their torch paths
+(``torch_only()`` switches the kernels off for a block, for tests); a build that fails is logged as a
+warning with its compiler's error and named in the start-up line (``describe()``), never silent.
 
 Every function takes contiguous float32 CPU tensors (``usable`` checks them; int64 indices:
 ``usable_indices``); the ``*_int8`` GEMVs take int8 weights with float32 per-row scales
@@ -26,13 +31,15 @@ import hashlib
 import logging
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -40,8 +47,9 @@ from tqdm import tqdm
 
 DISABLE_ENV = "RADIXLM_DISABLE_NATIVE"
 ABI_VERSION = 8
-SOURCES = sorted((Path(__file__).parent / "csrc").glob("*.[ch]"))
-FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-pthread", "-fPIC", "-shared")
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = sorted(CSRC.glob("*.[ch]"))
+COMMON_FLAGS = ("-O3", "-ffp-contract=off", "-pthread", "-fPIC")
 ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM = 16, 256  # limits of rl_decode_attention (csrc/attention.c)
 # the phases of rl_decode_layer that decode_layer(times=...) accumulates (csrc/layer.c, enum rl_phase)
 LAYER_PHASES = ("norms", "qkv matmul", "rotary + kv store", "attention", "o matmul", "gate_up matmul + SiLU",
@@ -93,30 +101,75 @@ _INT_SIGNATURES = {  # these return 0, or -1 (no memory)
     "rl_block_linear": [ctypes.POINTER(BlockProj), _P, _I, _P, _P, _P, _L, _I, _I],
     "rl_block_gate_up_silu": [ctypes.POINTER(BlockProj), _P, _I, _P, _L, _I, _I],
 }
-COMPILE_TIMEOUT_S = 120
+COMPILE_TIMEOUT_S = 120  # per compiler process (one source file, or the link)
 _PR_SET_PDEATHSIG = 1
 # the compiler's shell: on SIGTERM (its parent died) it kills its whole process group
 _GROUP_GUARD = 'trap "kill -KILL 0" TERM; "$@" & wait $!'
-BUILD_PREFIX, BUILD_SUFFIX = ".build-", ".so.part"  # a build's temp file: .build-<pid>-<random>.so.part
+# a build's temp files: .build-<pid>-<random>.so.part (the library) and .build-<pid>-<random>.objs/
+BUILD_PREFIX, BUILD_SUFFIX, OBJECTS_SUFFIX = ".build-", ".so.part", ".objs"
 _lib: ctypes.CDLL | None = None
 _tried = False
 _switched_off = False  # torch_only()
+_unavailable: str | None = None  # why library() is None, for the start-up line
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """How the library is built for one platform: a compiler, its flags and the library's file suffix."""
+
+    compiler: str
+    compile_flags: tuple[str, ...]  # for each source file (-c)
+    link_flags: tuple[str, ...]     # for the library
+    suffix: str                     # ".so" or ".dylib"
+
+
+def toolchain(system: str = sys.platform, machine: str = platform.machine(),
+              compiler: str | None = None) -> Toolchain | None:
+    """The toolchain for ``system`` (``sys.platform``) on ``machine`` (``platform.machine()``), or None
+    where the kernels are not built (not Linux or macOS). Off x86 the flags include SIMDe's headers
+    (``csrc/rl_simd.h``); ``simde_include()`` raises ``RuntimeError`` when they are not installed."""
+    x86 = machine in ("x86_64", "AMD64")
+    if system == "darwin":
+        cc, link, suffix = compiler or os.environ.get("CC", "clang"), ("-dynamiclib", "-lm"), ".dylib"
+        isa = ("-mavx2", "-mfma", "-mf16c") if x86 else ("-mcpu=apple-m1", f"-I{simde_include()}")
+    elif system.startswith("linux"):
+        cc, link, suffix = compiler or os.environ.get("CC", "cc"), ("-shared", "-pthread", "-lm"), ".so"
+        isa = (("-mavx2", "-mfma", "-mf16c") if x86 else ("-march=armv8-a",) if machine in ("aarch64", "arm64")
+               else ()) + (() if x86 else (f"-I{simde_include()}",))
+    else:
+        return None
+    return Toolchain(cc, COMMON_FLAGS + isa, link, suffix)
+
+
+def simde_include() -> str:
+    """The include path of SIMDe's headers (the ``simde-py`` package), which non-x86 builds need."""
+    try:
+        import simde_py
+    except ImportError:
+        raise RuntimeError("the native kernels need SIMDe's headers off x86: pip install simde-py") from None
+    return simde_py.get_include()
 
 
 def _cache_dir() -> Path:
     return Path(os.environ.get("RADIXLM_CACHE") or Path.home() / ".cache" / "radixlm") / "native"
 
 
-def _supported_machine() -> bool:
+def _unsupported_reason() -> str | None:
+    """Why the library is not even built here, or None."""
     if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
-        return False
-    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
-        return False
-    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and _has_f16c()
+        return f"switched off ({DISABLE_ENV}=1)"
+    if not (sys.platform.startswith("linux") or sys.platform == "darwin"):
+        return f"not built on {sys.platform}"
+    if platform.machine() in ("x86_64", "AMD64") and not (
+            torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and _has_f16c()):
+        return "this x86 CPU lacks AVX2 or F16C"
+    return None
 
 
 def _has_f16c() -> bool:
-    """F16C (fp16 conversions; every AVX2 CPU has it), from /proc/cpuinfo's flags."""
+    """F16C (fp16 conversions; every AVX2 CPU has it), from /proc/cpuinfo's flags (macOS: assumed)."""
+    if sys.platform == "darwin":
+        return True
     try:
         with open("/proc/cpuinfo") as f:
             return any(line.startswith("flags") and " f16c" in line for line in f)
@@ -124,52 +177,79 @@ def _has_f16c() -> bool:
         return False
 
 
-def build() -> Path:
-    """Compile the library unless this source version is cached; returns its path."""
-    compiler = os.environ.get("CC", "cc")
-    digest = hashlib.sha256(" ".join((compiler, *FLAGS)).encode())
+def build(chain: Toolchain | None = None) -> Path:
+    """Compile the library unless this source version is cached; returns its path. ``chain``: this
+    machine's ``toolchain()`` unless given. Raises ``BuildError`` (the compiler's words) when it fails."""
+    chain = chain or toolchain()
+    if chain is None:
+        raise BuildError(f"no toolchain for {sys.platform} {platform.machine()}")
+    digest = hashlib.sha256(" ".join((chain.compiler, *chain.compile_flags, *chain.link_flags)).encode())
     for source in SOURCES:
         digest.update(source.name.encode() + source.read_bytes())
-    path = _cache_dir() / f"cpu_kernels-{digest.hexdigest()[:16]}.so"
+    path = _cache_dir() / f"cpu_kernels-{digest.hexdigest()[:16]}{chain.suffix}"
     if path.exists():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_builds(path.parent)
-    # another process may build at once: each writes its own temp file, named after its pid, and
-    # renames it into place (atomic); a build killed midway leaves a temp file, never a .so
+    # another process may build at once: each writes its own temp files, named after its pid, and
+    # renames the library into place (atomic); a build killed midway leaves temp files, never a library
     fd, tmp = tempfile.mkstemp(prefix=f"{BUILD_PREFIX}{os.getpid()}-", suffix=BUILD_SUFFIX, dir=path.parent)
     os.close(fd)
+    objects = Path(tempfile.mkdtemp(prefix=f"{BUILD_PREFIX}{os.getpid()}-", suffix=OBJECTS_SUFFIX, dir=path.parent))
     try:
-        sources = [str(s) for s in SOURCES if s.suffix == ".c"]
         logger.info("building the native CPU kernels (once per version) into %s", path.parent)
-        with tqdm(total=1, desc="building native CPU kernels (once)", leave=False, disable=None,
-                  bar_format="{desc}: {elapsed}") as bar:  # None: drawn on a terminal only
-            _compile([compiler, *FLAGS, *sources, "-o", tmp, "-lm"], bar)
+        objs = compile_objects(chain, [s for s in SOURCES if s.suffix == ".c"], objects)
+        with tqdm(total=1, desc="linking native CPU kernels", leave=False, disable=None) as bar:
+            _compile([chain.compiler, *chain.link_flags, *map(str, objs), "-o", tmp], bar)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        shutil.rmtree(objects, ignore_errors=True)
     return path
 
 
-def _compile(cmd: list[str], bar: tqdm, refresh_s: float = 0.5) -> None:
-    """Run the compiler ``cmd``, redrawing ``bar``'s elapsed time while it works, so that it never
-    outlives this process: in its own process group, under a shell that kills the whole group (the
-    driver's cc1, as and ld included) when this process dies, even by ``kill -9`` (the kernel's
-    parent-death signal), and killed whole on the timeout. ``CalledProcessError`` or
-    ``TimeoutExpired`` as ``subprocess.run(check=True)`` raises them."""
-    child = subprocess.Popen(["/bin/sh", "-c", _GROUP_GUARD, "sh", *cmd], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_term_with_parent)
-    deadline = time.monotonic() + COMPILE_TIMEOUT_S
-    try:
-        while True:
+class BuildError(RuntimeError):
+    """The native build failed: the message names the step and quotes the compiler's first error."""
+
+
+def compile_objects(chain: Toolchain, sources: list[Path], out_dir: Path, extra_flags: tuple[str, ...] = ()) -> list[Path]:
+    """Compile each source to ``out_dir/<name>.o``, one compiler process per file, as many at once as
+    there are CPUs, with a progress bar on a terminal. ``BuildError`` on the first file that fails."""
+    objs = [out_dir / f"{src.stem}.o" for src in sources]
+    with tqdm(total=len(sources), desc="building native CPU kernels (once)", leave=False, disable=None) as bar, \
+            ThreadPoolExecutor(max_workers=min(len(sources), os.cpu_count() or 1)) as pool:
+        futures = [pool.submit(_compile, [chain.compiler, *chain.compile_flags, *extra_flags, f"-I{CSRC}", "-c",
+                                          str(src), "-o", str(obj)], bar) for src, obj in zip(sources, objs)]
+        for src, future in zip(sources, futures):
             try:
-                out, err = child.communicate(timeout=refresh_s)
-                break
+                future.result()
             except subprocess.TimeoutExpired:
-                bar.refresh()
-                if time.monotonic() > deadline:
-                    raise subprocess.TimeoutExpired(cmd, COMPILE_TIMEOUT_S) from None
+                raise BuildError(f"compiling {src.name} took over {COMPILE_TIMEOUT_S} s") from None
+            except subprocess.CalledProcessError as e:
+                raise BuildError(f"compiling {src.name}: {first_error(e.stderr)}") from None
+    return objs
+
+
+def first_error(stderr: bytes | None) -> str:
+    """The compiler's first ``error`` line (else its last line): what a user needs to see."""
+    lines = (stderr or b"").decode(errors="replace").strip().splitlines()
+    errors = [line for line in lines if "error" in line.lower() or "not found" in line]
+    return (errors or lines or ["no output"])[0].strip()[:300]
+
+
+def _compile(cmd: list[str], bar: tqdm) -> None:
+    """Run the compiler ``cmd``, then advance ``bar``, so that it never outlives this process: in its
+    own process group, under a shell that kills the whole group (the driver's cc1, as and ld included)
+    when this process dies, even by ``kill -9`` (Linux's parent-death signal), and killed whole on the
+    timeout. ``CalledProcessError`` or ``TimeoutExpired`` as ``subprocess.run(check=True)`` raises them."""
+    child = subprocess.Popen(["/bin/sh", "-c", _GROUP_GUARD, "sh", *cmd], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True,
+                             preexec_fn=_term_with_parent if sys.platform.startswith("linux") else None)
+    try:
+        out, err = child.communicate(timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise subprocess.TimeoutExpired(cmd, COMPILE_TIMEOUT_S) from None
     finally:
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
@@ -187,14 +267,14 @@ def _term_with_parent() -> None:
 def remove_stale_builds(directory: Path) -> list[Path]:
     """Delete the temp files of builds whose process is gone (killed midway); returns them."""
     removed = []
-    for tmp in directory.glob(f"{BUILD_PREFIX}*{BUILD_SUFFIX}"):
+    for tmp in [*directory.glob(f"{BUILD_PREFIX}*{BUILD_SUFFIX}"), *directory.glob(f"{BUILD_PREFIX}*{OBJECTS_SUFFIX}")]:
         pid = tmp.name[len(BUILD_PREFIX):].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
-            try:
-                tmp.unlink()
-                removed.append(tmp)
-            except FileNotFoundError:
-                pass
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
+            removed.append(tmp)
     return removed
 
 
@@ -222,18 +302,35 @@ def _load() -> ctypes.CDLL:
 
 
 def library() -> ctypes.CDLL | None:
-    """The loaded library, building it on the first call; None where it cannot be used (see above)."""
-    global _lib, _tried
+    """The loaded library, building it on the first call; None where it cannot be used (see above):
+    then ``unavailable_reason()`` says why, and a failed build is logged as a warning."""
+    global _lib, _tried, _unavailable
     if not _tried:
         _tried = True
-        if _supported_machine():
+        _unavailable = _unsupported_reason()
+        if _unavailable is None:
             try:
                 _lib = _load()
             except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-                detail = getattr(e, "stderr", b"") or b""
-                logger.warning("native CPU kernels unavailable, using torch ops: %s %s", e,
-                               detail.decode(errors="replace")[-500:])
+                _unavailable = f"the build failed: {e}"
+                logger.warning("native CPU kernels unavailable, running torch ops instead: %s", _unavailable)
     return _lib
+
+
+def unavailable_reason() -> str | None:
+    """Why the native kernels do not run here (after ``library()``), or None when they do."""
+    library()
+    return _unavailable
+
+
+def describe() -> str:
+    """The kernels in use, for the start-up line: ``native CPU kernels avx2``, ``... neon-dotprod``,
+    or ``torch ops (native CPU kernels: the build failed: compiling x.c: error: ...)``."""
+    if library() is None:
+        return f"torch ops (native CPU kernels: {_unavailable})"
+    from radixlm.kernels import gguf_blocks_native  # it imports this module
+
+    return f"native CPU kernels {gguf_blocks_native.path_name()}"
 
 
 def available() -> bool:

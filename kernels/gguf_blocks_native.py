@@ -1,10 +1,12 @@
 """The native GGUF block matmul (``csrc/gguf_matmul.c``, ``gguf_tiles.c``, ``gguf_unpack.c``), through ctypes.
 
-Built into the same library as the other native CPU kernels (``cpu_native``: Linux x86-64 with
-AVX2, a C compiler, not ``RADIXLM_DISABLE_NATIVE=1``). The instruction set is chosen at run time:
-AVX-512 (F, BW, VL, VNNI) where the CPU has it, else AVX2; ``RADIXLM_GGUF_ISA`` (``scalar``,
-``avx2``, ``avx512``) or ``forced_isa(...)`` picks one (tests, benchmarks); asking for AVX-512 on a
-CPU without it raises ``RuntimeError``.
+Built into the same library as the other native CPU kernels (``cpu_native``: Linux or macOS, a C
+compiler, not ``RADIXLM_DISABLE_NATIVE=1``). The instruction set is chosen at run time among this
+machine's ``machine_isas()``: on x86-64 AVX-512 (F, BW, VL, VNNI) where the CPU has it, else AVX2; on
+aarch64 ``neon-dotprod`` (SDOT tiles, ``csrc/gguf_tiles.c``) where the CPU has the dot product, else
+``neon`` (the AVX2 code lowered to NEON, ``csrc/rl_simd.h``); elsewhere ``scalar`` (portable C, named
+``portable`` in the start-up line). ``RADIXLM_GGUF_ISA`` or ``forced_isa(...)`` picks one (tests,
+benchmarks); asking for one this CPU lacks raises ``RuntimeError``.
 
 Numerics: the quantized types quantize each activation row to int8 blocks of 32 (``q = round(x /
 dx)``, ``dx = max|x| / 127`` per block, ggml's Q8_0) and sum the products exactly in int32, so a
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -34,7 +37,7 @@ if TYPE_CHECKING:  # gguf_blocks imports this module
     from radixlm.kernels.gguf_blocks import BlockWeight
 
 ISA_ENV = "RADIXLM_GGUF_ISA"
-ISAS = {"scalar": 0, "avx2": 1, "avx512": 2}
+ISAS = {"scalar": 0, "avx2": 1, "avx512": 2, "neon": 1, "neon-dotprod": 3}  # names -> csrc's GB_ISA_*
 _P, _I, _L = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
 _SIGNATURES = {
     "rl_gguf_linear": ([_P, _I, _P, _I, _P, _P, _L, _L, _I, _I], _I),
@@ -61,12 +64,33 @@ def available() -> bool:
     return _lib() is not None and cpu_native.available()
 
 
+def machine_isas() -> list[str]:
+    """The instruction sets this machine's build has, slowest first (``best_isa`` and those below it)."""
+    machine = platform.machine()
+    if machine in ("x86_64", "AMD64"):
+        names = ["scalar", "avx2", "avx512"]
+    elif machine in ("aarch64", "arm64"):
+        names = ["scalar", "neon", "neon-dotprod"]
+    else:
+        names = ["scalar"]
+    return names[:names.index(best_isa()) + 1]
+
+
 def best_isa() -> str:
-    """The fastest instruction set this CPU runs: ``"avx512"`` or ``"avx2"``."""
+    """The fastest instruction set this CPU runs: ``avx512``, ``avx2``, ``neon-dotprod``, ``neon`` or ``scalar``."""
     lib = _lib()
     if lib is None:
         raise RuntimeError("the native CPU kernels are unavailable here")
-    return "avx512" if lib.rl_gguf_best_isa() == ISAS["avx512"] else "avx2"
+    best = lib.rl_gguf_best_isa()
+    if best == ISAS["avx2"]:
+        return "avx2" if platform.machine() in ("x86_64", "AMD64") else "neon"
+    return next(name for name, value in ISAS.items() if value == best)
+
+
+def path_name() -> str:
+    """The start-up line's name of the path ``linear`` runs: ``isa()``, with ``scalar`` as ``portable``."""
+    name = isa()
+    return "portable" if name == "scalar" else name
 
 
 def isa() -> str:
@@ -74,14 +98,14 @@ def isa() -> str:
     name = _forced or os.environ.get(ISA_ENV, "") or best_isa()
     if name not in ISAS:
         raise ValueError(f"{ISA_ENV} must be one of {sorted(ISAS)}, got {name!r}")
-    if name == "avx512" and best_isa() != "avx512":
-        raise RuntimeError("AVX-512 (F, BW, VL, VNNI) is not available on this CPU")
+    if name not in machine_isas():
+        raise RuntimeError(f"the {name} path is not available on this CPU (it runs {', '.join(machine_isas())})")
     return name
 
 
 @contextmanager
 def forced_isa(name: str) -> Iterator[None]:
-    """Within the block, ``linear`` runs the ``name`` path (``scalar``, ``avx2``, ``avx512``)."""
+    """Within the block, ``linear`` runs the ``name`` path (one of ``ISAS``; ``isa()`` checks the CPU has it)."""
     global _forced
     if name not in ISAS:
         raise ValueError(f"isa must be one of {sorted(ISAS)}, got {name!r}")

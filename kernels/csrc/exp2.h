@@ -1,6 +1,6 @@
 /* 2^x for 8 float lanes, shared by the softmax (softmax_chunks.c) and the SiLU epilogue (gguf_simd.h). */
 #pragma once
-#include <immintrin.h>
+#include "rl_simd.h"
 
 /* x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f by a degree-5 polynomial fitted to minimise the
  * relative error (2.3e-7 over the interval, ~2 ulp), 2^n added into the exponent bits. x below -126

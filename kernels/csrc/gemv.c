@@ -59,7 +59,7 @@ static const rl_gemv_kind F32 = {
  * They beat the 8-lane tiles at 4-64 rows and match them at 2 (memory-bound; 1 row keeps the
  * 8-lane tiles). Sums in 16 lanes are
  * another order than the 8-lane ones, so results differ from them by float32 rounding. */
-#define ZTARGET __attribute__((target("avx512f")))
+#define ZTARGET RL_TARGET("avx512f")
 static inline __attribute__((always_inline)) ZTARGET void dot_tile16(const float *x, int64_t ldx,
                                                                      const float *const *w, int64_t K,
                                                                      const int R, const int BT, float *res) {
@@ -103,7 +103,7 @@ static const rl_gemv_kind *f32_kind(void) {
     if (!kind) {
         const char *env = getenv("RADIXLM_NATIVE_AVX512");
         int off = env && env[0] == '0' && env[1] == 0;
-        kind = !off && __builtin_cpu_supports("avx512f") ? &F32_Z : &F32;
+        kind = !off && RL_X86 && rl_cpu_has_avx512f() ? &F32_Z : &F32;
     }
     return kind;
 }

@@ -21,7 +21,10 @@
 
 enum { GB_F32 = 0, GB_F16 = 1, GB_Q4_0 = 2, GB_Q4_1 = 3, GB_Q5_0 = 6, GB_Q5_1 = 7, GB_Q8_0 = 8,
        GB_Q4_K = 12, GB_Q5_K = 13, GB_Q6_K = 14, GB_BF16 = 30 };
-enum { GB_ISA_SCALAR = 0, GB_ISA_AVX2 = 1, GB_ISA_AVX512 = 2 };
+/* The instruction sets of the block kernels. GB_ISA_AVX2 is the AVX2 code, on aarch64 through rl_simd.h's
+ * NEON lowering ("neon"); GB_ISA_NEON_DOT (aarch64 with SDOT) runs that code but multiplies the unpacked
+ * rows with native SDOT tiles (gguf_tiles_neon.c) at every batch size. */
+enum { GB_ISA_SCALAR = 0, GB_ISA_AVX2 = 1, GB_ISA_AVX512 = 2, GB_ISA_NEON_DOT = 3 };
 
 /* 1 for F32/F16/BF16 (float path), 0 for the block types, -1 for a type this file does not know. */
 int gb_is_float(int qtype);

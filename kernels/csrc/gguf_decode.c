@@ -10,7 +10,7 @@
 #include "gguf_simd.h"
 
 #define INL static inline __attribute__((always_inline))
-#define VNNI __attribute__((target("avx2,fma,avx512vl,avx512vnni")))
+#define VNNI RL_TARGET("avx2,fma,avx512vl,avx512vnni")
 #define MAXR 4
 #define MAXB 8  /* x rows met by each decoded weight block (1, 2, 4 or 8 per call) */
 #define DECODE_ROWS 2  /* weight rows per step at 1 x row: fewer concurrent streams read DRAM faster than 4 */
@@ -63,7 +63,7 @@ INL void rows(const uint8_t *w, int64_t wbytes, int64_t K, const gb_xrows *x, fl
             __m256i X = _mm256_loadu_si256((const __m256i *)(x->q + b * x->ldq + 32 * j));
             float dx = x->dxe[b * x->ldh + 2 * j];
             int32_t xs = x->xs[b * x->lds + j];
-            __m256i init = _mm256_castsi128_si256(_mm_cvtsi32_si128(-o * xs));
+            __m256i init = _mm256_setr_epi32(-o * xs, 0, 0, 0, 0, 0, 0, 0);  /* upper lanes zero (a cast leaves them undefined) */
             for (int r = 0; r < R; r++) {
                 __m256i p;
                 if (vnni) {

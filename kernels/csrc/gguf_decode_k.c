@@ -8,7 +8,7 @@
 #include "gguf_simd.h"
 
 #define INL static inline __attribute__((always_inline))
-#define VNNI __attribute__((target("avx2,fma,avx512vl,avx512vnni")))
+#define VNNI RL_TARGET("avx2,fma,avx512vl,avx512vnni")
 #define MAXB 8  /* x rows met by each decoded weight block (1, 2, 4 or 8 per call) */
 #define PREFETCH_BYTES 512
 

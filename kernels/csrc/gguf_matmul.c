@@ -12,7 +12,7 @@
 #include "gguf_tiles.h"
 #include "pool.h"
 
-#include <immintrin.h>
+#include "rl_simd.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +29,17 @@
 
 int rl_gguf_abi(void) { return RL_GGUF_ABI; }
 
-/* 2 (AVX-512 F/BW/VL/VNNI), else 1 (AVX2: the library's floor, see kernels/cpu_native.py) */
+/* x86-64: GB_ISA_AVX512 (F/BW/VL/VNNI), else GB_ISA_AVX2 (the x86 build's floor, see kernels/cpu_native.py);
+ * aarch64: GB_ISA_NEON_DOT where the CPU has SDOT, else GB_ISA_AVX2 (NEON through rl_simd.h);
+ * any other CPU: GB_ISA_SCALAR (portable C). */
 int rl_gguf_best_isa(void) {
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") ? GB_ISA_AVX512 : GB_ISA_AVX2;
+#if RL_X86
+    return rl_cpu_has_avx512_vnni() ? GB_ISA_AVX512 : GB_ISA_AVX2;
+#elif defined(__aarch64__)
+    return rl_cpu_has_dotprod() ? GB_ISA_NEON_DOT : GB_ISA_AVX2;
+#else
+    return GB_ISA_SCALAR;
+#endif
 }
 
 /* One activation row: q[Kp] = round(x / dx) per 32-block (dx = max|x| / 127), dxe[h] = dx,
@@ -228,7 +235,7 @@ int rl_gguf_linear_into(const float *x, int M, const uint8_t *w, int qtype, cons
     if (flt < 0 || K <= 0 || K % block || M < 0 || N < 0) return -1;
     int64_t Kp = (K + 63) / 64 * 64, H = Kp / 16;
     gb_job j = {.tiles = gb_tiles(isa), .qtype = qtype, .flt = flt, .M = M, .isa = isa, .N = N, .K = K, .Kp = Kp,
-                .decode = isa != GB_ISA_SCALAR && M <= DECODE_MAX_M ? gb_decode_type(qtype) : 0,
+                .decode = isa != GB_ISA_SCALAR && isa != GB_ISA_NEON_DOT && M <= DECODE_MAX_M ? gb_decode_type(qtype) : 0,
                 .panel = isa == GB_ISA_AVX512 && !flt && M >= PANEL_MIN_M && !(M <= DECODE_MAX_M && gb_decode_type(qtype)),
                 .wbytes = gb_row_bytes(qtype, K), .w = w, .x = x, .bias = bias, .add = add, .y = y, .ldy = ldy,
                 .epi = epi};

@@ -6,11 +6,11 @@
  * Integer sums stay small: |u| <= 255, |xq| <= 127, 32 products per lane at most. */
 #include "gguf_panel.h"
 
-#include <immintrin.h>
+#include "rl_simd.h"
 #include <string.h>
 
 #define INL static inline __attribute__((always_inline))
-#define Z512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define Z512 RL_TARGET("avx512f,avx512bw,avx512vl,avx512vnni")
 #define R16 GB_PANEL_ROWS
 
 static size_t up64(size_t n) { return (n + 63) / 64 * 64; }

@@ -2,7 +2,7 @@
 #pragma once
 #include "exp2.h"
 
-#include <immintrin.h>
+#include "rl_simd.h"
 #include <stdint.h>
 #include <string.h>
 

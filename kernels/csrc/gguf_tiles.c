@@ -4,11 +4,13 @@
  * sums (xd = dx * sum xq per 16) in a short float dot after the K loop. Float tiles: plain FMAs. */
 #include "gguf_tiles.h"
 
-#include <immintrin.h>
+#include "gguf_blocks.h"
+
+#include "rl_simd.h"
 
 #define T GB_MAX_TILE
 #define INL static inline __attribute__((always_inline))
-#define Z512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define Z512 RL_TARGET("avx512f,avx512bw,avx512vl,avx512vnni")
 
 /* sum_h c[h] * xd[h] over nh (a multiple of 4) groups */
 INL float offset_dot(const float *c, const float *xd, int64_t nh) {
@@ -153,6 +155,60 @@ INL Z512 void z_flt(const gb_wrows *w, const gb_xrows *x, int64_t Kp, float *res
         for (int r = 0; r < R; r++) res[b * R + r] = _mm512_reduce_add_ps(acc[r][b]);
 }
 
+/* ---- aarch64 SDOT (Armv8.2 dot product; chosen at run time, gguf_matmul.c's rl_gguf_best_isa) ----
+ * u is read as int8 (offset128 = 0: Q8_0's u is its q, every other type's u is below 64). Per 32 weights
+ * and (row, x row): two SDOTs give 4 int32 lanes per 16-group, a pairwise add leaves 2 per group, each
+ * converted and scaled by ws * dx of its group as the AVX2 tiles do. */
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#if defined(__ARM_FEATURE_DOTPROD)
+#define DOTPROD
+#elif defined(__clang__)
+#define DOTPROD __attribute__((target("dotprod")))
+#else
+#define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+
+INL DOTPROD float32x4_t pairs(const float *p) {  /* p[0], p[0], p[1], p[1] */
+    float32x2_t v = vld1_f32(p);
+    return vcombine_f32(vdup_lane_f32(v, 0), vdup_lane_f32(v, 1));
+}
+
+INL DOTPROD void sdot_quant(const gb_wrows *w, const gb_xrows *x, int64_t Kp, float *res, const int R,
+                            const int BT) {
+    float32x4_t acc[T][T];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < BT; b++) acc[r][b] = vdupq_n_f32(0.0f);
+    for (int64_t j = 0; j < Kp / 32; j++) {
+        int8x16_t U0[T], U1[T];
+        float32x4_t W[T];
+        for (int r = 0; r < R; r++) {
+            const int8_t *u = (const int8_t *)w->u + r * w->ldu + 32 * j;
+            U0[r] = vld1q_s8(u);
+            U1[r] = vld1q_s8(u + 16);
+            W[r] = pairs(w->ws + r * w->ldh + 2 * j);
+        }
+        for (int b = 0; b < BT; b++) {
+            const int8_t *q = x->q + b * x->ldq + 32 * j;
+            int8x16_t X0 = vld1q_s8(q), X1 = vld1q_s8(q + 16);
+            float32x4_t D = pairs(x->dxe + b * x->ldh + 2 * j);
+            for (int r = 0; r < R; r++) {
+                int32x4_t p = vpaddq_s32(vdotq_s32(vdupq_n_s32(0), U0[r], X0), vdotq_s32(vdupq_n_s32(0), U1[r], X1));
+                acc[r][b] = vfmaq_f32(acc[r][b], vcvtq_f32_s32(p), vmulq_f32(W[r], D));
+            }
+        }
+    }
+    for (int b = 0; b < BT; b++)
+        for (int r = 0; r < R; r++)
+            res[b * R + r] = vaddvq_f32(acc[r][b]) + offset_dot(w->c + r * w->ldh, x->xd + b * x->ldh, Kp / 16);
+}
+#define SDOT_INST(R, BT) \
+    static DOTPROD void n_q_##R##_##BT(const gb_wrows *w, const gb_xrows *x, int64_t Kp, float *res) { \
+        sdot_quant(w, x, Kp, res, R, BT); }
+#define SDOT_ROWS(R) SDOT_INST(R, 1) SDOT_INST(R, 2) SDOT_INST(R, 3) SDOT_INST(R, 4)
+SDOT_ROWS(1) SDOT_ROWS(2) SDOT_ROWS(3) SDOT_ROWS(4)
+#endif
+
 /* one function per (R, BT) and kind; the tables below */
 #define SIG(name) static void name(const gb_wrows *w, const gb_xrows *x, int64_t Kp, float *res)
 #define INST(R, BT)                                                                 \
@@ -174,6 +230,13 @@ static const gb_isa_tiles SCALAR = {TABLE(s_q_), TABLE(s_q_), TABLE(s_f_), 1, 4}
 static const gb_isa_tiles AVX2 = {TABLE(a_q_), TABLE(a_s_), TABLE(a_f_), 0, 2};
 static const gb_isa_tiles AVX512 = {TABLE(z_q_), TABLE(z_q_), TABLE(z_f_), 1, 4};
 
+#if defined(__aarch64__)
+static const gb_isa_tiles NEON_DOT = {TABLE(n_q_), TABLE(n_q_), TABLE(a_f_), 0, 4};
+#endif
+
 const gb_isa_tiles *gb_tiles(int isa) {
-    return isa == 2 ? &AVX512 : isa == 1 ? &AVX2 : &SCALAR;
+#if defined(__aarch64__)
+    if (isa == GB_ISA_NEON_DOT) return &NEON_DOT;
+#endif
+    return isa == GB_ISA_AVX512 ? &AVX512 : isa == GB_ISA_AVX2 ? &AVX2 : &SCALAR;
 }

@@ -2,10 +2,10 @@
  * Plain loops over a block's bytes: the compiler vectorizes them (-O3 -mavx2). */
 #include "gguf_blocks.h"
 
-#include <immintrin.h>
+#include "rl_simd.h"
 #include <string.h>
 
-static inline __attribute__((target("f16c"))) float fp16(const uint8_t *p) {
+static inline RL_TARGET("f16c") float fp16(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
@@ -139,7 +139,7 @@ void gb_unpack_row(int qtype, const uint8_t *row, int64_t K, uint8_t *u, float *
     }
 }
 
-static __attribute__((target("f16c"))) void f16_row(const uint8_t *row, int64_t K, float *w) {
+static RL_TARGET("f16c") void f16_row(const uint8_t *row, int64_t K, float *w) {
     int64_t k = 0;
     for (; k + 8 <= K; k += 8)
         _mm256_storeu_ps(w + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 2 * k))));

@@ -1,13 +1,13 @@
 /* radixlm's native CPU decode kernels: float32 (weights float32, or int8 with per-row scales:
- * gemv_int8.c), x86-64 AVX2 + FMA + F16C (see kernels/cpu_native.py).
+ * gemv_int8.c), written in x86-64 AVX2 + FMA + F16C intrinsics (elsewhere SIMDe's, rl_simd.h).
  *
- * Built on first use into one shared library from every .c file here
- * (cc -O3 -mavx2 -mfma -mf16c -ffp-contract=off -pthread; threads: pool.h) and called through ctypes with raw pointers to
+ * Built on first use into one shared library from every .c file here (kernels/cpu_native.py's toolchain(),
+ * on x86-64 cc -O3 -mavx2 -mfma -mf16c -ffp-contract=off -pthread; threads: pool.h) and called through ctypes with raw pointers to
  * contiguous tensors. Numerics: float32 throughout; dot products accumulate in 8 lanes (another
  * summation order than MKL: results agree to float32 rounding); elementwise code has no FMA
  * contraction, so RoPE matches torch's mul/mul/add exactly. */
 #pragma once
-#include <immintrin.h>
+#include "rl_simd.h"
 #include <math.h>
 #include <stdint.h>
 

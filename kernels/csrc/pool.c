@@ -7,7 +7,7 @@
 #define _GNU_SOURCE
 #include "pool.h"
 
-#include <immintrin.h>
+#include "rl_simd.h"
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>

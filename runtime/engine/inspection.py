@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from radixlm.runtime.model.weight_stats import parameter_count, threads, weight_format
+from radixlm.runtime.model.weight_stats import kernels, parameter_count, threads, weight_format
 from radixlm.runtime.scheduler.req import Req
 
 if TYPE_CHECKING:  # the engine loop keeps a RequestLog: its module imports this one
@@ -125,6 +125,7 @@ class EngineSummary:
     max_running_requests: int
     grammar_backend: str
     sampling_defaults: str = ""  # SamplingDefaults.describe(): what an unset temperature etc. become
+    kernels: str = ""  # on the CPU, weight_stats.kernels(): "native CPU kernels avx2", or torch ops and why
 
     def line(self) -> str:
         """One line: ``Qwen/Qwen2.5-0.5B (qwen2, 494M parameters, int8 (weight-only) weights) on cpu ...``."""
@@ -132,7 +133,8 @@ class EngineSummary:
         return (f"{self.model} ({self.architecture}, {count(self.parameters)} parameters, {self.weight_format} "
                 f"weights) on {where}; KV cache {self.kv_tokens:,} tokens; up to {self.max_running_requests} "
                 f"running requests; grammar backend {self.grammar_backend}"
-                + (f"; sampling defaults {self.sampling_defaults}" if self.sampling_defaults else ""))
+                + (f"; sampling defaults {self.sampling_defaults}" if self.sampling_defaults else "")
+                + (f"; {self.kernels}" if self.kernels else ""))
 
 
 def summarize(model_name: str, args: Any, runner: Any, kv_tokens: int, sampling_defaults: str = "") -> EngineSummary:
@@ -141,7 +143,8 @@ def summarize(model_name: str, args: Any, runner: Any, kv_tokens: int, sampling_
         model=model_name, architecture=runner.model_config.architecture, parameters=parameter_count(runner.model),
         weight_format=weight_format(args.quantization, runner.dtype, runner.model), device=str(runner.device),
         threads=threads(), kv_tokens=kv_tokens, max_running_requests=args.max_running_requests,
-        grammar_backend=args.grammar_backend, sampling_defaults=sampling_defaults)
+        grammar_backend=args.grammar_backend, sampling_defaults=sampling_defaults,
+        kernels=kernels() if str(runner.device).startswith("cpu") else "")
 
 
 def count(n: int) -> str:

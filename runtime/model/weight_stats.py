@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
+from radixlm.kernels import cpu_native
 from radixlm.kernels.gguf_blocks import BlockWeight
 from torch import nn
 
@@ -51,6 +52,11 @@ def weight_format(quantization: str | None, dtype: torch.dtype, model: nn.Module
     if quantization == "int8":
         return "int8 (weight-only)"
     return str(dtype).removeprefix("torch.")
+
+
+def kernels() -> str:
+    """The CPU kernels the model runs on, as the start-up line names them (``cpu_native.describe()``)."""
+    return cpu_native.describe()
 
 
 def threads() -> int:

@@ -37,11 +37,11 @@ ALL_TYPES = FLOAT_TYPES + QUANTIZABLE + K_TYPES
 def _isas() -> list[str]:
     if not gguf_blocks_native.available():
         return []
-    return ["scalar", "avx2"] + (["avx512"] if gguf_blocks_native.best_isa() == "avx512" else [])
+    return gguf_blocks_native.machine_isas()
 
 
 ISAS = _isas()
-needs_native = pytest.mark.skipif(not ISAS, reason="native CPU kernels need Linux x86-64 with AVX2 and a C compiler")
+needs_native = pytest.mark.skipif(not ISAS, reason=f"no native CPU kernels here: {cpu_native.unavailable_reason()}")
 
 
 def random_k_blocks(qtype: T, out_f: int, in_f: int, seed: int) -> BlockWeight:

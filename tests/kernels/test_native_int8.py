@@ -22,8 +22,8 @@ from native_checks import decode_logits
 from radixlm.kernels import cpu_native
 from radixlm.runtime.model.quantization import Int8Linear, int8_linear, quantize_int8
 
-pytestmark = pytest.mark.skipif(not cpu_native._supported_machine(),
-                                reason="native CPU kernels need Linux x86-64 with AVX2")
+pytestmark = pytest.mark.skipif(cpu_native._unsupported_reason() is not None,
+                                reason=f"no native CPU kernels here: {cpu_native._unsupported_reason()}")
 GREEDY = {"temperature": 0.0, "ignore_eos": True, "max_new_tokens": 10}
 
 

@@ -26,8 +26,8 @@ from radixlm.kernels.testing.random_batch import random_paged_batch
 from radixlm.kernels.torch_ops import decode_attention_torch, store_kv_torch
 from radixlm.runtime.model.rotary import RotaryEmbedding, apply_rotary
 
-pytestmark = pytest.mark.skipif(not cpu_native._supported_machine(),
-                                reason="native CPU kernels need Linux x86-64 with AVX2")
+pytestmark = pytest.mark.skipif(cpu_native._unsupported_reason() is not None,
+                                reason=f"no native CPU kernels here: {cpu_native._unsupported_reason()}")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -158,7 +158,7 @@ def test_torch_only_and_disable_env_switch_the_kernels_off(monkeypatch):
         assert not cpu_native.available() and not cpu_native.usable(x, w)
     assert cpu_native.available()
     monkeypatch.setenv(cpu_native.DISABLE_ENV, "1")
-    assert not cpu_native._supported_machine()
+    assert cpu_native._unsupported_reason() is not None
 
 
 def test_a_failed_build_falls_back_to_torch(monkeypatch, tmp_path, caplog):
@@ -169,6 +169,8 @@ def test_a_failed_build_falls_back_to_torch(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
     assert cpu_native.library() is None and not cpu_native.available()
     assert "native CPU kernels unavailable" in caplog.text
+    line = cpu_native.describe()  # the start-up line's words: the fallback and the compiler's complaint
+    assert line.startswith("torch ops (native CPU kernels: the build failed: compiling ") and "no-such-compiler" in line
     assert not list((tmp_path / "native").glob("*.so"))  # no half-written library left behind
 
 
