@@ -31,8 +31,8 @@ from typing import Any
 
 from radixlm.runtime.chat_formats.reasoning.base import ReasoningParser, Split
 from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
-from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
 from radixlm.runtime.chat_formats.tool_formats.grammar import with_model_end
+from radixlm.runtime.chat_formats.tool_formats.scanner import CallStream
 from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams, choice_seed
 from radixlm.runtime.server.chat_plan import ChatPlan
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
