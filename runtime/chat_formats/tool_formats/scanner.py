@@ -256,11 +256,59 @@ class CallStream:
         """Whether the last streamed call's arguments object closed (False when the output was cut off)."""
         return bool(self.args_end)
 
-    def finish(self) -> list[StreamEvent]:
-        """The end of the call phase: a call that was not streamed is parsed whole (or is content)."""
+    def finish(self, cut: bool = False) -> list[StreamEvent]:
+        """The end of the call phase: a call that was not streamed is parsed whole (or is content).
+        ``cut``: the budget ended the phase; the calls completed before the cut stand, and the call
+        it cut (:attr:`cut_index`) is announced when its tool's name was written."""
+        if cut:
+            return self._cut_turn()
         if self.started:
             return []
         parser = self.fmt.stream(self.tools, first_index=self.index)
         events = parser.feed(self.text) + parser.finish()
         self.next_index = parser.next_index
         return events
+
+    @property
+    def cut_index(self) -> int | None:
+        """The call a cut-off phase ended in (read after ``finish(cut=True)``), or None when the
+        cut fell before any tool's name was written."""
+        return self._cut
+
+    _cut: int | None = None
+
+    def _cut_turn(self) -> list[StreamEvent]:
+        """The events that end a cut-off turn. A streamed (JSON) layout's calls were announced as
+        they came: the last one is the cut one, its markup unfinished. Other layouts: the calls that
+        completed, then the cut call, announced with empty arguments once its tool's name was written."""
+        if self.started:  # the last announced call's markup was not finished: it is the cut one
+            self._cut = self.next_index - 1
+            return []
+        out, rest = self._complete_calls()
+        name = _first_tool_named(rest, self.tools)
+        if name is not None:
+            self._cut, self.next_index = self.next_index, self.next_index + 1
+            out += [StreamEvent("call_start", index=self._cut, id=self.fmt.new_call_id(name, self._cut), name=name),
+                    StreamEvent("call_args", "", index=self._cut)]
+        return out
+
+    def _complete_calls(self) -> tuple[list[StreamEvent], str]:
+        """The calls of a cut-off, non-streamed turn that completed, and the text after them: the
+        longest prefix followed by the family's separator (a call the model finished) that parses,
+        with the closing text added, to calls and nothing else."""
+        text, sep, start = self.text, self.fmt.call_separator, len(self.fmt.forced_prefix)
+        for at in range(len(text) - 1, start, -1):
+            if (sep and not text.startswith(sep, at)) or (not sep and text[at - 1] != ">"):
+                continue
+            parser = self.fmt.stream(self.tools, first_index=self.index)
+            events = parser.feed(text[:at] + self.fmt.call_suffix) + parser.finish()
+            if parser.calls and not any(e.kind == "content" and e.text.strip() for e in events):
+                self.next_index = parser.next_index
+                return [e for e in events if e.kind != "content"], text[at:]
+        return [], text[start:]
+
+
+def _first_tool_named(text: str, tools: list[ToolSpec]) -> str | None:
+    """The declared tool whose name ``text`` writes first (the longest at one place), or None."""
+    found = [(at, -len(t.name), t.name) for t in tools if (at := text.find(t.name)) >= 0]
+    return min(found)[2] if found else None
