@@ -3,6 +3,11 @@
 The tool-call formats and the reasoning formats are both looked up by the name a launch flag
 gives (``--tool-call-parser``, ``--reasoning-parser``) or detected from the markers a checkpoint's
 chat template writes.
+
+``held_prefix``: how much of a streamed text's tail to hold back because a marker may be starting.
+
+Both streaming parsers (tool calls, reasoning) cut their output at markers such as ``<tool_call>``
+or ``</think>``; a delta can end in the middle of one, so that tail waits for the next delta.
 """
 
 from __future__ import annotations
@@ -55,3 +60,15 @@ class FormatRegistry(Generic[F]):
             return self.get(parser)
         name = self.detect_name(chat_template)
         return self.formats[name] if name else None
+
+
+def held_prefix(text: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of one of ``markers``
+    (it may be the start of a marker the next delta completes, so it is held back)."""
+    best = 0
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), best, -1):
+            if text.endswith(marker[:n]):
+                best = n
+                break
+    return best

@@ -13,14 +13,20 @@ from radixlm.constrained import SCHEMA_OPTIONS_KEY
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """One declared function tool; ``parameters`` is its arguments' JSON schema."""
+    """One declared function tool; ``parameters`` is its arguments' JSON schema. ``template``: the
+    request's own ``{"type": "function", "function": {...}}`` entry, exactly as sent."""
 
     name: str
     description: str | None = None
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+    template: dict | None = field(default=None, compare=False, repr=False)
 
     def to_template(self) -> dict[str, Any]:
-        """The OpenAI shape chat templates expect in ``tools``."""
+        """The ``tools`` entry a chat template sees: the request's own entry when there is one (as
+        transformers' ``apply_chat_template(messages, tools=...)`` passes it: every key, in the
+        request's order, ``strict`` included), else the OpenAI shape built from the fields."""
+        if self.template is not None:
+            return self.template
         fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters}
         if self.description is not None:
             fn["description"] = self.description

@@ -31,8 +31,8 @@ from typing import Any
 
 from radixlm.runtime.chat_formats.reasoning.base import ReasoningParser, Split
 from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
-from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
 from radixlm.runtime.chat_formats.tool_formats.grammar import with_model_end
+from radixlm.runtime.chat_formats.tool_formats.scanner import CallStream
 from radixlm.runtime.sampling_params import CONSTRAINT_FIELDS, SamplingParams, choice_seed
 from radixlm.runtime.server.chat_plan import ChatPlan
 from radixlm.runtime.server.openai_logprobs import chat_logprobs, extract
@@ -282,7 +282,7 @@ class ChoiceRunner:
             self.budget_closed = closed_before  # closing the turn's markup closes no answer
         if complete and not ended:  # the closing text is the server's to add (the model wrote none)
             events += stream.feed(suffix)
-        events += stream.finish()
+        events += stream.finish(cut=not complete)
         for out in self._call_events(events):
             if out.kind != "content":
                 yield out
@@ -291,8 +291,8 @@ class ChoiceRunner:
         for out in held if complete else ():
             if not (ended and not out.text.strip()):  # the newlines after a closing text are not content
                 yield out
-        if not complete and stream.started:
-            self.cut_call = stream.next_index - 1
+        if not complete and stream.cut_index is not None:
+            self.cut_call = stream.cut_index
         self.cut_off = not complete
         if self.cut_off or stream.next_index == self.calls:  # cut off by max_tokens (or aborted)
             self.call_end = _openai_reason(phase.finish)

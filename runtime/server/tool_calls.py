@@ -69,7 +69,7 @@ def parse_tools(raw: list | None) -> list[ToolSpec]:
                               code="invalid_value")
         params = fn.get("parameters", "object", {"type": "object", "properties": {}})
         fn.get("strict", "bool")
-        tools.append(ToolSpec(name, fn.get("description", "str"), params))
+        tools.append(ToolSpec(name, fn.get("description", "str"), params, template=item))
         fn.reject_unknown()
         r.reject_unknown()
     return tools

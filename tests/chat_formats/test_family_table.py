@@ -1,8 +1,7 @@
 """The tool-family table of ``docs/server.md``, generated here over llama.cpp's template corpus, and
 the rule behind it: no template falls back to the default parser silently.
 
-The table lists every tool-call parser: its aliases, its call syntax (the first paragraph of its
-module's docstring), how it writes arguments, the corpus templates detected as it, and what the
+The table lists every tool-call parser: its aliases, its call syntax (the format's ``syntax``), how it writes arguments, the corpus templates detected as it, and what the
 tests check for it. A second list names the templates that render tool calls in markers no parser
 reads: each gets ``hermes`` with a warning naming the markers (checked with ``caplog`` below).
 The test fails when the docs differ; ``RADIXLM_UPDATE_DOCS=1`` rewrites them.
@@ -10,16 +9,21 @@ The test fails when the docs differ; ``RADIXLM_UPDATE_DOCS=1`` rewrites them.
 
 from __future__ import annotations
 
-import ast
-import inspect
 import logging
 import os
 import sys
 from pathlib import Path
 
 import pytest
-from radixlm.runtime.chat_formats.tool_formats.registry import DEFAULT, FORMATS, REGISTRY, names, resolve
-from radixlm.runtime.chat_formats.tool_formats.unparsed import renders_calls, unparsed_markers
+from radixlm.runtime.chat_formats.tool_formats.registry import (
+    DEFAULT,
+    FORMATS,
+    REGISTRY,
+    names,
+    renders_calls,
+    resolve,
+    unparsed_markers,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,8 +51,7 @@ def _cell(text: str) -> str:
 
 
 def _syntax(fmt) -> str:
-    doc = ast.get_docstring(ast.parse(inspect.getsource(sys.modules[type(fmt).__module__])))
-    return _cell(doc.split("\n\n")[0])
+    return _cell(fmt.syntax)
 
 
 def _checked(name: str) -> str:

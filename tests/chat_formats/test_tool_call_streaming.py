@@ -11,9 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from radixlm.runtime.chat_formats.tool_formats.call_stream import CallStream
 from radixlm.runtime.chat_formats.tool_formats.registry import FORMATS, get_format
-from radixlm.runtime.chat_formats.tool_formats.scanner import accumulate
+from radixlm.runtime.chat_formats.tool_formats.scanner import CallStream, accumulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tool_call_cases import API_TOOLS, ASK, GOLDEN, TOOLS, family_client  # noqa: E402

@@ -188,12 +188,13 @@ def test_tools_required_with_parallel_calls_makes_one_or_more(client):
 def test_tools_required_parallel_cut_by_the_budget_is_honest(client):
     """Several forced calls cut by ``max_tokens``: the complete ones stand in ``tool_calls``, the cut
     one is kept apart in ``truncated_tool_call``, and the reason is ``length``; streamed alike. A
-    forced turn may also end after a call, as the model ends it (``stop``: ``tool_calls``); the tiny
-    random model goes on to another call on some seeds, which the budget then cuts."""
+    forced turn may also end after a call, as the model ends it (``stop``: ``tool_calls``). The budgets
+    run from inside the first call to past it; a cut after complete calls in every family's layout
+    is ``tests/chat_formats/test_cut_turns.py``'s (the tiny random model rarely goes on to a second call)."""
     cut = 0
-    for seed in range(8):
-        kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required", "max_tokens": 60,
-                  "temperature": 1.0, "seed": seed}
+    for seed in range(8):  # budgets from inside the first call to past it (the model may go on to more)
+        kwargs = {"model": MODEL, "messages": ASK, "tools": TOOLS, "tool_choice": "required",
+                  "max_tokens": 20 + 6 * seed, "temperature": 1.0, "seed": seed}
         choice = client.chat.completions.create(**kwargs).choices[0]
         assert not choice.message.content  # no call markup leaks into the content
         truncated = getattr(choice, "truncated_tool_call", None)

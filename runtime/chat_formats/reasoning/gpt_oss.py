@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from radixlm.runtime.chat_formats.marker_hold import held_prefix
+from radixlm.runtime.chat_formats.format_registry import held_prefix
 from radixlm.runtime.chat_formats.reasoning.base import (
     CLOSED,
     NONE,

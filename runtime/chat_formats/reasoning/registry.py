@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from radixlm.runtime.chat_formats.format_registry import FormatRegistry
 from radixlm.runtime.chat_formats.reasoning.base import ReasoningFormat
-from radixlm.runtime.chat_formats.reasoning.deepseek_r1 import DeepSeekR1Format
 from radixlm.runtime.chat_formats.reasoning.gpt_oss import GptOssFormat
-from radixlm.runtime.chat_formats.reasoning.qwen3 import Qwen3Format
-from radixlm.runtime.chat_formats.reasoning.think_variants import (
+from radixlm.runtime.chat_formats.reasoning.think_tags import (
+    DeepSeekR1Format,
     Gemma4Format,
     MistralThinkFormat,
+    Qwen3Format,
     Qwen3ThinkingFormat,
 )
 

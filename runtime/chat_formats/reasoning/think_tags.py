@@ -4,11 +4,17 @@ As SGLang's and vLLM's think-tag parsers do: the start tag is optional when the 
 *forced* (DeepSeek-R1's template opens ``<think>`` in the prompt, so the output starts inside the
 thinking), an unclosed thinking is all reasoning (the budget ran out), the answer is the text
 after the end tag, and whitespace around the tags is not part of either (SGLang strips it).
+
+The formats: ``qwen3`` (Qwen3, QwQ: the model writes ``<think>`` itself; GLM-4.5+, Kimi-K2-Thinking and
+MiniMax-M2 are this format under their SGLang names). ``deepseek-r1``: the template opens ``<think>``.
+``qwen3-thinking``: Qwen3-Thinking-2507, whose template opens ``<think>`` in the prompt (the output
+starts inside the thinking, so it is *forced*). ``mistral``: Magistral / Ministral-Reasoning's
+``[THINK]...[/THINK]``. ``gemma4``: Gemma 4's thought channel, ``<|channel>thought ... <channel|>``.
 """
 
 from __future__ import annotations
 
-from radixlm.runtime.chat_formats.marker_hold import held_prefix
+from radixlm.runtime.chat_formats.format_registry import held_prefix
 from radixlm.runtime.chat_formats.reasoning.base import (
     CLOSED,
     NONE,
@@ -133,3 +139,49 @@ class ThinkTagFormat(ReasoningFormat):
         if state == CLOSED:  # the template ended the thinking: the output is the answer
             return ThinkTagParser(self.start, self.end, in_reasoning=False, thinks=False)
         return ThinkTagParser(self.start, self.end, in_reasoning=state == OPEN or self.forced, thinks=True)
+
+
+class Qwen3Format(ThinkTagFormat):
+    """Qwen3 (and QwQ): ``<think>...</think>`` written by the model itself.
+
+    The output is reasoning only when it opens with ``<think>`` (or the prompt opened it);
+    ``chat_template_kwargs: {"enable_thinking": false}`` makes the template write an empty
+    ``<think>\\n\\n</think>\\n\\n`` into the prompt, and the output is the answer."""
+
+    name = "qwen3"
+    # SGLang's names of the families that write <think>...</think> themselves
+    aliases = ("qwq", "glm45", "kimi_k2", "minimax", "minimax-append-think", "step3")
+    forced = False
+
+
+class DeepSeekR1Format(ThinkTagFormat):
+    """DeepSeek-R1 (and its distills): the template ends the prompt with ``<think>\\n``, so the
+    output starts inside the thinking and usually has no start tag (*forced*)."""
+
+    name = "deepseek-r1"
+    aliases = ("deepseek_r1",)
+    forced = True
+
+
+class Qwen3ThinkingFormat(ThinkTagFormat):
+    """Qwen3-Thinking-2507: the thinking is open from the output's first token."""
+
+    name = "qwen3-thinking"
+    aliases = ("qwen3_thinking",)
+    forced = True
+
+
+class MistralThinkFormat(ThinkTagFormat):
+    """Magistral / Ministral-Reasoning: ``[THINK]...[/THINK]`` then the answer."""
+
+    name = "mistral"
+    aliases = ("magistral",)
+    start, end = "[THINK]", "[/THINK]"
+
+
+class Gemma4Format(ThinkTagFormat):
+    """Gemma 4: ``<|channel>thought`` opens the thinking, ``<channel|>`` ends it."""
+
+    name = "gemma4"
+    aliases = ("gemma-4",)
+    start, end = "<|channel>thought", "<channel|>"

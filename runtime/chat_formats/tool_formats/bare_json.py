@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
-from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, dump_args
-from radixlm.runtime.chat_formats.tool_formats.json_calls import decode_at
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, decode_at, dump_args
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 _ARGS_KEYS = ("arguments", "parameters")

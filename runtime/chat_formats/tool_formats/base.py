@@ -5,6 +5,8 @@ A format describes its call *blocks*: text that starts at one of ``openers`` and
 block into calls, or None when it is malformed (the block is then kept as content). Both the
 non-streamed parse and the streaming parser scan with the same rules
 (:mod:`radixlm.runtime.chat_formats.tool_formats.scanner`), so their results are equal.
+
+JSON calls that run to the end of the output (lists of call objects) are read by :func:`call_list`.
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class ToolFormat(ABC):
             cls.call_suffix = close or ""
 
     name: str = ""
+    syntax: str = ""  # how the family writes calls, in a sentence (the docs' family table)
     aliases: tuple[str, ...] = ()
     openers: tuple[str, ...] = ()  # text that starts a call block
     closer: str | None = None  # text that ends one (None: the block runs to the end of the output)
@@ -127,7 +130,7 @@ class ToolFormat(ABC):
     # body, before the next one's); None: the family writes one call per turn.
     call_separator: str | None = None
     # How a call writes its arguments: a JSON object, or one of the parameter layouts of
-    # :mod:`radixlm.runtime.chat_formats.tool_formats.typed_args`.
+    # :mod:`radixlm.runtime.chat_formats.tool_formats.grammar` (typed parameters).
     arguments_layout: str = "JSON object"
     # The head of a later call of the same turn, searched after the previous call's arguments
     # (None: ``call_head``).
@@ -195,3 +198,26 @@ def mistral_call_id() -> str:
     """Mistral's ids: 9 random alphanumeric characters (its templates reject any other length)."""
     alphabet = string.ascii_letters + string.digits
     return "".join(secrets.choice(alphabet) for _ in range(9))
+
+
+_DECODER = json.JSONDecoder()
+
+
+def decode_at(text: str, pos: int) -> tuple[Any, int] | None:
+    """The JSON value starting at ``pos`` (after whitespace) and where it ends, or None."""
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    try:
+        return _DECODER.raw_decode(text, pos)
+    except (json.JSONDecodeError, ValueError):
+        return None
+
+
+def call_list(text: str, pos: int, args_key: str = "arguments",
+              alt_key: str | None = None) -> tuple[list[ParsedCall], int] | None:
+    """A JSON list of call objects at ``pos``: the calls and the end offset, or None."""
+    got = decode_at(text, pos)
+    if got is None or not isinstance(got[0], list) or not got[0]:
+        return None
+    calls = [named_call(obj, args_key, alt_key) for obj in got[0]]
+    return (calls, got[1]) if all(calls) else None  # type: ignore[return-value]

@@ -12,9 +12,14 @@ import json
 import re
 from typing import Any
 
-from radixlm.runtime.chat_formats.tool_formats.base import NAME_RE, ParsedCall, ToolFormat, dump_args
+from radixlm.runtime.chat_formats.tool_formats.base import (
+    NAME_RE,
+    ParsedCall,
+    ToolFormat,
+    decode_at,
+    dump_args,
+)
 from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
-from radixlm.runtime.chat_formats.tool_formats.json_calls import decode_at
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN, CLOSE = "<|START_ACTION|>", "<|END_ACTION|>"
@@ -40,6 +45,9 @@ class CohereFormat(ToolFormat):
     """A JSON list of ``{"tool_call_id", "tool_name", "parameters"}`` objects in an action block."""
 
     name = "cohere"
+    syntax = ("Cohere Command R7B and Command A: a JSON list of calls between ``<|START_ACTION|>`` and "
+              "``<|END_ACTION|>``;\nCommand R / R+: the same list (without ids) in an ``Action:`` JSON "
+              "code block.")
     aliases = ("command_r7b", "command-r7b", "command_a", "command-a", "cohere2")
     openers, closer, open_marker = (OPEN,), CLOSE, OPEN
     forced_prefix, call_suffix = OPEN + "[\n    ", "\n]" + CLOSE
@@ -65,6 +73,9 @@ class CommandRFormat(ToolFormat):
     """Command R / R+: a JSON list of ``{"tool_name", "parameters"}`` objects in an ``Action:`` block."""
 
     name = "command_r"
+    syntax = ("Cohere Command R7B and Command A: a JSON list of calls between ``<|START_ACTION|>`` and "
+              "``<|END_ACTION|>``;\nCommand R / R+: the same list (without ids) in an ``Action:`` JSON "
+              "code block.")
     aliases = ("command-r", "command_r_plus", "command-r-plus")
     openers, closer, open_marker = (R_OPEN,), R_CLOSE, R_OPEN
     forced_prefix, call_suffix = R_OPEN + "[\n    ", "\n" + R_CLOSE

@@ -15,8 +15,7 @@ from typing import Any
 
 from radixlm.constrained.ir import builder as ir
 from radixlm.runtime.chat_formats.tool_formats.base import NAME_RE, ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import per_tool
-from radixlm.runtime.chat_formats.tool_formats.typed_args import RAW_TEXT, params_grammar, wrapped
+from radixlm.runtime.chat_formats.tool_formats.grammar import RAW_TEXT, params_grammar, per_tool, wrapped
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN, CLOSE, CALL = "<|tool_call>", "<tool_call|>", "call:"
@@ -40,6 +39,7 @@ class Gemma4Format(ToolFormat):
     """Gemma 4's call blocks."""
 
     name = "gemma4"
+    syntax = "Gemma 4: ``<|tool_call>call:NAME{key:VALUE,...}<tool_call|>``, one call per block."
     arguments_layout = 'Gemma values (`<|"|>` strings, bare keys)'
     aliases = ("gemma-4", "gemma_4")
     openers, closer, open_marker, forced_prefix, call_suffix = (OPEN,), CLOSE, OPEN, OPEN + CALL, CLOSE

@@ -10,9 +10,8 @@ import re
 from typing import Any
 
 from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import per_tool
+from radixlm.runtime.chat_formats.tool_formats.grammar import params_grammar, per_tool, tag_param, wrapped
 from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import xml_params
-from radixlm.runtime.chat_formats.tool_formats.typed_args import params_grammar, tag_param, wrapped
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -23,6 +22,8 @@ class Glm45Format(ToolFormat, tags=(OPEN, CLOSE)):
     """Key/value tags, one function per ``<tool_call>`` block."""
 
     name = "glm45"
+    syntax = ("GLM-4.5 / 4.6 / 4.7: "
+              "``<tool_call>NAME\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n...</tool_call>``.")
     arguments_layout = 'key/value tags'
     aliases = ("glm4_moe", "glm46", "glm47", "glm", "glm4")
     call_separator = CLOSE + "\n" + OPEN

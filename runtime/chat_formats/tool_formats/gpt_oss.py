@@ -27,6 +27,8 @@ class GptOssFormat(ToolFormat):
     """gpt-oss harmony calls, one message per call."""
 
     name = "gpt_oss"
+    syntax = ("gpt-oss (harmony): a call is a message on the commentary channel addressed to the "
+              "function.")
     aliases = ("gpt-oss", "openai")
     openers = (OPEN, TEMPLATE_OPEN)
     closer = CALL

@@ -9,9 +9,8 @@ import json
 import re
 from typing import Any
 
-from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, json_head
+from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, call_list, json_head
 from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
-from radixlm.runtime.chat_formats.tool_formats.json_calls import call_list
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN = "<|tool_call|>"
@@ -26,6 +25,7 @@ class GraniteFormat(ToolFormat):
     next_call_head = json_head(r",\s*")
 
     name = "granite"
+    syntax = "Granite 3.x: ``<|tool_call|>`` then a JSON list of ``{\"name\", \"arguments\"}`` objects."
     call_head = json_head(re.escape(OPEN) + r"\s*\[")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:

@@ -28,6 +28,8 @@ class HermesFormat(ToolFormat, tags=(OPEN, CLOSE)):
     """One JSON object per ``<tool_call>`` block."""
 
     name = "hermes"
+    syntax = ("Hermes / Qwen2.5 / Qwen3: ``<tool_call>\\n{\"name\": ..., \"arguments\": "
+              "{...}}\\n</tool_call>``.")
     aliases = ("qwen25", "qwen", "qwen3")
     call_head = json_head(re.escape(OPEN))
     bare_json_calls = True  # Qwen2.5(-Coder) / Llama 3.x write bare call objects under auto

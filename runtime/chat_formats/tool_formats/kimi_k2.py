@@ -28,6 +28,8 @@ class KimiK2Format(ToolFormat):
     """Kimi-K2 calls in a section; ids come from the text."""
 
     name = "kimi_k2"
+    syntax = ("Kimi-K2: "
+              "``<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}<|tool_call_end|>...<|tool_calls_section_end|>``.")
     aliases = ("kimi",)
     openers = (SECTION_OPEN,)
     closer = SECTION_CLOSE

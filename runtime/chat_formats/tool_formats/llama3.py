@@ -11,9 +11,14 @@ import json
 import re
 from typing import Any
 
-from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, json_head, named_call
+from radixlm.runtime.chat_formats.tool_formats.base import (
+    ParsedCall,
+    ToolFormat,
+    decode_at,
+    json_head,
+    named_call,
+)
 from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
-from radixlm.runtime.chat_formats.tool_formats.json_calls import decode_at
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 PYTHON_TAG = "<|python_tag|>"
@@ -24,6 +29,8 @@ class Llama3Format(ToolFormat):
     """Bare JSON call objects (the output starts one with ``{"name": ``)."""
 
     name = "llama3"
+    syntax = ("Llama 3.x JSON calls: ``{\"name\": \"f\", \"parameters\": {...}}``, optionally after "
+              "``<|python_tag|>``.")
     aliases = ("llama", "llama31", "llama33", "llama3_json", "llama4_json")
     openers = (PYTHON_TAG, CALL_OPEN)
     open_marker = CALL_OPEN

@@ -17,9 +17,8 @@ from radixlm.runtime.chat_formats.tool_formats.base import (
     calls_in,
     dump_args,
 )
-from radixlm.runtime.chat_formats.tool_formats.grammar import per_tool
+from radixlm.runtime.chat_formats.tool_formats.grammar import params_grammar, per_tool, tag_param, wrapped
 from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import xml_params
-from radixlm.runtime.chat_formats.tool_formats.typed_args import params_grammar, tag_param, wrapped
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
@@ -31,6 +30,7 @@ class MiniMaxM2Format(ToolFormat):
     """MiniMax-M2 invocations, several per block."""
 
     name = "minimax_m2"
+    syntax = "MiniMax-M2: XML invocations in a ``<minimax:tool_call>`` block."
     arguments_layout = 'XML parameters'
     aliases = ("minimax-m2",)
     openers, closer, open_marker, forced_prefix, call_suffix = (OPEN,), CLOSE, OPEN, OPEN + "\n", CLOSE

@@ -13,12 +13,13 @@ from typing import Any
 from radixlm.runtime.chat_formats.tool_formats.base import (
     ParsedCall,
     ToolFormat,
+    call_list,
+    decode_at,
     dump_args,
     json_head,
     mistral_call_id,
 )
 from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
-from radixlm.runtime.chat_formats.tool_formats.json_calls import call_list, decode_at
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN = "[TOOL_CALLS]"
@@ -47,6 +48,9 @@ class MistralFormat(ToolFormat):
     next_call_head = json_head(r",\s*")
 
     name = "mistral"
+    syntax = ("Mistral: ``[TOOL_CALLS]`` then a JSON list of calls (v3 / Nemo), or, from tokenizer "
+              "v11\n(Mistral Small 3.2, Devstral), ``[TOOL_CALLS]name[ARGS]{...}`` per call "
+              "(``[CALL_ID]id`` optional).")
     inner_markers = ("[ARGS]", "[CALL_ID]")
     call_head = json_head(re.escape(OPEN) + r"\s*\[")
 

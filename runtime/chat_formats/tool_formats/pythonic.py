@@ -2,7 +2,7 @@
 
 Arguments are Python literals written as keyword arguments; a forced call's arguments are
 constrained by the tool's whole schema (each value a Python literal of its property's sub-schema,
-see :mod:`radixlm.runtime.chat_formats.tool_formats.typed_args`).
+see :mod:`radixlm.runtime.chat_formats.tool_formats.grammar`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,12 @@ from typing import Any
 
 from radixlm.constrained.ir import builder as ir
 from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import per_tool
-from radixlm.runtime.chat_formats.tool_formats.typed_args import params_grammar, python_keyword, wrapped
+from radixlm.runtime.chat_formats.tool_formats.grammar import (
+    params_grammar,
+    per_tool,
+    python_keyword,
+    wrapped,
+)
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 
@@ -56,6 +60,8 @@ class PythonicFormat(ToolFormat):
     """A Python list of calls with keyword arguments."""
 
     name = "pythonic"
+    syntax = ("Llama 3.2 / Llama 4 pythonic calls: ``[get_weather(city=\"Paris\", metric=True), "
+              "f(x=1)]``.")
     arguments_layout = 'Python keyword arguments'
     aliases = ("llama4", "llama32", "llama4_pythonic")
     openers = ("[",)

@@ -3,6 +3,12 @@
 ``<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>``.
 Values are raw text; the tool's schema says how to read them (a string stays text, other types
 are read as JSON), as the family's own parser does.
+
+Seed-OSS: Qwen3-Coder's XML parameters in a ``<seed:tool_call>`` wrapper.
+
+``<seed:tool_call>\\n<function=NAME>\\n<parameter=KEY>VALUE</parameter>\\n...</function>\\n</seed:tool_call>``,
+one function per block. Values are raw text for strings and JSON otherwise, read back by the tool's
+schema as the Qwen3-Coder values are.
 """
 
 from __future__ import annotations
@@ -11,9 +17,9 @@ import re
 from typing import Any
 
 from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import per_tool
-from radixlm.runtime.chat_formats.tool_formats.typed_args import (
+from radixlm.runtime.chat_formats.tool_formats.grammar import (
     params_grammar,
+    per_tool,
     property_schemas,
     tag_param,
     typed_value,
@@ -44,6 +50,7 @@ class Qwen3CoderFormat(ToolFormat):
     """XML-parameter calls, one function per ``<tool_call>`` block."""
 
     name = "qwen3_coder"
+    syntax = "Qwen3-Coder: XML-style parameters inside ``<tool_call>``."
     arguments_layout = 'XML parameters'
     aliases = ("qwen3_xml",)
     openers = (OPEN,)
@@ -69,4 +76,25 @@ class Qwen3CoderFormat(ToolFormat):
         param = tag_param("<parameter={key}>\n", "\n</parameter>\n")
         return per_tool(tools, name, lambda i, t: wrapped(
             params_grammar(i, t, param, layout="qwen3_coder XML-parameter"), f"<function={t.name}>\n", "</function>"),
+            self.call_separator, max_calls)
+
+
+SEED_OPEN, SEED_CLOSE = "<seed:tool_call>", "</seed:tool_call>"
+
+
+class SeedOssFormat(Qwen3CoderFormat):
+    """XML-parameter calls, one function per ``<seed:tool_call>`` block."""
+
+    name = "seed_oss"
+    syntax = "Seed-OSS: Qwen3-Coder's XML parameters in a ``<seed:tool_call>`` wrapper."
+    arguments_layout = 'XML parameters'
+    aliases = ("seed-oss",)
+    open_tag, close_tag = SEED_OPEN, SEED_CLOSE
+    openers, closer, open_marker, forced_prefix, call_suffix = (SEED_OPEN,), SEED_CLOSE, SEED_OPEN, SEED_OPEN + "\n", "\n" + SEED_CLOSE
+    call_separator = "\n" + SEED_CLOSE + "\n" + SEED_OPEN + "\n"
+
+    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+        param = tag_param("<parameter={key}>", "</parameter>\n")
+        return per_tool(tools, name, lambda i, t: wrapped(
+            params_grammar(i, t, param, layout="seed_oss XML-parameter"), f"<function={t.name}>\n", "</function>"),
             self.call_separator, max_calls)

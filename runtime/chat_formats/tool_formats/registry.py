@@ -3,19 +3,30 @@
 Names follow SGLang's / vLLM's ``--tool-call-parser`` names. Detection looks for each family's
 markers in the template source, most specific first (several families reuse ``<tool_call>``);
 a template with none of them gets ``hermes``, with a warning when it renders tool calls in
-markers of its own (:mod:`radixlm.runtime.chat_formats.tool_formats.unparsed`).
+markers of its own (below).
+
+Tool-call markers no parser reads: found in a chat template that detection gave no family.
+
+A template that renders tool calls but whose markers match no family would silently get the
+default (``hermes``), forcing the model into a syntax it never saw. :func:`unparsed_markers` lists
+the marker-like texts such a template writes around calls; the registry logs them with the
+``--tool-call-parser`` choices, so the operator can pick the right one or knows none fits.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+
 from radixlm.runtime.chat_formats.format_registry import FormatRegistry
 from radixlm.runtime.chat_formats.tool_formats.base import ToolFormat
 from radixlm.runtime.chat_formats.tool_formats.cohere import CohereFormat, CommandRFormat
-from radixlm.runtime.chat_formats.tool_formats.deepseekv3 import DeepSeekV3Format
-from radixlm.runtime.chat_formats.tool_formats.deepseekv31 import DeepSeekV31Format
-from radixlm.runtime.chat_formats.tool_formats.deepseekv32 import DeepSeekV32Format
-from radixlm.runtime.chat_formats.tool_formats.functionary import FunctionaryV31Format
-from radixlm.runtime.chat_formats.tool_formats.functionary_v32 import FunctionaryV32Format
+from radixlm.runtime.chat_formats.tool_formats.deepseek import (
+    DeepSeekV3Format,
+    DeepSeekV31Format,
+    DeepSeekV32Format,
+)
+from radixlm.runtime.chat_formats.tool_formats.functionary import FunctionaryV31Format, FunctionaryV32Format
 from radixlm.runtime.chat_formats.tool_formats.gemma4 import Gemma4Format
 from radixlm.runtime.chat_formats.tool_formats.glm45 import Glm45Format
 from radixlm.runtime.chat_formats.tool_formats.gpt_oss import GptOssFormat
@@ -26,9 +37,7 @@ from radixlm.runtime.chat_formats.tool_formats.llama3 import Llama3Format
 from radixlm.runtime.chat_formats.tool_formats.minimax_m2 import MiniMaxM2Format
 from radixlm.runtime.chat_formats.tool_formats.mistral import MistralFormat
 from radixlm.runtime.chat_formats.tool_formats.pythonic import PythonicFormat
-from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import Qwen3CoderFormat
-from radixlm.runtime.chat_formats.tool_formats.seed_oss import SeedOssFormat
-from radixlm.runtime.chat_formats.tool_formats.unparsed import warn_unparsed
+from radixlm.runtime.chat_formats.tool_formats.qwen3_coder import Qwen3CoderFormat, SeedOssFormat
 
 # (family, markers that must all be in the template), most specific first
 _DETECT: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -71,3 +80,39 @@ def resolve(parser: str | None, chat_template: str | None) -> ToolFormat | None:
     if not parser and REGISTRY.detected(chat_template) is None:
         warn_unparsed(chat_template, DEFAULT, names())
     return REGISTRY.resolve(parser, chat_template)
+
+
+logger = logging.getLogger("radixlm.chat_formats")
+
+# marker-like texts around calls: <|tool_call>, <tool_calls>, [TOOL_CALLS], <|START_ACTION|>, >>>
+_MARKER = re.compile(r"<\|?/?[A-Za-z_:｜▁]*(?:tool|function|action|call)[A-Za-z_▁]*\|?>|\[/?TOOL[A-Z_]*\]|"
+                     r">>>|Action:(?=\\n```json)|<\|[A-Z_]*(?:ACTION|TOOL)[A-Z_]*\|>", re.I)
+# families we know by their markers but do not parse, named in the warning
+KNOWN = (("Gemma 4", "<|tool_call>"), ("Command R / R+", "Action:"),
+         ("MiniMax-M1", "<tool_calls>"))
+_SHOWN = 8
+
+
+def renders_calls(template: str) -> bool:
+    """Whether the template writes assistant tool calls at all."""
+    return "tool_calls" in template or "tool_call" in template
+
+
+def unparsed_markers(template: str) -> list[str]:
+    """The distinct marker-like texts of a template (first seen first, at most a few)."""
+    found = list(dict.fromkeys(m.group(0) for m in _MARKER.finditer(template)))
+    return found[:_SHOWN]
+
+
+def warn_unparsed(template: str | None, default: str, choices: list[str]) -> bool:
+    """Log a warning when ``template`` renders tool calls in markers no parser matched (the caller
+    saw detection fall back to ``default``); True when it warned."""
+    if not template or not renders_calls(template):
+        return False
+    markers = unparsed_markers(template)
+    family = next((name for name, marker in KNOWN if marker in template), None)
+    what = f"{family}'s tool-call syntax" if family else "tool calls"
+    shown = ", ".join(repr(m) for m in markers) or "no marker any parser knows"
+    logger.warning("the chat template writes %s with markers no tool-call parser reads (%s); using %r. "
+                   "Set --tool-call-parser to one of: %s", what, shown, default, ", ".join(choices))
+    return True
