@@ -1,5 +1,6 @@
-"""The code's layout in figures: modules per folder, the import floors of ``constrained/``, the lines
-of documentation, and the repository files one schema-constrained chat request runs through.
+"""The code's layout in figures: modules per folder, the import floors of ``constrained/`` and
+``runtime/server/``, the lines of documentation, and the repository files one schema-constrained chat
+request runs through.
 
     python benchmarks/layout_stats.py            # static figures
     python benchmarks/layout_stats.py --trace    # plus the files a request touches (starts an engine)
@@ -51,7 +52,8 @@ def import_floors(folder: str = "constrained") -> dict[str, int]:
     """Module -> floor: 0 if it imports no other module of the folder, else 1 + the highest floor
     of those it imports (every import statement counts, lazy ones too)."""
     base = REPO / folder
-    mods = {".".join(("radixlm", folder, *p.relative_to(base).with_suffix("").parts)).removesuffix(".__init__"): p
+    package = "radixlm." + folder.replace("/", ".")
+    mods = {".".join((package, *p.relative_to(base).with_suffix("").parts)).removesuffix(".__init__"): p
             for p in base.rglob("*.py")}
     deps = {m: {i for i in _imports(p) if i in mods and i != m and not m.startswith(i + ".")}
             for m, p in mods.items()}
@@ -73,7 +75,7 @@ def node_floors(folder: str = "constrained") -> dict[str, int]:
     """The same floors with each sub-package counted as one node (its modules' imports merged):
     how deep the folder's root reads, its sub-packages' inner chains aside."""
     base = REPO / folder
-    prefix = f"radixlm.{folder}."
+    prefix = "radixlm." + folder.replace("/", ".") + "."
 
     def node(module: str) -> str:
         rest = module.removeprefix(prefix).split(".")
@@ -235,6 +237,12 @@ def main() -> None:
     print("  modules per floor:", dict(sorted(by_floor.items())))
     nodes = node_floors()
     print(f"  with each sub-package one node: {len(nodes)} nodes, floors 0..{max(nodes.values())}:",
+          ", ".join(f"{n}={f}" for n, f in sorted(nodes.items(), key=lambda kv: (kv[1], kv[0]))))
+    server = import_floors("runtime/server")
+    print(f"runtime/server/: {len(server)} modules, floors 0..{max(server.values())} module by module;",
+          "modules per floor:", dict(sorted(Counter(server.values()).items())))
+    nodes = node_floors("runtime/server")
+    print(f"  with each folder one node: floors 0..{max(nodes.values())}:",
           ", ".join(f"{n}={f}" for n, f in sorted(nodes.items(), key=lambda kv: (kv[1], kv[0]))))
     lines = doc_lines()
     print(f"documentation lines (README.md, docs/**/*.md, benchmarks/**/*.md): {sum(lines.values())}")

@@ -53,7 +53,7 @@ def _fail(error: Exception) -> NoReturn:
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
     from radixlm.flags import add_ignored_flags
-    from radixlm.runtime.server.state import DEFAULT_MAX_BODY_BYTES
+    from radixlm.runtime.server.transport.state import DEFAULT_MAX_BODY_BYTES
     from radixlm.runtime.server_args import ServerArgs
 
     p = subparsers.add_parser("serve", help="run the HTTP server (native + OpenAI-compatible API)",
@@ -95,8 +95,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> None:
 def serve_settings(args: argparse.Namespace):
     """``radixlm serve``'s parsed flags as ``(ServerArgs, ServerConfig)``; a usage error (one line,
     exit code 2) for a conflict or a bad value."""
-    from radixlm.runtime.server.auth import ADMIN_KEY_ENV, load_api_keys
-    from radixlm.runtime.server.state import ServerConfig
+    from radixlm.runtime.server.transport.access import ADMIN_KEY_ENV, load_api_keys
+    from radixlm.runtime.server.transport.state import ServerConfig
 
     if args.model is not None:
         if args.model_path is not None and args.model_path != args.model:
@@ -143,7 +143,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _serve_data_parallel(args: argparse.Namespace, server_args, keys: list[str],
                          admin_key: str | None = None) -> int:
     from radixlm.runtime.router.launcher import serve_data_parallel
-    from radixlm.runtime.server.auth import ADMIN_KEY_ENV, API_KEY_ENV
+    from radixlm.runtime.server.transport.access import ADMIN_KEY_ENV, API_KEY_ENV
     from radixlm.startup import StartupError, check_checkpoint, check_port_free, resolve_sources
 
     if args.dp_size < 1:

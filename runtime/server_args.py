@@ -22,7 +22,7 @@ SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
 EVICTION_POLICIES = ("lru", "lfu")
-CACHE_ISOLATIONS = ("shared", "per-request")  # runtime/server/auth.py: cache_namespace
+CACHE_ISOLATIONS = ("shared", "per-request")  # runtime/server/transport/access.py: cache_namespace
 # runtime.chat_formats.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import it)
 TOOL_CALL_PARSERS = ("cohere", "cohere2", "command-a", "command-r", "command-r-plus", "command-r7b",
                      "command_a", "command_r", "command_r7b", "command_r_plus", "deepseek-r1", "deepseek_v3",

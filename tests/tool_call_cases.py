@@ -196,7 +196,7 @@ API_TOOLS = [ToolSpec("get_weather", "Weather", WEATHER).to_template(), ToolSpec
 def family_client(engine, family: str):
     """An OpenAI client of a live server on ``engine`` that parses calls in ``family``'s syntax."""
     from radixlm.runtime.server.app import BackgroundServer
-    from radixlm.runtime.server.state import ServerConfig
+    from radixlm.runtime.server.transport.state import ServerConfig
 
     engine.server_args.tool_call_parser = family
     srv = BackgroundServer(engine, ServerConfig(port=0)).start()

@@ -1,6 +1,6 @@
 """The nouns of tool calling that every chat format shares: a declared tool (``ToolSpec``), a completed
 call (``ToolCall``), and the JSON schema of one call in the ``<tool_call>`` family's layout
-(``call_schema``). Parsing a request's ``tools`` field is the server's (``runtime/server/tool_calls.py``).
+(``call_schema``). Parsing a request's ``tools`` field is the server's (``runtime/server/chat/tools.py``).
 """
 
 from __future__ import annotations

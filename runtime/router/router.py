@@ -56,7 +56,7 @@ from radixlm.runtime.router.policy import (
     RoutingConfig,
     RoutingPolicy,
 )
-from radixlm.runtime.server.http_errors import APIError
+from radixlm.runtime.server.transport.errors import APIError
 from radixlm.runtime.server.metrics import PREFIX
 
 logger = logging.getLogger("radixlm.router")
@@ -260,7 +260,7 @@ def create_router_app(config: RouterConfig, bind_host: str | None = None,
     """The router's aiohttp application; with ``bind_host``, the servers' Host, Origin and JSON-only
     checks too (``runtime.server.origin_checks``: the router is the public face of the replicas)."""
     from radixlm.runtime.server.app import error_middleware  # same error shape as the servers behind it
-    from radixlm.runtime.server.origin_checks import origin_middleware
+    from radixlm.runtime.server.transport.access import origin_middleware
 
     router = Router(config)
     middlewares = [error_middleware]

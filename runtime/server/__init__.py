@@ -5,7 +5,6 @@
 """
 
 from radixlm.runtime.server.app import BackgroundServer, create_app
-from radixlm.runtime.server.engine_api import ServedEngine
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServedEngine, ServerConfig
 
 __all__ = ["BackgroundServer", "ServedEngine", "ServerConfig", "create_app"]

@@ -25,21 +25,24 @@ import threading
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from radixlm.runtime.server.anthropic_api import AnthropicRoutes, anthropic_error
-from radixlm.runtime.server.auth import OPEN_PATHS, auth_middleware
-from radixlm.runtime.server.connection_guard import ConnectionGuard, GuardedSite
-from radixlm.runtime.server.cors import AllowedOrigins, cors_headers, preflight_middleware
+from radixlm.runtime.server.anthropic import AnthropicRoutes
 from radixlm.runtime.server.dashboard.routes import DashboardRoutes, public_paths
-from radixlm.runtime.server.embeddings_api import EmbeddingsRoutes
-from radixlm.runtime.server.engine_api import ServedEngine
-from radixlm.runtime.server.http_errors import APIError, from_exception
-from radixlm.runtime.server.native_api import NativeRoutes
-from radixlm.runtime.server.ollama_api import OLLAMA_PREFIX, OllamaRoutes
-from radixlm.runtime.server.openai_api import OpenAIRoutes
-from radixlm.runtime.server.origin_checks import origin_middleware
-from radixlm.runtime.server.responses_api import ResponsesRoutes
-from radixlm.runtime.server.server_info import ServerInfoRoutes
-from radixlm.runtime.server.state import ServerConfig, ServerState
+from radixlm.runtime.server.native.api import NativeRoutes, ServerInfoRoutes
+from radixlm.runtime.server.ollama import OllamaRoutes
+from radixlm.runtime.server.openai.api import OpenAIRoutes
+from radixlm.runtime.server.openai.embeddings import EmbeddingsRoutes
+from radixlm.runtime.server.responses import ResponsesRoutes
+from radixlm.runtime.server.transport.access import (
+    OPEN_PATHS,
+    AllowedOrigins,
+    auth_middleware,
+    cors_headers,
+    origin_middleware,
+    preflight_middleware,
+)
+from radixlm.runtime.server.transport.connection_guard import ConnectionGuard, GuardedSite
+from radixlm.runtime.server.transport.errors import APIError, error_response, from_exception
+from radixlm.runtime.server.transport.state import ServedEngine, ServerConfig, ServerState
 
 logger = logging.getLogger("radixlm.server")
 
@@ -70,14 +73,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(request.path, err)
 
 
-def error_response(path: str, err: APIError) -> web.Response:
-    """``err`` as its route's clients read it: Anthropic's shape under ``/v1/messages``, Ollama's
-    ``{"error": "..."}`` under ``/api/``, OpenAI's everywhere else (401, 404, 405, 415 included)."""
-    if path == "/v1/messages" or path.startswith("/v1/messages/"):
-        return web.json_response(anthropic_error(err), status=err.status, headers=err.headers())
-    if path.startswith(OLLAMA_PREFIX):
-        return web.json_response({"error": err.message}, status=err.status, headers=err.headers())
-    return err.to_response()
 
 
 @web.middleware
@@ -112,7 +107,7 @@ async def url_limit_middleware(request: web.Request, handler: Handler) -> web.St
 
 def create_app(engine: ServedEngine, config: ServerConfig | None = None) -> web.Application:
     """The aiohttp application serving ``engine`` (an ``Engine``, or anything with the members of
-    :class:`~radixlm.runtime.server.engine_api.ServedEngine`)."""
+    :class:`~radixlm.runtime.server.transport.state.ServedEngine`)."""
     config = config or ServerConfig()
     origins = AllowedOrigins(engine.server_args.allowed_origins)
     middlewares = [handler_count_middleware, error_middleware, drain_middleware, url_limit_middleware]

@@ -152,7 +152,7 @@ def marker_checkpoint(tmp_path_factory):
 def test_auto_calls_opened_by_a_special_token_are_parsed(marker_checkpoint, family):
     from radixlm.runtime.engine.engine import Engine
     from radixlm.runtime.server.app import BackgroundServer
-    from radixlm.runtime.server.state import ServerConfig
+    from radixlm.runtime.server.transport.state import ServerConfig
 
     engine = Engine(str(marker_checkpoint), max_total_tokens=4096, random_seed=0, tool_call_parser=family)
     srv = BackgroundServer(engine, ServerConfig(port=0)).start()

@@ -202,7 +202,7 @@ def qwen3_engine(tmp_path_factory):
 @pytest.fixture
 def server(qwen3_engine):
     from radixlm.runtime.server.app import BackgroundServer
-    from radixlm.runtime.server.state import ServerConfig
+    from radixlm.runtime.server.transport.state import ServerConfig
 
     servers = []
 

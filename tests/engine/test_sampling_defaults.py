@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from radixlm.runtime.engine.engine import load_sampling_defaults
 from radixlm.runtime.sampling_params import SamplingDefaults, SamplingParams
-from radixlm.runtime.server.openai_sampling import read_sampler_fields
-from radixlm.runtime.server.request_fields import FieldReader
+from radixlm.runtime.server.chat.request import read_sampler_fields
+from radixlm.runtime.server.transport.body import FieldReader
 from radixlm.runtime.server_args import ServerArgs
 
 from radixlm import Engine

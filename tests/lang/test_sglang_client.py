@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 from sglang_client import FETCH_COMMAND, ClientUnavailable, install
 
 import radixlm

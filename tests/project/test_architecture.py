@@ -246,3 +246,72 @@ def test_design_names_every_module():
     missing = sorted(module for module, path in package_modules().items()
                      if path.stem != "__init__" and f"`{path.stem}`" not in design)
     assert not missing, "modules docs/DESIGN.md does not name: " + ", ".join(missing)
+
+
+SERVER = "radixlm.runtime.server"
+SERVER_PROTOCOLS = ("openai", "responses", "anthropic", "ollama", "native", "dashboard")
+# node of runtime/server/ -> the nodes it may import (besides itself): the transport at the bottom, the one chat
+# pipeline on it, the protocols on both (never on one another), the app wiring them all
+SERVER_ALLOWED: dict[str, set[str]] = {
+    "metrics": set(),
+    "transport": {"metrics"},
+    "chat": {"transport", "metrics"},
+    **{p: {"chat", "transport", "metrics"} for p in SERVER_PROTOCOLS},
+    "app": {"transport", "metrics", "chat", *SERVER_PROTOCOLS},
+    "__init__": {"app", "transport"},
+}
+
+
+def _server_node(module: str) -> str:
+    """A ``runtime/server/`` module's node: its folder, or the root module itself (the package: ``__init__``)."""
+    rest = module.removeprefix(SERVER).lstrip(".")
+    return rest.split(".")[0] or "__init__"
+
+
+def _server_imports() -> dict[str, set[str]]:
+    """``runtime/server/`` module -> the ``runtime/server/`` modules it imports (every statement)."""
+    modules = {m: p for m, p in package_modules().items() if m == SERVER or m.startswith(SERVER + ".")}
+    out: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        out[module] = {m for m in found if m in modules and m != module and not module.startswith(m + ".")}
+    return out
+
+
+def test_server_is_laid_out_by_protocol():
+    """``runtime/server/``: every module belongs to a known node; a protocol imports the chat pipeline and the
+    transport, never another protocol; ``chat/`` imports no protocol and ``transport/`` neither; at most 30
+    modules (the dashboard's included) standing on at most 6 floors of nodes (a node's floor: 0 if it
+    imports no other node, else one more than the highest it imports)."""
+    imports = _server_imports()
+    assert len(imports) <= 30, sorted(imports)
+    unknown = sorted({_server_node(m) for m in imports} - set(SERVER_ALLOWED))
+    assert not unknown, f"runtime/server/ nodes the layering does not know: {unknown}"
+    graph: dict[str, set[str]] = defaultdict(set)
+    bad = []
+    for module, targets in imports.items():
+        node = _server_node(module)
+        for target in targets:
+            dst = _server_node(target)
+            if dst != node:
+                graph[node].add(dst)
+                if dst not in SERVER_ALLOWED[node]:
+                    bad.append(f"{module} -> {target}")
+    assert not bad, "runtime/server/ imports across its layers:\n" + "\n".join(sorted(bad))
+    floors: dict[str, int] = {}
+
+    def floor(node: str, path: tuple[str, ...]) -> int:
+        if node in path:
+            raise AssertionError("import cycle in runtime/server/: " + " -> ".join((*path, node)))
+        if node not in floors:
+            floors[node] = 1 + max((floor(n, (*path, node)) for n in graph[node]), default=-1)
+        return floors[node]
+
+    for node in sorted(SERVER_ALLOWED):
+        floor(node, ())
+    assert max(floors.values()) <= 5, floors

@@ -32,7 +32,7 @@ import jsonschema
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 from radixlm.__main__ import build_parser
 

@@ -18,7 +18,7 @@ from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.router.policy import RoutingConfig
 from radixlm.runtime.router.router import REPLICA_HEADER, RouterConfig, create_router_app
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 P = "radixlm:"
 

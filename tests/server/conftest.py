@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import openai
 import pytest
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|><think>\n{% endif %}")

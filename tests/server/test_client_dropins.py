@@ -20,8 +20,8 @@ from pydantic import BaseModel
 from radixlm.runtime.checkpoints.real_added_tokens import rename_added_tokens
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.request_fields import IGNORED_HEADER
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.body import IGNORED_HEADER
+from radixlm.runtime.server.transport.state import ServerConfig
 
 HI = [{"role": "user", "content": "hi"}]
 FIM = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 MSG = [{"role": "user", "content": "A number, please."}]
 # every integer is a multiple of 1: the relaxed `not` (strict mode rejects it) is always violated

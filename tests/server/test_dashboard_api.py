@@ -16,7 +16,7 @@ from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
 from radixlm.runtime.server.dashboard import routes
 from radixlm.runtime.server.dashboard.views import InspectedEngine
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 SHARED = "You are the dashboard test's assistant. Read the question and answer it briefly. "
 SCHEMA = {"type": "object", "properties": {"city": {"enum": ["Paris", "Lima", "Oslo"]},

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 CHROMIUM = "/usr/bin/chromium"
 SHARED = "Every request of this browser test shares this long system prompt about the radix tree. "

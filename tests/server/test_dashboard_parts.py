@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from radixlm.runtime.scheduler.req import TokenOrigins
-from radixlm.runtime.server.auth import cache_namespace, tenant_id
-from radixlm.runtime.server.dashboard.namespaces import namespace_view
-from radixlm.runtime.server.dashboard.series import SeriesSampler, window_quantile
+from radixlm.runtime.server.dashboard.feed import SeriesSampler, window_quantile
+from radixlm.runtime.server.dashboard.views import namespace_view
 from radixlm.runtime.server.metrics import Histogram
+from radixlm.runtime.server.transport.access import cache_namespace, tenant_id
 
 pytestmark = pytest.mark.unit
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.server.engine_api import ServedEngine, ServedModelConfig, ServedTokenizer
+from radixlm.runtime.server.transport.state import ServedEngine, ServedModelConfig, ServedTokenizer
 
 
 def test_engine_has_every_member_the_server_uses():

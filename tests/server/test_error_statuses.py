@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 KEY = "sekrit-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -15,7 +15,7 @@ import socket
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 GUARD_S = 60.0
 SHORT_S = 0.5

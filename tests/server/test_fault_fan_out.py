@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 from radixlm.runtime.server_args import ServerArgs
 
 MAX_PROMPTS, MAX_SEQS, MAX_QUEUED = 4, 8, 6

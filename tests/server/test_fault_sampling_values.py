@@ -12,7 +12,7 @@ import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.sampling_params import SEED_RANGE, SamplingParams, choice_seed
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 GUARD_S = 120  # a hang guard only
 INT64_MAX = 2**63 - 1

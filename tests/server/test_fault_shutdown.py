@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import CUT_MARGIN_S, BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 GRACE_S = 1.0
 HANG_GUARD_S = 60.0  # a guard against a hung test, not a timing assertion

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 GUARD_S = 120  # a hang guard only: nothing is asserted on time
 PROBES = 5

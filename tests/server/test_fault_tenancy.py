@@ -15,8 +15,8 @@ import aiohttp
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.origin_checks import allowed_host_names, host_name
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.access import allowed_host_names, host_name
+from radixlm.runtime.server.transport.state import ServerConfig
 from radixlm.runtime.server_args import ServerArgs
 
 from radixlm.__main__ import build_parser

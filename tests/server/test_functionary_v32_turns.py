@@ -96,7 +96,7 @@ class ScriptedEngine:
 
 def _client(engine) -> tuple[Any, openai.OpenAI]:
     from radixlm.runtime.server.app import BackgroundServer
-    from radixlm.runtime.server.state import ServerConfig
+    from radixlm.runtime.server.transport.state import ServerConfig
 
     srv = BackgroundServer(engine, ServerConfig(port=0)).start()
     return srv, openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=60)

@@ -12,8 +12,8 @@ import aiohttp
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.request_fields import IGNORED_HEADER
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.body import IGNORED_HEADER
+from radixlm.runtime.server.transport.state import ServerConfig
 
 MSG = [{"role": "user", "content": "Pick one."}]
 GREEDY = {"temperature": 0.0, "max_new_tokens": 6}

@@ -11,7 +11,7 @@ import requests
 from radixlm.lang.backends import EngineBackend
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 from radixlm import function, gen
 

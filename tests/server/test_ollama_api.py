@@ -8,7 +8,7 @@ import jsonschema
 import ollama
 import pytest
 import requests
-from radixlm.runtime.server.request_fields import IGNORED_HEADER
+from radixlm.runtime.server.transport.body import IGNORED_HEADER
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6},
                                            "age": {"type": "integer", "minimum": 0, "maximum": 99}},

@@ -7,7 +7,7 @@ import json
 import jsonschema
 import openai
 import pytest
-from radixlm.runtime.server.tool_calls import MAX_CALLS_PER_TURN
+from radixlm.runtime.server.chat.tools import MAX_CALLS_PER_TURN
 
 MODEL = "default"
 WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Tokyo", "Lima"]},
@@ -262,7 +262,7 @@ def test_chat_history_with_tool_results(client):
 def test_call_extractor_deltas_concatenate_to_the_arguments(text):
     """However the generated call text is split into deltas, the streamed argument pieces
     concatenate to the final ``arguments`` string, which is the generated JSON."""
-    from radixlm.runtime.server.tool_calls import CallExtractor
+    from radixlm.runtime.server.chat.tools import CallExtractor
 
     want_name, want_args = json.loads(text)["name"], json.loads(text)["arguments"]
     for step in (1, 2, 3, 7, len(text)):

@@ -9,9 +9,9 @@ import pytest
 import requests
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.native_api import with_stream_meta
-from radixlm.runtime.server.request_fields import IGNORED_HEADER
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.native.api import with_stream_meta
+from radixlm.runtime.server.transport.body import IGNORED_HEADER
+from radixlm.runtime.server.transport.state import ServerConfig
 from radixlm.runtime.server_args import ServerArgs
 
 from radixlm import __version__

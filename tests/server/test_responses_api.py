@@ -8,7 +8,7 @@ import jsonschema
 import openai
 import pytest
 import requests
-from radixlm.runtime.server.request_fields import IGNORED_HEADER
+from radixlm.runtime.server.transport.body import IGNORED_HEADER
 
 WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Tokyo"]}}, "required": ["city"],
            "additionalProperties": False}

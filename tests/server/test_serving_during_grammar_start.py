@@ -12,7 +12,7 @@ from grammar_gate import Gate, in_thread
 from polling import wait_for
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}, "year": {"type": "integer"}},
           "required": ["city", "year"], "additionalProperties": False}

@@ -13,7 +13,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "data" / "sglang_grafana" / "sglang-dashboard.json"
 DASHBOARD_PREFIX = "sglang"

@@ -7,7 +7,7 @@ import json
 import urllib.request
 
 import pytest
-from radixlm.runtime.server.tool_calls import parse_tools
+from radixlm.runtime.server.chat.tools import parse_tools
 
 MSG = [{"role": "user", "content": "What time is it in Lima?"}]
 TOOLS = [{"type": "function", "function": {"name": "get_time", "description": "Time in a zone",

@@ -29,10 +29,10 @@ from typing import Any
 from aiohttp import web
 from radixlm.runtime.chat_formats.tools import call_schema
 from radixlm.runtime.sampling_params import SamplingParams
-from radixlm.runtime.server.http_errors import bad_request
-from radixlm.runtime.server.request_fields import FieldReader
-from radixlm.runtime.server.state import RequestRecord, ServerState
-from radixlm.runtime.server.tool_calls import parse_tools
+from radixlm.runtime.server.chat.tools import parse_tools
+from radixlm.runtime.server.transport.body import FieldReader
+from radixlm.runtime.server.transport.errors import bad_request
+from radixlm.runtime.server.transport.state import RequestRecord, ServerState
 
 MAX_NEW_TOKENS = 1024
 SAMPLING_FIELDS = (("temperature", "number", 0.0, 2.0), ("top_p", "number", 0.0, 1.0),

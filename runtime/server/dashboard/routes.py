@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from radixlm.runtime.server.auth import forbidden_unless_admin
-from radixlm.runtime.server.dashboard.feed import DashboardFeed, FeedFull
+from radixlm.runtime.server.dashboard.feed import DashboardFeed, FeedFull, SeriesSampler
 from radixlm.runtime.server.dashboard.playground import parse_playground, playground_events
-from radixlm.runtime.server.dashboard.series import SeriesSampler
 from radixlm.runtime.server.dashboard.views import InspectedEngine, inspection_view
-from radixlm.runtime.server.http_errors import APIError, bad_request
-from radixlm.runtime.server.sse import open_stream, write_stream
-from radixlm.runtime.server.state import ServerState
+from radixlm.runtime.server.transport.access import forbidden_unless_admin
+from radixlm.runtime.server.transport.errors import APIError, bad_request
+from radixlm.runtime.server.transport.sse import open_stream, write_stream
+from radixlm.runtime.server.transport.state import ServerState
 
 STATIC = Path(__file__).parent / "static"
 ASSETS = {"dashboard.css": "text/css", "dashboard.js": "text/javascript", "charts.js": "text/javascript",
