@@ -1,4 +1,6 @@
-"""``POST /v1/messages`` bodies (Anthropic's Messages API): checked, then written as a chat-completions body.
+"""Anthropic's Messages API (``/v1/messages``) on the chat pipeline: its request and its route.
+
+``POST /v1/messages`` bodies (Anthropic's Messages API): checked, then written as a chat-completions body.
 
 ``system`` becomes the system message; a user turn's ``tool_result`` blocks become tool messages
 (before the turn's text), an assistant turn's ``tool_use`` blocks its tool calls and its
@@ -16,7 +18,7 @@ ignored-fields header. Errors name the field as the request wrote it.
 
 ``POST /v1/messages``: Anthropic's Messages API as a translation onto the chat pipeline.
 
-The body (:mod:`.anthropic_request`) runs as one chat choice; its events become content blocks
+The body (this module's request parser) runs as one chat choice; its events become content blocks
 (``thinking``, ``text``, ``tool_use`` with the arguments parsed into ``input``) and, streamed,
 Anthropic's events: ``message_start``, per block ``content_block_start`` / ``content_block_delta``
 (``thinking_delta``, ``text_delta``, ``input_json_delta``) / ``content_block_stop``, then

@@ -1,10 +1,10 @@
 """The HTTP server: application factory, middlewares, and start-up / graceful shutdown.
 
-``create_app(engine, config)`` wires the native routes (:mod:`.native_api`) and the OpenAI
-routes (:mod:`.openai_api`) behind the middlewares: errors (every failure becomes an
-OpenAI-shaped JSON error), the URL limit (414), authentication (:mod:`.auth`; ``/health`` stays
+``create_app(engine, config)`` wires the native routes (:mod:`.native.api`) and the OpenAI
+routes (:mod:`.openai.api`) behind the middlewares: errors (every failure becomes an
+OpenAI-shaped JSON error), the URL limit (414), authentication (:mod:`.transport.access`; ``/health`` stays
 open) and the body limit (aiohttp's ``client_max_size``, answered with 413; a compressed body is
-inflated in bounded steps by :mod:`.json_body`, so the limit also holds after decompression).
+inflated in bounded steps by :mod:`.transport.body`, so the limit also holds after decompression).
 
 ``serve(engine, config)`` runs until SIGINT/SIGTERM (or ``stop`` is set): it then answers every new
 request, ``/health`` included, with a 503 (``code: shutting_down``, so a load balancer takes it out

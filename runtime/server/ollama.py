@@ -1,4 +1,7 @@
-"""What the served model is, for the routes that describe it (Ollama's ``/api/tags``, ``/api/show`` and
+"""Ollama's API (``/api/chat``, ``/api/generate``, ``/api/tags``, ``/api/show``, ``/api/ps``,
+``/api/version``) on the chat pipeline.
+
+What the served model is, for the routes that describe it (Ollama's ``/api/tags``, ``/api/show`` and
 ``/api/ps``), and its fill-in-the-middle markers (``suffix`` on ``/api/generate`` and ``/v1/completions``).
 
 The family comes from the checkpoint's architecture (``Qwen2ForCausalLM`` -> ``qwen2``); the
@@ -22,9 +25,9 @@ template's ``enable_thinking`` (a level, ``low`` / ``medium`` / ``high``: its ``
 ``suffix`` on ``/api/generate`` asks for the code between ``prompt`` and it (fill-in-the-middle).
 
 Ollama's API: ``/api/chat``, ``/api/generate``, ``/api/tags``, ``/api/show``, ``/api/ps``, ``/api/version``
-(``/api/embed``: :mod:`.embeddings_api`).
+(``/api/embed``: :mod:`.openai.embeddings`).
 
-Chat and generate (:mod:`.ollama_request`) run as one chat choice (:mod:`.chat_pipeline`); they
+Chat and generate (this module's request parser) run as one chat choice (:mod:`.chat.pipeline`); they
 stream by default, as NDJSON lines (``"done": false`` deltas, then one ``"done": true`` line with
 ``done_reason`` -- ``stop`` or ``length`` -- and the counts ``prompt_eval_count`` / ``eval_count``);
 ``"stream": false`` answers one object. Tool calls come in ``message.tool_calls`` with their
@@ -33,9 +36,9 @@ arguments as an object (streamed: one line per complete call), the thinking in
 Ollama reports them: ``load_duration`` from the request's arrival to the engine request (the model is
 resident: this is parsing, the template and tokenizing), ``prompt_eval_duration`` from there to the
 first generated token, ``eval_duration`` from it to the last, ``total_duration`` the whole request.
-``suffix`` on ``/api/generate`` is fill-in-the-middle (:func:`.model_facts.fim_prompt`; a 400 for a
+``suffix`` on ``/api/generate`` is fill-in-the-middle (:func:`.chat.pipeline.fim_prompt`; a 400 for a
 model without its tokens). ``/api/tags``, ``/api/show`` and ``/api/ps`` describe the served model
-(:mod:`.model_facts`). Errors are ``{"error": "..."}``, whatever failed (the app's error middleware
+(:class:`ModelFacts`). Errors are ``{"error": "..."}``, whatever failed (the app's error middleware
 answers the same shape for ``/api/`` paths: 401, 404, 405).
 """
 

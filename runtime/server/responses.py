@@ -1,4 +1,7 @@
-"""``POST /v1/responses`` bodies: checked, then written as the equivalent chat-completions body.
+"""OpenAI's Responses API (``/v1/responses``) on the chat pipeline: its request, its output items and events,
+its route.
+
+``POST /v1/responses`` bodies: checked, then written as the equivalent chat-completions body.
 
 The Responses API is served statelessly: ``input`` (text, or items: messages, ``function_call``,
 ``function_call_output``, ``reasoning``) holds the whole conversation and ``instructions`` becomes
@@ -24,9 +27,9 @@ the same items.
 
 ``POST /v1/responses``: OpenAI's Responses API, stateless, as a translation onto the chat pipeline.
 
-The body is checked and written as a chat-completions body (:mod:`.responses_request`), which runs
-as one chat choice (:mod:`.chat_pipeline`); its events become output items and, streamed, the
-Responses events (:mod:`.responses_events`): ``response.created``, ``response.in_progress``, the
+The body is checked and written as a chat-completions body (this module's request parser), which runs
+as one chat choice (:mod:`.chat.pipeline`); its events become output items and, streamed, the
+Responses events (:class:`ResponseBuilder`): ``response.created``, ``response.in_progress``, the
 items' events, then ``response.completed`` -- or ``response.incomplete`` with ``status:
 "incomplete"`` and ``incomplete_details.reason: "max_output_tokens"`` when the output budget ended
 the answer. ``usage`` holds the real counts: ``input_tokens_details.cached_tokens`` is the prompt's

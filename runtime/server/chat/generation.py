@@ -1,4 +1,7 @@
-"""Engine logprobs -> the two OpenAI logprob shapes (legacy completions, and chat ``content``).
+"""One chat choice generated: the engine's output as :class:`ChoiceEvent` s (text, thinking, calls, finish),
+with OpenAI's logprobs.
+
+Engine logprobs -> the two OpenAI logprob shapes (legacy completions, and chat ``content``).
 
 The engine reports logprobs SGLang-style in ``meta_info``: ``output_token_logprobs`` is a list of
 ``[logprob, token_id, ...]`` (``logprob`` is None for a jump-forward token) and

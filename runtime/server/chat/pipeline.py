@@ -1,4 +1,16 @@
-"""The fan-out limits of one HTTP request, checked once before any engine call.
+"""The chat pipeline: a chat-completions request in, each choice's events out.
+
+The OpenAI chat route parses its body into the frozen ``ChatRequest`` and hands it to
+:func:`open_chat`; the Responses, Anthropic and Ollama routes each check their own body, write the
+equivalent ``/v1/chat/completions`` body and hand it to :func:`start_chat` (or :func:`start_raw`
+for a prompt used as it is), which parse it with the same parser. :func:`open_chat` checks the
+fan-out and the tool schemas, plans the prompt (:func:`~radixlm.runtime.server.chat.request.plan_chat`,
+with the one context-length rule) and returns a :class:`ChatTurn`, whose :meth:`ChatTurn.events`
+are a choice's :class:`~radixlm.runtime.server.chat.generation.ChoiceEvent` (bare JSON calls
+recognised) and whose :func:`collect` / :func:`gather` gather them. Errors name the field as the
+route's client wrote it (:class:`ParamMap`).
+
+The fan-out limits of one HTTP request, checked once before any engine call.
 
 A route splits a request into several engine calls (``/generate``: one per prompt;
 ``/v1/completions`` and ``/v1/chat/completions``: one per choice), and each call alone is within
@@ -17,15 +29,8 @@ be such a call, and at the finish event either turns it into ``tool_calls`` (fin
 ``tool_calls``; only when the text ended on its own, ``stop``) or releases the held content as it
 was (logprobs kept). Reasoning events pass through.
 
-The chat pipeline other APIs translate onto: a chat-completions body in, one choice's events out.
-
-The Responses, Anthropic and Ollama routes each check their own body, write the equivalent
-``/v1/chat/completions`` body and hand it here: :func:`start_chat` parses it into the frozen
-``ChatRequest`` (the same parser the OpenAI route uses), checks the tool schemas, plans the prompt
-and returns a :class:`ChatTurn`, whose :meth:`ChatTurn.events` are the choice's
-:class:`~radixlm.runtime.server.chat.generation.ChoiceEvent` (bare JSON calls recognised) and whose
-:func:`collect` gathers them into an :class:`Answer`. Errors name the field as the route's client
-wrote it (:class:`ParamMap`).
+Also here: fill-in-the-middle prompts (:func:`fim_prompt`, for ``suffix`` on ``/v1/completions`` and
+``/api/generate``) and the answers' ids (:func:`new_id`).
 """
 
 from __future__ import annotations
@@ -44,11 +49,12 @@ from radixlm.runtime.server.chat.generation import ChoiceEvent, ChoiceRunner
 from radixlm.runtime.server.chat.request import (
     ChatPlan,
     ChatRequest,
+    fit_context,
     parse_chat_request,
     plan_chat,
     schema_error,
 )
-from radixlm.runtime.server.chat.tools import check_tool_schemas
+from radixlm.runtime.server.chat.tools import check_tool_schemas, legacy_error
 from radixlm.runtime.server.transport.errors import APIError, bad_request, from_exception
 from radixlm.runtime.server.transport.state import RequestRecord, ServerState
 
@@ -146,20 +152,21 @@ class Answer:
 
 
 class ChatTurn:
-    """One planned chat request with its single choice; ``events()`` runs it."""
+    """One planned chat request with its choices (one runner each); ``events(j)`` runs choice ``j``."""
 
-    def __init__(self, req: ChatRequest, runner: ChoiceRunner, params: ParamMap):
+    def __init__(self, req: ChatRequest, runners: list[ChoiceRunner], params: ParamMap):
         self.req = req
-        self.runner = runner
+        self.runners = runners
         self.params = params
 
     @property
     def plan(self) -> ChatPlan:
-        return self.runner.plan
+        return self.runners[0].plan
 
-    async def events(self) -> AsyncIterator[ChoiceEvent]:
-        """The choice's events; a constraint error becomes a 400 naming the route's field."""
-        async with aclosing(with_bare_calls(self.runner.events(), self.plan)) as events:
+    async def events(self, j: int = 0) -> AsyncIterator[ChoiceEvent]:
+        """Choice ``j``'s events, a whole-output bare JSON call recognised; a constraint error becomes a
+        400 naming the route's field."""
+        async with aclosing(with_bare_calls(self.runners[j].events(), self.plan)) as events:
             try:
                 async for ev in events:
                     yield ev
@@ -167,12 +174,22 @@ class ChatTurn:
                 raise self.params.error(from_exception(schema_error(self.req, e))) from None
 
 
-async def start_chat(state: ServerState, request: web.Request, record: RequestRecord, body: dict[str, Any],
-                     params: ParamMap, salt: str | None = None) -> ChatTurn:
-    """Parse and plan the chat body ``body`` (errors renamed by ``params``); ``salt`` is the request's
+class LegacyFunctionNames(ParamMap):
+    """OpenAI's legacy ``functions`` / ``function_call``, read as tools: errors name the fields the
+    request sent (:func:`~radixlm.runtime.server.chat.tools.legacy_error`)."""
+
+    def error(self, err: APIError) -> APIError:
+        return legacy_error(err)
+
+
+async def open_chat(state: ServerState, request: web.Request, record: RequestRecord, req: ChatRequest,
+                    params: ParamMap, salt: str | None = None) -> ChatTurn:
+    """The turn of the parsed chat request ``req``: its fan-out checked, its tool schemas (all of them,
+    whatever ``tool_choice``: ``auto`` would otherwise fail mid-answer) checked, its prompt planned off
+    the event loop, and ``req.n`` choices (errors renamed by ``params``); ``salt`` is the request's
     radix-cache namespace when its API names it otherwise than ``cache_salt``."""
     try:
-        req = parse_chat_request(body, False, state.max_new_tokens_default)
+        check_fan_out(state.engine.server_args, [req.n], "messages", "n")
         if req.tools:
             await state.offload(check_tool_schemas, req.tools)
         plan = await state.prompts.run(plan_chat, state, req, state.extra_key(request, req.salt or salt))
@@ -180,34 +197,38 @@ async def start_chat(state: ServerState, request: web.Request, record: RequestRe
         raise params.error(e) from None
     except ValueError as e:
         raise params.error(from_exception(e)) from None
-    return ChatTurn(req, ChoiceRunner(state, plan, record, 0), params)
+    return ChatTurn(req, [ChoiceRunner(state, plan, record, j) for j in range(req.n)], params)
+
+
+def _parsed(state: ServerState, body: dict[str, Any], params: ParamMap) -> ChatRequest:
+    """``body`` parsed leniently as a chat request (errors renamed by ``params``)."""
+    try:
+        return parse_chat_request(body, False, state.max_new_tokens_default)
+    except APIError as e:
+        raise params.error(e) from None
+    except ValueError as e:
+        raise params.error(from_exception(e)) from None
+
+
+async def start_chat(state: ServerState, request: web.Request, record: RequestRecord, body: dict[str, Any],
+                     params: ParamMap, salt: str | None = None) -> ChatTurn:
+    """:func:`open_chat` for the chat body ``body`` another API wrote (parsed leniently)."""
+    return await open_chat(state, request, record, _parsed(state, body, params), params, salt)
 
 
 async def start_raw(state: ServerState, request: web.Request, record: RequestRecord, body: dict[str, Any],
                     params: ParamMap, prompt: str, param: str) -> ChatTurn:
     """As :func:`start_chat`, but ``prompt`` is the model's input as it is (no chat template; ``param``
     names it); ``body`` gives the settings (its ``messages`` are not read)."""
+    req = _parsed(state, {**body, "messages": [{"role": "user", "content": prompt}]}, params)
+    ids = await state.prompts.encode(prompt, param)  # the size check first
     try:
-        req = parse_chat_request({**body, "messages": [{"role": "user", "content": prompt}]}, False,
-                                 state.max_new_tokens_default)
+        sampling = fit_context(state, req, len(ids), param)
     except APIError as e:
         raise params.error(e) from None
-    state.prompts.check_chars(prompt, param)
-    ids = await state.prompts.encode(prompt, param)
-    sampling, ctx = req.sampling, state.context_len
-    if ctx and len(ids) >= ctx:
-        raise APIError(400, f"this model's maximum context length is {ctx} tokens, but '{param}' takes "
-                       f"{len(ids)} tokens", param=param, code="context_length_exceeded")
-    if not req.max_tokens_given:  # the server's default, within the context left
-        sampling = sampling.replace(max_new_tokens=min(sampling.max_new_tokens, ctx - len(ids) - 1) if ctx
-                                    else sampling.max_new_tokens)
-    elif ctx and len(ids) + sampling.max_new_tokens > ctx:
-        raise params.error(APIError(400, f"this model's maximum context length is {ctx} tokens; '{param}' takes "
-                                    f"{len(ids)} and 'max_tokens' asks for {sampling.max_new_tokens}",
-                                    param="max_tokens", code="context_length_exceeded"))
     plan = ChatPlan(ids, sampling, stream=req.stream, extra_key=state.extra_key(request, req.salt),
                     fmt=state.tool_format)
-    return ChatTurn(req, ChoiceRunner(state, plan, record, 0), params)
+    return ChatTurn(req, [ChoiceRunner(state, plan, record, 0)], params)
 
 
 @dataclass

@@ -1,4 +1,7 @@
-"""The ``SamplingParams`` fields of an OpenAI body: sampler fields, and constraints outside ``response_format``.
+"""The chat request: a chat-completions body parsed once into a frozen :class:`ChatRequest`, then planned into
+a prompt that fits the context.
+
+The ``SamplingParams`` fields of an OpenAI body: sampler fields, and constraints outside ``response_format``.
 
 Sampler fields use OpenAI's names (``max_tokens``, ``stop``, ``logit_bias``, ...) plus SGLang's
 extensions (``top_k``, ``min_p``, ``min_tokens``, ...); :func:`read_sampler_fields` returns them
@@ -72,7 +75,6 @@ from radixlm.runtime.server.transport.body import (
     FieldReader,
     UnknownFields,
     check_str_list,
-    check_token_ids,
     is_kind,
     read_cache_salt,
 )
@@ -281,7 +283,6 @@ IGNORED_FIELDS = frozenset({"user", "metadata", "store", "service_tier", "parall
                             "prompt_cache_key", "verbosity"})
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 MAX_N = 64
-COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
 
 
 @dataclass(frozen=True)
@@ -303,23 +304,6 @@ class ResponseFormat:
             {"json_schema": self.schema, "strict": False}
 
 
-@dataclass(frozen=True)
-class CompletionRequest:
-    """A parsed ``POST /v1/completions`` body; ``prompts`` holds text or token-id lists."""
-
-    model: str | None
-    prompts: list[str | list[int]]
-    sampling: SamplingParams  # choice j of a prompt draws with seed + j
-    n: int = 1
-    echo: bool = False
-    logprobs: int | None = None
-    stream: bool = False
-    include_usage: bool = False
-    salt: str | None = None  # cache_salt / extra_key: the request's radix-cache namespace
-    rid: str | None = None  # SGLang's request id: /abort_request takes it
-    constraint_field: str | None = None  # the request field holding a regex / ebnf / schema extension
-    ignored: UnknownFields = field(default_factory=UnknownFields)
-    suffix: str | None = None  # fill-in-the-middle: each prompt is the code before the gap, this after it
 
 
 @dataclass(frozen=True)
@@ -360,7 +344,8 @@ class ChatRequest:
         return "max_new_tokens" in self.sampling_fields
 
 
-def _stream_options(r: FieldReader, stream: bool) -> bool:
+def read_stream_options(r: FieldReader, stream: bool) -> bool:
+    """``stream_options.include_usage`` (a 400 when sent without ``stream``)."""
     opts = r.get("stream_options", "object")
     if opts is None:
         return False
@@ -373,11 +358,12 @@ def _stream_options(r: FieldReader, stream: bool) -> bool:
     return include
 
 
-def _reader(body: dict[str, Any], strict: bool) -> FieldReader:
+def strict_reader(body: dict[str, Any], strict: bool) -> FieldReader:
+    """A reader of ``body`` that refuses unknown fields when ``strict``."""
     return FieldReader(body, unknown=UnknownFields(strict))
 
 
-def _extensions(r: FieldReader) -> tuple[str | None, dict[str, Any], str | None]:
+def read_extensions(r: FieldReader) -> tuple[str | None, dict[str, Any], str | None]:
     """SGLang's ``rid`` and the constraint extensions: (rid, their sampling fields, constraint field)."""
     rid = r.get("rid", "str")
     if rid is not None and not rid:
@@ -386,62 +372,21 @@ def _extensions(r: FieldReader) -> tuple[str | None, dict[str, Any], str | None]
     return rid, constraint, source
 
 
-def parse_completion_request(body: dict[str, Any], strict: bool = False) -> CompletionRequest:
-    """Validate a ``/v1/completions`` body (400 naming the bad field; unknown fields too if ``strict``)."""
-    r = _reader(body, strict)
-    model = r.get("model", "str")
-    raw = r.get("prompt", ("str", "list"), required=True)
-    prompts = _prompts(raw)
-    sampler = read_sampler_fields(r, ("max_tokens",))
-    n = r.get("n", "int", 1, lo=1, hi=MAX_N)
-    echo = r.get("echo", "bool", False)
-    suffix = r.get("suffix", "str") or None
-    if suffix is not None and (echo or not all(isinstance(p, str) for p in prompts)):
-        raise bad_request("'suffix' (fill-in-the-middle) takes text prompts and no 'echo'", param="suffix",
-                          code="invalid_value")
-    logprobs = r.get("logprobs", "int", lo=0, hi=20)
-    stream = r.get("stream", "bool", False)
-    include_usage = _stream_options(r, stream)
-    salt = read_cache_salt(r)
-    rid, constraint, source = _extensions(r)
-    r.reject_unknown(IGNORED_FIELDS)
-    sampling = SamplingParams(**{"max_new_tokens": COMPLETION_MAX_TOKENS, **sampler, **constraint})
-    return CompletionRequest(model, prompts, sampling, n=n, echo=echo, logprobs=logprobs, stream=stream,
-                             include_usage=include_usage, salt=salt, rid=rid, constraint_field=source,
-                             ignored=r.unknown, suffix=suffix)
 
 
-def _prompts(raw: Any) -> list[str | list[int]]:
-    """``prompt``: a string, a list of strings, a token-id list, or a list of token-id lists."""
-    if isinstance(raw, str):
-        raw = [raw]
-    if not raw:
-        raise bad_request("'prompt' must not be empty", param="prompt", code="invalid_value")
-    if all(is_kind(t, "int") for t in raw):
-        return [check_token_ids(raw, "prompt")]
-    out: list[str | list[int]] = []
-    for i, p in enumerate(raw):
-        if isinstance(p, list):
-            out.append(check_token_ids(p, f"prompt[{i}]"))
-        elif isinstance(p, str) and p:
-            out.append(p)
-        else:
-            raise bad_request(f"'prompt[{i}]' must be a non-empty string or an array of token ids",
-                              param=f"prompt[{i}]", code="invalid_type")
-    return out
 
 
 def parse_chat_request(body: dict[str, Any], strict: bool = False,
                        max_new_tokens_default: int = 1024) -> ChatRequest:
     """Validate a ``/v1/chat/completions`` body (400 naming the bad field; unknown fields too if
     ``strict``); without ``max_tokens``, ``max_new_tokens_default`` stands in (see :class:`ChatRequest`)."""
-    r = _reader(body, strict)
+    r = strict_reader(body, strict)
     model = r.get("model", "str")
     messages = parse_messages(r)
     sampler = read_sampler_fields(r, ("max_tokens", "max_completion_tokens"))
     n = r.get("n", "int", 1, lo=1, hi=MAX_N)
     stream = r.get("stream", "bool", False)
-    include_usage = _stream_options(r, stream)
+    include_usage = read_stream_options(r, stream)
     logprobs = r.get("logprobs", "bool", False)
     top_logprobs = r.get("top_logprobs", "int", 0, lo=0, hi=20)
     if top_logprobs and not logprobs:
@@ -455,7 +400,7 @@ def parse_chat_request(body: dict[str, Any], strict: bool = False,
                                    tools)
     except APIError as e:
         raise legacy_error(e) if legacy else e from None
-    rid, constraint, source = _extensions(r)
+    rid, constraint, source = read_extensions(r)
     _check_one_constraint(fmt, choice, tools, source)
     salt = read_cache_salt(r)
     parallel = r.get("parallel_tool_calls", "bool", True) and not legacy  # a legacy answer holds one call
@@ -559,18 +504,7 @@ def plan_chat(state: ServerState, req: ChatRequest, extra_key: str | None) -> Ch
     text = _render(state, req)
     state.prompts.check_chars(text, "messages")  # before tokenizing a text that cannot fit
     ids = state.prompts.encode_sync(text, add_special_tokens=False)
-    ctx = state.context_len
-    if ctx and len(ids) >= ctx:
-        raise APIError(400, f"this model's maximum context length is {ctx} tokens, but the messages "
-                       f"take {len(ids)} tokens", param="messages", code="context_length_exceeded")
-    sampling = req.sampling
-    if not req.max_tokens_given:  # the server's default, within the context left
-        default = state.max_new_tokens_default
-        sampling = sampling.replace(max_new_tokens=min(default, max(ctx - len(ids) - 1, 1)) if ctx else default)
-    elif ctx and len(ids) + sampling.max_new_tokens > ctx:
-        raise APIError(400, f"this model's maximum context length is {ctx} tokens; the messages take "
-                       f"{len(ids)} and max_tokens asks for {sampling.max_new_tokens}",
-                       param="max_tokens", code="context_length_exceeded")
+    sampling = fit_context(state, req, len(ids), "messages")
     callable_tools = req.tool_choice.callable_tools(req.tools)  # the prompt lists them all (allowed_tools)
     if req.tool_choice.forces_call:  # a layout that cannot express a tool's schema: 400 before generating
         try:
@@ -581,6 +515,27 @@ def plan_chat(state: ServerState, req: ChatRequest, extra_key: str | None) -> Ch
                     extra_key, state.tool_format, MAX_CALLS_PER_TURN if req.parallel_tool_calls else 1,
                     opened=bool(state.tool_format.prompt_opener) and text.endswith(state.tool_format.prompt_opener))
     return _with_reasoning(state, req, plan, text)
+
+
+def fit_context(state: ServerState, req: ChatRequest, prompt_len: int, prompt: str) -> SamplingParams:
+    """``req``'s sampling fitted to the context a prompt of ``prompt_len`` tokens leaves: without a
+    ``max_tokens`` the server's default, cut to the room left; a 400 (``context_length_exceeded``) when
+    the prompt fills the context or the asked ``max_tokens`` does not fit beside it. ``prompt`` is the
+    prompt's field: ``messages`` (rendered by the chat template) or a raw prompt's. The one
+    context-length rule of every chat-shaped route."""
+    ctx, sampling = state.context_len, req.sampling
+    subject = "the messages take" if prompt == "messages" else f"'{prompt}' takes"
+    if ctx and prompt_len >= ctx:
+        raise APIError(400, f"this model's maximum context length is {ctx} tokens, but {subject} "
+                       f"{prompt_len} tokens", param=prompt, code="context_length_exceeded")
+    if not req.max_tokens_given:
+        default = state.max_new_tokens_default
+        return sampling.replace(max_new_tokens=min(default, max(ctx - prompt_len - 1, 1)) if ctx else default)
+    if ctx and prompt_len + sampling.max_new_tokens > ctx:
+        raise APIError(400, f"this model's maximum context length is {ctx} tokens; {subject} {prompt_len} "
+                       f"and 'max_tokens' asks for {sampling.max_new_tokens}", param="max_tokens",
+                       code="context_length_exceeded")
+    return sampling
 
 
 def _render(state: ServerState, req: ChatRequest) -> str:

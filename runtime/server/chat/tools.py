@@ -1,4 +1,7 @@
-"""Checking each tool's ``parameters`` schema when the request arrives.
+"""A chat request's tools: their schemas checked on arrival, ``tools`` / ``tool_choice`` parsed, and calls
+extracted from the output.
+
+Checking each tool's ``parameters`` schema when the request arrives.
 
 Under ``tool_choice: auto`` a call's schema is compiled only once the model starts a call, so a
 broken schema would fail in the middle of an answer. Every tool is checked up front instead,

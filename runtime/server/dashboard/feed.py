@@ -1,4 +1,7 @@
-"""``SeriesSampler``: the dashboard's time series, one sample per second over the last minutes.
+"""The dashboard's live data: per-second samples of the metrics, and the one event-stream feed every
+subscriber reads.
+
+``SeriesSampler``: the dashboard's time series, one sample per second over the last minutes.
 
 Every figure comes from what the server already keeps: ``Engine.get_stats()`` (running and queued
 requests, KV use, the step timers' prefill and decode token counts, the prompt and cached token

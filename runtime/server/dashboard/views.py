@@ -1,4 +1,7 @@
-"""How the dashboard names a radix-cache namespace: its tenant and salt, never an anonymous mix.
+"""Inspection as JSON for the dashboard: the engine's requests and radix tree, decoded, labelled by tenant
+namespace.
+
+How the dashboard names a radix-cache namespace: its tenant and salt, never an anonymous mix.
 
 A namespace (the engine's ``extra_key``, built by ``auth.cache_namespace``) is ``None`` (no
 tenant, no salt), a tenant id (``tenant-`` and 24 hex digits, a hash of its API key), a salt

@@ -1,4 +1,7 @@
-"""SGLang's default ``/generate`` streaming: each chunk carries everything so far, not the delta.
+"""SGLang's native API: ``/generate`` (its request and cumulative streams), the engine's admin routes, ``/``
+and ``/version``.
+
+SGLang's default ``/generate`` streaming: each chunk carries everything so far, not the delta.
 
 The engine streams deltas (``text`` and ``output_ids`` new since the last chunk, logprob lists
 for the new tokens only). SGLang's server sends, unless ``--incremental-streaming-output``, the
@@ -21,12 +24,12 @@ name for ``seed``, and keys ``SamplingParams`` does not have follow the request'
 version, the served model and where each API lives.
 
 The SGLang-native routes: ``/generate``, health, model and server info, load, cache, abort,
-metrics, and (:mod:`.tokenize_api`) ``/tokenize`` / ``/detokenize``.
+metrics, and (:mod:`.tokenize`) ``/tokenize`` / ``/detokenize``.
 
-``POST /generate`` (parsed by :mod:`.generate_request`) answers exactly what ``Engine.generate``
+``POST /generate`` (parsed by this module's request parser) answers exactly what ``Engine.generate``
 returns (a dict, or a list for a batch). Streamed, each SSE event is one dict, with ``index`` for
 batches, ending with ``data: [DONE]``; as in SGLang, its ``text``, ``output_ids`` and logprob lists
-hold everything so far (:mod:`.cumulative_stream`), or only the new part with
+hold everything so far (:class:`CumulativeStream`), or only the new part with
 ``ServerArgs.incremental_streaming_output``.
 """
 

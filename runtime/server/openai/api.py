@@ -1,4 +1,7 @@
-"""OpenAI response shapes (pydantic models): the envelope every completion and stream chunk shares, and usage.
+"""OpenAI's API: ``/v1/models``, ``/v1/completions`` and ``/v1/chat/completions`` (the latter on the chat
+pipeline).
+
+OpenAI response shapes (pydantic models): the envelope every completion and stream chunk shares, and usage.
 
 The routes build each ``choices[i]`` object themselves (its keys depend on the route and on
 radixlm's extensions, e.g. ``constraint_violations``); these models give the outer object its
@@ -12,7 +15,7 @@ through the radix cache. ``usage`` counts each prompt once and reports the cache
 ``response_format`` json_object / json_schema -> ``sampling_params`` json_object / json_schema;
 tool calls are described in :mod:`radixlm.runtime.server.chat.tools` (the legacy ``functions`` /
 ``function_call`` are tools whose one call is answered as ``function_call``). ``suffix`` on
-``/v1/completions`` is fill-in-the-middle (:func:`.model_facts.fim_prompt`). A lenient constraint
+``/v1/completions`` is fill-in-the-middle (:func:`.chat.pipeline.fim_prompt`). A lenient constraint
 (``json_schema.strict: false``) adds radixlm's ``constraint_violations`` to each choice (streamed: to
 its finishing chunk): the engine's check of the output against the whole constraint, ``[]`` if valid.
 """
@@ -22,32 +25,48 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, Field
-from radixlm.runtime.sampling_params import choice_seed
+from radixlm.runtime.sampling_params import SamplingParams, choice_seed
 from radixlm.runtime.server.chat.generation import (
     ChoiceEvent,
-    ChoiceRunner,
     TextCursor,
     completion_logprobs,
     extract,
     merge_completion_logprobs,
 )
-from radixlm.runtime.server.chat.pipeline import check_fan_out, fim_prompt, gather, new_id, with_bare_calls
-from radixlm.runtime.server.chat.request import (
-    ChatRequest,
-    CompletionRequest,
-    parse_chat_request,
-    parse_completion_request,
-    plan_chat,
-    schema_error,
+from radixlm.runtime.server.chat.pipeline import (
+    ChatTurn,
+    LegacyFunctionNames,
+    ParamMap,
+    check_fan_out,
+    fim_prompt,
+    gather,
+    new_id,
+    open_chat,
 )
-from radixlm.runtime.server.chat.tools import check_tool_schemas, legacy_error
-from radixlm.runtime.server.transport.body import OPENAI_NAMES, with_route_names
-from radixlm.runtime.server.transport.errors import APIError
+from radixlm.runtime.server.chat.request import (
+    IGNORED_FIELDS,
+    MAX_N,
+    ChatRequest,
+    parse_chat_request,
+    read_extensions,
+    read_sampler_fields,
+    read_stream_options,
+    strict_reader,
+)
+from radixlm.runtime.server.transport.body import (
+    OPENAI_NAMES,
+    UnknownFields,
+    check_token_ids,
+    is_kind,
+    read_cache_salt,
+    with_route_names,
+)
+from radixlm.runtime.server.transport.errors import bad_request
 from radixlm.runtime.server.transport.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.transport.state import RequestRecord, ServerState
 
@@ -101,6 +120,73 @@ def finish_reason(meta: dict[str, Any]) -> str | None:
         return None
     kind = fr.get("type") if isinstance(fr, dict) else str(fr)
     return {"stop": "stop", "length": "length"}.get(kind, kind)
+
+
+COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """A parsed ``POST /v1/completions`` body; ``prompts`` holds text or token-id lists."""
+
+    model: str | None
+    prompts: list[str | list[int]]
+    sampling: SamplingParams  # choice j of a prompt draws with seed + j
+    n: int = 1
+    echo: bool = False
+    logprobs: int | None = None
+    stream: bool = False
+    include_usage: bool = False
+    salt: str | None = None  # cache_salt / extra_key: the request's radix-cache namespace
+    rid: str | None = None  # SGLang's request id: /abort_request takes it
+    constraint_field: str | None = None  # the request field holding a regex / ebnf / schema extension
+    ignored: UnknownFields = field(default_factory=UnknownFields)
+    suffix: str | None = None  # fill-in-the-middle: each prompt is the code before the gap, this after it
+
+
+def parse_completion_request(body: dict[str, Any], strict: bool = False) -> CompletionRequest:
+    """Validate a ``/v1/completions`` body (400 naming the bad field; unknown fields too if ``strict``)."""
+    r = strict_reader(body, strict)
+    model = r.get("model", "str")
+    raw = r.get("prompt", ("str", "list"), required=True)
+    prompts = _prompts(raw)
+    sampler = read_sampler_fields(r, ("max_tokens",))
+    n = r.get("n", "int", 1, lo=1, hi=MAX_N)
+    echo = r.get("echo", "bool", False)
+    suffix = r.get("suffix", "str") or None
+    if suffix is not None and (echo or not all(isinstance(p, str) for p in prompts)):
+        raise bad_request("'suffix' (fill-in-the-middle) takes text prompts and no 'echo'", param="suffix",
+                          code="invalid_value")
+    logprobs = r.get("logprobs", "int", lo=0, hi=20)
+    stream = r.get("stream", "bool", False)
+    include_usage = read_stream_options(r, stream)
+    salt = read_cache_salt(r)
+    rid, constraint, source = read_extensions(r)
+    r.reject_unknown(IGNORED_FIELDS)
+    sampling = SamplingParams(**{"max_new_tokens": COMPLETION_MAX_TOKENS, **sampler, **constraint})
+    return CompletionRequest(model, prompts, sampling, n=n, echo=echo, logprobs=logprobs, stream=stream,
+                             include_usage=include_usage, salt=salt, rid=rid, constraint_field=source,
+                             ignored=r.unknown, suffix=suffix)
+
+
+def _prompts(raw: Any) -> list[str | list[int]]:
+    """``prompt``: a string, a list of strings, a token-id list, or a list of token-id lists."""
+    if isinstance(raw, str):
+        raw = [raw]
+    if not raw:
+        raise bad_request("'prompt' must not be empty", param="prompt", code="invalid_value")
+    if all(is_kind(t, "int") for t in raw):
+        return [check_token_ids(raw, "prompt")]
+    out: list[str | list[int]] = []
+    for i, p in enumerate(raw):
+        if isinstance(p, list):
+            out.append(check_token_ids(p, f"prompt[{i}]"))
+        elif isinstance(p, str) and p:
+            out.append(p)
+        else:
+            raise bad_request(f"'prompt[{i}]' must be a non-empty string or an array of token ids",
+                              param=f"prompt[{i}]", code="invalid_type")
+    return out
 
 
 class OpenAIRoutes:
@@ -247,39 +333,27 @@ class OpenAIRoutes:
             req = parse_chat_request(await self.state.read_json(request), self.strict,
                                      self.state.max_new_tokens_default)
             self.state.check_model(req.model)
-            check_fan_out(self.state.engine.server_args, [req.n], "messages", "n")
             record.id = req.rid or record.id
             headers = req.ignored.report("/v1/chat/completions")
-            if req.tools:  # every tool, whatever tool_choice: auto would otherwise fail mid-answer
-                try:
-                    await self.state.offload(check_tool_schemas, req.tools)
-                except APIError as e:  # the legacy functions are named as the request sent them
-                    raise legacy_error(e) if req.legacy_functions else e from None
-            # template rendering and tokenizing run in the tokenizer pool, off the event loop
-            plan = await self.state.prompts.run(plan_chat, self.state, req, self.state.extra_key(request, req.salt))
-            runners = [ChoiceRunner(self.state, plan, record, j) for j in range(req.n)]
+            params = LegacyFunctionNames() if req.legacy_functions else ParamMap()
+            turn = await open_chat(self.state, request, record, req, params)
             rid = new_id("chatcmpl")
-            try:
-                if req.stream:
-                    return await write_stream(request, self._chat_chunks(req, runners, rid, record), headers)
-                choices = await gather_all([_collect(r, req.logprobs, req.legacy_functions) for r in runners])
-            except ValueError as e:
-                raise schema_error(req, e) from None
+            if req.stream:
+                return await write_stream(request, self._chat_chunks(turn, rid, record), headers)
+            choices = await gather_all([_collect(turn, j) for j in range(req.n)])
             usage = Usage.count(record.prompt, record.completion, record.cached)
             return web.json_response(envelope("chat.completion", rid, self.state.model_name, choices, usage),
                                      headers=headers)
 
-    async def _chat_chunks(self, req: ChatRequest, runners: list[ChoiceRunner], rid: str,
-                           record: RequestRecord) -> AsyncIterator[dict]:
-        async with aclosing(merge_streams([with_bare_calls(r.events(), r.plan) for r in runners])) as merged:
+    async def _chat_chunks(self, turn: ChatTurn, rid: str, record: RequestRecord) -> AsyncIterator[dict]:
+        req = turn.req
+        async with aclosing(merge_streams([turn.events(j) for j in range(req.n)])) as merged:
             try:
                 first = await anext(merged)  # engine errors surface before any byte is sent
             except StopAsyncIteration:
                 return
-            except ValueError as e:
-                raise schema_error(req, e) from None
-            for r in runners:
-                yield self._chat_chunk(req, rid, r.index, {"role": "assistant", "content": ""})
+            for j in range(req.n):
+                yield self._chat_chunk(req, rid, j, {"role": "assistant", "content": ""})
             k, ev = first
             chunk = self._event_chunk(req, rid, k, ev)
             if chunk is not None:
@@ -347,10 +421,11 @@ async def _ready(value: Any) -> Any:
     return value
 
 
-async def _collect(runner: ChoiceRunner, want_logprobs: bool, legacy: bool = False) -> dict[str, Any]:
-    """Run one choice to the end and build its ``choices[i]`` object (``legacy``: the request sent
-    ``functions``, so its call is answered as ``function_call``)."""
-    got = await gather(with_bare_calls(runner.events(), runner.plan))
+async def _collect(turn: ChatTurn, j: int) -> dict[str, Any]:
+    """Run choice ``j`` to the end and build its ``choices[j]`` object (a request that sent the legacy
+    ``functions`` has its call answered as ``function_call``)."""
+    runner, legacy = turn.runners[j], turn.req.legacy_functions
+    got = await gather(turn.events(j))
     text, thought, fin = got.content, got.reasoning, got.finish
     calls, truncated = got.calls, got.truncated
     # no answer after the thinking (the budget ran out in it): null, not an empty (invalid) answer
@@ -364,8 +439,11 @@ async def _collect(runner: ChoiceRunner, want_logprobs: bool, legacy: bool = Fal
     elif calls:
         message["tool_calls"] = [c.to_dict() for c in calls]
     choice = {"index": runner.index, "message": message,
-              "logprobs": {"content": got.logprobs, "refusal": None} if want_logprobs else None,
+              "logprobs": {"content": got.logprobs, "refusal": None} if turn.req.logprobs else None,
               "finish_reason": finish}
     if truncated is not None:
         choice["truncated_tool_call"] = truncated.to_dict()
     return with_budget_closed(with_violations(choice, fin.violations), fin.budget_closed, fin.notes)
+
+
+COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions

@@ -1,4 +1,7 @@
-"""API keys: where they come from, how a request is checked, and the cache namespace each key owns.
+"""Who may call: API keys and tenants, the Host/Origin/JSON-only checks, and CORS for the origins ``--allowed-
+origins`` names.
+
+API keys: where they come from, how a request is checked, and the cache namespace each key owns.
 
 Keys come from ``--api-key`` (repeatable), ``--api-key-file`` (one per line) and the
 ``RADIXLM_API_KEY`` environment variable (comma-separated); the file and the variable keep keys
@@ -23,7 +26,7 @@ A server on loopback is still reachable from a browser on the same machine: a pa
   itself always staying allowed. Otherwise 421.
 - A request carrying an ``Origin`` header (browsers send it on every cross-origin and every POST
   request) must come from this server's own origin, or from a host ``--allowed-hosts`` lists; otherwise
-  403 -- unless ``--allowed-origins`` lists it (:mod:`.cors`).
+  403 -- unless ``--allowed-origins`` lists it (CORS, below).
 - A POST, PUT or PATCH with a body must say ``Content-Type: application/json`` (a ``charset``, if
   any, ``utf-8``); otherwise 415. Bodiless POSTs (``/flush_cache``) pass whatever their type. Ollama's
   routes (``/api/``) read JSON whatever the type, as Ollama does (its documentation's ``curl -d``
@@ -31,7 +34,7 @@ A server on loopback is still reachable from a browser on the same machine: a pa
 
 CORS: the browser origins ``--allowed-origins`` names may call the API.
 
-Off by default: no CORS header is sent, and :mod:`.origin_checks` refuses cross-origin requests
+Off by default: no CORS header is sent, and the origin check above refuses cross-origin requests
 (403). With ``--allowed-origins https://app.example,http://localhost:5173`` (``*``: any origin),
 a request whose ``Origin`` is listed passes the origin check and its response (streams and errors
 included) carries ``Access-Control-Allow-Origin`` (the origin itself, with ``Vary: Origin``) and
@@ -105,7 +108,7 @@ def tenant_id(key: str) -> str:
 def cache_namespace(tenant: str | None, salt: str | None, isolation: str = "shared") -> str | None:
     """The engine's ``extra_key``: the tenant's namespace, split further by the request's salt.
 
-    ``salt`` is :func:`~.request_fields.read_cache_salt`'s tagged form, so ``cache_salt: "x"`` and
+    ``salt`` is :func:`~.body.read_cache_salt`'s tagged form, so ``cache_salt: "x"`` and
     ``extra_key: "x"`` name different namespaces. Under ``isolation="per-request"`` a request
     without a salt gets a namespace of its own (shared by its choices and phases only). Every
     namespace of a tenant starts with its id and a ``/``, and ids have a fixed length, so no salt of
@@ -203,7 +206,7 @@ def host_name(netloc: str) -> str:
 def origin_middleware(bind_host: str, allowed_hosts: str | None,
                       cors_allows: Callable[[str], bool] | None = None) -> Any:
     """The checks of the module docstring, as one aiohttp middleware; an ``Origin`` that
-    ``cors_allows`` (``--allowed-origins``, :mod:`.cors`) passes the origin check."""
+    ``cors_allows`` (``--allowed-origins``, CORS, below) passes the origin check."""
     allowed = allowed_host_names(bind_host, allowed_hosts)
     # other origins a browser may send from: only the names --allowed-hosts lists explicitly
     origins = allowed if allowed_hosts is not None and allowed is not None else frozenset()

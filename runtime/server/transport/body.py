@@ -1,4 +1,7 @@
-"""Decoding a request body: UTF-8 JSON whose nesting depth and value count are measured before it is decoded.
+"""The request body: read with its size bounded, decoded, its fields read typed and named as the route's
+client wrote them.
+
+Decoding a request body: UTF-8 JSON whose nesting depth and value count are measured before it is decoded.
 
 ``json.loads`` recurses once per nesting level, so a body of 10,000 ``[`` raises ``RecursionError``
 (and every later walk over a deep value risks the same). :func:`nesting_depth` measures the depth

@@ -1,4 +1,7 @@
-"""Server-sent events and concurrency helpers shared by the native and the OpenAI routes.
+"""Streaming responses: OpenAI's server-sent events, other APIs' named events and NDJSON, and merging choices'
+streams.
+
+Server-sent events and concurrency helpers shared by the native and the OpenAI routes.
 
 A stream is ``data: {json}\n\n`` events ending with ``data: [DONE]\n\n``. Routes fetch the first
 chunk before sending any header, so an error that the engine raises at submission (bad input,

@@ -1,4 +1,7 @@
-"""What the HTTP server needs from an engine: :class:`ServedEngine`, exactly the members it uses.
+"""What every route stands on: the engine as the server sees it, the tokenizer pools, and the shared server
+state.
+
+What the HTTP server needs from an engine: :class:`ServedEngine`, exactly the members it uses.
 
 The server never imports the engine (the package map keeps ``runtime.server`` off
 ``runtime.engine``); it is handed an object. ``Engine`` satisfies these protocols, and so does any
@@ -211,7 +214,7 @@ class ServerConfig:
     """HTTP-level settings (the engine's live in ``ServerArgs``).
 
     ``api_key`` and ``api_keys`` together are the accepted keys (none: no auth); with more than one,
-    each key's requests get their own radix-cache namespace (see :mod:`.auth`)."""
+    each key's requests get their own radix-cache namespace (see :mod:`.transport.access`)."""
 
     host: str = "127.0.0.1"
     port: int = 30000
@@ -332,7 +335,7 @@ class ServerState:
         return await asyncio.get_running_loop().run_in_executor(self.json_pool, self._decode, raw, encoding)
 
     def _decode(self, raw: bytes, encoding: str | None) -> dict[str, Any]:
-        """Inflate, bound and decode a body (see :mod:`.json_body`)."""
+        """Inflate, bound and decode a body (see :mod:`.transport.body`)."""
         raw = decompress_body(raw, encoding, self.config.max_body_bytes)
         body = parse_json_body(raw, self.max_json_depth, self.max_json_values)
         reject_lone_surrogates(raw, body)
