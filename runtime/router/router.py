@@ -258,7 +258,7 @@ ROUTER_KEY = web.AppKey("radixlm_router", Router)
 def create_router_app(config: RouterConfig, bind_host: str | None = None,
                       allowed_hosts: str | None = None) -> web.Application:
     """The router's aiohttp application; with ``bind_host``, the servers' Host, Origin and JSON-only
-    checks too (``runtime.server.origin_checks``: the router is the public face of the replicas)."""
+    checks too (``runtime.server.transport.access``: the router is the public face of the replicas)."""
     from radixlm.runtime.server.app import error_middleware  # same error shape as the servers behind it
     from radixlm.runtime.server.transport.access import origin_middleware
 
