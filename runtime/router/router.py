@@ -56,8 +56,8 @@ from radixlm.runtime.router.policy import (
     RoutingConfig,
     RoutingPolicy,
 )
-from radixlm.runtime.server.transport.errors import APIError
 from radixlm.runtime.server.metrics import PREFIX
+from radixlm.runtime.server.transport.errors import APIError
 
 logger = logging.getLogger("radixlm.router")
 
