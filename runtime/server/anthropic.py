@@ -33,7 +33,7 @@ Errors have Anthropic's shape, ``{"type": "error", "error": {"type", "message"}}
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -245,7 +245,6 @@ def _output_config(r: FieldReader, chat: dict[str, Any]) -> None:
     sub.reject_unknown()
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ANTHROPIC_NAMES: dict[str, tuple[str, ...]] = {"max_new_tokens": ("max_tokens",), "stop": ("stop_sequences",)}
 _STOP = {"length": "max_tokens", "tool_calls": "tool_use", "abort": "pause_turn"}
 

@@ -49,7 +49,7 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -312,7 +312,6 @@ def _call(call: Any, path: str, call_id: str) -> dict[str, Any]:
     return {"id": call.get("id") or call_id, "type": "function", "function": {"name": name, "arguments": args}}
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 KEEP_ALIVE_S = 3650 * 86400  # /api/ps's expires_at: the model is never unloaded
 OLLAMA_NAMES: dict[str, tuple[str, ...]] = {"max_new_tokens": ("options.num_predict",), "stop": ("options.stop",)}
 _DONE = {"length": "length", "abort": "abort"}  # other finishes (stop, tool calls): stop

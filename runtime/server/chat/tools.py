@@ -181,8 +181,6 @@ def _ref_pointer(ref: str) -> str:
     return ref if ref.startswith("#/") or ref == "#" else "#/" + ref[1:]
 
 
-TOOL_CALL_START = "<tool_call>"
-TOOL_CALL_END = "</tool_call>"
 MAX_CALLS_PER_TURN = 8
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 # The generated object starts with its name (the schema lists ``name`` first); arguments follow.
