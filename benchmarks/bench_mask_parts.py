@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
-from radixlm.constrained import runtime_checks as grammar_module  # noqa: E402
+from radixlm.constrained import grammar as grammar_module  # noqa: E402
 from radixlm.constrained.masks.duplicate_items import warm_tables
 from radixlm.constrained.masks.refusable_tokens import (
     member_tokens_for,  # noqa: E402

@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_grammar  # noqa: E402
-from radixlm.constrained import runtime_checks as grammar_module  # noqa: E402
+from radixlm.constrained import grammar as grammar_module  # noqa: E402
 from radixlm.constrained.json_schema import objects  # noqa: E402
 from radixlm.constrained.masks import member_memo  # noqa: E402
 from radixlm.constrained.masks import members as member_mask  # noqa: E402

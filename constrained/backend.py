@@ -15,6 +15,21 @@ type) on each started worker of the backend's pool (the first; see ``compile/poo
 its cache (the cache and its statistics see nothing), builds its grammar here and walks a matcher over one document of it, filling every mask's
 per-vocabulary tables. It is meant for a background thread at server start; it only fills
 caches, so every mask and verdict is the same with or without it.
+
+Compile-time warm-up (``warm_start``, the last step of ``build_grammar``): the masks along the
+opening of a grammar's shortest documents, computed once when the grammar is compiled, so that
+the first request does not meet them cold. A state's first mask is the expensive one on both
+halves of ``GrammarMatcher.fill_mask``: the core (llguidance) builds its lexer's DFA lazily, and a
+lexer state's first token-trie walk at 152k tokens costs 100-200 µs against 5-30 µs once built;
+the runtime member check files a memo entry per state (``masks.members``). Both caches belong to
+the compiled grammar, and compiles run in the compile pool's threads, off the batch's token path.
+This is the trade xgrammar makes with its compile-time token-mask cache, kept to a bounded walk:
+the opening of the shortest documents (``completion.opening_bytes``, at most ``WARM_BYTES``, each
+string value given one character), tokenised as the model would write it, one mask per token: the
+start's mask always, at most ``WARM_MASKS`` masks and ``WARM_SECONDS`` in all (half of it for the
+search). The member check's states along it are then filed whole
+(``masks.members.grow_first_visits``), so a request's first mask there is a memo hit. The masks and
+every verdict are the same with or without it (``tests/constrained/test_warm_up.py``).
 """
 
 from __future__ import annotations
@@ -32,14 +47,15 @@ from typing import Any
 
 import torch
 from radixlm.constrained.adapters import adapter_compile_fn
-from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.checks.reader import UniquePaths
 from radixlm.constrained.compile.job import constraint_grammar
 from radixlm.constrained.compile.pool import CompileJob, CompilePool, ThreadCompilePool
 from radixlm.constrained.compile.worker import DEFAULT_COMPILE_FN, CompileRequest
-from radixlm.constrained.decoding.warm_start import warm_start
+from radixlm.constrained.decoding.completion import opening_bytes
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import GRAMMAR_BASE_BYTES, CompiledGrammar
 from radixlm.constrained.masks.duplicate_items import warm_tables
+from radixlm.constrained.masks.members import grow_first_visits
 from radixlm.constrained.masks.refusable_tokens import member_tokens_for, quote_split_for
 from radixlm.constrained.masks.string_lengths import tables_for
 from radixlm.constrained.vocab import TokenizerVocab
@@ -75,7 +91,7 @@ def build_grammar(vocab: TokenizerVocab, lark: str, kind: str, spec: Any, relaxe
                   notes: list[str] | None = None, unique: UniquePaths | None = None,
                   warm: bool = True) -> CompiledGrammar:
     """The compile path's last step: the ``CompiledGrammar`` of ``lark`` and, with ``warm``, the masks
-    along its shortest document computed now (``decoding/warm_start.py``), so the first request
+    along its shortest document computed now (``warm_start``), so the first request
     meets them built."""
     grammar = CompiledGrammar(vocab, lark, kind, spec, relaxed, notes, unique)
     if warm:
@@ -415,7 +431,7 @@ def _walk(backend: GrammarBackend, job: CompileJob) -> int:
     matcher = grammar.matcher()
     row = torch.zeros(backend.vocab.mask_words, dtype=torch.int32)
     masks = 0
-    for token in _tokens(backend, WARM_UP_DOCUMENT):
+    for token in _tokens(backend.vocab, WARM_UP_DOCUMENT.encode()):
         matcher.fill_mask(row)
         masks += 1
         if not matcher.accept_token(token):
@@ -423,11 +439,42 @@ def _walk(backend: GrammarBackend, job: CompileJob) -> int:
     return masks
 
 
-def _tokens(backend: GrammarBackend, text: str) -> list[int]:
-    vocab = backend.vocab
+WARM_BYTES = 256  # the shortest document searched for (a completion search's first budget)
+WARM_MASKS = 16  # masks computed at most: a walk's cold first visits are mostly its first eight masks
+WARM_FILL = ord("a")  # string values get one character: the lexer's state inside a string, not only at its ends
+WARM_SECONDS = 0.005  # wall time in all (the search half of it), checked between masks
+
+
+def warm_start(grammar: Any) -> int:
+    """Compute the masks along the opening of ``grammar``'s shortest documents on a throwaway
+    matcher, filling the grammar's shared caches; returns how many masks were computed."""
+    deadline = time.perf_counter() + WARM_SECONDS
+    matcher = grammar.matcher()
+    text = opening_bytes(matcher, WARM_BYTES, WARM_SECONDS / 2, fill=WARM_FILL)
+    ids = _tokens(grammar.vocab, text) if text else []
+    row = torch.zeros(grammar.vocab.mask_words, dtype=torch.int32)
+    matcher.fill_mask(row)  # the start, whatever the search found
+    done = 1
+    for token in ids[:WARM_MASKS - 1]:
+        if time.perf_counter() > deadline or not matcher.accept_token(token):
+            break
+        matcher.fill_mask(row)
+        done += 1
+    if grammar.unique_tracker is not None:  # states every output meets: whole entries, not records
+        grow_first_visits(grammar.unique_tracker)
+    return done
+
+
+def _tokens(vocab: Any, text: bytes) -> list[int]:
+    """``text`` as the model's tokenizer writes it, or longest-match where the vocabulary has no
+    encoder (or the text is no UTF-8); none where a byte has no token (the warm-up then masks the
+    start alone: it only fills caches, and must never fail a compile)."""
     if vocab.encode is not None:
-        return list(vocab.encode(text))
+        try:
+            return list(vocab.encode(text.decode("utf-8")))
+        except UnicodeDecodeError:
+            pass
     try:
-        return vocab.greedy_encode(text.encode())
-    except ValueError:  # a byte without a token: the start's mask alone
+        return vocab.greedy_encode(text)
+    except ValueError:
         return []

@@ -21,8 +21,7 @@ from radixlm.constrained.compile.worker import CompileRequest
 from radixlm.constrained.decoding.completion import greedy_completion
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.grammar import CompiledGrammar, check_mask_row
-from radixlm.constrained.tables import LazyTables, TableSlot
-from radixlm.constrained.vocab import TokenizerVocab
+from radixlm.constrained.vocab import LazyTables, TableSlot, TokenizerVocab
 
 _COMPILERS = TableSlot("xgrammar_compiler")  # per vocabulary
 

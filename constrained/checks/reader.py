@@ -9,6 +9,9 @@ Container items: Container items of ``uniqueItems`` arrays whose items are uncon
 in-array reader (``array_run``, mode ``U_CON``) reads such an item whole, as raw
 bytes, and compares it once it closes, as JSON Schema compares values (``value_key``). An open
 container can always still become a value not written before, so none is ever dead.
+
+``UniquePaths``: the checked-path table, an automaton over JSON paths that the runtime checks
+follow as the text arrives, built by the JSON Schema front end (``json_schema/unique.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import NamedTuple
 
 _STR_SKIP = re.compile(rb'[^"\\]+')  # string bytes that change nothing
@@ -286,3 +290,28 @@ def dead_open(mode: int, buf: bytes, seen: frozenset, zero: bool) -> bool:
     except ValueError:  # no exponent digit yet: "1e", "1e-"
         return False
     return (value == 0 or math.isinf(value)) and ("n", value) in seen
+
+
+@dataclass(frozen=True)
+class UniquePaths:
+    """An automaton over JSON paths (picklable: it crosses the compile-worker boundary).
+
+    A state is a value position. ``unique[s]``: an array opening there is a ``uniqueItems``
+    array of scalars; ``zero[s]``: its items are integers only (an item ``0`` cannot be
+    extended into another value). ``items[s]``: the state of an array's items; ``keys[s]``: a
+    member's raw key bytes (quotes included) -> state, else ``other[s]``. -1: no unique array
+    can occur below.
+    """
+
+    start: int
+    unique: tuple[bool, ...]
+    zero: tuple[bool, ...]
+    items: tuple[int, ...]
+    keys: tuple[dict[bytes, int], ...]
+    other: tuple[int, ...]
+    members: tuple[int, ...] = ()  # per state: an object opening there is checked by specs[i] (-1: not)
+    specs: tuple = ()  # json_schema.objects.MemberSpec of the runtime-checked objects
+    # per state: a string opening there has its length counted by the matcher, (minLength,
+    # maxLength or None), else None; empty when nothing is counted (``unique``)
+    strings: tuple = ()
+    counted: frozenset = frozenset()  # the counted lexemes the grammar no longer bounds

@@ -2,7 +2,7 @@ r"""The runtime half of ``uniqueItems`` over free scalars: a byte-level JSON rea
 matcher core, which no regular or context-free grammar can replace.
 
 ``UniqueTracker`` (one per compiled grammar, shared) reads the accepted bytes token by token and
-follows the front end's path automaton (``json_schema/unique.UniquePaths``) to know when an
+follows the front end's path automaton (``checks.reader.UniquePaths``) to know when an
 array that must be unique is open; there it collects the completed items (decoded: ``"\u0061"``
 equals ``"a"``; numbers compared as numbers, ``1 == 1.0``; ``true`` is not ``1``, as
 ``jsonschema`` says). ``feed(state, token_bytes)`` returns the next state, or None when the token
@@ -44,6 +44,10 @@ surrogate escapes, so a ``\u`` escape is always one code point). ``esc`` is wher
 inside an escape: 0 outside one, -1 after its backslash, 1-4 the ``\u`` hex digits still due.
 The tracker (``checks.tracker``) and the vocabulary tables (``masks.string_lengths``) both read
 through ``read_counted``, so the mask and ``accept_token`` count alike.
+
+Forced text under the runtime checks (``forced_with_checks``, ``required_keys``): the core's forced
+bytes cut before a byte the checks refuse, then extended by the keys a checked object forces (its
+linear grammar leaves the core unaware that only one key, or ``"`` rather than ``}``, may come).
 """
 
 from __future__ import annotations
@@ -54,7 +58,6 @@ import json
 import re
 from typing import Any
 
-from radixlm.constrained.checks.paths import UniquePaths
 from radixlm.constrained.checks.reader import (
     ERROR,
     G_AFTER,
@@ -79,13 +82,14 @@ from radixlm.constrained.checks.reader import (
     ObjectFrame,
     ReaderState,
     UniqueArray,
+    UniquePaths,
     array_run,
     dead_open,
     holds_a_set,
     is_checked,
     item_key,
 )
-from radixlm.constrained.tables import LazyTables
+from radixlm.constrained.vocab import LazyTables
 
 _PLAIN = re.compile(rb'[^"\\]+')
 TAILS = bytes(range(0x80, 0xC0))  # UTF-8 continuation bytes: their character counted already
@@ -427,3 +431,83 @@ class UniqueTracker:
         if mode == G_COLON and b == 0x3A:
             return frames, G_VAL, vpos
         return None
+
+
+_ROUNDS = 16  # key extensions per call (each one may let the core force more)
+_WS = b" \t\n\r"
+
+
+def forced_with_checks(tracker: UniqueTracker, core: Any, vocab: Any, state: tuple, data: bytes) -> bytes:
+    """``data`` (the core's forced bytes from ``state``) as far as the checks allow, plus what
+    a checked object then forces."""
+    out = bytearray()
+    probe = None
+    for _ in range(_ROUNDS):
+        for i in range(len(data)):
+            nxt = tracker.feed(state, data[i:i + 1])
+            if nxt is None:
+                return bytes(out + data[:i])
+            state = nxt
+        out += data
+        if not tracker.paths.specs:
+            return bytes(out)
+        if probe is None:
+            probe = core.deep_copy()
+        if data and not _consume(probe, vocab, data):
+            return bytes(out)
+        data = _forced_key(tracker, probe, vocab, state)
+        if not data:
+            return bytes(out)
+        if not _consume(probe, vocab, data):
+            return bytes(out)
+        more = probe.compute_ff_bytes()
+        for i in range(len(data)):
+            state = tracker.feed(state, data[i:i + 1])
+            if state is None:
+                return bytes(out)
+        out += data
+        data = more
+    return bytes(out)
+
+
+def _forced_key(tracker: UniqueTracker, probe: Any, vocab: Any, state: tuple) -> bytes:
+    """The bytes a checked object forces at ``state`` (its key position or inside a key)."""
+    frames, mode = state.frames, state.mode
+    if not frames or not is_checked(frames[-1]) or mode not in (G_KEY, G_INKEY, G_AFTER):
+        return b""
+    top = frames[-1]
+    spec = tracker.paths.specs[tracker.paths.members[top.pos]]
+    if mode == G_AFTER:  # "," or "}": one of them may be refused
+        if any(_accepts(probe, vocab, bytes([b])) for b in _WS):
+            return b""
+        close, add = can_close(spec, top.seen), can_add(spec, top.seen)
+        return b"}" if close and not add else b"," if add and not close else b""
+    if mode == G_KEY:
+        if can_close(spec, top.seen) and _accepts(probe, vocab, b"}"):
+            return b""
+        if any(_accepts(probe, vocab, bytes([b])) for b in _WS):
+            return b""
+        return forced_key(spec, top.seen, b"")
+    return forced_key(spec, top.seen, state.buf)
+
+
+def required_keys(tracker: UniqueTracker, state: tuple) -> list[bytes]:
+    """The raw keys (quotes included) the innermost checked object still needs before its ``}``,
+    in schema order; empty outside a checked object."""
+    frames = state.frames
+    if not tracker.paths.specs or not frames or not is_checked(frames[-1]):
+        return []
+    top = frames[-1]
+    spec = tracker.paths.specs[tracker.paths.members[top.pos]]
+    need = missing(spec, top.seen)
+    return [raw for raw, name in spec.keys.items() if name in need]
+
+
+def _accepts(core: Any, vocab: Any, byte: bytes) -> bool:
+    t = vocab.byte_tokens[byte[0]]
+    return t >= 0 and core.validate_tokens([t]) == 1
+
+
+def _consume(core: Any, vocab: Any, data: bytes) -> bool:
+    ids = [vocab.byte_tokens[b] for b in data]
+    return all(t >= 0 for t in ids) and core.try_consume_tokens(ids) == len(ids)

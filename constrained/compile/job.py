@@ -5,7 +5,7 @@ One compile, without torch: constraint -> grammar (the front ends) -> Lark text 
 matcher probe.
 
 This is the work a compile worker process runs (``compile.worker``); it imports no torch, so a
-worker starts in a fraction of a second. The probe (``compile/probe.py``) builds llguidance's
+worker starts in a fraction of a second. The probe (``compile/worker.py``) builds llguidance's
 matcher once here, under the worker's budgets, and reports its size; ``CompiledGrammar`` then
 builds it again in the engine's process, for grammars the probe found within bounds (llguidance's
 objects do not pickle).
@@ -28,8 +28,13 @@ import re
 
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, gbnf_to_lark
-from radixlm.constrained.compile.probe import ProbeVocab, probe_matcher
-from radixlm.constrained.compile.worker import KEY_ORDERS, CompiledParts, CompileRequest
+from radixlm.constrained.compile.worker import (
+    KEY_ORDERS,
+    CompiledParts,
+    CompileRequest,
+    ProbeVocab,
+    probe_matcher,
+)
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.compiler import json_object_grammar, schema_to_grammar
@@ -78,7 +83,7 @@ def constraint_grammar(req: CompileRequest) -> CompiledParts:
 
 def compile_parts(vocab: TokenizerVocab | ProbeVocab, req: CompileRequest) -> CompiledParts:
     """The whole worker-side compile (what a worker runs for each job): the grammar text, then its
-    matcher built and walked once against ``vocab`` (``compile/probe.py``), inside the worker's
+    matcher built and walked once against ``vocab`` (``compile/worker.py``), inside the worker's
     budgets, with the memory that took."""
     parts = constraint_grammar(req)
     parts.matcher_bytes = probe_matcher(vocab, parts.lark, req.kind)

@@ -4,7 +4,7 @@ objects at a path: ``MemberUnion``) and counted strings, read by an abstract JSO
 the grammar.
 
 Where the runtime-checked ``uniqueItems`` arrays are: a pass over the finished grammar that
-builds ``UniquePaths`` (``checks/paths.py``), a small automaton over JSON paths that the matcher's
+builds ``UniquePaths`` (``checks/reader.py``), a small automaton over JSON paths that the matcher's
 runtime check (``checks/tracker.py``) follows as the text arrives.
 
 ``arrays.py`` emits each free-item ``uniqueItems`` array as a rule of its own (registered in
@@ -87,7 +87,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from radixlm.constrained.checks.paths import UniquePaths
+from radixlm.constrained.checks.reader import UniquePaths
 from radixlm.constrained.errors import ConstraintError
 from radixlm.constrained.ir import builder as ir
 from radixlm.constrained.json_schema.normalize import STRING

@@ -49,7 +49,7 @@ from radixlm.constrained.checks.reader import (
     item_key,
 )
 from radixlm.constrained.checks.tracker import UniqueTracker
-from radixlm.constrained.tables import TableSlot
+from radixlm.constrained.vocab import TableSlot
 
 _NONE, _INVALID, _MULTI = "none", "invalid", "multi"
 _EXP = re.compile(rb"[eE]")

@@ -2,7 +2,7 @@
 ``UniqueTracker.feed`` would refuse because of a checked object, without feeding the vocabulary.
 
 Per vocabulary the candidates that can be refused are filed once (``masks.refusable_tokens``); a step
-gathers the candidates the core allows and decides them as a batch (``masks.closing_tails``: inside a
+gathers the candidates the core allows and decides them as a batch (``masks.member_memo``'s tail verdicts: inside a
 string, by what follows its closing quote, one feed per distinct tail). An open key of a checked
 object is the exception:
 - an object that takes no extra key: the core spells only its named keys, so the tokens that lead
@@ -39,7 +39,6 @@ from typing import Any, NamedTuple
 import numpy as np
 from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, U_VAL, is_checked
 from radixlm.constrained.checks.tracker import UniqueTracker, admit, can_add, can_close, extra_ok, open_keys
-from radixlm.constrained.masks.closing_tails import refusal_list, refusals
 from radixlm.constrained.masks.member_memo import (
     KEPT,
     LIVE,
@@ -48,6 +47,8 @@ from radixlm.constrained.masks.member_memo import (
     MemoEntry,
     memo_for,
     memo_key,
+    refusal_list,
+    refusals,
     sorted_member,
     unique_ids,
 )
@@ -60,7 +61,7 @@ from radixlm.constrained.masks.refusable_tokens import (
     member_tokens_for,
     place,
 )
-from radixlm.constrained.tables import TableSlot
+from radixlm.constrained.vocab import TableSlot
 
 
 def asks(tracker: UniqueTracker, state: tuple) -> int | None:

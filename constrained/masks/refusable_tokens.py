@@ -6,7 +6,7 @@ vocabulary (``masks.members``). Only tokens holding a structural byte can be ref
 String splits: Where each token of a vocabulary closes an open JSON string: its first unescaped quote, read
 from either escape state, or past the bytes that open a string (``"``, ``,"``).
 
-The runtime member check (``masks.closing_tails``) decides a token inside a string by what follows
+The runtime member check (``masks.member_memo``'s tail verdicts) decides a token inside a string by what follows
 its closing quote (its *tail*): tokens share a few dozen tails (``",`` ``"}`` ``":"`` ...), so a
 state's verdicts come from one feed per distinct tail. Built once per vocabulary (only tokens
 holding a quote are read, a few thousand at 152k); ``close_of`` reads any other bytes the same way.
@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 import numpy as np
-from radixlm.constrained.tables import TableSlot
+from radixlm.constrained.vocab import TableSlot
 
 _STRUCTURAL = re.compile(rb'[",{}\]\\]')
 # what a check may ask of the open objects (``masks.members.asks``), as bits

@@ -42,7 +42,7 @@ from radixlm.constrained.checks.reader import (
 )
 from radixlm.constrained.checks.tracker import TAILS, UniqueTracker, chars_until_close, read_counted
 from radixlm.constrained.masks.member_memo import FRESH_KEY
-from radixlm.constrained.tables import TableSlot
+from radixlm.constrained.vocab import TableSlot
 
 ESCAPES = (0, -1, 1, 2, 3, 4)  # string_count's escape states
 _CACHE = 1024  # cached clears per vocabulary

@@ -1,5 +1,5 @@
 """The matcher automaton stays inside the compile budgets: the worker probes each grammar's
-matcher (``compile/probe.py``) and the engine's process builds only grammars under
+matcher (``compile/worker.py``) and the engine's process builds only grammars under
 ``matcher_max_mb``; the grammar cache is bounded in bytes and ``flush_cache`` empties it; a build
 in this process stops when its last waiter leaves."""
 

@@ -9,8 +9,7 @@ import json
 import jsonschema
 import pytest
 from radixlm.constrained import compile_grammar
-from radixlm.constrained.decoding.completion_keys import schema_keys
-from radixlm.constrained.decoding.hints import completion_hints
+from radixlm.constrained.decoding.completion import completion_hints, schema_keys
 from radixlm.runtime.engine.constraints import BudgetClose
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
@@ -139,7 +138,7 @@ def test_a_pattern_with_a_literal_start_is_spelled_from_its_sample(vocab):
 def test_literals_are_looked_up_by_prefix_in_their_order(vocab):
     """``literals_starting_with``: the grammar's literals that start with an open key, in the
     order the grammar spells them (the search tries them in turn), whatever their sort order."""
-    from radixlm.constrained.decoding.completion_keys import literals_starting_with, string_literals
+    from radixlm.constrained.decoding.completion import literals_starting_with, string_literals
 
     schema = {"type": "object", "properties": {k: {"type": "integer"} for k in ["zeta", "alpha", "zed", "al", "beta"]}}
     grammar = compile_grammar(vocab, "json_schema", schema)

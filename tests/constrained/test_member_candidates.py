@@ -12,8 +12,7 @@ import torch
 from radixlm.constrained import compile_grammar
 from radixlm.constrained.checks.reader import G_AFTER, G_INKEY, G_KEY, G_STR, G_VAL
 from radixlm.constrained.masks import member_memo
-from radixlm.constrained.masks.closing_tails import refusals
-from radixlm.constrained.masks.member_memo import FromState, memo_for, memo_key
+from radixlm.constrained.masks.member_memo import FromState, memo_for, memo_key, refusals
 from radixlm.constrained.masks.refusable_tokens import UNSPLIT, MemberTokens, QuoteSplit, close_of
 from radixlm.constrained.vocab import TokenizerVocab
 

@@ -13,7 +13,7 @@ import pytest
 import test_unique_items as shared
 import torch
 from radixlm.constrained import compile_grammar
-from radixlm.constrained import runtime_checks as grammar_module  # the matcher calls the checks through it
+from radixlm.constrained import grammar as grammar_module  # the matcher calls the checks through it
 from radixlm.constrained.masks import member_memo
 from radixlm.constrained.masks.member_memo import FRESH_KEY, REFUSED, memo_key
 from radixlm.constrained.masks.members import FirstVisit, Parts, _grown

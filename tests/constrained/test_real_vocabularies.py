@@ -138,7 +138,7 @@ def test_member_refusals_equal_feeding_each_token_whole(real, monkeypatch):
     on a real vocabulary its verdicts equal ``UniqueTracker.feed`` of each whole token, for every
     token, in string values, named and extra keys, and a nested checked object."""
     import numpy as np
-    from radixlm.constrained.masks.closing_tails import refusals
+    from radixlm.constrained.masks.member_memo import refusals
 
     monkeypatch.setattr("radixlm.constrained.json_schema.objects.RUNTIME_CHECK_ABOVE", -1)
     _, vocab = real

@@ -1,4 +1,4 @@
-"""Compile-time warm-up (``constrained/warm_start.py``): a compiled grammar computes the masks along
+"""Compile-time warm-up (``constrained/backend.py``'s ``warm_start``): a compiled grammar computes the masks along
 the opening of its shortest documents, so the first request meets those states built. It fills
 caches and nothing else: every mask is the same with it or without it, along any walk. It is
 bounded (masks, seconds), and the member check's states along it are filed as whole entries."""
@@ -12,11 +12,10 @@ import jsonschema
 import numpy as np
 import pytest
 import torch
-from radixlm.constrained import compile_grammar
+from radixlm.constrained import backend, compile_grammar
 from radixlm.constrained.backend import build_grammar as CompiledGrammar
 from radixlm.constrained.backend import constraint_grammar
 from radixlm.constrained.compile.worker import CompileRequest
-from radixlm.constrained.decoding import warm_start
 from radixlm.constrained.decoding.completion import greedy_completion, opening_bytes
 from radixlm.constrained.masks.member_memo import MemoEntry, memo_for, memo_key
 from radixlm.constrained.masks.members import FirstVisit
@@ -50,7 +49,7 @@ def check_every_object(monkeypatch):
 def budget_in_masks_alone(monkeypatch):
     """The warm-up's wall-time budget never binds here (counts, not timing: a busy machine must
     not change what these tests see); the test of the time bound sets it to zero itself."""
-    monkeypatch.setattr(warm_start, "WARM_SECONDS", 60.0)
+    monkeypatch.setattr(backend, "WARM_SECONDS", 60.0)
 
 
 def _compiled(vocab: TokenizerVocab, schema: dict, warm: bool, key_order: str = "schema") -> CompiledGrammar:
@@ -70,7 +69,7 @@ def test_masks_are_the_same_with_and_without_it(vocab, name):
     """Random walks through a warmed and a cold grammar of the same schema see the same mask at
     every step, and the warm-up computed masks past the start."""
     cold, warm = _compiled(vocab, SCHEMAS[name], False), _compiled(vocab, SCHEMAS[name], True)
-    assert warm_start.warm_start(_compiled(vocab, SCHEMAS[name], False)) > 1
+    assert backend.warm_start(_compiled(vocab, SCHEMAS[name], False)) > 1
     for seed in range(3):
         rng, a, b = random.Random(seed), cold.matcher(), warm.matcher()
         for _ in range(60):
@@ -91,7 +90,7 @@ def test_member_states_along_it_are_whole_entries(vocab, name):
     tracker = grammar.unique_tracker
     entries = memo_for(tracker).entries
     assert entries and not any(type(e) is FirstVisit for e in entries.values())
-    text = opening_bytes(grammar.matcher(), warm_start.WARM_BYTES, 1.0)
+    text = opening_bytes(grammar.matcher(), backend.WARM_BYTES, 1.0)
     state = tracker.initial
     for token in vocab.encode(text.decode())[:3]:  # the first states a request meets
         assert type(entries.get(memo_key(tracker, state)[0])) is MemoEntry, state
@@ -100,11 +99,11 @@ def test_member_states_along_it_are_whole_entries(vocab, name):
 
 def test_bounded_by_masks_and_time(vocab, monkeypatch):
     grammar = _compiled(vocab, SCHEMAS["nested"], False)
-    monkeypatch.setattr(warm_start, "WARM_MASKS", 3)
-    assert warm_start.warm_start(grammar) == 3
-    monkeypatch.setattr(warm_start, "WARM_MASKS", 64)
-    monkeypatch.setattr(warm_start, "WARM_SECONDS", 0.0)  # the search ends at once: the start alone
-    assert warm_start.warm_start(grammar) == 1
+    monkeypatch.setattr(backend, "WARM_MASKS", 3)
+    assert backend.warm_start(grammar) == 3
+    monkeypatch.setattr(backend, "WARM_MASKS", 64)
+    monkeypatch.setattr(backend, "WARM_SECONDS", 0.0)  # the search ends at once: the start alone
+    assert backend.warm_start(grammar) == 1
 
 
 def test_opening_bytes_ends_where_the_document_does(vocab):
@@ -117,7 +116,7 @@ def test_opening_bytes_ends_where_the_document_does(vocab):
     assert greedy_completion(long.matcher(), 256) is None
     prefix = opening_bytes(long.matcher(), 256, 1.0)
     assert len(prefix) == 256 and set(prefix) <= set(b"ab")
-    assert warm_start.warm_start(long) > 1  # a prefix is enough to warm
+    assert backend.warm_start(long) > 1  # a prefix is enough to warm
 
 
 def test_string_values_get_one_character_where_they_may(vocab):
@@ -139,7 +138,7 @@ def test_text_without_tokens_warms_the_start_alone(monkeypatch):
     tokens = [bytes([c]) for c in b'{}[],:"0123456789'] + [b"tru", b"e"]  # no "a", no "s"
     vocab = TokenizerVocab.from_token_bytes(tokens + [None], [len(tokens)])
     schema = {"type": "object", "properties": {"s": STR}, "required": ["s"]}
-    monkeypatch.setattr(warm_start, "opening_bytes", lambda *args, **kwargs: b'{"s":"a"}')
-    assert warm_start._tokens(vocab, b'{"s":"a"}') == []
-    assert warm_start.warm_start(_compiled(vocab, schema, False)) == 1
+    monkeypatch.setattr(backend, "opening_bytes", lambda *args, **kwargs: b'{"s":"a"}')
+    assert backend._tokens(vocab, b'{"s":"a"}') == []
+    assert backend.warm_start(_compiled(vocab, schema, False)) == 1
     _compiled(vocab, schema, True)  # raises if the warm-up fails the compile

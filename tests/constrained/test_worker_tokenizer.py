@@ -11,8 +11,7 @@ import weakref
 import llguidance
 import pytest
 from radixlm.constrained.compile.job import compile_parts, constraint_grammar, prepare
-from radixlm.constrained.compile.probe import ProbeVocab, build_core
-from radixlm.constrained.compile.worker import CompileRequest
+from radixlm.constrained.compile.worker import CompileRequest, ProbeVocab, build_core
 from radixlm.constrained.vocab import ENGINE_SLICES, TokenizerVocab
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
