@@ -1,4 +1,4 @@
-"""``file_pages.release_pages``: a copied tensor's pages of the file map leave the resident set,
+"""``memory_placement.release_pages``: a copied tensor's pages of the file map leave the resident set,
 and reading them again gives the same bytes (the GGUF and safetensors loaders call it after each
 copy)."""
 
@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-from radixlm.runtime.model.file_pages import release_pages
+from radixlm.runtime.model.memory_placement import release_pages
 
 MB = 1 << 20
 

@@ -209,7 +209,7 @@ def test_startup_checks_name_the_gguf_problem(twins, tmp_path):
 
 @pytest.mark.unit
 def test_rope_freqs_factors_divide_the_frequencies():
-    from radixlm.runtime.model.rotary import rope_inv_freq
+    from radixlm.runtime.model.attention import rope_inv_freq
 
     factors = tuple([1.0] * 8 + [4.0] * 8)
     plain = rope_inv_freq(32, 500000.0, None)

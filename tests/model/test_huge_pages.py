@@ -1,4 +1,4 @@
-"""Weights on transparent huge pages (``runtime/model/huge_pages.py``): same values, new storage
+"""Weights on transparent huge pages (``runtime/model/memory_placement.py``): same values, new storage
 advised for huge pages, small and tied tensors handled, and the opt-out."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import mmap
 
 import pytest
 import torch
-from radixlm.runtime.model import huge_pages
+from radixlm.runtime.model import memory_placement
 
 
 def _vma_flags(address: int) -> dict[str, str]:
@@ -28,17 +28,17 @@ def _vma_flags(address: int) -> dict[str, str]:
     return fields
 
 
-needs_thp = pytest.mark.skipif(not huge_pages.available(), reason="no transparent huge pages here (Linux with "
+needs_thp = pytest.mark.skipif(not memory_placement.huge_pages_available(), reason="no transparent huge pages here (Linux with "
                                "THP 'always' or 'madvise', RADIXLM_DISABLE_HUGE_PAGES unset)")
 
 
 @needs_thp
 def test_copy_keeps_the_values_in_a_mapping_advised_for_huge_pages():
     weight = torch.randn(1024, 1024)
-    copy = huge_pages.huge_page_copy(weight)
+    copy = memory_placement.huge_page_copy(weight)
     assert torch.equal(copy, weight) and copy.data_ptr() != weight.data_ptr()
     assert _vma_flags(copy.data_ptr()).get("THPeligible") == "1"
-    with open(huge_pages.THP_SETTING, encoding="ascii") as handle:
+    with open(memory_placement.THP_SETTING, encoding="ascii") as handle:
         madvise_only = "[madvise]" in handle.read()
     if madvise_only:  # then the advice is what made it eligible: the same mapping without it is not
         # (a control in its own mapping: a malloc'd block may reuse heap pages numpy advised earlier)
@@ -58,7 +58,7 @@ def test_move_takes_large_tensors_once_and_keeps_the_module_exact():
     x = torch.randn(3, 1024)
     before = model(x)
     small = model[1].weight.data_ptr()
-    moved = huge_pages.move_weights_to_huge_pages(holder)
+    moved = memory_placement.move_weights_to_huge_pages(holder)
     assert moved == 1024 * 1024 * 4  # the big weight once; its 4 KB bias and the small layer stay
     assert tied.weight is model[0].weight and _vma_flags(tied.weight.data_ptr()).get("THPeligible") == "1"
     assert model[1].weight.data_ptr() == small
@@ -66,8 +66,8 @@ def test_move_takes_large_tensors_once_and_keeps_the_module_exact():
 
 
 def test_opt_out_moves_nothing(monkeypatch):
-    monkeypatch.setenv(huge_pages.DISABLE_ENV, "1")
+    monkeypatch.setenv(memory_placement.HUGE_PAGES_DISABLE_ENV, "1")
     layer = torch.nn.Linear(1024, 1024)
     address = layer.weight.data_ptr()
-    assert not huge_pages.available() and huge_pages.move_weights_to_huge_pages(layer) == 0
+    assert not memory_placement.huge_pages_available() and memory_placement.move_weights_to_huge_pages(layer) == 0
     assert layer.weight.data_ptr() == address

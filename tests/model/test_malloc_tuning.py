@@ -5,21 +5,21 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from radixlm.runtime.model import cpu_malloc
+from radixlm.runtime.model import memory_placement
 
 
 def test_opt_out_changes_nothing(monkeypatch):
-    monkeypatch.setenv(cpu_malloc.DISABLE_ENV, "1")
-    assert cpu_malloc._apply() is False
+    monkeypatch.setenv(memory_placement.MALLOC_TUNING_DISABLE_ENV, "1")
+    assert memory_placement._apply_malloc_tuning() is False
 
 
 def test_tuning_applies_on_glibc_and_is_done_once():
     # CI and development machines are Linux/glibc, where tuning must succeed
-    code = ("from radixlm.runtime.model import cpu_malloc as m\n"
+    code = ("from radixlm.runtime.model import memory_placement as m\n"
             "first = m.tune_malloc()\n"
-            "m._apply = lambda: (_ for _ in ()).throw(AssertionError('applied twice'))\n"
+            "m._apply_malloc_tuning = lambda: (_ for _ in ()).throw(AssertionError('applied twice'))\n"
             "print(first, m.tune_malloc())\n")
-    env = {k: v for k, v in __import__("os").environ.items() if k != cpu_malloc.DISABLE_ENV}
+    env = {k: v for k, v in __import__("os").environ.items() if k != memory_placement.MALLOC_TUNING_DISABLE_ENV}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]
@@ -29,7 +29,7 @@ def test_tuning_applies_on_glibc_and_is_done_once():
 # arena's top), then reports its RSS drop from malloc_trim alone and from release_free_memory.
 _THREAD_ARENA = """
 import ctypes, os, threading
-from radixlm.runtime.model import cpu_malloc as m
+from radixlm.runtime.model import memory_placement as m
 assert m.tune_malloc()
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
@@ -57,7 +57,7 @@ print(*out[0])
 
 
 def test_release_hands_back_a_thread_arenas_top():
-    env = {k: v for k, v in __import__("os").environ.items() if k != cpu_malloc.DISABLE_ENV}
+    env = {k: v for k, v in __import__("os").environ.items() if k != memory_placement.MALLOC_TUNING_DISABLE_ENV}
     out = subprocess.run([sys.executable, "-c", _THREAD_ARENA], capture_output=True, text=True, env=env,
                          timeout=60)
     assert out.returncode == 0, out.stderr
