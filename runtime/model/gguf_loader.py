@@ -32,11 +32,11 @@ from radixlm.runtime.load_progress import load_phase
 from radixlm.runtime.model.architectures import ROPE_FREQS, GGUFWeights, gguf_architecture, hf_config
 from radixlm.runtime.model.block_linear import BlockEmbedding, BlockLinear, BlockLMHead
 from radixlm.runtime.model.gguf_reader import GGUFFile, GGUFTensor
-from radixlm.runtime.model.llama import LlamaForCausalLM, LoadedModules, TensorTarget
+from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
 from radixlm.runtime.model.memory_placement import release_pages
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.parallel.distributed import TPGroup
-from radixlm.runtime.model.parallel.layers import Linear
+from radixlm.runtime.model.parallel.layers import Linear, LoadedModules
 from torch import nn
 
 # (target, file tensor, HF name) of one file tensor

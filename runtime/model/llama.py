@@ -20,7 +20,7 @@ gate/up + SiLU ask it too, and run the torch ops where it answers None.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +35,7 @@ from radixlm.runtime.model.parallel.layers import (
     AttentionShard,
     ColumnParallelLinear,
     Linear,
+    LoadedModules,
     RowParallelLinear,
     VocabShard,
     check_tp_size,
@@ -44,7 +45,7 @@ from radixlm.runtime.model.parallel.layers import (
 )
 from torch import nn
 
-__all__ = ["LlamaForCausalLM", "Linear", "LoadedModules", "RMSNorm", "TensorTarget"]
+__all__ = ["LlamaForCausalLM", "Linear", "RMSNorm", "TensorTarget"]
 
 
 @dataclass(frozen=True)
@@ -65,16 +66,6 @@ class TensorTarget:
 
 # HF tensor name -> its target in this rank's model
 CheckpointLayout = dict[str, TensorTarget]
-
-
-@dataclass
-class LoadedModules:
-    """Modules a loader built in place of the model's float ones (``LlamaForCausalLM.install``): the GGUF
-    loader's block-format linears (by qualified name, ``layers.0.qkv_proj``), embedding and LM head."""
-
-    linears: dict[str, nn.Module] = field(default_factory=dict)
-    embedding: nn.Module | None = None
-    lm_head: nn.Module | None = None
 
 
 def _target(param: nn.Parameter, row: int, shape: tuple[int, ...], dim: int | None = None,
@@ -229,8 +220,8 @@ class LlamaForCausalLM(nn.Module):
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling, device)
         self.native = native_decode.NativeDecode()  # the fused native decode layers (CPU, float32)
         native_decode.prepare(device, dtype)
-        self.quantized_lm_head: nn.Module | None = None  # set by quantization.quantize_model or ``install``
-        # set by ``install`` (a block-format embedding) or int8 quantization (embed_tokens is then None)
+        self.quantized_lm_head: nn.Module | None = None  # set by ``install``: GGUF blocks or int8
+        # set by ``install``: a block-format or int8 embedding (embed_tokens is then None)
         self.quantized_embedding: nn.Module | None = None
 
     def install(self, loaded: LoadedModules) -> None:
@@ -240,7 +231,7 @@ class LlamaForCausalLM(nn.Module):
             setattr(self.get_submodule(parent), attr, module)
         if loaded.embedding is not None:
             self.quantized_embedding = loaded.embedding
-            self.embed_tokens = nn.Parameter(torch.empty(0, self.config.hidden_size), requires_grad=False)
+            self.embed_tokens = None
         if loaded.lm_head is not None:
             self.quantized_lm_head = loaded.lm_head
             self.lm_head = None

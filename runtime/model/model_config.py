@@ -218,10 +218,9 @@ TEXT_DEFAULTS: dict[str, Any] = {
 GELU_TANH = "gelu_pytorch_tanh"
 
 
-def gemma3_config(raw: dict[str, Any], architecture: str = "") -> ModelConfig:
-    """Build the ``ModelConfig`` of a Gemma 3 config dict; ``ValueError`` for what it cannot run. The
-    architecture is the multimodal one when the dict nests a ``text_config``, whatever it names."""
-    architecture = "Gemma3ForConditionalGeneration" if "text_config" in raw else "Gemma3ForCausalLM"
+def gemma3_config(raw: dict[str, Any], architecture: str) -> ModelConfig:
+    """Build the ``ModelConfig`` of a Gemma 3 config dict (the text model's fields, or its
+    ``text_config``'s); ``ValueError`` for what it cannot run."""
     text = {**TEXT_DEFAULTS, **{k: v for k, v in (raw.get("text_config") or raw).items() if v is not None}}
     if "text_config" in raw and raw.get("tie_word_embeddings") is not None:
         text.setdefault("tie_word_embeddings", raw["tie_word_embeddings"])

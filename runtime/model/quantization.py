@@ -43,10 +43,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
 from radixlm.runtime.model.parallel.distributed import TPGroup
-from radixlm.runtime.model.parallel.layers import NATIVE_MAX_ROWS, Linear, RowParallelLinear
+from radixlm.runtime.model.parallel.layers import NATIVE_MAX_ROWS, Linear, LoadedModules, RowParallelLinear
 from radixlm.runtime.server_args import QUANTIZATIONS
 
-if TYPE_CHECKING:  # llama imports this module
+if TYPE_CHECKING:  # llama imports this module (through native_decode)
     from radixlm.runtime.model.llama import CheckpointLayout, LlamaForCausalLM
 from radixlm.runtime.model.memory_placement import release_free_memory
 from torch import nn
@@ -226,37 +226,37 @@ def quantize_model(model: nn.Module, method: str | None, backend: str = "torch")
     tensor-parallel rank must call it (row-parallel scales are all-reduced)."""
     if check_quantization(method) is None:
         return
-    for layer in model.layers:
-        quantize_layer(layer, backend)
-    quantize_head(model, backend)
+    for i, layer in enumerate(model.layers):
+        model.install(quantize_layer(layer, backend, prefix=f"layers.{i}."))
+    model.install(quantize_head(model, backend))
 
 
-def quantize_layer(layer: nn.Module, backend: str = "torch") -> None:
-    """Replace a decoder layer's ``qkv_proj``, ``gate_up_proj`` (``Int8Linear``), ``o_proj`` and
-    ``down_proj`` (``Int8RowParallelLinear``) unless they are int8 already."""
+def quantize_layer(layer: nn.Module, backend: str = "torch", prefix: str = "") -> LoadedModules:
+    """Int8 versions of a decoder layer's ``qkv_proj``, ``gate_up_proj`` (``Int8Linear``), ``o_proj`` and
+    ``down_proj`` (``Int8RowParallelLinear``), those not int8 already, named ``prefix + name``."""
+    built = LoadedModules()
     for name, kind in (("qkv_proj", Int8Linear), ("gate_up_proj", Int8Linear), ("o_proj", Int8RowParallelLinear),
                        ("down_proj", Int8RowParallelLinear)):
         linear = getattr(layer, name)
         if not isinstance(linear, (Int8Linear, Int8RowParallelLinear)):
-            setattr(layer, name, kind.from_linear(linear, backend))
+            built.linears[prefix + name] = kind.from_linear(linear, backend)
+    return built
 
 
-def quantize_head(model: nn.Module, backend: str = "torch") -> None:
-    """Set ``model.quantized_lm_head`` (``Int8LMHead``, from ``lm_head`` or, when tied, from the
-    embedding) and ``model.quantized_embedding`` (the tied head's int8 rows, or the untied embedding
-    quantized the same way), then drop the float ``lm_head`` and embedding; no-op once done."""
+def quantize_head(model: nn.Module, backend: str = "torch") -> LoadedModules:
+    """The int8 LM head (``Int8LMHead``, from ``lm_head`` or, when tied, from the embedding) and embedding
+    (the tied head's int8 rows, or the untied embedding quantized the same way), for ``model.install``
+    (which drops the float ones); nothing once done."""
     if model.embed_tokens is None:
-        return
+        return LoadedModules()
     head = model.embed_tokens if model.lm_head is None else model.lm_head
-    model.quantized_lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
+    lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
     if model.lm_head is None:  # tied: the lookup reads the head's int8 rows
-        model.quantized_embedding = Int8Embedding(model.quantized_lm_head.qweight, model.quantized_lm_head.scale,
-                                              model.embed_tokens.dtype, model.vocab_shard, model.tp)
+        embedding = Int8Embedding(lm_head.qweight, lm_head.scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
     else:
         q, scale = quantize_int8(model.embed_tokens.data)
-        model.quantized_embedding = Int8Embedding(q, scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
-    model.lm_head = None
-    model.embed_tokens = None
+        embedding = Int8Embedding(q, scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
+    return LoadedModules(embedding=embedding, lm_head=lm_head)
 
 
 class Int8Embedding(nn.Module):
@@ -316,9 +316,9 @@ class QuantizeAsLoaded:
         if waiting:
             return
         if group == HEAD:
-            quantize_head(self.model, self.backend)
+            self.model.install(quantize_head(self.model, self.backend))
         else:
-            quantize_layer(self.model.layers[group], self.backend)
+            self.model.install(quantize_layer(self.model.layers[group], self.backend, prefix=f"layers.{group}."))
         for member in self.members[group]:
             layout.pop(member, None)
         if self.model.tp.device.type == "cpu":
