@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from radixlm.runtime.checkpoints.synthetic import checkpoint_path
 from radixlm.runtime.model import model_runner
+from radixlm.runtime.testing import checkpoint_path
 
 from radixlm import Engine
 

@@ -29,9 +29,9 @@ def checkpoint(spec: str) -> str | None:
     """``arch:size`` -> a checkpoint path (synthetic tiny/small or a real shape); None if unavailable."""
     arch, size = spec.split(":")
     if size in ("tiny", "small"):
-        from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+        from radixlm.runtime.testing import checkpoint_path
         return checkpoint_path(arch, size)
-    from radixlm.runtime.checkpoints.real_shapes import real_checkpoint_path
+    from radixlm.runtime.testing.real_shapes import real_checkpoint_path
     try:
         return real_checkpoint_path(arch, size)
     except Exception as e:  # noqa: BLE001 - e.g. the llama.cpp fixtures were not carried

@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--json", default=None, help="write the figures here too")
     args = parser.parse_args()
-    from radixlm.runtime.checkpoints import real_gguf
+    from radixlm.runtime.testing import real_gguf
 
     from radixlm import Engine
 

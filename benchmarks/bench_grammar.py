@@ -60,11 +60,11 @@ def load_tokenizer(name: str):
     from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     if name in ("small", "tiny"):
-        from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+        from radixlm.runtime.testing import checkpoint_path
 
         path = checkpoint_path("llama", name)
     else:
-        from radixlm.runtime.checkpoints.gguf_tokenizer import gguf_tokenizer_dir
+        from radixlm.runtime.testing.llamacpp_fixtures import gguf_tokenizer_dir
 
         path = gguf_tokenizer_dir(GGUF_NAMES[name])
     tokenizer = Tokenizer(path)

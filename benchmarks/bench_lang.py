@@ -126,8 +126,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print one JSON object per row")
     args = ap.parse_args()
 
-    from radixlm.runtime.checkpoints.synthetic import checkpoint_path
     from radixlm.runtime.engine.engine import Engine
+    from radixlm.runtime.testing import checkpoint_path
 
     engine = Engine(model_path=checkpoint_path(args.arch, args.size), device=args.device)
     try:

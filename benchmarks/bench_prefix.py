@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the figures here")
     args = parser.parse_args()
 
-    from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+    from radixlm.runtime.testing import checkpoint_path
     from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     path = args.model_path or checkpoint_path("llama", args.size)

@@ -25,10 +25,10 @@ import time
 import aiohttp
 from aiohttp import web
 from radixlm.runtime import free_port
-from radixlm.runtime.checkpoints.synthetic import checkpoint_path
 from radixlm.runtime.router.launcher import stop_replicas, wait_ready
 from radixlm.runtime.router.policy import RoutingConfig
 from radixlm.runtime.router.router import RouterConfig, create_router_app
+from radixlm.runtime.testing import checkpoint_path
 
 FAMILIES = [
     "You are the support agent of a telescope shop. Tools: refund(order_id), track(order_id), "

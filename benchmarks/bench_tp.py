@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+from radixlm.runtime.testing import checkpoint_path
 
 from radixlm import Engine
 

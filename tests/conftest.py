@@ -45,7 +45,7 @@ def _cache_line() -> str:
 @pytest.fixture(scope="session")
 def checkpoint():
     """Factory: ``checkpoint(arch="llama", size="tiny")`` -> path of a cached test checkpoint."""
-    from radixlm.runtime.checkpoints.synthetic import checkpoint_path
+    from radixlm.runtime.testing import checkpoint_path  # synthetic sizes, or real shapes (0.5b, ...)
 
     def get(arch: str = "llama", size: str = "tiny", seed: int = 0) -> str:
         return checkpoint_path(arch=arch, size=size, seed=seed)

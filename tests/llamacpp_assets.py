@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from radixlm.runtime.checkpoints.llamacpp_fixtures import LLAMACPP_VERSION
+from radixlm.runtime.testing.llamacpp_fixtures import LLAMACPP_VERSION
 
 VERSION = LLAMACPP_VERSION  # one pin, shared with the checkpoints that need these files
 FETCH_COMMAND = "python tests/llamacpp_assets.py"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from radixlm.runtime.checkpoints import real_gguf
+from radixlm.runtime.testing import real_gguf
 
 QWEN_CODER = "qwen2.5-coder-0.5b-instruct-q4_k_m"
 GEMMA3 = "gemma-3-270m-q4_k_m"
@@ -17,4 +17,4 @@ def real_gguf_file(name: str) -> Path:
         return real_gguf.fetch(name)
     except real_gguf.RealModelUnavailable as exc:
         pytest.skip(f"real model {name} unavailable (fetch it once online: "
-                    f"`python -m radixlm.runtime.checkpoints.real_gguf {name}`): {exc}")
+                    f"`python -m radixlm.runtime.testing.real_gguf {name}`): {exc}")

@@ -15,6 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 
+def radixlm_cache() -> Path:
+    """``$RADIXLM_CACHE`` or ``~/.cache/radixlm`` (the root of every cached artefact)."""
+    return Path(os.environ.get("RADIXLM_CACHE") or Path.home() / ".cache" / "radixlm")
+
 def build_cached(final: Path, build: Callable[[Path], object], done: Callable[[Path], bool] | None = None) -> str:
     """``final`` as a string, built by ``build(tmp_dir)`` first unless ``done(final)`` (default: it
     exists). The build goes to a temporary sibling renamed into place, so a reader never sees a

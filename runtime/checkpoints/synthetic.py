@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from radixlm.runtime.checkpoints import tokenizer_training as ckpt_tok
-from radixlm.runtime.checkpoints.build_cache import build_cached
+from radixlm.runtime.checkpoints.build_cache import build_cached, radixlm_cache
 
 ARCHS = ("llama", "qwen2", "qwen3", "mistral")
 SIZES = ("tiny", "small")
@@ -65,14 +65,6 @@ _ARCH_FIELDS = {
               "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "use_sliding_window": False,
               "sliding_window": None, "max_window_layers": 0},
 }
-
-
-def _is_real(size: str) -> bool:
-    """Sizes named after real models (``0.5b``...) select the real-shape builder (imported lazily:
-    it imports this module)."""
-    from radixlm.runtime.checkpoints.real_configs import REAL_SIZES
-
-    return size in REAL_SIZES
 
 
 def _check_args(arch: str, size: str) -> None:
@@ -204,17 +196,11 @@ def make_checkpoint(path: str | os.PathLike, arch: str = "llama", size: str = "t
                     overrides: dict | None = None) -> Path:
     """Write an HF-format checkpoint directory at ``path`` (created if missing) and return it.
 
-    A real-model size (``("qwen2", "0.5b")``, ``("qwen3", "0.6b")``, ``("llama", "1b")``) builds a
-    real-shape checkpoint instead (``real_shapes.py``; ``overrides`` do not apply there).
     ``overrides`` are merged into ``config.json`` (e.g. ``{"tie_word_embeddings": True}`` or a
     ``rope_scaling`` dict); the tensors follow the merged config. Same arguments -> identical bytes.
     """
     from safetensors.numpy import save_file
 
-    if _is_real(size):
-        from radixlm.runtime.checkpoints.real_shapes import make_real_checkpoint
-
-        return make_real_checkpoint(path, arch, size, seed)
     _check_args(arch, size)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -244,7 +230,7 @@ def content_version() -> str:
 
 def cache_dir() -> Path:
     """``$RADIXLM_CACHE`` or ``~/.cache/radixlm``."""
-    return Path(os.environ.get("RADIXLM_CACHE") or Path.home() / ".cache" / "radixlm")
+    return radixlm_cache()
 
 
 def checkpoint_path(arch: str = "llama", size: str = "tiny", seed: int = 0) -> str:
@@ -253,12 +239,8 @@ def checkpoint_path(arch: str = "llama", size: str = "tiny", seed: int = 0) -> s
     The directory name carries :func:`content_version`, so a changed generator never reuses stale
     files. The build goes to a temporary sibling that is renamed into place, so a reader never sees
     a half-written checkpoint and two racing processes both end up with the same complete one.
-    Real-model sizes (see ``make_checkpoint``) are built by ``real_shapes.real_checkpoint_path``.
+    Real-model sizes are built by ``radixlm.runtime.testing.checkpoint_path``.
     """
-    if _is_real(size):
-        from radixlm.runtime.checkpoints.real_shapes import real_checkpoint_path
-
-        return real_checkpoint_path(arch, size, seed)
     _check_args(arch, size)
     final = cache_dir() / f"{arch}-{size}-seed{seed}-{content_version()}"
     return build_cached(final, lambda tmp: make_checkpoint(tmp, arch, size, seed))

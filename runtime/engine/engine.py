@@ -52,8 +52,8 @@ from radixlm.runtime.engine.inputs import (
 from radixlm.runtime.engine.inspection import EngineSummary, inspect_engine, summarize
 from radixlm.runtime.engine.step_loop import EngineLoop
 from radixlm.runtime.gguf_path import gguf_file
+from radixlm.runtime.model.cuda_graph_runner import gpu_feature_enabled
 from radixlm.runtime.model.gguf_reader import GGUFFile
-from radixlm.runtime.model.gpu_features import gpu_feature_enabled
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.sampling_params import FieldError, SamplingDefaults, SamplingParams
 from radixlm.runtime.scheduler.req import Req

@@ -223,9 +223,9 @@ class GrammarCompiler:
 def _warm_up(backend: Any) -> dict[str, Any]:
     """The backend's warm-up, then the heap's free pages handed back once: building the
     per-vocabulary tables frees as much again in temporaries, which the engine's malloc tuning
-    would otherwise keep resident (``cpu_malloc.release_free_memory``)."""
+    would otherwise keep resident (``memory_placement.release_free_memory``)."""
     from radixlm.constrained import warm_up_backend
-    from radixlm.runtime.model.cpu_malloc import release_free_memory
+    from radixlm.runtime.model.memory_placement import release_free_memory
 
     done = warm_up_backend(backend)
     release_free_memory()

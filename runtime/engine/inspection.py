@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from radixlm.runtime.model.weight_stats import kernels, parameter_count, threads, weight_format
+from radixlm.runtime.model.model_loader import kernels, parameter_count, threads, weight_format
 from radixlm.runtime.scheduler.req import Req
 
 if TYPE_CHECKING:  # the engine loop keeps a RequestLog: its module imports this one
@@ -125,7 +125,7 @@ class EngineSummary:
     max_running_requests: int
     grammar_backend: str
     sampling_defaults: str = ""  # SamplingDefaults.describe(): what an unset temperature etc. become
-    kernels: str = ""  # on the CPU, weight_stats.kernels(): "native CPU kernels avx2", or torch ops and why
+    kernels: str = ""  # on the CPU, model_loader.kernels(): "native CPU kernels avx2", or torch ops and why
 
     def line(self) -> str:
         """One line: ``Qwen/Qwen2.5-0.5B (qwen2, 494M parameters, int8 (weight-only) weights) on cpu ...``."""

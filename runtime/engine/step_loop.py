@@ -22,7 +22,7 @@ through ``OverlapStepper`` (below): step N+1 is scheduled and launched before st
 N's result is processed, with the same results.
 
 Once the engine has been idle ``IDLE_RELEASE_S`` after running a batch, the loop hands the heap's
-free pages back to the OS, once per idle period (``cpu_malloc.release_free_memory``): the malloc
+free pages back to the OS, once per idle period (``memory_placement.release_free_memory``): the malloc
 tuning keeps a burst's freed temporaries (prefill activations, the int8 fallback's dequantized
 weight rows) resident for the next step, which an idle server does not need. It does the same
 after a step that extended at least ``RELEASE_AFTER_EXTEND_TOKENS`` tokens (on the CPU): a long
@@ -76,7 +76,7 @@ from typing import Any, Protocol
 from radixlm.runtime.engine.delivery import final_output, stream_chunk
 from radixlm.runtime.engine.grammar_compiler import GrammarCompiler
 from radixlm.runtime.engine.inspection import RequestLog
-from radixlm.runtime.model.cpu_malloc import release_free_memory
+from radixlm.runtime.model.memory_placement import release_free_memory
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
 from radixlm.runtime.scheduler.decode_ahead import resolve_future_tokens

@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from radixlm.runtime.model.attention import PagedAttention
+from radixlm.runtime.model.attention import PagedAttention, RotaryEmbedding
 from radixlm.runtime.model.forward_batch import ForwardBatch
-from radixlm.runtime.model.gemma3_config import SLIDING
 from radixlm.runtime.model.kv_pool import KVPool
 from radixlm.runtime.model.llama import CheckpointLayout, LlamaDecoderLayer, LlamaForCausalLM, _target
-from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.model.model_config import SLIDING, ModelConfig
 from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.parallel.layers import empty_param, parallel_lm_head, vocab_parallel_embedding
-from radixlm.runtime.model.rotary import RotaryEmbedding
 from torch import nn
 
 __all__ = ["Gemma3ForCausalLM", "GemmaRMSNorm", "text_tensor_name"]
@@ -83,9 +81,9 @@ class Gemma3DecoderLayer(LlamaDecoderLayer):
                                    sliding_window=c.sliding_window if self.is_sliding else None)
 
     def forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch,
-                kv_pool: KVPool, native_step: object = None) -> torch.Tensor:
+                kv_pool: KVPool) -> torch.Tensor:
         """hidden ``[num_tokens, hidden_size]`` -> ``[num_tokens, hidden_size]``; cos/sin of this
-        layer's RoPE (local or global). ``native_step`` is ignored: no fused native Gemma layer."""
+        layer's RoPE (local or global). No fused native layer: Gemma's forward never asks for one."""
         x = self.input_layernorm(hidden)
         attn_out = self._attention(self.qkv_proj(x), cos, sin, batch, kv_pool)  # [num_tokens, q_size]
         hidden = hidden + self.post_attention_layernorm(self.o_proj(attn_out))

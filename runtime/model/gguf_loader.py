@@ -1,7 +1,7 @@
 """Load a GGUF file into ``LlamaForCausalLM`` with its weights kept in their block formats.
 
 The file is read through ``gguf_reader.GGUFFile`` (a memory map): the metadata becomes the
-``ModelConfig`` (``gguf_config``), each tensor name its HF name, and the model's
+``ModelConfig`` (``architectures``), each tensor name its HF name, and the model's
 ``checkpoint_layout()`` says where it goes. Per model parameter (a fused q/k/v or gate/up counts as
 one), the file's parts are either all float32, then copied into the float parameter as an HF
 checkpoint would be, or kept as ``BlockWeight``s (``kernels.gguf_blocks``) in a ``BlockLinear``,
@@ -29,15 +29,14 @@ import torch
 from gguf import GGMLQuantizationType, quants
 from radixlm.kernels.gguf_blocks import SUPPORTED_TYPES, BlockWeight
 from radixlm.runtime.load_progress import load_phase
+from radixlm.runtime.model.architectures import ROPE_FREQS, GGUFWeights, gguf_architecture, hf_config
 from radixlm.runtime.model.block_linear import BlockEmbedding, BlockLinear, BlockLMHead
-from radixlm.runtime.model.file_pages import release_pages
-from radixlm.runtime.model.gguf_config import ROPE_FREQS, GGUFArchitecture, gguf_architecture, hf_config
 from radixlm.runtime.model.gguf_reader import GGUFFile, GGUFTensor
 from radixlm.runtime.model.llama import LlamaForCausalLM, TensorTarget
+from radixlm.runtime.model.memory_placement import release_pages
 from radixlm.runtime.model.model_config import ModelConfig
-from radixlm.runtime.model.model_loader import model_class
 from radixlm.runtime.model.parallel.distributed import TPGroup
-from radixlm.runtime.model.parallel.layers import Linear
+from radixlm.runtime.model.parallel.layers import Linear, LoadedModules
 from torch import nn
 
 # (target, file tensor, HF name) of one file tensor
@@ -73,15 +72,16 @@ def load_gguf_model(path: str | os.PathLike, dtype: str | torch.dtype | None = "
         raise FileNotFoundError(f"GGUF file not found: {path}")
     with GGUFFile(path) as reader:
         config = ModelConfig.from_dict(hf_config(reader))
-        arch = gguf_architecture(str(reader.metadata["general.architecture"]))
-        model = model_class(config)(config, dtype=torch.float32, device="cpu", attention_backend=attention_backend)
-        fill_from_gguf(model, reader.tensors, arch, path.name)
+        row = gguf_architecture(str(reader.metadata["general.architecture"]))
+        model = row.model_class(config, dtype=torch.float32, device="cpu", attention_backend=attention_backend)
+        model.install(fill_from_gguf(model, reader.tensors, row.gguf, path.name))
     return model.eval(), config
 
 
-def fill_from_gguf(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch: GGUFArchitecture,
-                   file_name: str) -> None:
-    """Put every tensor of the file in its place in ``model`` (float parameters or block modules)."""
+def fill_from_gguf(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch: GGUFWeights,
+                   file_name: str) -> LoadedModules:
+    """Copy the file's float tensors into ``model``'s parameters and return the block-format modules
+    built from the others, for ``model.install`` to put in place of the float ones."""
     groups = _group_pieces(model, tensors, arch, file_name)
     total = sum(tensor.data.nbytes for pieces in groups.values() for _, tensor, _ in pieces)
     with load_phase(f"loading weights ({file_name})", total, "B") as bar:
@@ -97,14 +97,16 @@ def fill_from_gguf(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch
             else:
                 block_groups.append(sorted(pieces, key=lambda piece: piece[0].row))
         owners = _param_owners(model)
+        built = LoadedModules()
         for pieces in block_groups:  # after the float ones: a BlockLinear takes its loaded bias
-            _install(model, owners, pieces[0][0].param, _block_parts(pieces, model.config, arch))
+            _block_module(model, owners, pieces[0][0].param, _block_parts(pieces, model.config, arch), built)
             for _, tensor, _ in pieces:
                 release_pages(tensor.data)
                 bar.update(tensor.data.nbytes)
+    return built
 
 
-def _group_pieces(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch: GGUFArchitecture,
+def _group_pieces(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch: GGUFWeights,
                   file_name: str) -> dict[int, list[Piece]]:
     """The file's tensors grouped by the parameter they fill; every check on names, shapes and types."""
     layout = model.checkpoint_layout()
@@ -115,7 +117,7 @@ def _group_pieces(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch:
             continue
         hf_name = arch.hf_name(name)
         if hf_name is None or hf_name not in layout:
-            raise ValueError(f"unexpected tensor {name!r} in {file_name}: not part of a {arch.model_type} model "
+            raise ValueError(f"unexpected tensor {name!r} in {file_name}: not part of a {arch.name} model "
                              f"with {model.config.num_layers} layers")
         target = layout[hf_name]
         if tensor.shape != target.shape:
@@ -136,7 +138,7 @@ def _group_pieces(model: LlamaForCausalLM, tensors: dict[str, GGUFTensor], arch:
     return groups
 
 
-def _row_permutation(hf_name: str, rows: int, config: ModelConfig, arch: GGUFArchitecture) -> np.ndarray | None:
+def _row_permutation(hf_name: str, rows: int, config: ModelConfig, arch: GGUFWeights) -> np.ndarray | None:
     """Indices that turn the file's Q/K rows (per head: adjacent pairs) back into HF's (per head: halves)."""
     if not arch.permuted_qk:
         return None
@@ -150,7 +152,7 @@ def _row_permutation(hf_name: str, rows: int, config: ModelConfig, arch: GGUFArc
     return np.arange(rows).reshape(heads, rows // heads // 2, 2).swapaxes(1, 2).reshape(-1)
 
 
-def _float_rows(tensor: GGUFTensor, hf_name: str, config: ModelConfig, arch: GGUFArchitecture) -> np.ndarray:
+def _float_rows(tensor: GGUFTensor, hf_name: str, config: ModelConfig, arch: GGUFWeights) -> np.ndarray:
     """A float (or 1-D) tensor's values as float32 ``[out(, in)]``, in HF row order."""
     values = np.asarray(quants.dequantize(tensor.data, tensor.qtype), dtype=np.float32).reshape(tensor.shape)
     if arch.norm_offset and hf_name.endswith("norm.weight"):
@@ -159,7 +161,7 @@ def _float_rows(tensor: GGUFTensor, hf_name: str, config: ModelConfig, arch: GGU
     return np.array(values if perm is None else values[perm], dtype=np.float32, order="C")  # a writable copy
 
 
-def _block_parts(pieces: list[Piece], config: ModelConfig, arch: GGUFArchitecture) -> list[BlockWeight]:
+def _block_parts(pieces: list[Piece], config: ModelConfig, arch: GGUFWeights) -> list[BlockWeight]:
     """The raw block rows of a parameter's pieces (sorted by row), copied out of the map once, in HF
     row order; neighbours of one block type share one ``BlockWeight`` (one matmul)."""
     runs: list[list[Piece]] = []
@@ -182,30 +184,22 @@ def _block_parts(pieces: list[Piece], config: ModelConfig, arch: GGUFArchitectur
     return parts
 
 
-def _param_owners(model: nn.Module) -> dict[int, tuple[nn.Module, str]]:
-    """id(weight) of every float ``Linear`` -> (its parent module, its attribute name there)."""
-    owners: dict[int, tuple[nn.Module, str]] = {}
-    for parent in model.modules():
-        for attr, child in parent.named_children():
-            if isinstance(child, Linear):
-                owners[id(child.weight)] = (parent, attr)
-    return owners
+def _param_owners(model: nn.Module) -> dict[int, tuple[str, Linear]]:
+    """id(weight) of every float ``Linear`` -> (its qualified name in ``model``, the module)."""
+    return {id(m.weight): (name, m) for name, m in model.named_modules() if isinstance(m, Linear)}
 
 
-def _install(model: LlamaForCausalLM, owners: dict[int, tuple[nn.Module, str]], param: nn.Parameter,
-             parts: list[BlockWeight]) -> None:
-    """Replace the float module or parameter ``param`` belongs to by its block-format module."""
+def _block_module(model: LlamaForCausalLM, owners: dict[int, tuple[str, Linear]], param: nn.Parameter,
+                  parts: list[BlockWeight], built: LoadedModules) -> None:
+    """Add to ``built`` the block-format module that replaces the float module or parameter ``param``."""
     if param is model.embed_tokens:
         (weight,) = parts
-        model.quantized_embedding = BlockEmbedding(weight)
+        built.embedding = BlockEmbedding(weight)
         if model.config.tie_word_embeddings:  # the head multiplies by the same blocks
-            model.quantized_lm_head = BlockLMHead(weight)
-        model.embed_tokens = nn.Parameter(torch.empty(0, model.config.hidden_size), requires_grad=False)
+            built.lm_head = BlockLMHead(weight)
     elif param is model.lm_head:
         (weight,) = parts
-        model.quantized_lm_head = BlockLMHead(weight)
-        model.lm_head = None
+        built.lm_head = BlockLMHead(weight)
     else:
-        parent, attr = owners[id(param)]
-        linear = getattr(parent, attr)
-        setattr(parent, attr, BlockLinear(parts, None if linear.bias is None else linear.bias.data))
+        name, linear = owners[id(param)]
+        built.linears[name] = BlockLinear(parts, None if linear.bias is None else linear.bias.data)

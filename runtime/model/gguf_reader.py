@@ -5,7 +5,7 @@ vocabulary that is ~20 s and ~700 MB. The model needs only the scalars and the t
 ``GGUFFile`` walks the same format (the ``gguf`` package's value types and block sizes) and records
 string arrays by their length only. Tensor data are numpy views on one read-only memory map of
 the file; ``close()`` (or the ``with`` block's end) drops the map once the loader has copied them,
-and ``file_pages.release_pages`` drops a copied tensor's pages before that, so loading never holds
+and ``memory_placement.release_pages`` drops a copied tensor's pages before that, so loading never holds
 the file and its copy whole at once.
 
 Nothing in the file is trusted (as llama.cpp's ``gguf_init_from_file``): the magic and version are

@@ -13,11 +13,9 @@ checkpoint tensor this rank reads; with ``tp.size == 1`` every slice is the whol
 
 Parameters are created uninitialised (``torch.empty``): the loader fills every one of them.
 
-On the CPU in float32 (weights float32, int8, or GGUF block weights: ``block_linear.native_blocks``), a
-decode step of at most ``NATIVE_MAX_ROWS`` requests runs each layer as one call into ``kernels/cpu_native`` (``decode_layer``: norms, q/k/v GEMV, RoPE + KV store, paged
-attention, o GEMV + residual, gate/up GEMV + SiLU * up, down GEMV + residual); other steps use the
-torch ops, with the native norms and RoPE + KV store (and the native GEMV up to ``NATIVE_MAX_ROWS``
-rows). Both agree to float32 rounding (``tests/kernels/test_native_kernels.py``).
+On the CPU in float32 the forward asks the native fast path (``native_decode``) once per step and
+once per layer whether the fused native decode layer runs it; its norms, RoPE + KV store and
+gate/up + SiLU ask it too, and run the torch ops where it answers None.
 """
 
 from __future__ import annotations
@@ -26,18 +24,18 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from radixlm.kernels import cpu_native
-from radixlm.runtime.model.attention import PagedAttention
-from radixlm.runtime.model.block_linear import BlockLinear, native_blocks, native_isa
+from radixlm.runtime.model import native_decode
+from radixlm.runtime.model.attention import PagedAttention, RotaryEmbedding, apply_rotary
+from radixlm.runtime.model.block_linear import BlockLinear
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.parallel.distributed import TPGroup
 from radixlm.runtime.model.parallel.layers import (
-    NATIVE_MAX_ROWS,
     AttentionShard,
     ColumnParallelLinear,
     Linear,
+    LoadedModules,
     RowParallelLinear,
     VocabShard,
     check_tp_size,
@@ -45,8 +43,6 @@ from radixlm.runtime.model.parallel.layers import (
     parallel_lm_head,
     vocab_parallel_embedding,
 )
-from radixlm.runtime.model.quantization import native_operands
-from radixlm.runtime.model.rotary import RotaryEmbedding, apply_rotary
 from torch import nn
 
 __all__ = ["LlamaForCausalLM", "Linear", "RMSNorm", "TensorTarget"]
@@ -89,8 +85,9 @@ class RMSNorm(nn.Module):
         self.weight = empty_param(dim, dtype=dtype, device=device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 2 and cpu_native.usable(x, self.weight):
-            return cpu_native.rmsnorm(x, self.weight, self.eps)
+        native = native_decode.rmsnorm(x, self.weight, self.eps)
+        if native is not None:
+            return native
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -128,16 +125,8 @@ class LlamaDecoderLayer(nn.Module):
         self.down_proj = RowParallelLinear(self.intermediate_size, c.hidden_size, c.mlp_bias, tp, **kw)
 
     def forward(self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, batch: ForwardBatch,
-                kv_pool: KVPool, native_step: cpu_native.StepArgs | None = None) -> torch.Tensor:
-        """hidden ``[num_tokens, hidden_size]`` -> ``[num_tokens, hidden_size]`` (replicated on all ranks).
-
-        ``native_step`` (a decode step the native kernels take, from the model's forward): run the
-        fused native layer, which updates ``hidden`` in place and returns it.
-        """
-        if native_step is not None and self._native_params() is not None:
-            layer_id = self.attn.layer_id
-            return cpu_native.decode_layer(self._native, native_step, hidden, kv_pool.k_buffers[layer_id],
-                                           kv_pool.v_buffers[layer_id])
+                kv_pool: KVPool) -> torch.Tensor:
+        """hidden ``[num_tokens, hidden_size]`` -> ``[num_tokens, hidden_size]`` (replicated on all ranks)."""
         x = self.input_layernorm(hidden)  # [num_tokens, hidden_size]
         qkv = self.qkv_proj(x)  # [num_tokens, q_size + 2 * kv_size] (local heads)
         attn_out = self._attention(qkv, cos, sin, batch, kv_pool)  # [num_tokens, q_size]
@@ -149,10 +138,7 @@ class LlamaDecoderLayer(nn.Module):
                    kv_pool: KVPool) -> torch.Tensor:
         """RoPE, store the new K/V, attend: qkv ``[num_tokens, q + 2 kv]`` -> ``[num_tokens, q_size]``."""
         num_tokens, heads, kv_heads, head_dim = qkv.shape[0], self.num_heads, self.num_kv_heads, self.head_dim
-        k_pool, v_pool = kv_pool.k_buffers[self.attn.layer_id], kv_pool.v_buffers[self.attn.layer_id]
-        if (self.q_norm is None and self.attn.native_ok
-                and cpu_native.usable(qkv, cos, sin, k_pool, v_pool) and cpu_native.usable_indices(batch.out_cache_loc)):
-            cpu_native.rope_store_kv(qkv, heads, kv_heads, head_dim, cos, sin, batch.out_cache_loc, k_pool, v_pool)
+        if native_decode.rope_store_kv(self, qkv, cos, sin, batch, kv_pool):
             q = qkv[:, :self.q_size].view(num_tokens, heads, head_dim)  # rows strided by the fused width
             return self.attn.attend(q, batch, kv_pool).reshape(num_tokens, self.q_size)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
@@ -165,54 +151,12 @@ class LlamaDecoderLayer(nn.Module):
         attn_out = self.attn(q, k, v, batch, kv_pool)  # stores k/v at out_cache_loc, then attends
         return attn_out.reshape(num_tokens, self.q_size)
 
-    def _native_params(self) -> cpu_native.LayerParams | None:
-        """This layer's parameters for ``cpu_native.decode_layer``, or None when it cannot run them:
-        built on first use and again whenever a projection was replaced (e.g. quantized)."""
-        m = self._modules  # plain dict lookups: this runs once per layer per decode step
-        key = (m["qkv_proj"], m["o_proj"], m["gate_up_proj"], m["down_proj"])
-        if self.__dict__.get("_native_key") != key:
-            self._native_key, self._native = key, self._build_native_params()
-        return self._native
-
-    def _build_native_params(self) -> cpu_native.LayerParams | None:
-        projections = (self.qkv_proj, self.o_proj, self.gate_up_proj, self.down_proj)
-        operands = [native_operands(p) for p in projections]  # (float32 or int8 weight, int8 scales or None)
-        blocks = [native_blocks(p) for p in projections]  # GGUF block weights (block_linear), or None
-        norms = [n for n in (self.input_layernorm, self.post_attention_layernorm, self.q_norm, self.k_norm) if n]
-        tensors = [n.weight for n in norms] + [b for p in projections if (b := getattr(p, "bias", None)) is not None]
-        if not (self.tp.size == 1 and self.attn.native_ok and cpu_native.available()
-                and all(o is not None or b is not None for o, b in zip(operands, blocks))
-                and self.gate_up_proj.bias is None
-                and cpu_native.usable(*tensors)
-                and cpu_native.decode_attention_ok(self.num_heads, self.num_kv_heads, self.head_dim)):
-            return None
-        ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-        (w_qkv, s_qkv), (w_o, s_o), (w_gate_up, s_gate_up), (w_down, s_down) = [o or (None, None) for o in operands]
-        params = cpu_native.LayerParams(
-            ln1=ptr(self.input_layernorm.weight), ln2=ptr(self.post_attention_layernorm.weight),
-            w_qkv=ptr(w_qkv), b_qkv=ptr(self.qkv_proj.bias), w_o=ptr(w_o),
-            b_o=ptr(self.o_proj.bias), w_gate_up=ptr(w_gate_up), w_down=ptr(w_down),
-            b_down=ptr(self.down_proj.bias), q_norm=ptr(self.q_norm and self.q_norm.weight),
-            k_norm=ptr(self.k_norm and self.k_norm.weight), s_qkv=ptr(s_qkv), s_o=ptr(s_o),
-            s_gate_up=ptr(s_gate_up), s_down=ptr(s_down), eps=self.input_layernorm.eps, scale=self.attn.sm_scale,
-            hidden=self.config.hidden_size, H=self.num_heads, Hkv=self.num_kv_heads, D=self.head_dim,
-            inter=self.intermediate_size)
-        if any(b is not None for b in blocks):
-            params.isa = native_isa()
-            for i, b in enumerate(blocks):
-                if b is not None:
-                    params.blocks[i] = b
-        return params
-
     def _gate_up_silu(self, x: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up`` ``[num_tokens, intermediate]`` of the fused gate/up projection of x."""
-        proj = self.gate_up_proj
-        if (isinstance(proj, Linear) and proj.bias is None and x.dim() == 2 and x.shape[0] <= NATIVE_MAX_ROWS
-                and cpu_native.usable(x, proj.weight)):
-            return cpu_native.gate_up_silu(x, proj.weight)
-        if isinstance(proj, BlockLinear) and (act := proj.gate_up_silu(x)) is not None:
+        act = native_decode.gate_up_silu(self.gate_up_proj, x)
+        if act is not None:
             return act
-        gate, up = proj(x).split(self.intermediate_size, dim=-1)  # each [num_tokens, inter]
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)  # each [num_tokens, inter]
         return F.silu(gate).mul_(up)
 
     def checkpoint_layout(self, prefix: str) -> CheckpointLayout:
@@ -274,11 +218,23 @@ class LlamaForCausalLM(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else self.vocab_shard.empty_param(
             config.hidden_size, **kw)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling, device)
-        if torch.device(device).type == "cpu" and dtype == torch.float32:
-            cpu_native.available()  # build / load the native decode kernels now, not in the first step
-        self.quantized_lm_head: nn.Module | None = None  # set by quantization.quantize_model or the GGUF loader
-        # set by the GGUF loader (a block-format embedding) or int8 quantization (embed_tokens is then None)
+        self.native = native_decode.NativeDecode()  # the fused native decode layers (CPU, float32)
+        native_decode.prepare(device, dtype)
+        self.quantized_lm_head: nn.Module | None = None  # set by ``install``: GGUF blocks or int8
+        # set by ``install``: a block-format or int8 embedding (embed_tokens is then None)
         self.quantized_embedding: nn.Module | None = None
+
+    def install(self, loaded: LoadedModules) -> None:
+        """Put a loader's modules in place of the float ones they replace (whose weights are dropped)."""
+        for name, module in loaded.linears.items():
+            parent, _, attr = name.rpartition(".")
+            setattr(self.get_submodule(parent), attr, module)
+        if loaded.embedding is not None:
+            self.quantized_embedding = loaded.embedding
+            self.embed_tokens = None
+        if loaded.lm_head is not None:
+            self.quantized_lm_head = loaded.lm_head
+            self.lm_head = None
 
     @torch.no_grad()  # not inference_mode: callers mask the returned logits in place
     def forward(self, batch: ForwardBatch, kv_pool: KVPool) -> torch.Tensor:
@@ -291,27 +247,15 @@ class LlamaForCausalLM(nn.Module):
         else:  # [num_tokens, hidden_size]
             hidden = vocab_parallel_embedding(batch.input_ids, self.embed_tokens, self.vocab_shard, self.tp)
         cos, sin = self.rotary.cos_sin(batch.positions, hidden.dtype)  # each [num_tokens, 1, head_dim]
-        step = self._native_step(batch, hidden, cos, sin, kv_pool)
+        step = self.native.step(batch, hidden, cos, sin, kv_pool, self.tp.size)
         for layer in self.layers:
-            hidden = layer(hidden, cos, sin, batch, kv_pool, step)
+            fused = None if step is None else self.native.layer(layer, step, hidden, kv_pool)
+            hidden = layer(hidden, cos, sin, batch, kv_pool) if fused is None else fused
         hidden = self.norm(hidden[batch.logits_indices])  # [num_logits, hidden_size]
         if self.quantized_lm_head is not None:  # Int8LMHead (all-gathers too) or GGUF's BlockLMHead
             return self.quantized_lm_head(hidden)  # [num_logits, vocab_size] float32
         lm_head = self.embed_tokens if self.lm_head is None else self.lm_head
         return parallel_lm_head(hidden, lm_head, self.config.vocab_size, self.tp)  # [num_logits, vocab_size]
-
-    def _native_step(self, batch: ForwardBatch, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                     kv_pool: KVPool) -> cpu_native.StepArgs | None:
-        """The step's arguments for the layers' fused native decode path, or None (torch path).
-
-        Checked once per step: the layers then only check their own parameters.
-        """
-        if not (batch.is_decode and hidden.shape[0] <= NATIVE_MAX_ROWS and self.tp.size == 1
-                and cpu_native.usable(hidden, cos, sin, kv_pool.k_buffers[0], kv_pool.v_buffers[0])
-                and cpu_native.usable_indices(batch.out_cache_loc, batch.kv_indptr, batch.kv_indices)):
-            return None
-        return cpu_native.decode_step(cos, sin, batch.out_cache_loc, batch.kv_indptr, batch.kv_indices,
-                                      batch.shared_prefix_len)
 
     def checkpoint_layout(self) -> CheckpointLayout:
         """Every HF tensor name this model needs -> the ``TensorTarget`` this rank copies it into."""

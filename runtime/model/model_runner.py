@@ -33,13 +33,20 @@ from radixlm.kernels import get_ops
 from radixlm.runtime import free_port
 from radixlm.runtime.gguf_path import gguf_file
 from radixlm.runtime.model.attention import resolve_attention_backend
-from radixlm.runtime.model.cpu_malloc import release_free_memory, tune_malloc
-from radixlm.runtime.model.cuda_graph_runner import DecodeGraphRunner, Graph, cuda_graph_factory
+from radixlm.runtime.model.cuda_graph_runner import (
+    DecodeGraphRunner,
+    Graph,
+    cuda_graph_factory,
+    gpu_feature_enabled,
+)
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.gguf_loader import check_gguf_options
-from radixlm.runtime.model.gpu_features import gpu_feature_enabled
-from radixlm.runtime.model.huge_pages import move_weights_to_huge_pages
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
+from radixlm.runtime.model.memory_placement import (
+    move_weights_to_huge_pages,
+    release_free_memory,
+    tune_malloc,
+)
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model
 from radixlm.runtime.model.parallel.distributed import TPGroup, tp_device

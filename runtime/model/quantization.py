@@ -1,5 +1,5 @@
 """Int8 weight-only quantization (``--quantization int8``), applied layer by layer as the checkpoint
-loads (``quantize_as_loaded``) or to a loaded model (``quantize_model``).
+loads (``QuantizeAsLoaded``) or to a loaded model (``quantize_model``).
 
 Every decoder linear (fused q/k/v, o_proj, fused gate/up, down_proj) and the LM head (tied or not)
 becomes an int8 weight ``q [out, in]`` with one float32 scale per output channel, symmetric:
@@ -19,23 +19,36 @@ ones per case (``benchmarks/run.py --suite quant`` times each per shape, dtype a
 * the native AVX2 int8 GEMV (``kernels/cpu_native.linear_int8``, ``csrc/gemv_int8.c``: each int8
   weight row read once for all rows, converted to float32 in registers, float32 sums) for float32
   CPU activations of at most ``NATIVE_MAX_ROWS`` rows; a decode step's layers then run whole in
-  ``cpu_native.decode_layer`` with their int8 weights (``native_operands``), as float32 layers do.
+  ``cpu_native.decode_layer`` with their int8 weights (``native_decode.native_operands``), as float32 layers do.
 * torch, ``torch.ops.aten._weight_int8pack_mm`` (float32 accumulation, the scale in the activations'
   dtype) for bfloat16 activations of at most ``INT8PACK_MAX_ROWS`` rows (vectorized for AVX2 and
   AVX-512), and for one float32 row without the native kernels (x86 runs float32 through a scalar
   loop: still a little faster than converting the weights at batch 1); K a multiple of 16.
 * torch, otherwise: ``F.linear(x, q.float()) * scale`` in float32 (the weights converted per call).
+
+Int8 quantization during loading: each decoder layer, and the embedding with the head, is
+quantized as soon as the loader has copied all of its tensors, and its float weights are freed
+before the next ones are read. Loading a float32 checkpoint with ``--quantization int8`` then
+peaks near the int8 model plus one float layer (or the float embedding), not at the float32 model
+plus its int8 copy. ``quantization.quantize_model`` still runs afterwards and quantizes whatever is
+left, so the result is the same as quantizing after loading.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
 from radixlm.runtime.model.parallel.distributed import TPGroup
-from radixlm.runtime.model.parallel.layers import NATIVE_MAX_ROWS, Linear, RowParallelLinear
+from radixlm.runtime.model.parallel.layers import NATIVE_MAX_ROWS, Linear, LoadedModules, RowParallelLinear
 from radixlm.runtime.server_args import QUANTIZATIONS
+
+if TYPE_CHECKING:  # llama imports this module (through native_decode)
+    from radixlm.runtime.model.llama import CheckpointLayout, LlamaForCausalLM
+from radixlm.runtime.model.memory_placement import release_free_memory
 from torch import nn
 
 INT8_MAX = 127
@@ -213,37 +226,37 @@ def quantize_model(model: nn.Module, method: str | None, backend: str = "torch")
     tensor-parallel rank must call it (row-parallel scales are all-reduced)."""
     if check_quantization(method) is None:
         return
-    for layer in model.layers:
-        quantize_layer(layer, backend)
-    quantize_head(model, backend)
+    for i, layer in enumerate(model.layers):
+        model.install(quantize_layer(layer, backend, prefix=f"layers.{i}."))
+    model.install(quantize_head(model, backend))
 
 
-def quantize_layer(layer: nn.Module, backend: str = "torch") -> None:
-    """Replace a decoder layer's ``qkv_proj``, ``gate_up_proj`` (``Int8Linear``), ``o_proj`` and
-    ``down_proj`` (``Int8RowParallelLinear``) unless they are int8 already."""
+def quantize_layer(layer: nn.Module, backend: str = "torch", prefix: str = "") -> LoadedModules:
+    """Int8 versions of a decoder layer's ``qkv_proj``, ``gate_up_proj`` (``Int8Linear``), ``o_proj`` and
+    ``down_proj`` (``Int8RowParallelLinear``), those not int8 already, named ``prefix + name``."""
+    built = LoadedModules()
     for name, kind in (("qkv_proj", Int8Linear), ("gate_up_proj", Int8Linear), ("o_proj", Int8RowParallelLinear),
                        ("down_proj", Int8RowParallelLinear)):
         linear = getattr(layer, name)
         if not isinstance(linear, (Int8Linear, Int8RowParallelLinear)):
-            setattr(layer, name, kind.from_linear(linear, backend))
+            built.linears[prefix + name] = kind.from_linear(linear, backend)
+    return built
 
 
-def quantize_head(model: nn.Module, backend: str = "torch") -> None:
-    """Set ``model.quantized_lm_head`` (``Int8LMHead``, from ``lm_head`` or, when tied, from the
-    embedding) and ``model.quantized_embedding`` (the tied head's int8 rows, or the untied embedding
-    quantized the same way), then drop the float ``lm_head`` and embedding; no-op once done."""
+def quantize_head(model: nn.Module, backend: str = "torch") -> LoadedModules:
+    """The int8 LM head (``Int8LMHead``, from ``lm_head`` or, when tied, from the embedding) and embedding
+    (the tied head's int8 rows, or the untied embedding quantized the same way), for ``model.install``
+    (which drops the float ones); nothing once done."""
     if model.embed_tokens is None:
-        return
+        return LoadedModules()
     head = model.embed_tokens if model.lm_head is None else model.lm_head
-    model.quantized_lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
+    lm_head = Int8LMHead(head.data, model.config.vocab_size, model.tp, backend)
     if model.lm_head is None:  # tied: the lookup reads the head's int8 rows
-        model.quantized_embedding = Int8Embedding(model.quantized_lm_head.qweight, model.quantized_lm_head.scale,
-                                              model.embed_tokens.dtype, model.vocab_shard, model.tp)
+        embedding = Int8Embedding(lm_head.qweight, lm_head.scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
     else:
         q, scale = quantize_int8(model.embed_tokens.data)
-        model.quantized_embedding = Int8Embedding(q, scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
-    model.lm_head = None
-    model.embed_tokens = None
+        embedding = Int8Embedding(q, scale, model.embed_tokens.dtype, model.vocab_shard, model.tp)
+    return LoadedModules(embedding=embedding, lm_head=lm_head)
 
 
 class Int8Embedding(nn.Module):
@@ -268,12 +281,45 @@ class Int8Embedding(nn.Module):
         return self.tp.all_reduce(rows.to(self.dtype))
 
 
-def native_operands(proj: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(weight, its int8 scales or None) of a float32 ``Linear`` or a torch-backend ``Int8Linear`` the
-    fused native decode layer can take (``cpu_native.LayerParams``), else None."""
-    if isinstance(proj, Linear):
-        return (proj.weight, None) if cpu_native.usable(proj.weight) else None
-    if (isinstance(proj, Int8Linear) and proj.backend == "torch"
-            and cpu_native.usable_int8(proj.qweight, proj.scale)):
-        return proj.qweight, proj.scale
-    return None
+HEAD = -1  # the group of the embedding and the LM head
+
+
+class QuantizeAsLoaded:
+    """Told of every tensor the loader copied (``loaded``), it quantizes a group once complete:
+    layer ``i`` (every checkpoint tensor whose parameter is in ``model.layers[i]``) or the
+    embedding with the head. A no-op for a float model (``method`` None)."""
+
+    def __init__(self, model: LlamaForCausalLM, method: str | None, backend: str) -> None:
+        self.model, self.backend = model, backend
+        self.members: dict[int, list[str]] = {}  # group -> its checkpoint names
+        self.waiting: dict[int, set[str]] = {}  # group -> the names not loaded yet
+        self.group_of: dict[str, int] = {}
+        if check_quantization(method) is None:
+            return
+        owner = {id(p): i for i, layer in enumerate(model.layers) for p in layer.parameters()}
+        heads = {id(p) for p in (model.embed_tokens, model.lm_head) if p is not None}
+        for name, target in model.checkpoint_layout().items():
+            group = HEAD if id(target.param) in heads else owner.get(id(target.param))
+            if group is not None:
+                self.group_of[name] = group
+                self.members.setdefault(group, []).append(name)
+        self.waiting = {group: set(names) for group, names in self.members.items()}
+
+    def loaded(self, name: str, layout: CheckpointLayout) -> None:
+        """``name`` was copied; quantize its group if it was the last one, and drop the group's
+        entries from ``layout`` (the loader's references to its float parameters)."""
+        group = self.group_of.get(name)
+        if group is None:
+            return
+        waiting = self.waiting[group]
+        waiting.discard(name)
+        if waiting:
+            return
+        if group == HEAD:
+            self.model.install(quantize_head(self.model, self.backend))
+        else:
+            self.model.install(quantize_layer(self.model.layers[group], self.backend, prefix=f"layers.{group}."))
+        for member in self.members[group]:
+            layout.pop(member, None)
+        if self.model.tp.device.type == "cpu":
+            release_free_memory()  # the group's float weights, now free, out of the resident set

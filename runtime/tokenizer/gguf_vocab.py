@@ -4,7 +4,7 @@ transformers' GGUF converter rebuilds the ``tokenizers.Tokenizer`` from the file
 merges, scores and token types (byte-level BPE with the pre-tokenizer ``tokenizer.ggml.pre`` names,
 or SentencePiece), adding control tokens as special and user-defined ones as plain added tokens;
 its output is checked against llama.cpp's own tokenizations (``tests/tokenizer``). Two repairs, as
-``checkpoints/gguf_tokenizer.py`` makes for the test vocabularies: added tokens the converter
+``testing/llamacpp_fixtures.py`` makes for the test vocabularies: added tokens the converter
 appends past the file's token count are dropped (the model has no embedding rows for them), and
 the special tokens are the ones at the file's ``tokenizer.ggml.*_token_id`` ids.
 

@@ -23,7 +23,7 @@ import openai
 import pytest
 from radixlm.runtime.chat_formats.reasoning.registry import get_format as reasoning_format
 from radixlm.runtime.chat_formats.tool_formats.registry import get_format
-from radixlm.runtime.checkpoints.real_added_tokens import rename_added_tokens
+from radixlm.runtime.testing.real_shapes import rename_added_tokens
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_assets import fetch_or_reason  # noqa: E402
@@ -33,7 +33,7 @@ EOT = "<|eot_id|>"
 
 
 def _real_tokenizer(tmp: Path, arch: str, size: str):
-    from radixlm.runtime.checkpoints.real_shapes import real_model, write_tokenizer
+    from radixlm.runtime.testing.real_shapes import real_model, write_tokenizer
     from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     if isinstance(reason := fetch_or_reason(), str):

@@ -16,8 +16,13 @@ import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
-from radixlm.runtime.checkpoints.gguf_split import SplitGGUFError, merge_split_gguf
-from radixlm.runtime.checkpoints.model_source import _models, _pick, parse_hub_spec
+from radixlm.runtime.checkpoints.model_source import (
+    SplitGGUFError,
+    _models,
+    _pick,
+    merge_split_gguf,
+    parse_hub_spec,
+)
 from radixlm.runtime.checkpoints.synthetic import default_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

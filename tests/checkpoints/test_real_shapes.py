@@ -15,14 +15,13 @@ import time
 import pytest
 import torch
 from llamacpp_assets import fetch_or_reason
-from radixlm.runtime.checkpoints import checkpoint_path
-from radixlm.runtime.checkpoints.llamacpp_fixtures import FETCH_COMMAND, FixturesMissing
-from radixlm.runtime.checkpoints.real_configs import REAL_MODELS
-from radixlm.runtime.checkpoints.real_shapes import make_real_checkpoint
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
 from radixlm.runtime.model.model_loader import load_model
 from radixlm.runtime.scheduler.batch import BatchSpec
+from radixlm.runtime.testing import checkpoint_path
+from radixlm.runtime.testing.llamacpp_fixtures import FETCH_COMMAND, FixturesMissing
+from radixlm.runtime.testing.real_shapes import REAL_MODELS, make_real_checkpoint
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 # Float32 on both sides; the differences are summation order over hidden sizes up to 8192.

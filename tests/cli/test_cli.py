@@ -245,7 +245,7 @@ def test_generate_on_the_embedded_model_says_its_weights_are_random():
 
 
 def test_real_gguf_has_a_help_and_names_its_models():
-    module = "radixlm.runtime.checkpoints.real_gguf"
+    module = "radixlm.runtime.testing.real_gguf"
     shown = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and "qwen2.5-coder-0.5b-instruct-q4_k_m" in shown.stdout, shown.stderr
     bad = subprocess.run([sys.executable, "-m", module, "no-such-model"], capture_output=True, text=True,
@@ -254,7 +254,7 @@ def test_real_gguf_has_a_help_and_names_its_models():
 
 
 def test_the_trust_remote_code_notice_names_every_built_in_family():
-    from radixlm.runtime.model.model_config import SUPPORTED_ARCHITECTURES
+    from radixlm.runtime.model.architectures import SUPPORTED_ARCHITECTURES
 
     from radixlm.flags import IGNORED_FLAGS
 

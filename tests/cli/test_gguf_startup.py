@@ -40,8 +40,7 @@ def test_the_start_up_facts_of_a_gguf_model(tiny_gguf: Path, checkpoint):
     """The start-up line's parameter count and weight format see the block weights: as many parameters
     as the float checkpoint the file was written from, and the file's block types by share."""
     import torch
-    from radixlm.runtime.model.model_loader import load_model
-    from radixlm.runtime.model.weight_stats import parameter_count, weight_format
+    from radixlm.runtime.model.model_loader import load_model, parameter_count, weight_format
 
     gguf_model, _ = load_model(str(tiny_gguf))
     float_model, _ = load_model(str(checkpoint("qwen2", "tiny")))

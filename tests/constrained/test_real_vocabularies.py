@@ -64,7 +64,7 @@ def real(request):
     """(tokenizer, vocab) of one real vocabulary, converted once and cached under $RADIXLM_CACHE."""
     if isinstance(reason := fetch_or_reason(), str):
         pytest.skip(reason)
-    from radixlm.runtime.checkpoints.gguf_tokenizer import gguf_tokenizer_dir
+    from radixlm.runtime.testing.llamacpp_fixtures import gguf_tokenizer_dir
     from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
     tokenizer = Tokenizer(gguf_tokenizer_dir(request.param))

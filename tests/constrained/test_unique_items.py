@@ -91,7 +91,7 @@ def real(checkpoint):
     if isinstance(fetch_or_reason(), str):
         tokenizer = Tokenizer(checkpoint("llama", "small"))
     else:
-        from radixlm.runtime.checkpoints.gguf_tokenizer import gguf_tokenizer_dir
+        from radixlm.runtime.testing.llamacpp_fixtures import gguf_tokenizer_dir
 
         tokenizer = Tokenizer(gguf_tokenizer_dir("qwen2"))
     return tokenizer, TokenizerVocab.from_tokenizer(tokenizer)

@@ -13,7 +13,7 @@ import time
 import pytest
 from radixlm.runtime.engine.delivery import Delivery, RequestHandle
 from radixlm.runtime.engine.step_loop import EngineLoop
-from radixlm.runtime.model.gpu_features import UNVERIFIED_ENV
+from radixlm.runtime.model.cuda_graph_runner import UNVERIFIED_ENV
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.scheduler.batch import BatchResult, ScheduledBatch
 from radixlm.runtime.scheduler.decode_ahead import future_token, overlap_blocker, resolve_future_tokens

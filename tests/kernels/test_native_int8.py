@@ -109,7 +109,8 @@ def test_int8_model_decode_native_matches_torch_path(arch, checkpoint, monkeypat
     model, cfg = load_model(checkpoint(arch, "tiny"), "float32", "cpu", quantization="int8")
     assert isinstance(model.layers[0].o_proj, Int8Linear)
     native = decode_logits(model, cfg, native=True)
-    assert model.layers[0]._native.s_qkv and model.layers[0]._native.s_down  # the layer ran on int8 weights
+    params = model.native.params(model.layers[0])
+    assert params.s_qkv and params.s_down  # the layer ran on int8 weights
     assert calls.count(("decode_layer", None)) == 3 * cfg.num_layers  # 3 decode steps, every layer fused
     # the int8 LM head: the prefill's and every decode step's
     assert calls.count(("linear_int8", model.quantized_lm_head.qweight.data_ptr())) == 4

@@ -24,7 +24,7 @@ from radixlm.kernels import cpu_native
 from radixlm.kernels.attention_ref import decode_attention_ref
 from radixlm.kernels.testing.random_batch import random_paged_batch
 from radixlm.kernels.torch_ops import decode_attention_torch, store_kv_torch
-from radixlm.runtime.model.rotary import RotaryEmbedding, apply_rotary
+from radixlm.runtime.model.attention import RotaryEmbedding, apply_rotary
 
 pytestmark = pytest.mark.skipif(cpu_native._unsupported_reason() is not None,
                                 reason=f"no native CPU kernels here: {cpu_native._unsupported_reason()}")

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from radixlm.runtime.model.cuda_graph_runner import EagerReplayGraph, graph_buckets, pick_bucket
+from radixlm.runtime.model.cuda_graph_runner import (
+    UNVERIFIED_ENV,
+    EagerReplayGraph,
+    gpu_feature_enabled,
+    graph_buckets,
+    pick_bucket,
+)
 from radixlm.runtime.model.forward_batch import ForwardBatch
-from radixlm.runtime.model.gpu_features import UNVERIFIED_ENV, gpu_feature_enabled
 from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_runner import ModelRunner
 from radixlm.runtime.scheduler.batch import BatchSpec

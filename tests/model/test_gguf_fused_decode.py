@@ -36,15 +36,14 @@ def _decode_logits(model, lens: list[int], fused: bool) -> torch.Tensor:
                        list(range(bs)))
     batch = ForwardBatch.from_spec(decode, table, "cpu")
     if fused:
-        assert model._native_step(batch, torch.empty(bs, c.hidden_size), *model.rotary.cos_sin(
-            batch.positions, torch.float32), pool) is not None
+        assert model.native.step(batch, torch.empty(bs, c.hidden_size), *model.rotary.cos_sin(
+            batch.positions, torch.float32), pool, 1) is not None
         return model.forward(batch, pool)
-    original = model._native_step
-    model._native_step = lambda *args: None  # the per-op path: BlockLinear between torch ops
+    model.native.step = lambda *args: None  # the per-op path: BlockLinear between torch ops
     try:
         return model.forward(batch, pool)
     finally:
-        model._native_step = original
+        del model.native.step  # the class's method again
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -52,8 +51,9 @@ def test_fused_decode_layer_equals_the_per_op_path(checkpoint, tmp_path, arch):
     model, _ = load_model(str(write_gguf(checkpoint(arch, "tiny"), tmp_path / "model.gguf", MIXED)))
     layer = model.layers[0]
     assert isinstance(layer.qkv_proj, BlockLinear) and len(layer.qkv_proj.parts) == 2
-    assert layer._native_params() is not None  # the layers take the fused path
-    assert layer._native_params().blocks[0].parts == 2 and layer._native_params().blocks[3].parts == 1
+    params = model.native.params(layer)
+    assert params is not None  # the layers take the fused path
+    assert params.blocks[0].parts == 2 and params.blocks[3].parts == 1
     for lens in ([7], [5, 9, 3]):
         fused, per_op = _decode_logits(model, lens, True), _decode_logits(model, lens, False)
         assert fused.shape == per_op.shape == (len(lens), model.config.vocab_size)

@@ -16,7 +16,7 @@ import tracemalloc
 import numpy as np
 import pytest
 from radixlm.runtime.gguf_path import check_gguf_header
-from radixlm.runtime.model.gguf_config import hf_config
+from radixlm.runtime.model.architectures import hf_config
 from radixlm.runtime.model.gguf_reader import MAX_ARRAY_DEPTH, GGUFFile
 
 pytestmark = pytest.mark.unit

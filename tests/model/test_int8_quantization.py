@@ -252,7 +252,7 @@ def test_row_parallel_int8_equals_the_unsharded_int8(tmp_path):
 
 def test_int8_summary_counts_each_weight_once(tiny_qwen3, tmp_path):
     from radixlm.runtime.checkpoints.synthetic import make_checkpoint
-    from radixlm.runtime.model.weight_stats import parameter_count
+    from radixlm.runtime.model.model_loader import parameter_count
 
     from radixlm import Engine
 

@@ -8,11 +8,12 @@ import shutil
 
 import pytest
 import torch
+from radixlm.runtime.model.architectures import SUPPORTED_ARCHITECTURES
+from radixlm.runtime.model.attention import rope_inv_freq
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
-from radixlm.runtime.model.model_config import SUPPORTED_ARCHITECTURES, ModelConfig
+from radixlm.runtime.model.model_config import ModelConfig
 from radixlm.runtime.model.model_loader import load_model, resolve_dtype
-from radixlm.runtime.model.rotary import rope_inv_freq
 from radixlm.runtime.scheduler.batch import BatchSpec
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM

@@ -1,4 +1,4 @@
-"""Loading's memory (``model_loader``, ``safetensors_reader``, ``quantize_as_loaded``): each
+"""Loading's memory (``model_loader``, ``SafetensorsFile``, ``QuantizeAsLoaded``): each
 tensor's file pages are released once copied, and ``--quantization int8`` quantizes each layer as
 soon as it is in, with the same int8 weights as quantizing after loading."""
 
@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 from radixlm.runtime.checkpoints.synthetic import make_checkpoint
-from radixlm.runtime.model import model_loader, quantize_as_loaded
+from radixlm.runtime.model import model_loader, quantization
 from radixlm.runtime.model.model_loader import load_model
 from radixlm.runtime.model.quantization import quantize_model
 from safetensors.torch import load_file, save_file
@@ -54,9 +54,17 @@ def test_each_layer_is_quantized_before_the_last_tensor_is_read(tmp_path, monkey
     events: list[str] = []
     real_copy = model_loader.release_pages
     monkeypatch.setattr(model_loader, "release_pages", lambda view: (events.append("read"), real_copy(view)))
-    real_layer, real_head = quantize_as_loaded.quantize_layer, quantize_as_loaded.quantize_head
-    monkeypatch.setattr(quantize_as_loaded, "quantize_layer", lambda *a: (events.append("layer"), real_layer(*a)))
-    monkeypatch.setattr(quantize_as_loaded, "quantize_head", lambda *a: (events.append("head"), real_head(*a)))
+
+    def spy(kind: str, real):  # records the calls that built something (quantize_model's last pass builds nothing)
+        def call(*args, **kwargs):
+            built = real(*args, **kwargs)
+            if built.linears or built.embedding is not None:
+                events.append(kind)
+            return built
+        return call
+
+    monkeypatch.setattr(quantization, "quantize_layer", spy("layer", quantization.quantize_layer))
+    monkeypatch.setattr(quantization, "quantize_head", spy("head", quantization.quantize_head))
     load_model(path, "float32", quantization="int8")
     assert events.count("layer") == 3 and events.count("head") == 1
     first_layer = events.index("layer")

@@ -1,4 +1,4 @@
-"""``safetensors_reader.SafetensorsFile``: the same tensors as the ``safetensors`` package for
+"""``model_loader.SafetensorsFile``: the same tensors as the ``safetensors`` package for
 every dtype a checkpoint uses, in data order, and a clear ``ValueError`` for a file that is not
 safetensors or is cut short."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from radixlm.runtime.model.safetensors_reader import SafetensorsFile
+from radixlm.runtime.model.model_loader import SafetensorsFile
 from safetensors.torch import load_file, save_file
 
 

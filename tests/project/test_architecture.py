@@ -20,7 +20,7 @@ pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model for
 REPO = Path(__file__).resolve().parents[2]
 ROOT_FOLDERS = ("radixlm", "radix_cache", "constrained", "lang", "runtime", "kernels")
 RUNTIME_PARTS = ("router", "server", "engine", "scheduler", "model", "chat_formats", "tokenizer",
-                 "checkpoints")
+                 "checkpoints", "testing")
 
 # unit -> the units it may import (docs/DESIGN.md draws the same picture)
 ALLOWED: dict[str, set[str]] = {
@@ -37,6 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "runtime.chat_formats": {"constrained"},  # HTTP-free: never the server or the engine
     "runtime.tokenizer": set(),
     "runtime.checkpoints": set(),
+    "runtime.testing": {"runtime.checkpoints"},  # test and benchmark checkpoints: never imported by serving code
     "runtime": set(),
     "constrained": {"torch"},
     "constrained.testing": {"constrained", "torch"},
@@ -101,6 +102,15 @@ def test_imports_follow_the_package_map():
            for src, targets in import_edges().items() for dst, mods in targets.items()
            if dst not in ALLOWED[src]]
     assert not bad, "imports outside docs/DESIGN.md's map:\n" + "\n".join(bad)
+
+
+def test_serving_code_never_imports_the_testing_package():
+    """``runtime/testing/`` builds test and benchmark checkpoints; no package of the served code (the
+    testing packages aside) may import it, lazily or not."""
+    bad = [f"{src} (in {', '.join(sorted(set(mods)))})" for src, dsts in import_edges().items()
+           for dst, mods in dsts.items() if dst == "runtime.testing" and not src.endswith(".testing")]
+    assert not bad, "serving code imports radixlm.runtime.testing: " + "; ".join(bad)
+    assert "runtime.testing" not in set().union(*(v for k, v in ALLOWED.items() if not k.endswith(".testing")))
 
 
 def test_no_import_cycles_between_packages():

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import requests
 from openai_reads import chat_answer
-from radixlm.runtime.checkpoints import checkpoint_path
+from radixlm.runtime.testing import checkpoint_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_assets import fetch_or_reason  # noqa: E402

@@ -17,11 +17,11 @@ import openai
 import pytest
 import requests
 from pydantic import BaseModel
-from radixlm.runtime.checkpoints.real_added_tokens import rename_added_tokens
 from radixlm.runtime.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
 from radixlm.runtime.server.transport.body import IGNORED_HEADER
 from radixlm.runtime.server.transport.state import ServerConfig
+from radixlm.runtime.testing.real_shapes import rename_added_tokens
 
 HI = [{"role": "user", "content": "hi"}]
 FIM = ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")

@@ -5,7 +5,7 @@ OpenAI's shape, valid against the schema.
 
 Each directory is the tiny test checkpoint with the family's real chat template (llama.cpp's
 corpus) and the family's markers as special tokens, as its real vocabulary has them (reserved
-special tokens renamed; ``runtime/checkpoints/real_added_tokens.py``).
+special tokens renamed; ``runtime/testing/real_shapes.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 from radixlm.runtime.chat_formats.reasoning.registry import detect_name as detect_reasoning
 from radixlm.runtime.chat_formats.tool_formats.registry import detect_name as detect_tools
 from radixlm.runtime.chat_formats.tool_formats.registry import get_format
-from radixlm.runtime.checkpoints.real_added_tokens import rename_added_tokens
+from radixlm.runtime.testing.real_shapes import rename_added_tokens
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 from radixlm.runtime.chat_formats.reasoning.registry import detect_name as detect_reasoning
 from radixlm.runtime.chat_formats.tool_formats.registry import detect_name as detect_tools
-from radixlm.runtime.checkpoints import checkpoint_path
+from radixlm.runtime.testing import checkpoint_path
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from radixlm.runtime.checkpoints.llamacpp_fixtures import vocab_gguf
+from radixlm.runtime.testing.llamacpp_fixtures import vocab_gguf
 from radixlm.runtime.tokenizer import gguf_tokenizer_cache as cache
 from radixlm.runtime.tokenizer.gguf_vocab import read_gguf_vocab
 from test_llamacpp_parity import _assets

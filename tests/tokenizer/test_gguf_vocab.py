@@ -11,7 +11,7 @@ end-of-generation set and ``add_bos_token`` come from the file's metadata.
 from __future__ import annotations
 
 import pytest
-from radixlm.runtime.checkpoints.llamacpp_fixtures import vocab_gguf
+from radixlm.runtime.testing.llamacpp_fixtures import vocab_gguf
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 from test_llamacpp_parity import (
     EXPECTED_DIFFERENCES,

@@ -1,7 +1,7 @@
 """Real tokenizers against llama.cpp's reference tokenizations (``ggml-vocab-*.gguf.inp`` / ``.out``).
 
 Each vocabulary is converted to ``tokenizer.json`` by transformers' GGUF loader (cached, see
-``radixlm.runtime.checkpoints.gguf_tokenizer``) and loaded with our ``Tokenizer``. The reference
+``radixlm.runtime.testing.llamacpp_fixtures``) and loaded with our ``Tokenizer``. The reference
 cases are llama.cpp's: the ``.inp`` file holds the texts, each followed by a
 ``\\n__ggml_vocab_test__\\n`` marker line, and line i of ``.out`` holds text i's ids (the original HF
 tokenizer's ``encode(text, add_special_tokens=False)``, space-separated).
@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 from llamacpp_assets import fetch_or_reason
 from radixlm.constrained import TokenizerVocab
-from radixlm.runtime.checkpoints.gguf_tokenizer import convert_gguf_tokenizer, gguf_tokenizer_dir
+from radixlm.runtime.testing.llamacpp_fixtures import convert_gguf_tokenizer, gguf_tokenizer_dir
 from radixlm.runtime.tokenizer.detokenizer import IncrementalDetokenizer
 from radixlm.runtime.tokenizer.tokenizer import Tokenizer
 

