@@ -57,7 +57,7 @@ from radixlm.runtime.router.policy import (
     RoutingPolicy,
 )
 from radixlm.runtime.server.metrics import PREFIX
-from radixlm.runtime.server.transport.errors import APIError
+from radixlm.runtime.server.transport.body import APIError
 
 logger = logging.getLogger("radixlm.router")
 

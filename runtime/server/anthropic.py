@@ -39,10 +39,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from radixlm.runtime.server.chat.generation import ChoiceEvent
-from radixlm.runtime.server.chat.pipeline import Answer, ChatTurn, ParamMap, collect, new_id, start_chat
-from radixlm.runtime.server.transport.body import FieldReader, UnknownFields, check_str_list, with_route_names
-from radixlm.runtime.server.transport.errors import anthropic_error, bad_request, shaped_errors
+from radixlm.runtime.server.chat.pipeline import (
+    Answer,
+    ChatTurn,
+    ChoiceEvent,
+    ParamMap,
+    collect,
+    new_id,
+    start_chat,
+)
+from radixlm.runtime.server.transport.body import (
+    FieldReader,
+    UnknownFields,
+    anthropic_error,
+    bad_request,
+    check_str_list,
+    shaped_errors,
+    with_route_names,
+)
 from radixlm.runtime.server.transport.sse import SSE_TYPE, named_event, write_events
 from radixlm.runtime.server.transport.state import RequestRecord, ServerState
 

@@ -40,8 +40,8 @@ from radixlm.runtime.server.transport.access import (
     origin_middleware,
     preflight_middleware,
 )
+from radixlm.runtime.server.transport.body import APIError, error_response, from_exception
 from radixlm.runtime.server.transport.connection_guard import ConnectionGuard, GuardedSite
-from radixlm.runtime.server.transport.errors import APIError, error_response, from_exception
 from radixlm.runtime.server.transport.state import ServedEngine, ServerConfig, ServerState
 
 logger = logging.getLogger("radixlm.server")

@@ -56,9 +56,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from aiohttp import web
-from radixlm.runtime.server.chat.generation import ChoiceEvent
 from radixlm.runtime.server.chat.pipeline import (
     ChatTurn,
+    ChoiceEvent,
     ParamMap,
     fim_markers,
     fim_prompt,
@@ -66,8 +66,14 @@ from radixlm.runtime.server.chat.pipeline import (
     start_chat,
     start_raw,
 )
-from radixlm.runtime.server.transport.body import FieldReader, UnknownFields, with_route_names
-from radixlm.runtime.server.transport.errors import APIError, bad_request, shaped_errors
+from radixlm.runtime.server.transport.body import (
+    APIError,
+    FieldReader,
+    UnknownFields,
+    bad_request,
+    shaped_errors,
+    with_route_names,
+)
 from radixlm.runtime.server.transport.sse import NDJSON_TYPE, ndjson_line, write_events
 from radixlm.runtime.server.transport.state import RequestRecord, ServerState
 

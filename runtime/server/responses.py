@@ -13,7 +13,7 @@ request wrote it (``input[2].content[0].type``, ``text.format.schema``).
 
 The Responses API's output, built from a chat choice's events: output items and streaming events.
 
-:class:`ResponseBuilder` reads :class:`~radixlm.runtime.server.chat.generation.ChoiceEvent` in order
+:class:`ResponseBuilder` reads :class:`~radixlm.runtime.server.chat.pipeline.ChoiceEvent` in order
 and keeps the ``output`` items (``reasoning``, ``message``, ``function_call``); each ``feed`` returns
 the streaming events it causes, in the order OpenAI sends them::
 
@@ -49,10 +49,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
-from radixlm.runtime.server.chat.generation import ChoiceEvent
-from radixlm.runtime.server.chat.pipeline import ChatTurn, ParamMap, count_tokens, start_chat
-from radixlm.runtime.server.transport.body import FieldReader, UnknownFields, with_route_names
-from radixlm.runtime.server.transport.errors import APIError, bad_request
+from radixlm.runtime.server.chat.pipeline import ChatTurn, ChoiceEvent, ParamMap, count_tokens, start_chat
+from radixlm.runtime.server.transport.body import (
+    APIError,
+    FieldReader,
+    UnknownFields,
+    bad_request,
+    with_route_names,
+)
 from radixlm.runtime.server.transport.sse import SSE_TYPE, named_event, write_events
 from radixlm.runtime.server.transport.state import RequestRecord, ServerState
 

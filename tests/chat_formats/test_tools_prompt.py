@@ -21,7 +21,7 @@ from types import SimpleNamespace
 import llamacpp_assets
 import pytest
 from radixlm.runtime.server.chat.request import _render, parse_chat_request
-from radixlm.runtime.server.transport.errors import APIError
+from radixlm.runtime.server.transport.body import APIError
 from radixlm.runtime.tokenizer.chat_template import render_chat_template
 
 transformers = pytest.importorskip("transformers")

@@ -12,7 +12,7 @@ import time
 from radixlm.constrained import CompileUnavailable, ConstraintError
 from radixlm.constrained.compile.pool import CompileJob, CompilePool, worker_environ
 from radixlm.constrained.compile.worker import CompileRequest
-from radixlm.runtime.server.transport.errors import from_exception
+from radixlm.runtime.server.transport.body import from_exception
 
 SPIN = "radixlm.constrained.testing.compile_hooks:spin"
 HANG_GUARD_S = 60.0  # guards only: every wait ends on an event

@@ -296,8 +296,8 @@ def _server_imports() -> dict[str, set[str]]:
 def test_server_is_laid_out_by_protocol():
     """``runtime/server/``: every module belongs to a known node; a protocol imports the chat pipeline and the
     transport, never another protocol; ``chat/`` imports no protocol and ``transport/`` neither; at most 30
-    modules (the dashboard's included) standing on at most 6 floors of nodes (a node's floor: 0 if it
-    imports no other node, else one more than the highest it imports)."""
+    modules (the dashboard's included) standing on at most 6 floors, of nodes and of modules alike (a
+    floor: 0 for what imports nothing else of the folder, else one more than the highest it imports)."""
     imports = _server_imports()
     assert len(imports) <= 30, sorted(imports)
     unknown = sorted({_server_node(m) for m in imports} - set(SERVER_ALLOWED))
@@ -325,3 +325,15 @@ def test_server_is_laid_out_by_protocol():
     for node in sorted(SERVER_ALLOWED):
         floor(node, ())
     assert max(floors.values()) <= 5, floors
+    module_floors: dict[str, int] = {}
+
+    def module_floor(module: str, path: tuple[str, ...]) -> int:
+        if module in path:
+            raise AssertionError("import cycle in runtime/server/: " + " -> ".join((*path, module)))
+        if module not in module_floors:
+            module_floors[module] = 1 + max((module_floor(m, (*path, module)) for m in imports[module]), default=-1)
+        return module_floors[module]
+
+    for module in sorted(imports):
+        module_floor(module, ())
+    assert max(module_floors.values()) <= 5, f"runtime/server/ on more than 6 module floors: {module_floors}"

@@ -8,7 +8,8 @@ from radixlm.runtime.scheduler.req import TokenOrigins
 from radixlm.runtime.server.dashboard.feed import SeriesSampler, window_quantile
 from radixlm.runtime.server.dashboard.views import namespace_view
 from radixlm.runtime.server.metrics import Histogram
-from radixlm.runtime.server.transport.access import cache_namespace, tenant_id
+from radixlm.runtime.server.transport.access import tenant_id
+from radixlm.runtime.server.transport.state import cache_namespace
 
 pytestmark = pytest.mark.unit
 

@@ -16,8 +16,7 @@ import aiohttp
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.transport.access import cache_namespace
-from radixlm.runtime.server.transport.state import ServerConfig
+from radixlm.runtime.server.transport.state import ServerConfig, cache_namespace
 from radixlm.runtime.server_args import ServerArgs
 
 KEY_A, KEY_B = "cache-key-a", "cache-key-b"

@@ -17,8 +17,7 @@ import aiohttp
 import pytest
 from radixlm.runtime.engine.engine import Engine
 from radixlm.runtime.server.app import BackgroundServer
-from radixlm.runtime.server.transport.body import decompress_body, parse_json_body, value_count
-from radixlm.runtime.server.transport.errors import APIError
+from radixlm.runtime.server.transport.body import APIError, decompress_body, parse_json_body, value_count
 from radixlm.runtime.server.transport.state import ServerConfig
 
 GUARD_S = 120.0  # hang guards only

@@ -18,8 +18,7 @@ import pytest
 from radixlm.runtime.engine.engine import Engine, QueueFullError
 from radixlm.runtime.server.app import MAX_URL_BYTES, BackgroundServer
 from radixlm.runtime.server.transport.access import API_KEY_ENV, load_api_keys, tenant_id
-from radixlm.runtime.server.transport.body import nesting_depth
-from radixlm.runtime.server.transport.errors import from_exception
+from radixlm.runtime.server.transport.body import from_exception, nesting_depth
 from radixlm.runtime.server.transport.state import ServerConfig
 from radixlm.runtime.server_args import ServerArgs
 

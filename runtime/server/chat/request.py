@@ -33,7 +33,7 @@ result, named by ``name``) is a tool message. Any other key follows the request'
 OpenAI request parsing: a JSON body becomes a frozen :class:`CompletionRequest` or :class:`ChatRequest`.
 
 Parsing never touches the engine. Every field is type- and range-checked (a 400
-:class:`~radixlm.runtime.server.transport.errors.APIError` naming the bad field), and the request's
+:class:`~radixlm.runtime.server.transport.body.APIError` naming the bad field), and the request's
 ``SamplingParams`` is built here, once: later phases take copies (``SamplingParams.replace``).
 Fields nobody reads are ignored and listed in the request's ``ignored`` (a 400 with
 ``strict=True``, i.e. ``ServerArgs.strict_api``). Sampler fields and constraint extensions are read
@@ -72,13 +72,15 @@ from radixlm.runtime.server.chat.tools import (
     parse_tools,
 )
 from radixlm.runtime.server.transport.body import (
+    APIError,
     FieldReader,
     UnknownFields,
+    bad_request,
     check_str_list,
+    client_message,
     is_kind,
     read_cache_salt,
 )
-from radixlm.runtime.server.transport.errors import APIError, bad_request, client_message
 from radixlm.runtime.server.transport.state import ServerState, text_chars
 
 # SGLang extensions accepted on the OpenAI routes: kind, lower and upper bound.

@@ -39,8 +39,7 @@ from typing import Any
 import jsonschema
 from radixlm.constrained import ConstraintError, resolve_ref
 from radixlm.runtime.chat_formats.tools import ToolSpec
-from radixlm.runtime.server.transport.body import FieldReader
-from radixlm.runtime.server.transport.errors import APIError, bad_request, client_message
+from radixlm.runtime.server.transport.body import APIError, FieldReader, bad_request, client_message
 
 # Keywords whose value is one schema, a list of schemas, or a map of name -> schema.
 _ONE = ("additionalProperties", "additionalItems", "unevaluatedItems", "unevaluatedProperties", "items",

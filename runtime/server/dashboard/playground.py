@@ -30,8 +30,7 @@ from aiohttp import web
 from radixlm.runtime.chat_formats.tools import call_schema
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.chat.tools import parse_tools
-from radixlm.runtime.server.transport.body import FieldReader
-from radixlm.runtime.server.transport.errors import bad_request
+from radixlm.runtime.server.transport.body import FieldReader, bad_request
 from radixlm.runtime.server.transport.state import RequestRecord, ServerState
 
 MAX_NEW_TOKENS = 1024

@@ -28,7 +28,7 @@ from radixlm.runtime.server.dashboard.feed import DashboardFeed, FeedFull, Serie
 from radixlm.runtime.server.dashboard.playground import parse_playground, playground_events
 from radixlm.runtime.server.dashboard.views import InspectedEngine, inspection_view
 from radixlm.runtime.server.transport.access import forbidden_unless_admin
-from radixlm.runtime.server.transport.errors import APIError, bad_request
+from radixlm.runtime.server.transport.body import APIError, bad_request
 from radixlm.runtime.server.transport.sse import open_stream, write_stream
 from radixlm.runtime.server.transport.state import ServerState
 

@@ -48,17 +48,19 @@ from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.chat.pipeline import check_fan_out
 from radixlm.runtime.server.chat.tools import error_pointer
 from radixlm.runtime.server.native.tokenize import TokenizeRoutes
-from radixlm.runtime.server.transport.access import CURRENT_TENANT, forbidden_unless_admin, is_admin
+from radixlm.runtime.server.transport.access import forbidden_unless_admin, is_admin
 from radixlm.runtime.server.transport.body import (
+    APIError,
     FieldReader,
     UnknownFields,
+    bad_request,
     check_token_ids,
+    client_message,
     read_cache_salt,
     with_route_names,
 )
-from radixlm.runtime.server.transport.errors import APIError, bad_request, client_message
 from radixlm.runtime.server.transport.sse import gather_all, merge_streams, write_stream
-from radixlm.runtime.server.transport.state import RequestRecord, ServedTokenizer, ServerState
+from radixlm.runtime.server.transport.state import CURRENT_TENANT, RequestRecord, ServedTokenizer, ServerState
 
 from radixlm import __version__
 

@@ -20,8 +20,14 @@ import jinja2
 from aiohttp import web
 from radixlm.runtime.server.chat.request import check_template_kwargs, parse_messages
 from radixlm.runtime.server.chat.tools import parse_tool_choice, parse_tools
-from radixlm.runtime.server.transport.body import FieldReader, UnknownFields, check_str_list, check_token_ids
-from radixlm.runtime.server.transport.errors import bad_request, client_message
+from radixlm.runtime.server.transport.body import (
+    FieldReader,
+    UnknownFields,
+    bad_request,
+    check_str_list,
+    check_token_ids,
+    client_message,
+)
 from radixlm.runtime.server.transport.state import PromptEncoder, ServerState, text_chars
 
 

@@ -31,20 +31,18 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, Field
 from radixlm.runtime.sampling_params import SamplingParams, choice_seed
-from radixlm.runtime.server.chat.generation import (
-    ChoiceEvent,
-    TextCursor,
-    completion_logprobs,
-    extract,
-    merge_completion_logprobs,
-)
 from radixlm.runtime.server.chat.pipeline import (
     ChatTurn,
+    ChoiceEvent,
     LegacyFunctionNames,
     ParamMap,
+    TextCursor,
     check_fan_out,
+    completion_logprobs,
+    extract,
     fim_prompt,
     gather,
+    merge_completion_logprobs,
     new_id,
     open_chat,
 )
@@ -61,12 +59,12 @@ from radixlm.runtime.server.chat.request import (
 from radixlm.runtime.server.transport.body import (
     OPENAI_NAMES,
     UnknownFields,
+    bad_request,
     check_token_ids,
     is_kind,
     read_cache_salt,
     with_route_names,
 )
-from radixlm.runtime.server.transport.errors import bad_request
 from radixlm.runtime.server.transport.sse import gather_all, merge_streams, write_stream
 from radixlm.runtime.server.transport.state import RequestRecord, ServerState
 

@@ -21,8 +21,15 @@ import time
 
 import numpy as np
 from aiohttp import web
-from radixlm.runtime.server.transport.body import FieldReader, UnknownFields, check_token_ids, is_kind
-from radixlm.runtime.server.transport.errors import APIError, bad_request, shaped_errors
+from radixlm.runtime.server.transport.body import (
+    APIError,
+    FieldReader,
+    UnknownFields,
+    bad_request,
+    check_token_ids,
+    is_kind,
+    shaped_errors,
+)
 from radixlm.runtime.server.transport.state import ServerState
 
 OPENAI_IGNORED = frozenset({"user"})

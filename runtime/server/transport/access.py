@@ -48,32 +48,24 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import json
-import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextvars import ContextVar
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from radixlm.runtime.server.transport.errors import IGNORED_HEADER, APIError
+from radixlm.runtime.server.transport.body import IGNORED_HEADER, APIError
+from radixlm.runtime.server.transport.state import (
+    ADMIN_KEY,
+    CURRENT_TENANT,
+    TENANT_KEY,
+    check_api_key,
+)
 
 API_KEY_ENV = "RADIXLM_API_KEY"
 ADMIN_KEY_ENV = "RADIXLM_ADMIN_API_KEY"
 OPEN_PATHS = frozenset({"/health"})
-TENANT_KEY = web.RequestKey("radixlm_tenant", str)  # set on a request when several keys are configured
-ADMIN_KEY = web.RequestKey("radixlm_admin", bool)  # set on every authenticated request
-# the tenant of the request the running task serves: the engine requests it starts are its own
-CURRENT_TENANT: ContextVar[str | None] = ContextVar("radixlm_tenant", default=None)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def check_api_key(key: Any, source: str) -> str:
-    """A key must be a non-empty string without whitespace or commas (the variable's separator)."""
-    if not isinstance(key, str) or not key or any(c.isspace() or c == "," for c in key):
-        raise ValueError(f"{source}: an API key must be a non-empty string without whitespace or commas")
-    return key
 
 
 def read_key_file(path: str) -> list[str]:
@@ -103,21 +95,6 @@ def load_api_keys(flag_keys: Iterable[str] = (), key_file: str | None = None,
 def tenant_id(key: str) -> str:
     """The key's cache namespace: a hash, so the key itself never leaves the auth check."""
     return "tenant-" + hashlib.sha256(key.encode()).hexdigest()[:24]
-
-
-def cache_namespace(tenant: str | None, salt: str | None, isolation: str = "shared") -> str | None:
-    """The engine's ``extra_key``: the tenant's namespace, split further by the request's salt.
-
-    ``salt`` is :func:`~.body.read_cache_salt`'s tagged form, so ``cache_salt: "x"`` and
-    ``extra_key: "x"`` name different namespaces. Under ``isolation="per-request"`` a request
-    without a salt gets a namespace of its own (shared by its choices and phases only). Every
-    namespace of a tenant starts with its id and a ``/``, and ids have a fixed length, so no salt of
-    one tenant can name a namespace of another."""
-    if salt is None and isolation == "per-request":
-        salt = json.dumps({"request": uuid.uuid4().hex})
-    if tenant is None:
-        return salt
-    return tenant if salt is None else f"{tenant}/{salt}"
 
 
 def is_admin(request: web.Request) -> bool:

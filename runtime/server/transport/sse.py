@@ -25,7 +25,7 @@ from contextlib import aclosing
 from typing import Any, TypeVar
 
 from aiohttp import web
-from radixlm.runtime.server.transport.errors import APIError, from_exception
+from radixlm.runtime.server.transport.body import APIError, from_exception
 
 T = TypeVar("T")
 DONE = b"data: [DONE]\n\n"

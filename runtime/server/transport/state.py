@@ -35,6 +35,7 @@ becomes one INFO log line and the metrics.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 import uuid
@@ -50,11 +51,43 @@ from radixlm.runtime.chat_formats.reasoning.registry import resolve as resolve_r
 from radixlm.runtime.chat_formats.tool_formats.registry import resolve
 from radixlm.runtime.sampling_params import SamplingParams
 from radixlm.runtime.server.metrics import ServerMetrics
-from radixlm.runtime.server.transport.access import CURRENT_TENANT, TENANT_KEY, cache_namespace, check_api_key
-from radixlm.runtime.server.transport.body import decompress_body, parse_json_body, reject_lone_surrogates
+from radixlm.runtime.server.transport.body import (
+    APIError,
+    bad_request,
+    decompress_body,
+    from_exception,
+    parse_json_body,
+    reject_lone_surrogates,
+)
 from radixlm.runtime.server.transport.connection_guard import ConnectionGuard
-from radixlm.runtime.server.transport.errors import APIError, bad_request, from_exception
 from radixlm.runtime.server_args import ServerArgs
+
+# tenancy: who a request is for (set by the access middleware, read by every route)
+TENANT_KEY = web.RequestKey("radixlm_tenant", str)  # set on a request when several keys are configured
+ADMIN_KEY = web.RequestKey("radixlm_admin", bool)  # set on every authenticated request
+# the tenant of the request the running task serves: the engine requests it starts are its own
+CURRENT_TENANT: ContextVar[str | None] = ContextVar("radixlm_tenant", default=None)
+
+def check_api_key(key: Any, source: str) -> str:
+    """A key must be a non-empty string without whitespace or commas (the variable's separator)."""
+    if not isinstance(key, str) or not key or any(c.isspace() or c == "," for c in key):
+        raise ValueError(f"{source}: an API key must be a non-empty string without whitespace or commas")
+    return key
+
+
+def cache_namespace(tenant: str | None, salt: str | None, isolation: str = "shared") -> str | None:
+    """The engine's ``extra_key``: the tenant's namespace, split further by the request's salt.
+
+    ``salt`` is :func:`~.body.read_cache_salt`'s tagged form, so ``cache_salt: "x"`` and
+    ``extra_key: "x"`` name different namespaces. Under ``isolation="per-request"`` a request
+    without a salt gets a namespace of its own (shared by its choices and phases only). Every
+    namespace of a tenant starts with its id and a ``/``, and ids have a fixed length, so no salt of
+    one tenant can name a namespace of another."""
+    if salt is None and isolation == "per-request":
+        salt = json.dumps({"request": uuid.uuid4().hex})
+    if tenant is None:
+        return salt
+    return tenant if salt is None else f"{tenant}/{salt}"
 
 
 class IncrementalDetokenizer(Protocol):
