@@ -16,10 +16,9 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from radixlm.kernels.contract import check_attention, check_window
 from radixlm.kernels.online_softmax import online_softmax_block
-from radixlm.kernels.sliding_window import check_window
 from radixlm.kernels.triton_mode import check_device, dot_in_f32
-from radixlm.kernels.validate import check_attention
 
 MAX_HEAD_DIM = 256
 MAX_KV_SPLITS = 64

@@ -8,7 +8,7 @@ dequantizes in float32 and casts the result to ``x``'s dtype; it imports no trit
 from __future__ import annotations
 
 import torch
-from radixlm.kernels.validate import FLOAT_DTYPES
+from radixlm.kernels.contract import FLOAT_DTYPES
 
 
 def int8_matmul_ref(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from radixlm.kernels.contract import check_store_kv
 from radixlm.kernels.triton_mode import check_device
-from radixlm.kernels.validate import check_store_kv
 
 
 @triton.jit

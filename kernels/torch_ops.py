@@ -21,8 +21,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from radixlm.kernels import cpu_native
-from radixlm.kernels.sliding_window import check_window, trim_to_window, window_mask
-from radixlm.kernels.validate import check_attention, check_bitmask, check_store_kv
+from radixlm.kernels.contract import (
+    check_attention,
+    check_bitmask,
+    check_store_kv,
+    check_window,
+    trim_to_window,
+    window_mask,
+)
 
 # torch's fused CPU flash-attention kernel; unlike the public SDPA it also returns the log-sum-exp
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
@@ -76,7 +82,7 @@ def decode_attention_torch(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     P must not exceed any request's context length. The Triton backend has no such argument.
 
     ``sliding_window`` (W, keyword-only; None: the whole context): each query sees only its
-    request's last W keys (``kernels/sliding_window``); the shared prefix is then not used.
+    request's last W keys (``kernels/contract``); the shared prefix is then not used.
     """
     sm_scale = check_attention(q, k_pool, v_pool, kv_indptr, kv_indices, sm_scale)
     if check_window(sliding_window) is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from radixlm.kernels.attention_ref import decode_attention_ref, extend_attention_ref
-from radixlm.kernels.sliding_window import check_window, trim_to_window
+from radixlm.kernels.contract import check_window, trim_to_window
 from radixlm.kernels.testing.interpreted import interpreted
 from radixlm.kernels.testing.random_batch import random_paged_batch
 from radixlm.kernels.torch_ops import decode_attention_torch, extend_attention_torch
