@@ -226,8 +226,9 @@ def main() -> None:
     parser.add_argument("--write-design", action="store_true",
                         help="with --trace: rewrite docs/DESIGN.md's request table from the trace")
     args = parser.parse_args()
-    print("modules per folder:")
-    for folder, n in modules_per_folder().items():
+    per_folder = modules_per_folder()
+    print(f"source modules: {sum(per_folder.values())} (tests, csrc/ and static assets aside); per folder:")
+    for folder, n in per_folder.items():
         print(f"  {folder:40s} {n}")
     floors = import_floors()
     deepest = max(floors.values())
