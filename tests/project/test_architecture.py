@@ -11,6 +11,7 @@ import ast
 import subprocess
 import sys
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -189,6 +190,23 @@ def _constrained_imports() -> dict[str, set[str]]:
     return out
 
 
+
+def _floors(graph: Mapping[str, set[str]], nodes: Iterable[str], where: str) -> dict[str, int]:
+    """Each node's import floor: 0 if it imports no other node, else one more than the highest it
+    imports; a cycle fails, naming its path."""
+    floors: dict[str, int] = {}
+
+    def floor(node: str, path: tuple[str, ...]) -> int:
+        if node in path:
+            raise AssertionError(f"import cycle in {where}: " + " -> ".join((*path, node)))
+        if node not in floors:
+            floors[node] = 1 + max((floor(n, (*path, node)) for n in graph.get(node, ())), default=-1)
+        return floors[node]
+
+    for node in sorted(nodes):
+        floor(node, ())
+    return floors
+
 def test_constrained_keeps_its_layout():
     """``constrained/``: at most 8 root modules (the public nouns and the service), at most 8 import
     floors above the bottom one (a node's floor: 0 if it imports no other node, else one more than
@@ -201,17 +219,7 @@ def test_constrained_keeps_its_layout():
     for module, targets in imports.items():
         node = _constrained_node(module)
         graph[node] |= {_constrained_node(t) for t in targets} - {node}
-    floors: dict[str, int] = {}
-
-    def floor(node: str, path: tuple[str, ...]) -> int:
-        if node in path:
-            raise AssertionError("import cycle in constrained/: " + " -> ".join((*path, node)))
-        if node not in floors:
-            floors[node] = 1 + max((floor(n, (*path, node)) for n in graph[node]), default=-1)
-        return floors[node]
-
-    for node in sorted(graph):
-        floor(node, ())
+    floors = _floors(graph, graph, "constrained/")
     assert max(floors.values()) <= 8, sorted(floors.items(), key=lambda kv: -kv[1])
     front_ends = ("radixlm.constrained.json_schema", "radixlm.constrained.pattern", "radixlm.constrained.ir")
     for module in ("radixlm.constrained.grammar", "radixlm.constrained.matcher"):
@@ -313,27 +321,7 @@ def test_server_is_laid_out_by_protocol():
                 if dst not in SERVER_ALLOWED[node]:
                     bad.append(f"{module} -> {target}")
     assert not bad, "runtime/server/ imports across its layers:\n" + "\n".join(sorted(bad))
-    floors: dict[str, int] = {}
-
-    def floor(node: str, path: tuple[str, ...]) -> int:
-        if node in path:
-            raise AssertionError("import cycle in runtime/server/: " + " -> ".join((*path, node)))
-        if node not in floors:
-            floors[node] = 1 + max((floor(n, (*path, node)) for n in graph[node]), default=-1)
-        return floors[node]
-
-    for node in sorted(SERVER_ALLOWED):
-        floor(node, ())
+    floors = _floors(graph, SERVER_ALLOWED, "runtime/server/")
     assert max(floors.values()) <= 5, floors
-    module_floors: dict[str, int] = {}
-
-    def module_floor(module: str, path: tuple[str, ...]) -> int:
-        if module in path:
-            raise AssertionError("import cycle in runtime/server/: " + " -> ".join((*path, module)))
-        if module not in module_floors:
-            module_floors[module] = 1 + max((module_floor(m, (*path, module)) for m in imports[module]), default=-1)
-        return module_floors[module]
-
-    for module in sorted(imports):
-        module_floor(module, ())
+    module_floors = _floors(imports, imports, "runtime/server/")
     assert max(module_floors.values()) <= 5, f"runtime/server/ on more than 6 module floors: {module_floors}"
