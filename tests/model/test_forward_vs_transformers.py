@@ -83,7 +83,7 @@ class Paged:
                  device: str = "cpu") -> None:
         c = model.config
         self.model, self.device = model, device
-        dtype = model.embed_tokens.dtype
+        dtype = model.norm.weight.dtype  # the compute dtype (a GGUF model has no float embedding)
         self.pool = KVPool(num_slots, c.num_layers, c.num_kv_heads, c.head_dim, dtype, device)
         self.table = ReqToTokenTable(max_reqs, max_len, device)
         self.slots = SlotAllocator(num_slots)
