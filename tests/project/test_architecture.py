@@ -232,27 +232,7 @@ def test_constrained_modules_stand_on_few_floors():
     import floors (0 .. 7; a module's floor is 0 if it imports no other module of the folder, else
     one more than the highest it imports, every import statement counting, a package's own
     ``__init__`` aside) and no import cycle; the JSON Schema front end in at most 10 modules."""
-    modules = {m: p for m, p in package_modules().items() if m.startswith("radixlm.constrained")}
-    deps: dict[str, set[str]] = {}
-    for module, path in modules.items():
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
-        deps[module] = {m for m in found if m in modules and m != module and not module.startswith(m + ".")}
-    floors: dict[str, int] = {}
-
-    def floor(module: str, path: tuple[str, ...]) -> int:
-        if module in path:
-            raise AssertionError("import cycle in constrained/: " + " -> ".join((*path, module)))
-        if module not in floors:
-            floors[module] = 1 + max((floor(d, (*path, module)) for d in deps[module]), default=-1)
-        return floors[module]
-
-    for module in sorted(modules):
-        floor(module, ())
+    floors = _floors(deps := _folder_imports("radixlm.constrained"), deps, "constrained/")
     assert max(floors.values()) <= 7, sorted(floors.items(), key=lambda kv: -kv[1])[:10]
     front_end = sorted((REPO / "constrained" / "json_schema").glob("*.py"))
     assert len(front_end) <= 10, [p.name for p in front_end]
@@ -286,9 +266,9 @@ def _server_node(module: str) -> str:
     return rest.split(".")[0] or "__init__"
 
 
-def _server_imports() -> dict[str, set[str]]:
-    """``runtime/server/`` module -> the ``runtime/server/`` modules it imports (every statement)."""
-    modules = {m: p for m, p in package_modules().items() if m == SERVER or m.startswith(SERVER + ".")}
+def _folder_imports(package: str) -> dict[str, set[str]]:
+    """``package``'s module -> the modules of ``package`` it imports (every statement)."""
+    modules = {m: p for m, p in package_modules().items() if m == package or m.startswith(package + ".")}
     out: dict[str, set[str]] = {}
     for module, path in modules.items():
         found = set()
@@ -306,7 +286,7 @@ def test_server_is_laid_out_by_protocol():
     transport, never another protocol; ``chat/`` imports no protocol and ``transport/`` neither; at most 30
     modules (the dashboard's included) standing on at most 6 floors, of nodes and of modules alike (a
     floor: 0 for what imports nothing else of the folder, else one more than the highest it imports)."""
-    imports = _server_imports()
+    imports = _folder_imports(SERVER)
     assert len(imports) <= 30, sorted(imports)
     unknown = sorted({_server_node(m) for m in imports} - set(SERVER_ALLOWED))
     assert not unknown, f"runtime/server/ nodes the layering does not know: {unknown}"
