@@ -121,7 +121,7 @@ def parse_responses_request(body: dict[str, Any], strict: bool = False) -> Respo
         r.unknown.names.append("truncation")
     echo = {"instructions": body.get("instructions"), "max_output_tokens": chat.get("max_tokens"),
             "metadata": metadata, "parallel_tool_calls": chat.get("parallel_tool_calls", True),
-            "temperature": chat.get("temperature", 1.0), "top_p": chat.get("top_p", 1.0),
+            "temperature": chat.get("temperature"), "top_p": chat.get("top_p"),
             "tool_choice": choice if choice is not None else "auto",
             "tools": [{"type": "function", **t["function"]} for t in tools],
             "text": {"format": body["text"]["format"] if fmt is not None else {"type": "text"}},
@@ -501,7 +501,14 @@ class _Answer:
                 "error": None,
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "model": self.state.model_name, "output": [dict(i) for i in self.builder.output],
-                "previous_response_id": None, "store": False, **self.req.echo, "usage": usage}
+                "previous_response_id": None, "store": False, **self.req.echo, **self._sampling(),
+                "usage": usage}
+
+    def _sampling(self) -> dict[str, float]:
+        """The temperature and top_p in effect: the request's, else the served model's defaults."""
+        defaults = self.state.engine.sampling_defaults.values
+        return {key: self.req.echo[key] if self.req.echo[key] is not None else float(defaults.get(key, 1.0))
+                for key in ("temperature", "top_p")}
 
     def error_event(self, err: APIError) -> bytes:
         """A failure after the stream started: Responses' ``error`` event."""

@@ -157,11 +157,13 @@ def free(drafter: Drafter) -> Drafter:
 
 def test_drafter_prefers_the_radix_tree_continuation():
     tree = RadixCache()
-    tree.insert([2, 40, 41, 42, 43, 44, 45], list(range(1, 8)))
+    tree.insert([2, 40, 41, 50, 40, 41, 42, 43], list(range(1, 9)))
     d = free(Drafter(SPEC, tree, frozenset({EOS})))
-    r = req("a", [2, 40, 41], max_new=20)
-    assert d.propose(r, 10) == [42, 43, 44, 45]
-    assert tree.stats()["queries"] == 0 if "queries" in tree.stats() else True  # not a cache query
+    # the prompt alone proposes what followed its earlier ``40 41`` (50 40 41 ...); the tree holds
+    # what an earlier request wrote after this very prefix, and that wins
+    assert d.propose(req("a", [2, 40, 41, 50, 40, 41], max_new=20), 10) == [42, 43]
+    assert d.propose(req("b", [2, 40, 41, 60, 40, 41], max_new=20), 10)[:2] == [60, 40]
+    assert tree.stats()["queries"] == 0  # a draft lookup is not a cache query (hit-rate metrics)
 
 
 def test_drafts_are_off_for_large_batches_and_when_disabled():

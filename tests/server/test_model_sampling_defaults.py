@@ -71,3 +71,14 @@ def test_dsl_program_without_sampler_fields_uses_the_models_defaults(engine):
     backend = EngineBackend(engine)
     greedy = story.run(backend=backend, temperature=0)["rest"]
     assert story.run(backend=backend)["rest"] == greedy
+
+
+def test_responses_echo_the_sampling_in_effect(server):
+    """A Responses object reports the temperature and top_p that generated it: the model's
+    defaults when the request sets none, the request's own otherwise."""
+    body = {"model": "model", "input": PROMPT, "max_output_tokens": 4}
+    got = requests.post(server.url + "/v1/responses", json=body, timeout=120)
+    assert got.status_code == 200, got.text
+    assert (got.json()["temperature"], got.json()["top_p"]) == (0.9, 1.0)
+    got = requests.post(server.url + "/v1/responses", json={**body, "temperature": 0.2, "top_p": 0.5}, timeout=120)
+    assert (got.json()["temperature"], got.json()["top_p"]) == (0.2, 0.5)

@@ -49,7 +49,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from aiohttp import web
 from radixlm.runtime.chat_formats.reasoning.registry import resolve as resolve_reasoning
 from radixlm.runtime.chat_formats.tool_formats.registry import resolve
-from radixlm.runtime.sampling_params import SamplingParams
+from radixlm.runtime.sampling_params import SamplingDefaults, SamplingParams
 from radixlm.runtime.server.metrics import ServerMetrics
 from radixlm.runtime.server.transport.body import (
     APIError,
@@ -137,6 +137,7 @@ class ServedEngine(Protocol):
     model_name: str  # ORG/NAME for a hub snapshot, else the checkpoint's folder or file name
     tokenizer: ServedTokenizer
     model_config: ServedModelConfig
+    sampling_defaults: SamplingDefaults  # what a request's unset sampler fields become
 
     async def async_generate(self, prompt: str | list[str] | None = None,
                              sampling_params: SamplingParams | dict[str, Any] | None = None,
