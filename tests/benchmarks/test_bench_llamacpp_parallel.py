@@ -166,7 +166,7 @@ def test_q8_gguf_is_quantized_once_from_the_f32_file(fake, tmp_path):
         Path(dst.decode()).write_bytes(b"q8")
         return 0
 
-    fake.LLAMA_FTYPE_MOSTLY_Q8_0 = 7
+    fake.LLAMA_FTYPE_MOSTLY_Q8_0, fake.LLAMA_FTYPE_MOSTLY_Q4_K_M = 7, 15
     fake.llama_model_quantize_default_params = lambda: SimpleNamespace(ftype=0, nthread=0)
     fake.llama_model_quantize = quantize
     checkpoint = tmp_path / "llama-tiny"
@@ -179,6 +179,9 @@ def test_q8_gguf_is_quantized_once_from_the_f32_file(fake, tmp_path):
     assert calls == [(str(f32).encode(), 7)]
     assert ensure_gguf(str(checkpoint), "q8_0") == q8 and len(calls) == 1  # cached
     assert sorted(p.name for p in q8.parent.iterdir()) == ["llama-tiny-f32.gguf", "llama-tiny-q8_0.gguf"]
+    q4 = ensure_gguf(str(checkpoint), "q4_k_m")  # the 1B Q4_K_M fixture's kind: llama.cpp's ftype 15
+    assert q4.name == "llama-tiny-q4_k_m.gguf" and calls[-1] == (str(f32).encode(), 15)
+    q4.unlink()
     fake.llama_model_quantize = lambda src, dst, params: 3
     q8.unlink()
     with pytest.raises(RuntimeError, match="returned 3"):
