@@ -4,7 +4,6 @@ the real chat templates, and forced calls through the live server in several fam
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -174,29 +173,11 @@ def test_json_argument_calls_are_grammars_of_any_depth_and_order(tiny_llama, fam
 
 
 def _sample_body(family: str) -> str:
-    """One call to ``find`` in ``family``'s body layout, with ``ARGS`` where the arguments go."""
-    from radixlm.runtime.chat_formats.tool_formats import grammar as g
-
-    seen: list[str] = []
-
-    def capture(tools, name, body, *more):
-        seen.append(body(0, tools[0]))
-        return {"regex": "x"}
-
-    real = g.per_tool
-    module = sys.modules[type(FORMATS[family]).__module__]
-    module.per_tool = capture
-    try:
-        FORMATS[family].body_constraint([ToolSpec("find", None, {"type": "object"})], None)
-    finally:
-        module.per_tool = real
-    return _unescape(seen[0].replace(g._ARGS, "ARGS"))
-
-
-def _unescape(regex: str) -> str:
-    """The literal text of a wrapper regex made of escaped literals (``kimi_k2``'s ``[0-9]`` -> 0)."""
-    return re.sub(r"\\(x[0-9a-fA-F]{2}|.)", lambda m: chr(int(m[1][1:], 16)) if len(m[1]) == 3 else m[1],
-                  regex.replace("[0-9]", "0"))
+    """One call to ``find`` in ``family``'s declared layout (the part a forced turn generates), with
+    ``ARGS`` where the arguments go."""
+    layout = FORMATS[family].layout
+    name = json.dumps("find") if layout.json_call else "find"
+    return layout.body.replace("{name}", name).replace("{id}", "0").replace("{args}", "ARGS")
 
 
 def test_tool_call_arguments_keep_the_lexeme_algebra(tiny_llama):

@@ -17,30 +17,12 @@ header or the ``>>>`` of a parsed part on as content; the arguments stream as th
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 from radixlm.constrained.ir import builder as ir
-from radixlm.runtime.chat_formats.tool_formats.base import (
-    NAME_RE,
-    ParsedCall,
-    ToolFormat,
-    dump_args,
-    json_object,
-)
-from radixlm.runtime.chat_formats.tool_formats.grammar import (
-    args_grammar,
-    chosen,
-    json_args,
-    lit,
-    merge_rules,
-    per_tool,
-)
+from radixlm.runtime.chat_formats.tool_formats.base import CallLayout, ParsedCall, ToolFormat
+from radixlm.runtime.chat_formats.tool_formats.grammar import args_grammar, chosen, lit, merge_rules
 from radixlm.runtime.chat_formats.tools import ToolSpec
-
-OPEN, CLOSE = "<function=", "</function>"
-_CALL = re.compile(re.escape(OPEN) + f"({NAME_RE})>(.*)" + re.escape(CLOSE) + "$", re.S)
 
 
 class FunctionaryV31Format(ToolFormat):
@@ -50,52 +32,28 @@ class FunctionaryV31Format(ToolFormat):
     syntax = ("Functionary v3.1 (Llama 3.1 based): ``<function=NAME>{...JSON "
               "arguments...}</function>``.")
     aliases = ("functionary-v3.1", "functionary_llama31", "functionary")
-    openers, closer, open_marker, forced_prefix, call_suffix = (OPEN,), CLOSE, OPEN, OPEN, CLOSE
-    call_separator = CLOSE + OPEN
-    call_head = re.compile(re.escape(OPEN) + f"(?P<name>{NAME_RE})>(?=\\{{)")
-    next_call_head = re.compile(re.escape(CLOSE) + r"\s*" + re.escape(OPEN) + f"(?P<name>{NAME_RE})>(?=\\{{)")
-
-    def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
-        m = _CALL.match(block)
-        args = json_object(m.group(2).strip()) if m else None
-        return ([ParsedCall(m.group(1), dump_args(args))], len(block)) if m and args is not None else None
-
-    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
-        return per_tool(tools, name, lambda i, t: lit(t.name + ">") + json_args(i, t), self.call_separator, max_calls)
+    layout = CallLayout("<function=", "</function>", "{name}>{args}")
 
 
 PART_OPEN = ">>>"
 CONTENT = "all"  # the recipient of text for the user
-_HEAD = re.compile(re.escape(PART_OPEN) + f"(?P<name>{NAME_RE})\n")
-_DECODER = json.JSONDecoder()
 
 
 class FunctionaryV32Format(ToolFormat):
-    """``>>>NAME\\n{...}`` per call; ``>>>all\\n`` before text; the prompt holds the first ``>>>``."""
+    """``>>>NAME\\n{...}`` per call; ``>>>all\\n`` before text; the prompt holds the first ``>>>``.
+
+    A part has no closer: its JSON arguments end where their value does. The recipient ``all`` is
+    no call (the text part's header)."""
 
     name = "functionary_v32"
     syntax = "Functionary v3.2 (Llama 3 based): every part of an answer opens with ``>>>RECIPIENT\\n``."
     aliases = ("functionary-v3.2", "functionary_v3_2", "functionary_llama3")
-    openers, closer, open_marker, forced_prefix, call_suffix = (PART_OPEN,), None, PART_OPEN, "", ""
-    prompt_opener = PART_OPEN
+    layout = CallLayout(PART_OPEN, None, "{name}\n{args}", prompt_opens=True)
     content_headers = (PART_OPEN + CONTENT + "\n",)
-    call_separator = PART_OPEN
-    call_head = re.compile(f"(?P<name>{NAME_RE})\n(?=\\{{)")
-    next_call_head = re.compile(r"\s*" + re.escape(PART_OPEN) + f"(?P<name>{NAME_RE})\n(?=\\{{)")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
-        m = _HEAD.match(block)
-        if m is None or m.group("name") == CONTENT:
-            return None
-        try:
-            args, end = _DECODER.raw_decode(block, m.end())
-        except json.JSONDecodeError:
-            return None
-        return ([ParsedCall(m.group("name"), dump_args(args))], end) if isinstance(args, dict) else None
-
-    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
-        return per_tool(tools, name, lambda i, t: lit(t.name + "\n") + json_args(i, t), self.call_separator,
-                        max_calls)
+        parsed = super().parse_block(block, tools)
+        return None if parsed is None or parsed[0][0].name == CONTENT else parsed
 
     def header_call(self, line: str, tools: list[ToolSpec]) -> str | None:
         """The tool a recipient line (without its newline) names, or None (``all`` or unknown)."""

@@ -14,13 +14,11 @@ import re
 from typing import Any
 
 from radixlm.constrained.ir import builder as ir
-from radixlm.runtime.chat_formats.tool_formats.base import NAME_RE, ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import RAW_TEXT, params_grammar, per_tool, wrapped
-from radixlm.runtime.chat_formats.tools import ToolSpec
+from radixlm.runtime.chat_formats.tool_formats.base import CallLayout, Params, ToolFormat
+from radixlm.runtime.chat_formats.tool_formats.grammar import RAW_TEXT
 
 OPEN, CLOSE, CALL = "<|tool_call>", "<tool_call|>", "call:"
 QUOTE = '<|"|>'
-_BLOCK = re.compile(re.escape(OPEN + CALL) + f"({NAME_RE})" + r"(\{.*\})" + re.escape(CLOSE) + "$", re.S)
 _KEY = re.compile(r"([{,]\s*)([A-Za-z_][A-Za-z0-9_.-]*)(\s*:)")
 
 
@@ -35,33 +33,15 @@ def to_json(text: str) -> Any:
     return json.loads("".join(out))
 
 
-class Gemma4Format(ToolFormat):
-    """Gemma 4's call blocks."""
-
-    name = "gemma4"
-    syntax = "Gemma 4: ``<|tool_call>call:NAME{key:VALUE,...}<tool_call|>``, one call per block."
-    arguments_layout = 'Gemma values (`<|"|>` strings, bare keys)'
-    aliases = ("gemma-4", "gemma_4")
-    openers, closer, open_marker, forced_prefix, call_suffix = (OPEN,), CLOSE, OPEN, OPEN + CALL, CLOSE
-    call_separator = CLOSE + OPEN + CALL
-    inner_markers = (QUOTE,)
-
-    def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
-        m = _BLOCK.match(block)
-        if m is None:
-            return None
-        try:
-            args = to_json(m.group(2))
-        except ValueError:
-            return None
-        return ([ParsedCall(m.group(1), dump_args(args))], len(block)) if isinstance(args, dict) else None
-
-    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
-        def param(key: str, value: ir.Node, raw: bool) -> ir.Node | None:
-            return ir.seq(ir.Lit(key + ":"), value) if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", key) else None
-        return per_tool(tools, name, lambda i, t: wrapped(
-            params_grammar(i, t, param, ",", "gemma4", values=gemma_values, sort_keys=True), t.name + "{", "}"),
-            self.call_separator, max_calls)
+def to_gemma(value: Any) -> str:
+    """A value in Gemma's syntax, as the template's ``format_argument`` writes it (keys sorted)."""
+    if isinstance(value, str):
+        return QUOTE + value + QUOTE
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{to_gemma(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(to_gemma(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def gemma_values(grammar: ir.Grammar) -> ir.Grammar:
@@ -86,3 +66,17 @@ def _gemma(node: ir.Node) -> ir.Node:
     if isinstance(node, ir.Lex) and len(node.regex) > 1 and node.regex[0] == node.regex[-1] == '"':
         return ir.seq(ir.Lit(QUOTE), ir.LexOp("and", (node.regex[1:-1], f"{RAW_TEXT}*")), ir.Lit(QUOTE)) or ir.EMPTY
     return node
+
+
+class Gemma4Format(ToolFormat):
+    """Gemma 4's call blocks."""
+
+    name = "gemma4"
+    syntax = "Gemma 4: ``<|tool_call>call:NAME{key:VALUE,...}<tool_call|>``, one call per block."
+    arguments_layout = 'Gemma values (`<|"|>` strings, bare keys)'
+    aliases = ("gemma-4", "gemma_4")
+    layout = CallLayout(OPEN, CLOSE, CALL + "{name}{{args}}",
+                        Params("{key}:", sep=",", key=r"[A-Za-z_][A-Za-z0-9_.-]*", values=gemma_values,
+                               read=lambda text: to_json("{" + text + "}"), write=to_gemma, sort_keys=True),
+                        forced_head=True)
+    inner_markers = (QUOTE,)

@@ -10,10 +10,14 @@ the server sets ``skip_special_tokens: false`` for gpt-oss).
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args, json_object
-from radixlm.runtime.chat_formats.tool_formats.grammar import json_args, lit, per_tool
+from radixlm.runtime.chat_formats.tool_formats.base import (
+    CallLayout,
+    ParsedCall,
+    ToolFormat,
+    dump_args,
+    json_object,
+)
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 OPEN = "<|channel|>commentary to=functions."  # what the model writes
@@ -24,20 +28,19 @@ _BODY = re.compile(r"([A-Za-z0-9_.-]+?)\s*(?:<\|channel\|>\s*commentary)?\s*(?:<
 
 
 class GptOssFormat(ToolFormat):
-    """gpt-oss harmony calls, one message per call."""
+    """gpt-oss harmony calls, one message per call.
+
+    The layout is what a forced call writes; the parser also reads the template's spelling (the
+    recipient in the role header, the channel and ``<|constrain|>`` optional), so it keeps its own
+    reading (:meth:`parse_block`)."""
 
     name = "gpt_oss"
     syntax = ("gpt-oss (harmony): a call is a message on the commentary channel addressed to the "
               "function.")
     aliases = ("gpt-oss", "openai")
-    openers = (OPEN, TEMPLATE_OPEN)
-    closer = CALL
-    open_marker = OPEN
-    forced_prefix = OPEN
-    call_suffix = CALL
+    layout = CallLayout(OPEN, CALL, "{name} <|constrain|>json<|message|>{args}", also_open=(TEMPLATE_OPEN,),
+                        parallel=False)
     inner_markers = ("<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>", "<|return|>")
-    call_head = re.compile(re.escape(OPEN) + r"(?P<name>[A-Za-z0-9_.-]+?)\s*(?:<\|constrain\|>)?\s*(?:json)?\s*"
-                           + r"<\|message\|>(?=\{)")
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         opener = OPEN if block.startswith(OPEN) else TEMPLATE_OPEN
@@ -46,6 +49,3 @@ class GptOssFormat(ToolFormat):
         if m is None or args is None:
             return None
         return [ParsedCall(m.group(1), dump_args(args))], len(block)
-
-    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
-        return per_tool(tools, name, lambda i, t: lit(t.name + " <|constrain|>json<|message|>") + json_args(i, t))

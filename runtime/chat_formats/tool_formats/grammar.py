@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import json
 import keyword
+import re
 from collections.abc import Callable
 from typing import Any
 
 from radixlm.constrained import escape_literal, resolve_ref, schema_to_grammar
 from radixlm.constrained.ir import builder as ir
-from radixlm.runtime.chat_formats.tool_formats.base import FormatUnsupported
+from radixlm.runtime.chat_formats.tool_formats.base import FormatUnsupported, Params, ToolFormat, slots
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
 
@@ -323,11 +324,35 @@ def wrapped(grammar: ir.Grammar, before: str, after: str) -> ir.Grammar:
     return ir.Grammar(ir.seq(ir.Lit(before), grammar.start, ir.Lit(after)) or ir.EMPTY, grammar.rules)
 
 
-def tag_param(before: str, after: str, forbidden: str = "<>\n") -> Param:
-    """A parameter written ``before.format(key=...)`` value ``after`` (a key holding one of
-    ``forbidden`` cannot be written)."""
+def layout_param(params: Params) -> Param:
+    """A parameter as ``params`` writes it: its tag (key and raw flag filled), value, end (a key
+    its ``key`` regex, or Python for Python values, cannot spell cannot be written)."""
     def param(key: str, value: ir.Node, raw: bool) -> ir.Node | None:
-        if not key or any(c in key for c in forbidden):
+        if not re.fullmatch(params.key, key) or (params.values == "python" and not python_keyword(key)):
             return None
-        return ir.seq(ir.Lit(before.format(key=key, string=str(raw).lower())), value, ir.Lit(after))
+        tag = params.tag.replace("{key}", key).replace("{string}", str(raw).lower())
+        return ir.seq(ir.Lit(tag), value, *([ir.Lit(params.end)] if params.end else []))
     return param
+
+
+def layout_constraint(fmt: ToolFormat, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
+    """The forced calls of ``fmt``'s declared layout: per tool its call body (the layout's
+    :attr:`CallLayout.body`, name filled), its arguments a JSON object or ``args``'s parameters,
+    joined by the format's separator."""
+    layout = fmt._layout()
+    json_name = layout.json_call
+
+    def fill(text: str, tool: ToolSpec) -> str:
+        return text.replace("{name}", json.dumps(tool.name) if json_name else tool.name)
+
+    def body(index: int, tool: ToolSpec) -> str | ir.Grammar:
+        if layout.args is None:
+            return "".join(json_args(index, tool) if p == "{args}" else layout.id_write if p == "{id}"
+                           else lit(fill(p, tool)) for p in slots(layout.body))
+        p = layout.args
+        before, _, after = layout.body.partition("{args}")
+        grammar = params_grammar(index, tool, layout_param(p), p.sep, f"{fmt.name} {fmt.arguments_layout}",
+                                 python=p.values == "python", values=p.values if callable(p.values) else None,
+                                 sort_keys=p.sort_keys)
+        return wrapped(grammar, fill(before, tool), fill(after, tool))
+    return per_tool(tools, name, body, fmt.call_separator, max_calls)

@@ -8,15 +8,13 @@ see :mod:`radixlm.runtime.chat_formats.tool_formats.grammar`).
 from __future__ import annotations
 
 import ast
-from typing import Any
 
-from radixlm.constrained.ir import builder as ir
-from radixlm.runtime.chat_formats.tool_formats.base import ParsedCall, ToolFormat, dump_args
-from radixlm.runtime.chat_formats.tool_formats.grammar import (
-    params_grammar,
-    per_tool,
-    python_keyword,
-    wrapped,
+from radixlm.runtime.chat_formats.tool_formats.base import (
+    CallLayout,
+    Params,
+    ParsedCall,
+    ToolFormat,
+    dump_args,
 )
 from radixlm.runtime.chat_formats.tools import ToolSpec
 
@@ -52,28 +50,19 @@ def parse_list(text: str) -> tuple[list[ParsedCall], int] | None:
     return None
 
 
-def _keyword(key: str, value: ir.Node, raw: bool) -> ir.Node | None:
-    return ir.seq(ir.Lit(key + "="), value) if python_keyword(key) else None
-
-
 class PythonicFormat(ToolFormat):
-    """A Python list of calls with keyword arguments."""
+    """A Python list of calls with keyword arguments.
+
+    The layout writes forced calls; the parser is Python's own (:func:`parse_list`), since a
+    literal's extent is Python syntax, not text between tags."""
 
     name = "pythonic"
     syntax = ("Llama 3.2 / Llama 4 pythonic calls: ``[get_weather(city=\"Paris\", metric=True), "
               "f(x=1)]``.")
     arguments_layout = 'Python keyword arguments'
     aliases = ("llama4", "llama32", "llama4_pythonic")
-    openers = ("[",)
-    open_marker = "["
-    forced_prefix = "["
-    call_suffix = "]"
-    call_separator = ", "
+    layout = CallLayout("[", None, "{name}({args})", Params("{key}=", sep=", ", key=".+", values="python"),
+                        trail="]", gap=", ", many=True)
 
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         return parse_list(block)
-
-    def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
-        return per_tool(tools, name, lambda i, t: wrapped(
-            params_grammar(i, t, _keyword, ", ", "pythonic", python=True), t.name + "(", ")"),
-            self.call_separator, max_calls)
