@@ -521,7 +521,9 @@ class ToolFormat:
     def parse_block(self, block: str, tools: list[ToolSpec]) -> tuple[list[ParsedCall], int] | None:
         """The calls in ``block`` (which starts with an opener) and how many characters they take
         (the rest is content), or None when the block is not a well-formed call."""
-        return self._layout().parse(block, tools)
+        if self.layout is None:
+            raise TypeError(f"{self.name} declares no call layout")
+        return self.layout.parse(block, tools)
 
     def body_constraint(self, tools: list[ToolSpec], name: str | None, max_calls: int = 1) -> dict[str, Any]:
         """Sampling fields constraining the calls generated after ``forced_prefix`` (``json_schema``,
@@ -530,11 +532,6 @@ class ToolFormat:
         from radixlm.runtime.chat_formats.tool_formats.grammar import layout_constraint
 
         return layout_constraint(self, tools, name, max_calls)
-
-    def _layout(self) -> CallLayout:
-        if self.layout is None:
-            raise TypeError(f"{type(self).__name__} declares no call layout")
-        return self.layout
 
     def new_call_id(self, name: str, index: int) -> str:
         """The id of call ``index`` of a response: the layout's ``call_id`` where the model writes

@@ -77,6 +77,6 @@ class Gemma4Format(ToolFormat):
     aliases = ("gemma-4", "gemma_4")
     layout = CallLayout(OPEN, CLOSE, CALL + "{name}{{args}}",
                         Params("{key}:", sep=",", key=r"[A-Za-z_][A-Za-z0-9_.-]*", values=gemma_values,
-                               read=lambda text: to_json("{" + text + "}"), write=to_gemma, sort_keys=True),
+                               read=lambda args: to_json("{" + args + "}"), write=to_gemma, sort_keys=True),
                         forced_head=True)
     inner_markers = (QUOTE,)

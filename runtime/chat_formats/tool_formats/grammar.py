@@ -339,7 +339,9 @@ def layout_constraint(fmt: ToolFormat, tools: list[ToolSpec], name: str | None, 
     """The forced calls of ``fmt``'s declared layout: per tool its call body (the layout's
     :attr:`CallLayout.body`, name filled), its arguments a JSON object or ``args``'s parameters,
     joined by the format's separator."""
-    layout = fmt._layout()
+    layout = fmt.layout
+    if layout is None:
+        raise TypeError(f"{fmt.name} declares no call layout")
     json_name = layout.json_call
 
     def fill(text: str, tool: ToolSpec) -> str:
