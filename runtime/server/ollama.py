@@ -464,9 +464,7 @@ class OllamaRoutes:
                     call = {"name": ev.name or "", "args": ""}
                 elif ev.kind == "call_args" and call is not None:
                     call["args"] += ev.text
-                elif ev.kind == "finish":
-                    if ev.cut_call is not None:
-                        call = None  # cut off by the budget: not a complete call
+                elif ev.kind == "finish":  # a call the budget cut is never among the events
                     for out in flush():
                         yield out
                     yield line(content="", **self._done(record, ev.finish_reason, clock))

@@ -368,7 +368,7 @@ class ResponseBuilder:
             self.texts.append(ev.text)
             return [self.event("response.function_call_arguments.delta", item_id=self.open["id"],
                                output_index=len(self.output) - 1, delta=ev.text)]
-        return self.close(incomplete=ev.finish_reason == "length", cut=ev.cut_call is not None)
+        return self.close(incomplete=ev.finish_reason == "length")  # a call the budget cut is never sent
 
     def _where(self) -> dict[str, Any]:
         return {"item_id": self.open["id"], "output_index": len(self.output) - 1, "content_index": 0}
@@ -393,7 +393,7 @@ class ResponseBuilder:
         self.texts, self.lps = [], []
         return [self.event("response.output_item.added", output_index=len(self.output) - 1, item=dict(self.open))]
 
-    def close(self, incomplete: bool = False, cut: bool = False) -> list[dict[str, Any]]:
+    def close(self, incomplete: bool = False) -> list[dict[str, Any]]:
         """Finish the open item (``incomplete``: the budget ended it); its ``.done`` events."""
         item, text = self.open, "".join(self.texts)
         if item is None:
@@ -403,7 +403,7 @@ class ResponseBuilder:
         where = {"item_id": item["id"], "output_index": index}
         out: list[dict[str, Any]] = []
         if item["type"] == "function_call":
-            item.update(arguments=text, status="incomplete" if cut else "completed")
+            item.update(arguments=text, status="completed")
             out.append(self.event("response.function_call_arguments.done", **where, name=item["name"],
                                   arguments=text))
         elif item["type"] == "message":

@@ -277,6 +277,64 @@ def test_budget_spent_thinking_is_length_not_invalid_json(server):
     assert choice.message.reasoning_content  # free text: the grammar never applied
 
 
+CALL_TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"enum": ["Paris", "Lima"]}}, "required": ["city"],
+    "additionalProperties": False}}}]
+
+
+def _accumulated(client, **kw):
+    """(reasoning, content, calls, finish_reason) of a chat answer, as the OpenAI SDK accumulates a stream."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    state = ChatCompletionStreamState()
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        state.handle_chunk(chunk)
+    return _read(state.current_completion_snapshot.choices[0])
+
+
+def _read(choice):
+    msg = choice.message
+    calls = [(c.function.name, c.function.arguments) for c in msg.tool_calls or []]
+    return (msg.model_extra or {}).get("reasoning_content"), msg.content or None, calls, choice.finish_reason
+
+
+@pytest.mark.parametrize("budget", [120, 240])
+def test_a_forced_call_follows_a_thinking_the_model_never_closes(server, budget):
+    """The prompt leaves the thinking open and the tiny model never writes ``</think>``: the thinking
+    takes its share of the budget, the server closes it, and the call follows (streamed alike)."""
+    from radixlm.runtime.server.chat.pipeline import thinking_share
+
+    _, client = server("deepseek-r1")
+    kw = dict(model="default", messages=ASK, tools=CALL_TOOLS, tool_choice="required", max_tokens=budget,
+              temperature=1.0, seed=budget)
+    out = client.chat.completions.create(**kw)
+    reasoning, content, calls, reason = whole = _read(out.choices[0])
+    assert reason == "tool_calls" and content is None and reasoning, whole
+    assert [name for name, _ in calls] == ["get_weather"] and json.loads(calls[0][1])["city"] in ("Paris", "Lima")
+    assert out.usage.completion_tokens <= budget
+    assert thinking_share(budget) == budget - budget // 2
+    assert _accumulated(client, **kw) == whole
+
+
+def test_a_forced_call_when_the_model_opens_no_thinking(server):
+    """``qwen3``: the model writes ``<think>`` itself, and the tiny one never does. Its words are
+    content, no end marker is written into them, and the call follows."""
+    _, client = server("qwen3")
+    kw = dict(model="default", messages=ASK, tools=CALL_TOOLS, tool_choice={
+        "type": "function", "function": {"name": "get_weather"}}, max_tokens=160, temperature=1.0, seed=3)
+    reasoning, content, calls, reason = whole = _read(client.chat.completions.create(**kw).choices[0])
+    assert reason == "tool_calls" and reasoning is None and "</think>" not in (content or ""), whole
+    assert [name for name, _ in calls] == ["get_weather"]
+    assert _accumulated(client, **kw) == whole
+
+
+def test_thinking_share_keeps_room_for_the_calls():
+    from radixlm.runtime.server.chat.pipeline import CALL_ROOM, thinking_share
+
+    assert [thinking_share(b) for b in (1, 2, 9, 100)] == [1, 1, 5, 50]
+    assert thinking_share(4096) == 4096 - CALL_ROOM
+
+
 def test_chat_template_kwargs_are_checked(server):
     srv, _ = server("qwen3")
     url = srv.url + "/v1/chat/completions"

@@ -187,7 +187,9 @@ def test_tools_required_with_parallel_calls_makes_one_or_more(client):
 
 def test_tools_required_parallel_cut_by_the_budget_is_honest(client):
     """Several forced calls cut by ``max_tokens``: the complete ones stand in ``tool_calls``, the cut
-    one is kept apart in ``truncated_tool_call``, and the reason is ``length``; streamed alike. A
+    one is kept apart in ``truncated_tool_call``, and the reason is ``length``; streamed alike (the cut
+    call is never sent, so the stream's calls are the non-streamed ones; its last chunk carries the
+    same ``truncated_tool_call``). A
     forced turn may also end after a call, as the model ends it (``stop``: ``tool_calls``). The budgets
     run from inside the first call to past it; a cut after complete calls in every family's layout
     is ``tests/chat_formats/test_cut_turns.py``'s (the tiny random model rarely goes on to a second call)."""
@@ -206,8 +208,12 @@ def test_tools_required_parallel_cut_by_the_budget_is_honest(client):
         if choice.message.tool_calls:
             _check_calls(choice.message.tool_calls, {"get_weather", "get_time"})
         assert truncated is not None and truncated["function"]["name"] in ("get_weather", "get_time")
-        _, calls, reason, _ = _collect_stream(client.chat.completions.create(**kwargs, stream=True))
-        assert reason == "length" and len(calls) == len(choice.message.tool_calls or []) + 1  # the cut one streamed
+        chunks = list(client.chat.completions.create(**kwargs, stream=True))
+        _, calls, reason, _ = _collect_stream(chunks)
+        whole = [(t.function.name, t.function.arguments) for t in choice.message.tool_calls or []]
+        assert reason == "length" and [(c["name"], c["arguments"]) for c in calls.values()] == whole
+        last = chunks[-1].choices[0].model_extra or {}
+        assert last.get("truncated_tool_call", {}).get("function") == truncated["function"]
         cut += 1
     assert cut, "no seed went on to a call the budget cut"
 

@@ -41,6 +41,11 @@ class ReasoningParser(ABC):
     def finish(self) -> Split:
         """What was held back, placed now that the output has ended."""
 
+    @property
+    def in_reasoning(self) -> bool:
+        """Whether the text fed so far ends inside the thinking (its end marker would close it)."""
+        return False
+
 
 class ReasoningFormat(ABC):
     """Base class: a family's name, markers and parser."""

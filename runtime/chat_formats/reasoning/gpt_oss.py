@@ -43,6 +43,10 @@ class HarmonyParser(ReasoningParser):
             pass
         return out
 
+    @property
+    def in_reasoning(self) -> bool:
+        return self.header is None and self.channel == "analysis" and not self.raw
+
     def _step(self, out: Split) -> bool:
         """Advance over one header or body; False when more text is needed."""
         if self.header is not None:

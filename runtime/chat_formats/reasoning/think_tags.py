@@ -53,6 +53,10 @@ class ThinkTagParser(ReasoningParser):
                 self.buf = ""
                 return out
 
+    @property
+    def in_reasoning(self) -> bool:
+        return self.state == _REASONING or (self.state == _MAYBE and self.fallback == _REASONING)
+
     def _maybe(self) -> bool:
         """Decide whether the output opens with the start tag; False while it cannot tell yet."""
         stripped = self.buf.lstrip()

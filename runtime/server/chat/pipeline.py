@@ -55,15 +55,19 @@ route turns each into a chunk, the other accumulates them into one message.
 With a reasoning format, text phases' output goes through the format's streaming parser, which
 splits it into *reasoning* and *content* events. A constraint (``response_format``) waits for the
 reasoning to close through the engine's reasoning gate (``reasoning_end``); a forced tool call
-first runs a *think* phase that stops at the format's end marker, then the call phase.
+first runs a *think* phase that stops at the format's end marker (or at its share of the budget,
+where the server writes the marker), then the call phase.
 
 A lenient constraint (``strict=False``) has the engine list what the output violates in
 ``meta_info["constraint_violations"]``; the finish event carries the text phases' lists (None when no
 lenient constraint ran), which the OpenAI routes show as the choice's ``constraint_violations``.
 
 Budgets: the finish event says whether budget-aware completion closed a phase's output
-(``budget_closed``) and which call the budget cut off (``cut_call``: announced, never completed);
-a call phase's content is raw call markup, so it is held and dropped unless the call completed.
+(``budget_closed``) and which call the budget cut off (``cut_call``, and ``truncated``: the call as
+far as it was written). Each call's events are held until the call is complete (the next one
+started, or the phase ended whole), so a cut call is never sent as a call, streamed or not; a call
+phase's content is raw call markup, so it is held and dropped unless the call completed. A forced
+call's think phase has a bound (:func:`thinking_share`): there the server closes the thinking.
 """
 
 from __future__ import annotations
@@ -300,8 +304,7 @@ async def gather(events: AsyncIterator[ChoiceEvent]) -> Gathered:
             calls[ev.call_index].arguments += ev.text
         else:
             finish = ev
-    truncated = calls.pop(finish.cut_call, None) if finish.cut_call is not None else None
-    return Gathered("".join(content), "".join(reasoning), list(calls.values()), truncated, lps, finish)
+    return Gathered("".join(content), "".join(reasoning), list(calls.values()), finish.truncated, lps, finish)
 
 
 async def collect(turn: ChatTurn) -> Answer:
@@ -438,6 +441,13 @@ def chat_logprobs(tokenizer: ServedTokenizer, entries: list[TokenLogprob], top_n
 
 
 _HEADER_TOKENS = 32  # a header line is a tool name: a longer first line is plain text
+CALL_ROOM = 512  # tokens a forced turn keeps for its calls after the thinking (at most half the budget)
+
+
+def thinking_share(budget: int) -> int:
+    """The tokens a reasoning model may think before a forced call: the budget less the calls' room
+    (``CALL_ROOM``, or half of a smaller budget); at least one."""
+    return max(budget - min(budget // 2, CALL_ROOM), 1)
 
 # Sampler fields that would break a call's JSON if kept in a call phase (reset to their defaults).
 _NOT_IN_CALL_PHASE = ("stop", "stop_token_ids", "logit_bias", *CONSTRAINT_FIELDS, "whitespace_pattern",
@@ -457,9 +467,39 @@ class ChoiceEvent:
     finish_reason: str | None = None
     violations: list[str] | None = None  # finish: what a lenient (strict=False) constraint saw violated
     budget_closed: bool = False  # finish: budget-aware completion closed an output (reason "length")
-    cut_call: int | None = None  # finish: index of a call cut off by the budget (not a complete call)
+    cut_call: int | None = None  # finish: index of a call cut off by the budget (never sent as a call)
+    truncated: ToolCall | None = None  # finish: that call as far as it was written (``truncated_tool_call``)
     notes: list[str] | None = None  # finish: the constraints' notes (why an output was cut or closed)
     stop_matched: str | None = None  # finish: the request's stop string that ended the answer, if one did
+
+
+class _HeldCalls:
+    """A call phase's call events, each call's held until it is complete: a later call started (the
+    layouts that announce calls as they come close one before the next), or the phase ended whole.
+    A call the budget cut is never released: the stream then equals the non-streamed answer."""
+
+    def __init__(self) -> None:
+        self.events: dict[int, list[ChoiceEvent]] = {}
+
+    def add(self, ev: ChoiceEvent) -> list[ChoiceEvent]:
+        """Hold ``ev``; return the events of the calls now known complete (those before ``ev``'s)."""
+        self.events.setdefault(ev.call_index, []).append(ev)
+        return self._take([k for k in self.events if k < ev.call_index])
+
+    def release(self, cut: int | None) -> list[ChoiceEvent]:
+        """At the phase's end: every held call's events but the ``cut`` one's."""
+        return self._take([k for k in self.events if k != cut])
+
+    def call(self, index: int) -> ToolCall | None:
+        """The held call ``index`` as far as it was written."""
+        evs = self.events.get(index)
+        if not evs:
+            return None
+        start = evs[0]
+        return ToolCall(start.call_id or "", start.name or "", "".join(e.text for e in evs if e.kind == "call_args"))
+
+    def _take(self, keys: list[int]) -> list[ChoiceEvent]:
+        return [ev for k in sorted(keys) for ev in self.events.pop(k)]
 
 
 @dataclass
@@ -497,7 +537,9 @@ class ChoiceRunner:
         self.violations: list[str] | None = None
         self.budget_closed = False  # some phase's output was closed by budget-aware completion
         self.notes: list[str] = []  # the phases' constraint notes (meta_info["constraint_notes"])
-        self.cut_call: int | None = None  # a call announced but cut off by the budget
+        self.cut_call: int | None = None  # a call the budget cut off (held back, never sent as a call)
+        self.truncated: ToolCall | None = None  # that call as far as it was written
+        self.thought_out = False  # a forced call's thinking ended (by the model, or at its share of the budget)
         self.header_call: str | None = None  # the tool the last header line named (see _header)
         self.header_end: str | None = None  # the finish reason when the output ended inside a header
 
@@ -517,7 +559,7 @@ class ChoiceRunner:
                 thought = _Phase()
                 async for ev in self._think_phase(thought):
                     yield ev
-                if thought.finish.get("matched") != self.plan.think_marker:
+                if not self.thought_out:
                     yield self._finish(_openai_reason(thought.finish))
                     return
             self.ids += self._encode(self.fmt.forced_prefix)
@@ -525,7 +567,9 @@ class ChoiceRunner:
             async for ev in self._call_phase(choice.name, self.plan.max_calls if choice.name is None else 1,
                                              forced=True):
                 yield ev
-            yield self._finish("tool_calls" if self.calls and not self.cut_off else self.call_end)
+            # cut in the closing text after the last call the turn allows: every call stands whole
+            filled = self.cut_call is None and self.calls >= (1 if choice.name else self.plan.max_calls)
+            yield self._finish("tool_calls" if self.calls and (filled or not self.cut_off) else self.call_end)
             return
         stops = list(self.plan.sampling.stop)
         openers = self.fmt.auto_openers if choice.mode == "auto" else ()
@@ -577,7 +621,8 @@ class ChoiceRunner:
 
     def _finish(self, reason: str, stop_matched: str | None = None) -> ChoiceEvent:
         return ChoiceEvent("finish", finish_reason=reason, violations=self.violations,
-                           budget_closed=self.budget_closed, cut_call=self.cut_call, stop_matched=stop_matched,
+                           budget_closed=self.budget_closed, cut_call=self.cut_call, truncated=self.truncated,
+                           stop_matched=stop_matched,
                            notes=list(self.notes) or None)
 
     def _encode(self, text: str) -> list[int]:
@@ -593,16 +638,28 @@ class ChoiceRunner:
         return self._encode(phase.text + marker)
 
     async def _think_phase(self, phase: _Phase) -> AsyncIterator[ChoiceEvent]:
-        """Free generation up to the reasoning's end marker (a stop string), before a forced call."""
+        """Free generation up to the reasoning's end marker (a stop string), before a forced call;
+        the thinking may take :func:`thinking_share` of the budget, then the server writes the end
+        marker itself (as the model would have). Sets ``thought_out`` when a call may follow."""
         marker = self.plan.think_marker or ""
-        sampling = self._sampling(max_new_tokens=self.budget, stop=[marker]).reset(
+        sampling = self._sampling(max_new_tokens=thinking_share(self.budget), stop=[marker]).reset(
             "json_schema", "json_object", "regex", "reasoning_end")
         async for ev in self._run(phase, sampling, True):
             yield ev
-        if phase.finish.get("matched") == marker:
+        fr = phase.finish
+        matched = fr.get("matched") == marker
+        self.thought_out = matched or (fr.get("type") in ("length", "stop") and self.budget > 0)
+        # the bound reached, or the model ended its turn: the server closes a thinking the model opened
+        close = matched or (self.thought_out and (self.splitter is None or self.splitter.in_reasoning))
+        if matched:
+            self.ids += self._through_marker(phase, marker)
+        elif self.thought_out:
+            self.ids += phase.output_ids if fr.get("type") == "length" else self._encode(phase.text)
+            self.ids += self._encode(marker) if close else []
+        if close:
             for ev in self._split(marker):  # the stop string is trimmed from the text: the parser needs it
                 yield ev
-            self.ids += self._through_marker(phase, marker) + self._encode(self.plan.think_resume)
+            self.ids += self._encode(self.plan.think_resume)
         for ev in self._flush():
             yield ev
 
@@ -664,6 +721,7 @@ class ChoiceRunner:
         stream, phase = CallStream(self.fmt, self.plan.tools, self.calls), _Phase()
         events = stream.feed(self.fmt.forced_prefix + written)
         held: list[ChoiceEvent] = []  # content of a call phase is raw call markup until it completes
+        calls = _HeldCalls()  # a call is sent once it is complete (the next one started, or the phase ended)
         closed_before = self.budget_closed
         async for ev in self._run(phase, sampling, False):
             events += stream.feed(ev.text)
@@ -671,7 +729,8 @@ class ChoiceRunner:
                 if out.kind == "content":
                     held.append(out)
                 else:
-                    yield out
+                    for done in calls.add(out):
+                        yield done
             events = []
         suffix = self.fmt.call_suffix
         # the closing text written (by the model, or by the budget's close): every call is complete
@@ -684,14 +743,17 @@ class ChoiceRunner:
         events += stream.finish(cut=not complete)
         for out in self._call_events(events):
             if out.kind != "content":
-                yield out
+                calls.add(out)
             elif complete:
                 held.append(out)
+        cut = None if complete else stream.cut_index
+        for out in calls.release(cut):
+            yield out
         for out in held if complete else ():
             if not (ended and not out.text.strip()):  # the newlines after a closing text are not content
                 yield out
-        if not complete and stream.cut_index is not None:
-            self.cut_call = stream.cut_index
+        if cut is not None:
+            self.cut_call, self.truncated = cut, calls.call(cut)
         self.cut_off = not complete
         if self.cut_off or stream.next_index == self.calls:  # cut off by max_tokens (or aborted)
             self.call_end = _openai_reason(phase.finish)

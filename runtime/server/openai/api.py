@@ -387,6 +387,8 @@ class OpenAIRoutes:
         out = self._chat_chunk(req, rid, k, {}, reason=reason)
         with_violations(out["choices"][0], ev.violations)
         with_budget_closed(out["choices"][0], ev.budget_closed, ev.notes)
+        if ev.truncated is not None:  # as the non-streamed choice has it
+            out["choices"][0]["truncated_tool_call"] = ev.truncated.to_dict()
         return out
 
     def _chat_chunk(self, req: ChatRequest, rid: str, k: int, delta: dict, reason: str | None = None,
