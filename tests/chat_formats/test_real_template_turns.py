@@ -12,7 +12,8 @@ model, or by the server at the thinking's share of the budget).
 
 Each row's server is the one engine behind an HTTP server that sees the template's chat template
 (the parsers are detected from it, as ``radixlm serve`` would). Templates that are themselves
-broken are ``xfail(strict=True)`` with the reason.
+broken are ``xfail(strict=True)`` with the reason. The default run serves one template per (tool
+format, reasoning format) group; ``-m slow`` serves them all (64 rows: 60 pass, 4 broken).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import jsonschema
 import openai
 import pytest
 from openai.lib.streaming.chat import ChatCompletionStreamState
-from radixlm.runtime.chat_formats.tool_formats.registry import renders_calls
+from radixlm.runtime.chat_formats.reasoning.registry import detect_name as detect_reasoning
+from radixlm.runtime.chat_formats.tool_formats.registry import REGISTRY, renders_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llamacpp_assets import fetch_or_reason  # noqa: E402
@@ -58,15 +60,26 @@ BROKEN = {
 }
 
 
-def _templates() -> list[str]:
+def _rows() -> list:
+    """Every template that renders calls; the first of each (tool format, reasoning format) group runs
+    in the default run, the others in ``-m slow``."""
     got = fetch_or_reason()
     if isinstance(got, str):
         return []
-    return [p.stem for p in got.templates() if renders_calls(p.read_text(encoding="utf-8"))]
-
-
-def _row(stem: str):
-    return pytest.param(stem, marks=pytest.mark.xfail(strict=True, reason=BROKEN[stem])) if stem in BROKEN else stem
+    sources = {p.stem: p.read_text(encoding="utf-8") for p in got.templates()}
+    groups: dict[tuple, str] = {}  # group -> its first template that is not broken
+    for stem, source in sources.items():
+        if renders_calls(source) and stem not in BROKEN:
+            groups.setdefault((REGISTRY.detected(source), detect_reasoning(source)), stem)
+    rows = []
+    for stem, source in sources.items():
+        if not renders_calls(source):
+            continue
+        marks = [] if stem in groups.values() else [pytest.mark.slow]
+        if stem in BROKEN:
+            marks.append(pytest.mark.xfail(strict=True, reason=BROKEN[stem]))
+        rows.append(pytest.param(stem, marks=marks))
+    return rows
 
 
 class TemplateEngine:
@@ -164,7 +177,7 @@ def _check(client: openai.OpenAI) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("stem", [_row(s) for s in _templates()])
+@pytest.mark.parametrize("stem", _rows())
 def test_the_template_row(engine, stem):
     server = _serve(engine, stem)
     try:

@@ -76,6 +76,32 @@ def test_a_cut_off_call_keeps_what_was_streamed():
     assert accumulate([e for c in chunks for e in c]).calls[0].arguments == '{"city": "Paris", '
 
 
+def test_the_server_sends_a_call_once_it_is_complete_and_never_the_cut_one():
+    """The call phase's hold (``pipeline._HeldCalls``) over a turn of parallel calls cut in its third:
+    each of the first two is released as the next one starts, the cut one never (it is the
+    truncated call, as far as it was written)."""
+    from radixlm.runtime.server.chat.pipeline import ChoiceEvent, _HeldCalls
+
+    text = CALL_TEXTS["hermes"]
+    turn = "\n".join([text, text, text[:text.index('"metric"')]])
+    stream, held, sent = CallStream(get_format("hermes"), TOOLS, 0), _HeldCalls(), []
+    for i in range(0, len(turn), 4):
+        for e in stream.feed(turn[i:i + 4]):
+            ev = ChoiceEvent(e.kind, text=e.text, call_index=e.index, call_id=e.id, name=e.name)
+            released = held.add(ev)
+            assert all(r.call_index < ev.call_index for r in released)
+            sent += released
+    assert {e.call_index for e in sent} == {0, 1}  # each released as the next one started
+    stream.finish(cut=True)
+    assert stream.cut_index == 2 and held.release(stream.cut_index) == []
+    whole = get_format("hermes").parse(text, TOOLS).calls[0]
+    got = [(s.name, "".join(e.text for e in sent if e.kind == "call_args" and e.call_index == s.call_index))
+           for s in sent if s.kind == "call_start"]
+    assert got == [(whole.name, whole.arguments)] * 2
+    truncated = held.call(2)
+    assert truncated.name == "get_weather" and truncated.arguments == '{"city": "Paris", '
+
+
 LIVE = ("hermes", "llama3", "mistral", "deepseekv31", "kimi_k2", "qwen3_coder")
 
 
