@@ -60,3 +60,29 @@ def test_ollama_thinking(thinking):
     assert out.message.thinking and out.message.content == "" and out.done_reason == "length"
     lines = list(client.chat(model="default", messages=HI, options={"num_predict": 6}, stream=True))
     assert "".join(line.message.thinking or "" for line in lines)
+
+
+WEATHER = {"type": "object", "properties": {"city": {"enum": ["Paris", "Lima"]}}, "required": ["city"],
+           "additionalProperties": False}
+
+
+def test_a_forced_call_after_the_thinking_on_every_api(thinking):
+    """The tiny model never closes the thinking the prompt opened: the server closes it at its share
+    of the budget and the forced call follows: a thinking block then a ``tool_use`` (Anthropic), a
+    reasoning item then a ``function_call`` (Responses). (Ollama's API has no forced call.)"""
+    claude = anthropic.Anthropic(base_url=thinking.url, api_key="unused", max_retries=0, timeout=60)
+    kinds = dict(model="default", max_tokens=200, messages=HI, tool_choice={"type": "any"},
+                 extra_body={"temperature": 0},
+                 tools=[{"name": "get_weather", "description": "weather", "input_schema": WEATHER}])
+    out = claude.messages.create(**kinds)
+    assert out.content[0].type == "thinking" and out.content[0].thinking and out.stop_reason == "tool_use"
+    assert len(out.content) > 1 and all(b.type == "tool_use" for b in out.content[1:])  # parallel calls allowed
+    assert all(b.input["city"] in ("Paris", "Lima") for b in out.content[1:])
+    with claude.messages.stream(**kinds) as stream:
+        final = stream.get_final_message()
+    assert [b.type for b in final.content] == [b.type for b in out.content]
+    client = openai.OpenAI(base_url=thinking.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    resp = client.responses.create(model="default", input=HI, max_output_tokens=200, tool_choice="required",
+                                   tools=[{"type": "function", "name": "get_weather", "parameters": WEATHER}])
+    kinds_out = [i.type for i in resp.output]
+    assert kinds_out[0] == "reasoning" and set(kinds_out[1:]) == {"function_call"} and resp.status == "completed"

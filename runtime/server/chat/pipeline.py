@@ -559,8 +559,8 @@ class ChoiceRunner:
                 thought = _Phase()
                 async for ev in self._think_phase(thought):
                     yield ev
-                if not self.thought_out:
-                    yield self._finish(_openai_reason(thought.finish))
+                if not self.thought_out:  # the budget ended in the thinking (or the request was aborted)
+                    yield self._finish("length" if self.budget <= 0 else _openai_reason(thought.finish))
                     return
             self.ids += self._encode(self.fmt.forced_prefix)
             # "required": one or more calls (parallel_tool_calls); a named function: that one call
@@ -648,7 +648,7 @@ class ChoiceRunner:
             yield ev
         fr = phase.finish
         matched = fr.get("matched") == marker
-        self.thought_out = matched or (fr.get("type") in ("length", "stop") and self.budget > 0)
+        self.thought_out = (matched or fr.get("type") in ("length", "stop")) and self.budget > 0
         # the bound reached, or the model ended its turn: the server closes a thinking the model opened
         close = matched or (self.thought_out and (self.splitter is None or self.splitter.in_reasoning))
         if matched:
