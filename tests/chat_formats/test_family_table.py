@@ -122,3 +122,12 @@ def test_a_set_parser_is_never_warned_about(corpus, caplog):
     assert resolve("hermes", corpus["google-gemma-2-2b-it"]) is FORMATS["hermes"]
     assert resolve("hermes", corpus["meetkai-functionary-medium-v3.2"]) is FORMATS["hermes"]
     assert caplog.records == []
+
+
+def test_the_docs_name_every_family_whose_arguments_stream():
+    """docs/server.md's list of families that stream argument fragments is the ``call_head`` set."""
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index("the families whose calls write a JSON arguments object (")
+    listed = text[start:text.index(")", start + 60)]
+    named = {name for name in listed.split("`")[1::2] if name in FORMATS}
+    assert named == {name for name, fmt in FORMATS.items() if fmt.call_head is not None}
