@@ -80,7 +80,8 @@ def check_attention(q: object, k_pool: object, v_pool: object, kv_indptr: object
     """Check an extend (``qo_indptr`` given) or decode (``qo_indptr is None``) call; returns sm_scale.
 
     q: [num_tokens, num_heads, head_dim] (decode: [bs, num_heads, head_dim]); num_heads must be a
-    multiple of the pools' num_kv_heads; indptrs [bs + 1] and kv_indices [total_kv] integer.
+    multiple of the pools' num_kv_heads; indptrs [bs + 1] and kv_indices [total_kv] integer. The pools
+    may hold another float dtype than q (a 16-bit KV cache under float32 compute): kernels widen on load.
     """
     q = _tensor("q", q)
     k_pool, v_pool = check_pools(k_pool, v_pool)
@@ -88,8 +89,6 @@ def check_attention(q: object, k_pool: object, v_pool: object, kv_indptr: object
     _ndim("q", q, 3, layout)
     _dtype("q", q, FLOAT_DTYPES)
     _unit_last_stride("q", q)
-    if k_pool.dtype != q.dtype:
-        raise TypeError(f"k_pool dtype {k_pool.dtype} differs from q dtype {q.dtype}")
     if q.shape[2] != k_pool.shape[2]:
         raise ValueError(f"q head_dim {q.shape[2]} differs from k_pool head_dim {k_pool.shape[2]}")
     if q.shape[1] % k_pool.shape[1] != 0:

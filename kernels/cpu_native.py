@@ -20,7 +20,9 @@ with ``RADIXLM_DISABLE_NATIVE=1``, ``available()`` is False and the callers keep
 warning with its compiler's error and named in the start-up line (``describe()``), never silent.
 
 Every function takes contiguous float32 CPU tensors (``usable`` checks them; int64 indices:
-``usable_indices``); the ``*_int8`` GEMVs take int8 weights with float32 per-row scales
+``usable_indices``), except the KV pools, which hold float32 or float16 (``usable_kv``, ``KV_DTYPES``):
+a float16 pool is written rounded to nearest even (as ``.to(torch.float16)``) and widened to float32 as
+attention loads it (F16C), all arithmetic in float32; the ``*_int8`` GEMVs take int8 weights with float32 per-row scales
 (``usable_int8``), for ``--quantization int8`` (``runtime/model/quantization.py``).
 """
 
@@ -46,10 +48,11 @@ import torch
 from tqdm import tqdm
 
 DISABLE_ENV = "RADIXLM_DISABLE_NATIVE"
-ABI_VERSION = 8
+ABI_VERSION = 9
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = sorted(CSRC.glob("*.[ch]"))
 COMMON_FLAGS = ("-O3", "-ffp-contract=off", "-pthread", "-fPIC")
+KV_DTYPES = (torch.float32, torch.float16)  # the pools' dtypes the kernels read and write
 ATTN_MAX_GROUP, ATTN_MAX_HEAD_DIM = 16, 256  # limits of rl_decode_attention (csrc/attention.c)
 # the phases of rl_decode_layer that decode_layer(times=...) accumulates (csrc/layer.c, enum rl_phase)
 LAYER_PHASES = ("norms", "qkv matmul", "rotary + kv store", "attention", "o matmul", "gate_up matmul + SiLU",
@@ -83,7 +86,7 @@ class StepArgs(ctypes.Structure):
     """``rl_step`` (csrc/layer.c): one decode step's batch pointers, shared by every layer."""
 
     _fields_ = [("cos", _P), ("sin", _P), ("loc", _P), ("kv_indptr", _P), ("kv_indices", _P), ("times", _P),
-                ("shared", _L), ("T", _I), ("nthreads", _I)]
+                ("shared", _L), ("T", _I), ("nthreads", _I), ("kv_half", _I)]
 
 
 _SIGNATURES = {
@@ -92,9 +95,9 @@ _SIGNATURES = {
     "rl_linear_i8": [_P, _I, _P, _P, _P, _P, _P, _L, _L, _I],
     "rl_gate_up_silu_i8": [_P, _I, _P, _P, _P, _L, _L, _I],
     "rl_rmsnorm_threads": [_P, _P, _P, _P, _L, _L, _F, _I],
-    "rl_rope_store_kv_threads": [_P, _L, _L, _I, _I, _I, _P, _P, _P, _P, _P, _I],
-    "rl_decode_attention": [_P, _L, _P, _P, _P, _P, _I, _I, _I, _I, _L, _F, _P, _I],
-    "rl_cascade_attention": [_P, _L, _P, _P, _P, _L, _P, _P, _P, _I, _I, _I, _I, _F, _P, _I],
+    "rl_rope_store_kv_threads": [_P, _L, _L, _I, _I, _I, _P, _P, _P, _P, _P, _I, _I],
+    "rl_decode_attention": [_P, _L, _P, _P, _P, _P, _I, _I, _I, _I, _L, _F, _P, _I, _I],
+    "rl_cascade_attention": [_P, _L, _P, _P, _P, _L, _P, _P, _P, _I, _I, _I, _I, _F, _P, _I, _I],
     "rl_decode_layer": [ctypes.POINTER(LayerParams), ctypes.POINTER(StepArgs), _P, _P, _P],
 }
 _INT_SIGNATURES = {  # these return 0, or -1 (no memory)
@@ -345,6 +348,18 @@ def usable(*tensors: torch.Tensor) -> bool:
     return all(t.dtype == torch.float32 and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
 
 
+def usable_kv(k_pool: torch.Tensor, v_pool: torch.Tensor) -> bool:
+    """KV pools the kernels take: loaded kernels, both CPU, contiguous, of one dtype in ``KV_DTYPES``."""
+    if _lib is None or _switched_off:
+        return False
+    return (k_pool.dtype == v_pool.dtype and k_pool.dtype in KV_DTYPES
+            and all(t.device.type == "cpu" and t.is_contiguous() for t in (k_pool, v_pool)))
+
+
+def _half(pool: torch.Tensor) -> int:
+    return int(pool.dtype == torch.float16)
+
+
 def usable_indices(*tensors: torch.Tensor) -> bool:
     """Index tensors the kernels take: int64, on the CPU, contiguous."""
     return all(t.dtype == torch.int64 and t.device.type == "cpu" and t.is_contiguous() for t in tensors)
@@ -445,11 +460,12 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, add: torch.Tensor
 def rope_store_kv(qkv: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int, cos: torch.Tensor,
                   sin: torch.Tensor, loc: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> None:
     """On the fused rows ``qkv [T, (H + 2 Hkv) * D]``: rotate q and k in place (cos/sin ``[T, D]``), then
-    store k and v at pool rows ``loc`` (int64 ``[T]``) of ``k_pool``/``v_pool`` ``[slots, Hkv, D]``."""
+    store k and v at pool rows ``loc`` (int64 ``[T]``) of ``k_pool``/``v_pool`` ``[slots, Hkv, D]`` (float32, or
+    float16: rounded to nearest even)."""
     (_lib or library()).rl_rope_store_kv_threads(qkv.data_ptr(), qkv.shape[1], qkv.shape[0], num_heads,
                                                  num_kv_heads, head_dim, cos.data_ptr(), sin.data_ptr(),
                                                  loc.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr(),
-                                                 torch.get_num_threads())
+                                                 torch.get_num_threads(), _half(k_pool))
 
 
 def decode_attention_ok(num_heads: int, num_kv_heads: int, head_dim: int) -> bool:
@@ -462,13 +478,14 @@ def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
                      kv_indices: torch.Tensor, sm_scale: float, shared_prefix_len: int = 0) -> torch.Tensor:
     """One query per request over its paged context -> ``[bs, H, D]``; q ``[bs, H, D]`` whose rows may be
     strided (a view into the fused qkv rows), its heads contiguous; indptr/indices int64.
-    ``shared_prefix_len``: leading slots every request shares, read once for the batch (cascade)."""
+    ``shared_prefix_len``: leading slots every request shares, read once for the batch (cascade). The
+    pools: float32 or float16 (``usable_kv``)."""
     bs, heads, dim = q.shape
     out = torch.empty(bs, heads, dim, dtype=torch.float32)
     (_lib or library()).rl_decode_attention(q.data_ptr(), q.stride(0), k_pool.data_ptr(), v_pool.data_ptr(),
                                             kv_indptr.data_ptr(), kv_indices.data_ptr(), bs, heads, k_pool.shape[1],
                                             dim, shared_prefix_len, sm_scale, out.data_ptr(),
-                                            torch.get_num_threads())
+                                            torch.get_num_threads(), _half(k_pool))
     return out
 
 
@@ -484,18 +501,20 @@ def cascade_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tenso
     (_lib or library()).rl_cascade_attention(q.data_ptr(), q.stride(0), k_pool.data_ptr(), v_pool.data_ptr(),
                                              prefix_slots.data_ptr(), prefix_slots.shape[0], starts.data_ptr(),
                                              ends.data_ptr(), kv_indices.data_ptr(), rows, heads, k_pool.shape[1],
-                                             dim, sm_scale, out.data_ptr(), torch.get_num_threads())
+                                             dim, sm_scale, out.data_ptr(), torch.get_num_threads(), _half(k_pool))
     return out
 
 
 def decode_step(cos: torch.Tensor, sin: torch.Tensor, loc: torch.Tensor, kv_indptr: torch.Tensor,
-                kv_indices: torch.Tensor, shared_prefix_len: int, times: ctypes.Array | None = None) -> StepArgs:
+                kv_indices: torch.Tensor, shared_prefix_len: int, times: ctypes.Array | None = None,
+                kv_dtype: torch.dtype = torch.float32) -> StepArgs:
     """The batch of one decode step for ``decode_layer``: cos/sin ``[bs, 1, D]``, KV slots ``loc [bs]``,
     contexts ``kv_indptr``/``kv_indices`` (int64); the tensors must outlive the step. ``times``: a
-    ``c_double * len(LAYER_PHASES)`` that accumulates the seconds of each layer phase (profiling)."""
+    ``c_double * len(LAYER_PHASES)`` that accumulates the seconds of each layer phase (profiling).
+    ``kv_dtype``: the pools' dtype (``KV_DTYPES``)."""
     return StepArgs(cos.data_ptr(), sin.data_ptr(), loc.data_ptr(), kv_indptr.data_ptr(), kv_indices.data_ptr(),
                     ctypes.addressof(times) if times is not None else None, shared_prefix_len, loc.shape[0],
-                    torch.get_num_threads())
+                    torch.get_num_threads(), int(kv_dtype == torch.float16))
 
 
 def decode_layer(params: LayerParams, step: StepArgs, hidden: torch.Tensor, k_pool: torch.Tensor,
@@ -503,7 +522,7 @@ def decode_layer(params: LayerParams, step: StepArgs, hidden: torch.Tensor, k_po
     """One decoder layer over a decode batch, ``hidden [bs, hidden]`` updated in place and returned.
 
     ``params`` holds pointers into the layer's tensors (they must outlive it); the pools are the
-    layer's ``[slots, Hkv, D]`` float32 buffers.
+    layer's ``[slots, Hkv, D]`` buffers, of the dtype ``step`` was made for.
     """
     (_lib or library()).rl_decode_layer(params, step, hidden.data_ptr(), k_pool.data_ptr(), v_pool.data_ptr())
     return hidden

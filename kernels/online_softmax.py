@@ -21,7 +21,8 @@ def online_softmax_block(q, m_i, l_i, acc, K, V, kv_head, Slots, offs_n, mask_n,
     """Fold one block of BLOCK_N pooled keys/values into the online-softmax state of ROWS queries.
 
     q: [ROWS, BLOCK_D] (already float32 when DOT_F32); m_i, l_i: [ROWS] float32; acc: [ROWS, BLOCK_D]
-    float32. K, V: the pools [num_slots, num_kv_heads, head_dim], read at KV head ``kv_head``.
+    float32. K, V: the pools [num_slots, num_kv_heads, head_dim], read at KV head ``kv_head``, in their own
+    dtype (a 16-bit KV cache), converted to q's for the dots.
     Slots: the request's ``kv_indices`` row, indexed by the key positions ``offs_n`` [BLOCK_N]
     (``mask_n``: those in range). ``visible`` [ROWS or 1, BLOCK_N]: which keys each row may attend
     to (within ``mask_n``). Returns the updated ``(m_i, l_i, acc)``. Every row must see a key in the
@@ -34,6 +35,8 @@ def online_softmax_block(q, m_i, l_i, acc, K, V, kv_head, Slots, offs_n, mask_n,
                 mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
     if DOT_F32:
         k = k.to(tl.float32)
+    else:
+        k = k.to(q.dtype)  # a pool of another dtype than q (a 16-bit KV cache under float32 q): widened here
     qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale  # [ROWS, BLOCK_N]
     qk = tl.where(visible, qk, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(qk, 1))
@@ -46,5 +49,8 @@ def online_softmax_block(q, m_i, l_i, acc, K, V, kv_head, Slots, offs_n, mask_n,
     if DOT_F32:
         p = p.to(tl.float32)
         v = v.to(tl.float32)
+    else:
+        p = p.to(q.dtype)
+        v = v.to(q.dtype)
     acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
     return m_new, l_i, acc

@@ -1,6 +1,7 @@
 """Fast pure-torch attention over the paged KV pool: the CPU engine's path.
 
-Same contracts and numerics as ``attention_ref`` (all math in float32, result cast to q's dtype),
+Same contracts and numerics as ``attention_ref`` (all math in float32, result cast to q's dtype; a
+16-bit KV pool is widened to float32 as it is gathered and rounded to it on store),
 but batched: every request's context is gathered once, head-major, into a padded
 ``[bs, num_kv_heads, max_kv_len, head_dim]`` tensor with a validity mask, so a decode step is one
 fused attention call per layer and an extend step is one ``scaled_dot_product_attention`` call (or
@@ -112,7 +113,7 @@ def _native_attention_ok(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Te
     """The native kernel takes it: float32 CPU, contiguous pools, int64 indices, q heads contiguous."""
     bs, num_heads, head_dim = q.shape
     return (q.dtype == torch.float32 and q.stride(2) == 1 and q.stride(1) == head_dim
-            and cpu_native.usable(k_pool, v_pool) and cpu_native.usable_indices(kv_indptr, kv_indices)
+            and cpu_native.usable_kv(k_pool, v_pool) and cpu_native.usable_indices(kv_indptr, kv_indices)
             and cpu_native.decode_attention_ok(num_heads, k_pool.shape[1], head_dim))
 
 

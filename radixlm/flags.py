@@ -53,7 +53,6 @@ NO_TORCH_COMPILE = "radixlm runs no torch.compile"
 IGNORED_FLAGS: dict[str, tuple[bool, str]] = {
     "--trust-remote-code": (False, "radixlm runs no code from a checkpoint: Llama, Mistral, Qwen2, Qwen3 and "
                                    "Gemma 3 are built in"),
-    "--kv-cache-dtype": (True, "the KV cache is stored in the weights' dtype (set it with --dtype)"),
     "--enable-metrics": (False, "/metrics is always on"),
     "--enable-cache-report": (False, "cached token counts are always reported (meta_info.cached_tokens, "
                                      "usage.prompt_tokens_details)"),
@@ -146,12 +145,9 @@ def add_ignored_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def notices(ns: argparse.Namespace) -> list[str]:
-    """One line per ignored flag the user gave, in the order given (``--kv-cache-dtype auto`` asks
-    for what radixlm does anyway and says nothing)."""
+    """One line per ignored flag the user gave, in the order given."""
     lines = []
     for flag, value in getattr(ns, NOTICES_DEST, None) or []:
-        if flag == "--kv-cache-dtype" and value == "auto":
-            continue
         shown = f"{flag} {value}" if isinstance(value, str) else flag
         lines.append(f"radixlm: notice: {shown} has no effect: {IGNORED_FLAGS[flag][1]}")
     return lines

@@ -21,6 +21,13 @@ from radixlm.runtime.sampling_params import check_bools, check_int, check_num
 SCHEDULE_POLICIES = ("lpm", "dfs-weight", "fcfs")
 ATTENTION_BACKENDS = ("auto", "torch", "triton")
 DTYPES = ("auto", "float32", "float16", "bfloat16")
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "float32")
+# SGLang's and vLLM's spellings of the KV cache's dtypes
+KV_CACHE_DTYPE_ALIASES = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32",
+                          "float": "float32"}
+FP8_KV_REFUSAL = ("an FP8 KV cache has no meaning here: radixlm's attention kernels read 16- or 32-bit K/V and "
+                  "compute in float32 (no scaled FP8 kernels); use float16 (what auto picks where the kernels "
+                  "support it)")
 EVICTION_POLICIES = ("lru", "lfu")
 CACHE_ISOLATIONS = ("shared", "per-request")  # runtime/server/transport/access.py: cache_namespace
 # runtime.chat_formats.tool_formats.registry.names() (tests keep the two equal; runtime/ may not import it)
@@ -90,6 +97,26 @@ def _parse_speculative_config(text: str, default_k: int) -> tuple[str | None, in
     return config.get("method"), k
 
 
+def kv_cache_dtype_name(value: Any) -> str:
+    """``--kv-cache-dtype``'s value in our spelling (``fp16`` -> ``float16``); ``ValueError`` naming the
+    field for an FP8 dtype (``fp8``, ``fp8_e5m2``, ``fp8_e4m3``: refused, saying why) or any other value."""
+    name = KV_CACHE_DTYPE_ALIASES.get(value, value) if isinstance(value, str) else value
+    if isinstance(name, str) and name.lower().startswith("fp8"):
+        raise ValueError(f"kv_cache_dtype {value}: {FP8_KV_REFUSAL}")
+    if name not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)} (or fp16, half, bf16, fp32); "
+                         f"got {value!r}")
+    return name
+
+
+def _kv_cache_dtype_flag(text: str) -> str:
+    """``kv_cache_dtype_name`` for argparse: the refusal as the usage error's own words."""
+    try:
+        return kv_cache_dtype_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("kv_cache_dtype ")) from None
+
+
 def _arg(default: Any, help: str, type: Any = None, choices: tuple[str, ...] | None = None) -> Any:
     """A dataclass field whose metadata drives the CLI flag (``type`` for optional values)."""
     return field(default=default, metadata={"help": help, "type": type, "choices": choices})
@@ -102,7 +129,11 @@ class ServerArgs:
     model_path: str | None = _arg(None, "a checkpoint folder, a .gguf file, or a Hugging Face hub id ORG/NAME[@REVISION] "
                                   "(default: the embedded tiny model)", str)
     tokenizer_path: str | None = _arg(None, "tokenizer directory (default: model_path)", str)
-    dtype: str = _arg("auto", "weights and KV dtype; auto = float32 on CPU, bfloat16 on CUDA", str, DTYPES)
+    dtype: str = _arg("auto", "weights and compute dtype; auto = float32 on CPU, bfloat16 on CUDA", str, DTYPES)
+    kv_cache_dtype: str = _arg("auto", "dtype the KV cache is stored in (computed in float32 or --dtype): auto = "
+                               "float16 where the kernels read it (the native CPU kernels; Triton on CUDA), else "
+                               "the compute dtype; a 16-bit cache holds twice the tokens of a float32 one in the "
+                               "same memory", _kv_cache_dtype_flag, KV_CACHE_DTYPES)
     device: str = _arg("auto", "cpu, cuda or cuda:N; auto = cuda if available else cpu", str)
     tp_size: int = _arg(1, "tensor-parallel ranks: one process per device (gloo on CPU, nccl on CUDA)", int)
     attention_backend: str = _arg("auto", "attention kernels; auto = triton on CUDA, torch on CPU", str,
@@ -242,6 +273,7 @@ class ServerArgs:
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             raise ValueError(f"reasoning_parser must be one of {', '.join(REASONING_PARSERS)}; "
                              f"got {self.reasoning_parser!r}")
+        self.kv_cache_dtype = kv_cache_dtype_name(self.kv_cache_dtype)
         for f in dataclasses.fields(self):
             choices = f.metadata.get("choices")
             value = getattr(self, f.name)

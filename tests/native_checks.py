@@ -16,14 +16,16 @@ def assert_rel_close(got: torch.Tensor, ref: torch.Tensor, rtol: float = 2e-5) -
     assert err <= rtol, f"relative max error {err:.3g} > {rtol}"
 
 
-def decode_logits(model: torch.nn.Module, config: object, native: bool, steps: int = 4) -> torch.Tensor:
+def decode_logits(model: torch.nn.Module, config: object, native: bool, steps: int = 4,
+                  kv_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """A prefill of 3 requests, then ``steps - 1`` greedy decode steps of batch 3 -> every step's
-    logits ``[steps, 3, vocab]``; ``native=False`` runs it under ``cpu_native.torch_only()``."""
+    logits ``[steps, 3, vocab]``; ``native=False`` runs it under ``cpu_native.torch_only()``;
+    ``kv_dtype``: the KV pool's."""
     from radixlm.runtime.model.forward_batch import ForwardBatch
     from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
     from radixlm.runtime.scheduler.batch import BatchSpec
 
-    pool = KVPool(64, config.num_layers, model.num_kv_heads, config.head_dim, torch.float32, "cpu")
+    pool = KVPool(64, config.num_layers, model.num_kv_heads, config.head_dim, kv_dtype, "cpu")
     table, slots, logits = ReqToTokenTable(4, 32, "cpu"), iter(range(1, 64)), []
     ids, lens = [[5, 9, 2], [7], [11, 3, 3, 8]], [0, 0, 0]
     with torch.no_grad(), (nullcontext() if native else cpu_native.torch_only()):

@@ -10,7 +10,7 @@
  * scores 8 keys per FMA with no horizontal sum per (row, key); scores, softmax and P.V then run per
  * register tile of TILE_ROWS rows, so a loaded K or V vector feeds TILE_ROWS FMAs.
  * `rl_cascade_attention` runs the same two phases for the rows of an extend (each query's own keys
- * end at itself: causal). */
+ * end at itself: causal). The pools hold float32 or float16 (kv_half): softmax_chunks.c's two builds. */
 #include "kernels.h"
 #include "pool.h"
 #include "softmax_chunks.h"
@@ -19,7 +19,9 @@
 #include <string.h>
 
 typedef struct {
-    const float *q, *k_pool, *v_pool;
+    const float *q;
+    const void *k_pool, *v_pool;   /* float32, or float16 (attend: rl_attend_keys_f16) */
+    rl_attend_fn attend;
     const int64_t *indptr, *indices;
     int64_t ldq, shared;
     int bs, H, Hkv, D, heads_per_task;
@@ -49,7 +51,7 @@ static void attend_request(void *ctx, int64_t task) {
         q[r] = j->q + b * j->ldq + (int64_t)(h0 * G + r) * j->D;
         off[r] = (int64_t)(h0 + r / G) * j->D;
     }
-    rl_attend_keys(q, off, rows, j->k_pool, j->v_pool, (int64_t)j->Hkv * j->D, (int64_t)j->heads_per_task * j->D,
+    j->attend(q, off, rows, j->k_pool, j->v_pool, (int64_t)j->Hkv * j->D, (int64_t)j->heads_per_task * j->D,
                    j->indices + j->indptr[b], j->indptr[b + 1] - j->indptr[b], j->D, j->scale, st, NULL);
     for (int r = 0; r < rows; r++) rl_finish_row(&st, r, j->D, j->out + ((int64_t)b * j->H + h0 * G + r) * j->D);
 }
@@ -72,7 +74,7 @@ static void cascade_prefix(void *ctx, int64_t task) {
         q[r] = j->q + ((r0 + r) / G) * j->ldq + (kvh * G + (r0 + r) % G) * j->D;
         off[r] = kvh * j->D;
     }
-    rl_attend_keys(q, off, nr, j->k_pool, j->v_pool, (int64_t)j->Hkv * j->D, j->D, j->prefix, j->shared, j->D,
+    j->attend(q, off, nr, j->k_pool, j->v_pool, (int64_t)j->Hkv * j->D, j->D, j->prefix, j->shared, j->D,
                    j->scale, st, kt);
     free(off);
     free(q);
@@ -102,7 +104,7 @@ static void cascade_suffix(void *ctx, int64_t task) {
         off[r] = (int64_t)kvh * D;
     }
     int64_t start = j->starts ? j->starts[b] : j->indptr[b] + j->shared, end = j->ends ? j->ends[b] : j->indptr[b + 1];
-    rl_attend_keys(q, off, rows, j->k_pool, j->v_pool, (int64_t)j->Hkv * D, (int64_t)j->heads_per_task * D,
+    j->attend(q, off, rows, j->k_pool, j->v_pool, (int64_t)j->Hkv * D, (int64_t)j->heads_per_task * D,
                    j->indices + start, end - start, D, j->scale, st, NULL);
     for (int r = 0; r < rows; r++) rl_finish_row(&st, r, D, j->out + ((int64_t)b * j->H + h0 * G + r) * D);
 }
@@ -128,11 +130,11 @@ static void run_cascade(attn_job *j, int nthreads) {
     free(j->state);
 }
 
-void rl_decode_attention(const float *q, int64_t ldq, const float *k_pool, const float *v_pool,
+void rl_decode_attention(const float *q, int64_t ldq, const void *k_pool, const void *v_pool,
                          const int64_t *kv_indptr, const int64_t *kv_indices, int bs, int H, int Hkv, int D,
-                         int64_t shared, float scale, float *out, int nthreads) {
+                         int64_t shared, float scale, float *out, int nthreads, int kv_half) {
     /* the scores in log2 units: softmax weights are then powers of 2 (exp2_8) */
-    attn_job j = {q, k_pool, v_pool, kv_indptr, kv_indices, ldq, shared, bs, H, Hkv, D, 1, scale * LOG2E, out,
+    attn_job j = {q, k_pool, v_pool, kv_half ? rl_attend_keys_f16 : rl_attend_keys_f32, kv_indptr, kv_indices, ldq, shared, bs, H, Hkv, D, 1, scale * LOG2E, out,
                   kv_indices + kv_indptr[0], NULL, NULL, NULL, 0};
     j.heads_per_task = heads_per_task(bs, H, Hkv, nthreads);
     if (shared > 0 && bs > 1) {
@@ -142,11 +144,11 @@ void rl_decode_attention(const float *q, int64_t ldq, const float *k_pool, const
     rl_parallel(attend_request, &j, (int64_t)bs * (Hkv / j.heads_per_task), nthreads);
 }
 
-void rl_cascade_attention(const float *q, int64_t ldq, const float *k_pool, const float *v_pool,
+void rl_cascade_attention(const float *q, int64_t ldq, const void *k_pool, const void *v_pool,
                           const int64_t *prefix, int64_t shared, const int64_t *starts, const int64_t *ends,
                           const int64_t *indices, int rows, int H, int Hkv, int D, float scale, float *out,
-                          int nthreads) {
-    attn_job j = {q, k_pool, v_pool, NULL, indices, ldq, shared, rows, H, Hkv, D, 1, scale * LOG2E, out,
+                          int nthreads, int kv_half) {
+    attn_job j = {q, k_pool, v_pool, kv_half ? rl_attend_keys_f16 : rl_attend_keys_f32, NULL, indices, ldq, shared, rows, H, Hkv, D, 1, scale * LOG2E, out,
                   prefix, starts, ends, NULL, 0};
     j.heads_per_task = heads_per_task(rows, H, Hkv, nthreads);
     run_cascade(&j, nthreads);

@@ -1,5 +1,5 @@
 /* radixlm's native CPU decode kernels: float32 (weights float32, or int8 with per-row scales:
- * gemv_int8.c), written in x86-64 AVX2 + FMA + F16C intrinsics (elsewhere SIMDe's, rl_simd.h).
+ * gemv_int8.c; the KV pools float32 or float16), written in x86-64 AVX2 + FMA + F16C intrinsics (elsewhere SIMDe's, rl_simd.h).
  *
  * Built on first use into one shared library from every .c file here (kernels/cpu_native.py's toolchain(),
  * on x86-64 cc -O3 -mavx2 -mfma -mf16c -ffp-contract=off -pthread; threads: pool.h) and called through ctypes with raw pointers to
@@ -11,7 +11,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define RL_ABI_VERSION 8
+#define RL_ABI_VERSION 9
 
 static inline float rl_hsum(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -55,21 +55,24 @@ int rl_block_gate_up_silu(const rl_block_proj *p, const float *x, int T, float *
 void rl_rmsnorm(float *x, const float *add, const float *weight, float *y, int64_t rows, int64_t dim, float eps);
 void rl_rmsnorm_threads(float *x, const float *add, const float *weight, float *y, int64_t rows, int64_t dim,
                         float eps, int nthreads);
-/* norm_rope.c: RoPE on the q and k heads of the fused rows qkv [T, ld], then k, v to pool rows loc. */
+/* norm_rope.c: RoPE on the q and k heads of the fused rows qkv [T, ld], then k, v to pool rows loc; the
+ * pools hold float32, or float16 (kv_half: rounded to nearest even, as torch's .to(float16)). */
 void rl_rope_store_kv(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
-                      const float *sin_, const int64_t *loc, float *k_pool, float *v_pool);
+                      const float *sin_, const int64_t *loc, void *k_pool, void *v_pool, int kv_half);
 void rl_rope_store_kv_threads(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
-                              const float *sin_, const int64_t *loc, float *k_pool, float *v_pool, int nthreads);
+                              const float *sin_, const int64_t *loc, void *k_pool, void *v_pool, int nthreads,
+                              int kv_half);
 
-/* attention.c: decode attention over the paged pools [slots, Hkv, D]; q [bs, H, D] at row stride ldq;
+/* attention.c: decode attention over the paged pools [slots, Hkv, D] (float32, or float16 with kv_half:
+ * widened on load, float32 arithmetic); q [bs, H, D] at row stride ldq;
  * the first `shared` slots of every request are the same (attended once for the whole batch). */
-void rl_decode_attention(const float *q, int64_t ldq, const float *k_pool, const float *v_pool,
+void rl_decode_attention(const float *q, int64_t ldq, const void *k_pool, const void *v_pool,
                          const int64_t *kv_indptr, const int64_t *kv_indices, int bs, int H, int Hkv, int D,
-                         int64_t shared, float scale, float *out, int nthreads);
+                         int64_t shared, float scale, float *out, int nthreads, int kv_half);
 /* attention.c: cascade attention of `rows` query rows q [rows, H, D] (row stride ldq): every row sees the
  * `shared` slots at `prefix`, then its own keys at indices[starts[r], ends[r]) (an extend's causal
- * suffix); shared >= 1. out [rows, H, D]. */
-void rl_cascade_attention(const float *q, int64_t ldq, const float *k_pool, const float *v_pool,
+ * suffix); shared >= 1. out [rows, H, D]. Pools as rl_decode_attention's. */
+void rl_cascade_attention(const float *q, int64_t ldq, const void *k_pool, const void *v_pool,
                           const int64_t *prefix, int64_t shared, const int64_t *starts, const int64_t *ends,
                           const int64_t *indices, int rows, int H, int Hkv, int D, float scale, float *out,
-                          int nthreads);
+                          int nthreads, int kv_half);

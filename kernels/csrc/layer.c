@@ -7,8 +7,9 @@
  *
  * The four projections' weights are float32, or int8 with float32 per-row scales (s_* not NULL:
  * gemv_int8.c), or GGUF block weights (blocks[p].parts > 0: layer_blocks.c), each on its own.
- * h [T, hidden] is updated in place. The step's `times` (may be NULL) accumulates each phase's seconds, for the profile benchmark: RL_PHASES entries in the
- * order of rl_phase. */
+ * h [T, hidden] is updated in place; the KV pools hold float32 or float16 (S->kv_half), the math is float32.
+ * The step's `times` (may be NULL) accumulates each phase's seconds, for the profile benchmark: RL_PHASES
+ * entries in the order of rl_phase. */
 #include "kernels.h"
 #include "pool.h"
 
@@ -38,6 +39,7 @@ typedef struct {  /* one decode step's batch, the same for every layer */
     double *times;                                    /* RL_PHASES seconds accumulated, or NULL */
     int64_t shared;                                   /* leading slots every request shares */
     int T, nthreads;
+    int kv_half;                                      /* the pools hold float16 (else float32) */
 } rl_step;
 
 static double now(void) {
@@ -66,7 +68,7 @@ static void linear(const float *x, int T, const void *w, const float *s, const r
         rl_linear(x, T, w, b, add, y, N, K, nt);
 }
 
-void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, float *k_pool, float *v_pool) {
+void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, void *k_pool, void *v_pool) {
     int T = S->T, nt = S->nthreads;
     int64_t q = (int64_t)L->H * L->D, kv = (int64_t)L->Hkv * L->D, ld = q + 2 * kv;
     float *x = malloc(sizeof(float) * (size_t)T * (L->hidden + ld + q + L->inter));
@@ -82,10 +84,10 @@ void rl_decode_layer(const rl_layer *L, const rl_step *S, float *h, float *k_poo
             rl_rmsnorm(qkv + i * ld, NULL, L->q_norm, qkv + i * ld, L->H, L->D, L->eps);
             rl_rmsnorm(qkv + i * ld + q, NULL, L->k_norm, qkv + i * ld + q, L->Hkv, L->D, L->eps);
         }
-    rl_rope_store_kv(qkv, ld, T, L->H, L->Hkv, L->D, S->cos_, S->sin_, S->loc, k_pool, v_pool);
+    rl_rope_store_kv(qkv, ld, T, L->H, L->Hkv, L->D, S->cos_, S->sin_, S->loc, k_pool, v_pool, S->kv_half);
     lap(times, PH_ROPE_STORE, &t);
     rl_decode_attention(qkv, ld, k_pool, v_pool, S->kv_indptr, S->kv_indices, T, L->H, L->Hkv, L->D, S->shared,
-                        L->scale, attn, nt);
+                        L->scale, attn, nt, S->kv_half);
     lap(times, PH_ATTN, &t);
     linear(attn, T, L->w_o, L->s_o, &L->blocks[1], L->isa, L->b_o, h, h, L->hidden, q, nt);
     lap(times, PH_O, &t);

@@ -1,4 +1,5 @@
-/* RMSNorm (with the residual add fused in) and RoPE + KV store, the glue between a layer's matmuls. */
+/* RMSNorm (with the residual add fused in) and RoPE + KV store (into float32 or float16 pools), the glue
+ * between a layer's matmuls. */
 #include "kernels.h"
 #include "pool.h"
 
@@ -68,8 +69,18 @@ typedef struct {
     int H, Hkv, D;
     const float *cos_, *sin_;
     const int64_t *loc;
-    float *k_pool, *v_pool;
+    void *k_pool, *v_pool;  /* float32, or float16 (kv_half) */
+    int kv_half;
 } rope_job;
+
+/* dst[0..n) = src as float16, rounded to nearest even (torch's .to(float16)), 8 lanes at a time */
+static void store_half(uint16_t *dst, const float *src, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++)
+        dst[i] = (uint16_t)_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(src[i]), _MM_FROUND_TO_NEAREST_INT), 0);
+}
 
 #define ROPE_TOKENS_PER_ITEM 16
 
@@ -80,21 +91,28 @@ static void rope_store_tokens(void *ctx, int64_t item) {
     const float *c = j->cos_ + t0 * j->D, *s = j->sin_ + t0 * j->D;
     rope_heads(rows, j->ld, n, j->H, j->D, c, s);
     rope_heads(rows + (int64_t)j->H * j->D, j->ld, n, j->Hkv, j->D, c, s);
-    size_t bytes = (size_t)j->Hkv * j->D * sizeof(float);
+    int64_t row = (int64_t)j->Hkv * j->D;
     for (int64_t t = 0; t < n; t++) {
         const float *k = rows + t * j->ld + (int64_t)j->H * j->D;
-        memcpy(j->k_pool + j->loc[t0 + t] * j->Hkv * j->D, k, bytes);
-        memcpy(j->v_pool + j->loc[t0 + t] * j->Hkv * j->D, k + (int64_t)j->Hkv * j->D, bytes);
+        int64_t at = j->loc[t0 + t] * row;
+        if (j->kv_half) {
+            store_half((uint16_t *)j->k_pool + at, k, row);
+            store_half((uint16_t *)j->v_pool + at, k + row, row);
+        } else {
+            memcpy((float *)j->k_pool + at, k, sizeof(float) * (size_t)row);
+            memcpy((float *)j->v_pool + at, k + row, sizeof(float) * (size_t)row);
+        }
     }
 }
 
 void rl_rope_store_kv_threads(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
-                              const float *sin_, const int64_t *loc, float *k_pool, float *v_pool, int nthreads) {
-    rope_job j = {qkv, ld, T, H, Hkv, D, cos_, sin_, loc, k_pool, v_pool};
+                              const float *sin_, const int64_t *loc, void *k_pool, void *v_pool, int nthreads,
+                              int kv_half) {
+    rope_job j = {qkv, ld, T, H, Hkv, D, cos_, sin_, loc, k_pool, v_pool, kv_half};
     rl_parallel(rope_store_tokens, &j, (T + ROPE_TOKENS_PER_ITEM - 1) / ROPE_TOKENS_PER_ITEM, nthreads);
 }
 
 void rl_rope_store_kv(float *qkv, int64_t ld, int64_t T, int H, int Hkv, int D, const float *cos_,
-                      const float *sin_, const int64_t *loc, float *k_pool, float *v_pool) {
-    rl_rope_store_kv_threads(qkv, ld, T, H, Hkv, D, cos_, sin_, loc, k_pool, v_pool, 1);
+                      const float *sin_, const int64_t *loc, void *k_pool, void *v_pool, int kv_half) {
+    rl_rope_store_kv_threads(qkv, ld, T, H, Hkv, D, cos_, sin_, loc, k_pool, v_pool, 1, kv_half);
 }

@@ -1,6 +1,10 @@
 /* The online softmax of attention over chunks of ATTN_CHUNK keys read in place from the paged pools:
  * scores (register tiles over a transposed chunk, or keys read in place), the running max and sum,
- * and P.V into each row's accumulator. Used by attention.c's decode and cascade tasks. */
+ * and P.V into each row's accumulator. Used by attention.c's decode and cascade tasks.
+ *
+ * Compiled twice: here for float32 pools (rl_attend_keys_f32), and by softmax_chunks_f16.c with
+ * RL_KV_HALF for float16 pools (rl_attend_keys_f16), whose K/V rows are widened to float32 as they are
+ * loaded (F16C's vcvtph2ps, 8 lanes); every product, sum and the softmax state stay float32. */
 #include "softmax_chunks.h"
 
 #include "exp2.h"
@@ -10,10 +14,22 @@
 #include <math.h>
 #include <string.h>
 
+#ifdef RL_KV_HALF
+typedef uint16_t kv_t;  /* IEEE binary16 bits */
+#define KV_LOAD8(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define KV_ONE(x) _cvtsh_ss(x)
+#define KV_NAME(name) name##_f16
+#else
+typedef float kv_t;
+#define KV_LOAD8(p) _mm256_loadu_ps(p)
+#define KV_ONE(x) (x)
+#define KV_NAME(name) name##_f32
+#endif
+
 #define PREFETCH 8  /* keys ahead: a context's slots are scattered over the pool (random DRAM rows) */
 
-static inline void prefetch_row(const float *row, int64_t n) {  /* n floats, a cache line at a time */
-    for (int64_t d = 0; d < n; d += 16) _mm_prefetch((const char *)(row + d), _MM_HINT_T0);
+static inline void prefetch_row(const kv_t *row, int64_t n) {  /* n elements, a cache line at a time */
+    for (int64_t d = 0; d < n; d += 64 / (int64_t)sizeof(kv_t)) _mm_prefetch((const char *)(row + d), _MM_HINT_T0);
 }
 
 /* Scores are kept in log2 units (the softmax scale times log2(e)), so a softmax weight is 2^(s - max)
@@ -38,25 +54,25 @@ static float exp_sub_sum(float *s, int n, float mx) {
 
 /* o[0..D) = o * corr + sum_t p[t] v_t over the chunk's V rows, 64 lanes of o in registers at a time;
  * `ahead` (or NULL): prefetch `span` floats of the slot PREFETCH keys on from there. */
-static void accumulate_v(float *o, float corr, const float *p, int cn, const float *v_base, int64_t stride,
-                         const int64_t *slots, int D, const float *ahead, int64_t span) {
+static void accumulate_v(float *o, float corr, const float *p, int cn, const kv_t *v_base, int64_t stride,
+                         const int64_t *slots, int D, const kv_t *ahead, int64_t span) {
     __m256 cv = _mm256_set1_ps(corr);
     int d0 = 0;
     for (; d0 + 64 <= D; d0 += 64) {
         __m256 a[8];
         for (int i = 0; i < 8; i++) a[i] = _mm256_mul_ps(_mm256_loadu_ps(o + d0 + 8 * i), cv);
         for (int t = 0; t < cn; t++) {
-            const float *v = v_base + slots[t] * stride + d0;
+            const kv_t *v = v_base + slots[t] * stride + d0;
             if (ahead && d0 == 0 && t + PREFETCH < cn) prefetch_row(ahead + slots[t + PREFETCH] * stride, span);
             __m256 pt = _mm256_set1_ps(p[t]);
-            for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v + 8 * i), a[i]);
+            for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(pt, KV_LOAD8(v + 8 * i), a[i]);
         }
         for (int i = 0; i < 8; i++) _mm256_storeu_ps(o + d0 + 8 * i, a[i]);
     }
     for (; d0 < D; d0 += 8) {
         __m256 a = _mm256_mul_ps(_mm256_loadu_ps(o + d0), cv);
         for (int t = 0; t < cn; t++)
-            a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v_base + slots[t] * stride + d0), a);
+            a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), KV_LOAD8(v_base + slots[t] * stride + d0), a);
         _mm256_storeu_ps(o + d0, a);
     }
 }
@@ -83,25 +99,25 @@ static inline void transpose8(__m256 r[8]) {
 /* kt[d * ATTN_CHUNK + t] = key t's lane d (one head's rows at `off`), zero past `cn`: a query then
  * scores 8 keys per FMA, with no horizontal sum per (query, key). 8 keys x 8 lanes per register
  * transpose (D is a multiple of 8), the scalar loop for the last cn % 8 keys. */
-static void transpose_chunk(float *kt, const float *k_pool, int64_t stride, int64_t off, const int64_t *slots,
+static void transpose_chunk(float *kt, const kv_t *k_pool, int64_t stride, int64_t off, const int64_t *slots,
                             int cn, int64_t next, int D) {
     int t = 0;
     for (; t + 8 <= cn; t += 8) {
-        const float *k[8];
+        const kv_t *k[8];
         for (int i = 0; i < 8; i++) {
             k[i] = k_pool + slots[t + i] * stride + off;
             if (t + i + PREFETCH < next) prefetch_row(k_pool + slots[t + i + PREFETCH] * stride + off, D);
         }
         for (int d = 0; d < D; d += 8) {
             __m256 r[8];
-            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(k[i] + d);
+            for (int i = 0; i < 8; i++) r[i] = KV_LOAD8(k[i] + d);
             transpose8(r);
             for (int i = 0; i < 8; i++) _mm256_storeu_ps(kt + (int64_t)(d + i) * ATTN_CHUNK + t, r[i]);
         }
     }
     for (; t < cn; t++) {
-        const float *k = k_pool + slots[t] * stride + off;
-        for (int d = 0; d < D; d++) kt[d * ATTN_CHUNK + t] = k[d];
+        const kv_t *k = k_pool + slots[t] * stride + off;
+        for (int d = 0; d < D; d++) kt[d * ATTN_CHUNK + t] = KV_ONE(k[d]);
     }
     for (int d = 0; d < D; d++)
         for (t = cn; t < ATTN_CHUNK; t++) kt[d * ATTN_CHUNK + t] = 0.0f;
@@ -139,7 +155,7 @@ static inline __attribute__((always_inline)) void score_tile(const float *const 
  * reads the same head at `v_base`); per (row, lane) the sum runs over t in order, as in accumulate_v. */
 static inline __attribute__((always_inline)) void accumulate_tile(float *acc, const float *corr, const float *p,
                                                                   int r0, const int RB, int cn,
-                                                                  const float *v_base, int64_t stride,
+                                                                  const kv_t *v_base, int64_t stride,
                                                                   const int64_t *slots, int D) {
     for (int j = 0; j < D; j += 16) {
         __m256 a[TILE_ROWS][2];
@@ -150,8 +166,8 @@ static inline __attribute__((always_inline)) void accumulate_tile(float *acc, co
             a[r][1] = _mm256_mul_ps(_mm256_loadu_ps(o + 8), cv);
         }
         for (int t = 0; t < cn; t++) {
-            const float *v = v_base + slots[t] * stride + j;
-            __m256 v0 = _mm256_loadu_ps(v), v1 = _mm256_loadu_ps(v + 8);
+            const kv_t *v = v_base + slots[t] * stride + j;
+            __m256 v0 = KV_LOAD8(v), v1 = KV_LOAD8(v + 8);
             for (int r = 0; r < RB; r++) {
                 __m256 pt = _mm256_broadcast_ss(p + (int64_t)(r0 + r) * ATTN_CHUNK + t);
                 a[r][0] = _mm256_fmadd_ps(pt, v0, a[r][0]);
@@ -184,7 +200,7 @@ static float row_max(const float *s, int n, float mx) {
  * chunk first would push them out to L2 and read them back twice. */
 static inline __attribute__((always_inline)) void chunk_rows(const float *const *q, int r0, const int RB,
                                                              const float *kt, int cn, __m256 sc, softmax_state st,
-                                                             const float *v_base, int64_t stride,
+                                                             const kv_t *v_base, int64_t stride,
                                                              const int64_t *slots, int D) {
     score_tile(q, r0, RB, kt, D, sc, st.score);
     for (int r = r0; r < r0 + RB; r++) {
@@ -205,7 +221,7 @@ static inline __attribute__((always_inline)) void chunk_rows(const float *const 
 
 /* Every row of `st` over one transposed chunk, TILE_ROWS rows at a time. */
 static void chunk_all_rows(const float *const *q, int nq, const float *kt, int cn, float scale, softmax_state st,
-                           const float *v_base, int64_t stride, const int64_t *slots, int D) {
+                           const kv_t *v_base, int64_t stride, const int64_t *slots, int D) {
     __m256 sc = _mm256_set1_ps(scale);
     int r = 0;
     for (; r + TILE_ROWS <= nq; r += TILE_ROWS) chunk_rows(q, r, TILE_ROWS, kt, cn, sc, st, v_base, stride, slots, D);
@@ -222,12 +238,12 @@ static void chunk_all_rows(const float *const *q, int nq, const float *kt, int c
 /* score[r * CHUNK + t] = scale * q[r] . key (c0 + t) for t < cn, keys read in place (rows of any heads):
  * four keys at a time, so four independent FMA chains run per row (one chain is latency-bound). Each
  * (row, key) sum runs over d in 8-lane steps, then across the lanes, whether or not it is in a group. */
-static void score_keys(const float *const *q, const int64_t *off, int nq, const float *k_pool, int64_t stride,
+static void score_keys(const float *const *q, const int64_t *off, int nq, const kv_t *k_pool, int64_t stride,
                        int64_t span, const int64_t *slots, int64_t c0, int cn, int64_t n, int D, float scale,
                        float *score) {
     int t = 0;
     for (; t + 4 <= cn; t += 4) {
-        const float *k[4];
+        const kv_t *k[4];
         for (int u = 0; u < 4; u++) {
             k[u] = k_pool + slots[c0 + t + u] * stride;
             if (c0 + t + u + PREFETCH < n) prefetch_row(k_pool + slots[c0 + t + u + PREFETCH] * stride + off[0], span);
@@ -238,10 +254,10 @@ static void score_keys(const float *const *q, const int64_t *off, int nq, const 
             int64_t o = off[r];
             for (int d = 0; d < D; d += 8) {
                 __m256 qv = _mm256_loadu_ps(qr + d);
-                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[0] + o + d), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[1] + o + d), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[2] + o + d), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[3] + o + d), a3);
+                a0 = _mm256_fmadd_ps(qv, KV_LOAD8(k[0] + o + d), a0);
+                a1 = _mm256_fmadd_ps(qv, KV_LOAD8(k[1] + o + d), a1);
+                a2 = _mm256_fmadd_ps(qv, KV_LOAD8(k[2] + o + d), a2);
+                a3 = _mm256_fmadd_ps(qv, KV_LOAD8(k[3] + o + d), a3);
             }
             float *row = score + r * ATTN_CHUNK + t;
             row[0] = rl_hsum(a0) * scale;
@@ -251,20 +267,21 @@ static void score_keys(const float *const *q, const int64_t *off, int nq, const 
         }
     }
     for (; t < cn; t++) {
-        const float *k = k_pool + slots[c0 + t] * stride;
+        const kv_t *k = k_pool + slots[c0 + t] * stride;
         if (c0 + t + PREFETCH < n) prefetch_row(k_pool + slots[c0 + t + PREFETCH] * stride + off[0], span);
         for (int r = 0; r < nq; r++) {
             __m256 a = _mm256_setzero_ps();
-            for (int d = 0; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + d), _mm256_loadu_ps(k + off[r] + d), a);
+            for (int d = 0; d < D; d += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + d), KV_LOAD8(k + off[r] + d), a);
             score[r * ATTN_CHUNK + t] = rl_hsum(a) * scale;
         }
     }
 }
 
-/* softmax_chunks.h */
-void rl_attend_keys(const float *const *q, const int64_t *off, int nq, const float *k_pool, const float *v_pool,
-                    int64_t stride, int64_t span, const int64_t *slots, int64_t n, int D, float scale,
-                    softmax_state st, float *kt) {
+/* softmax_chunks.h: rl_attend_keys_f32, or rl_attend_keys_f16 (RL_KV_HALF) */
+void KV_NAME(rl_attend_keys)(const float *const *q, const int64_t *off, int nq, const void *k_pool_,
+                             const void *v_pool_, int64_t stride, int64_t span, const int64_t *slots, int64_t n,
+                             int D, float scale, softmax_state st, float *kt) {
+    const kv_t *k_pool = k_pool_, *v_pool = v_pool_;
     for (int64_t c0 = 0; c0 < n; c0 += ATTN_CHUNK) {
         int cn = n - c0 < ATTN_CHUNK ? (int)(n - c0) : ATTN_CHUNK;
         if (kt) {
@@ -285,6 +302,7 @@ void rl_attend_keys(const float *const *q, const int64_t *off, int nq, const flo
     }
 }
 
+#ifndef RL_KV_HALF  /* what follows reads no pool: compiled once */
 void rl_finish_row(const softmax_state *st, int r, int D, float *out) {
     float inv = st->l[r] > 0.0f ? 1.0f / st->l[r] : 0.0f;  /* no keys: zeros */
     for (int d = 0; d < D; d++) out[d] = st->acc[(int64_t)r * D + d] * inv;
@@ -305,4 +323,4 @@ softmax_state rl_state_rows(float *buf, int rows, int D, int r0, int n) {
 }
 
 softmax_state rl_new_state(float *buf, int rows, int D) { return rl_state_rows(buf, rows, D, 0, rows); }
-
+#endif

@@ -18,13 +18,21 @@ softmax_state rl_state_rows(float *buf, int rows, int D, int r0, int n);
 softmax_state rl_new_state(float *buf, int rows, int D);
 
 /* Continue rows [0, nq) of `st` over the keys at `slots[0..n)`: row r is query q[r] of the KV head whose
- * rows start `off[r]` floats into a pool row (pools [slots, stride floats]); a slot's `span` floats
+ * rows start `off[r]` elements into a pool row (pools [slots, stride elements]); a slot's `span` elements
  * from off[0] hold every head the rows read (prefetched together). `kt` (D x CHUNK floats, or NULL):
  * every row reads one head (off[r] == off[0]) and there are enough rows to pay for transposing each
- * chunk once (the cascade prefix). Scores are in log2 units: `scale` is the softmax scale x log2(e). */
-void rl_attend_keys(const float *const *q, const int64_t *off, int nq, const float *k_pool, const float *v_pool,
-                    int64_t stride, int64_t span, const int64_t *slots, int64_t n, int D, float scale,
-                    softmax_state st, float *kt);
+ * chunk once (the cascade prefix). Scores are in log2 units: `scale` is the softmax scale x log2(e).
+ * The pools hold float32 (rl_attend_keys_f32) or float16 (rl_attend_keys_f16, widened on load); the
+ * arithmetic is float32 in both. */
+typedef void (*rl_attend_fn)(const float *const *q, const int64_t *off, int nq, const void *k_pool,
+                             const void *v_pool, int64_t stride, int64_t span, const int64_t *slots, int64_t n,
+                             int D, float scale, softmax_state st, float *kt);
+void rl_attend_keys_f32(const float *const *q, const int64_t *off, int nq, const void *k_pool, const void *v_pool,
+                        int64_t stride, int64_t span, const int64_t *slots, int64_t n, int D, float scale,
+                        softmax_state st, float *kt);
+void rl_attend_keys_f16(const float *const *q, const int64_t *off, int nq, const void *k_pool, const void *v_pool,
+                        int64_t stride, int64_t span, const int64_t *slots, int64_t n, int D, float scale,
+                        softmax_state st, float *kt);
 
 /* out[0..D) = row r's softmax-weighted sum (zeros for a row that saw no key). */
 void rl_finish_row(const softmax_state *st, int r, int D, float *out);

@@ -126,12 +126,14 @@ class EngineSummary:
     grammar_backend: str
     sampling_defaults: str = ""  # SamplingDefaults.describe(): what an unset temperature etc. become
     kernels: str = ""  # on the CPU, model_loader.kernels(): "native CPU kernels avx2", or torch ops and why
+    kv_dtype: str = ""  # the KV cache's dtype: "float16", "float32", ...
 
     def line(self) -> str:
         """One line: ``Qwen/Qwen2.5-0.5B (qwen2, 494M parameters, int8 (weight-only) weights) on cpu ...``."""
         where = f"{self.device} with {self.threads} thread{'s' * (self.threads != 1)}"
+        kv = f" ({self.kv_dtype})" if self.kv_dtype else ""
         return (f"{self.model} ({self.architecture}, {count(self.parameters)} parameters, {self.weight_format} "
-                f"weights) on {where}; KV cache {self.kv_tokens:,} tokens; up to {self.max_running_requests} "
+                f"weights) on {where}; KV cache {self.kv_tokens:,} tokens{kv}; up to {self.max_running_requests} "
                 f"running requests; grammar backend {self.grammar_backend}"
                 + (f"; sampling defaults {self.sampling_defaults}" if self.sampling_defaults else "")
                 + (f"; {self.kernels}" if self.kernels else ""))
@@ -144,7 +146,8 @@ def summarize(model_name: str, args: Any, runner: Any, kv_tokens: int, sampling_
         weight_format=weight_format(args.quantization, runner.dtype, runner.model), device=str(runner.device),
         threads=threads(), kv_tokens=kv_tokens, max_running_requests=args.max_running_requests,
         grammar_backend=args.grammar_backend, sampling_defaults=sampling_defaults,
-        kernels=kernels() if str(runner.device).startswith("cpu") else "")
+        kernels=kernels() if str(runner.device).startswith("cpu") else "",
+        kv_dtype=str(runner.kv_dtype).removeprefix("torch."))
 
 
 def count(n: int) -> str:

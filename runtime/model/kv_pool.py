@@ -9,6 +9,11 @@ Memory picture for one request in row ``r`` of the table::
 Slot 0 of the pool is padding (``SlotAllocator`` never hands it out), so unused table entries,
 which are 0, always point at a harmless row.
 
+The pool's dtype is the KV cache's (``--kv-cache-dtype``, ``kv_cache_dtype``): the compute dtype, or a
+16-bit one under float32 compute, where the kernels round K/V to it on store and widen it on load (the
+arithmetic stays in the compute dtype); a 16-bit pool holds twice the tokens of a float32 one in the
+same bytes (``bytes_per_slot``).
+
 On the CPU the large buffers are anonymous mappings (``lazy_zeros``): zero-filled like
 ``torch.zeros`` but resident only once written, so a pool sized for the whole context and a table of
 ``max_running_requests x context_len`` rows cost memory as requests fill them, not at start-up.
@@ -21,6 +26,23 @@ import mmap
 import torch
 
 LAZY_MIN_BYTES = 1 << 21  # below one huge page, torch.zeros is as cheap
+KV_CACHE_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def kv_cache_dtype(name: str, compute_dtype: torch.dtype, half_ok: bool) -> torch.dtype:
+    """The KV pool's dtype for ``ServerArgs.kv_cache_dtype`` ``name`` (already in our spelling): a named
+    dtype as named; ``auto``: a 16-bit compute dtype itself, else float16 where the active kernels read a
+    float16 pool (``half_ok``: the native CPU kernels, Triton), else the compute dtype.
+
+    float16 rather than bfloat16: three more mantissa bits (K/V rounded to 2^-11 relative, not 2^-8),
+    and x86's F16C converts 8 lanes per instruction; its range (65504) holds post-norm K/V."""
+    if name != "auto":
+        if name not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be auto or one of {', '.join(KV_CACHE_DTYPES)}; got {name!r}")
+        return KV_CACHE_DTYPES[name]
+    if compute_dtype in (torch.float16, torch.bfloat16) or not half_ok:
+        return compute_dtype
+    return torch.float16
 
 
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:

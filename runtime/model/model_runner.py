@@ -41,13 +41,14 @@ from radixlm.runtime.model.cuda_graph_runner import (
 )
 from radixlm.runtime.model.forward_batch import ForwardBatch
 from radixlm.runtime.model.gguf_loader import check_gguf_options
-from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
+from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable, kv_cache_dtype
 from radixlm.runtime.model.memory_placement import (
     move_weights_to_huge_pages,
     release_free_memory,
     tune_malloc,
 )
 from radixlm.runtime.model.model_config import ModelConfig
+from radixlm.runtime.model import native_decode
 from radixlm.runtime.model.model_loader import load_model
 from radixlm.runtime.model.parallel.distributed import TPGroup, tp_device
 from radixlm.runtime.model.parallel.layers import check_tp_size
@@ -58,7 +59,7 @@ from radixlm.runtime.scheduler.constraint import fill_draft_masks
 from radixlm.runtime.scheduler.req import Req
 from radixlm.runtime.server_args import ServerArgs
 
-CPU_MAX_DEFAULT_SLOTS = 32768  # without max_total_tokens, a CPU pool stays modest
+CPU_MAX_DEFAULT_SLOTS = 32768  # without max_total_tokens, a CPU pool stays modest (float32 slots; 16-bit: twice)
 EMBED_TOKENS_PER_FORWARD = 8192  # embeddings: inputs are batched into forwards of at most this many tokens
 # llama.cpp's pooling_type: 0 none (per token; served as last), 1 mean, 2 cls, 3 last, 4 rank (last)
 GGUF_POOLING = {0: "last", 1: "mean", 2: "cls", 3: "last", 4: "last"}
@@ -153,12 +154,13 @@ class ModelRunner:
         self.vocab_size = self.model_config.vocab_size  # logit width (may exceed the tokenizer's)
         self.token_vocab_size = min(token_vocab_size, self.vocab_size)
         self.eos_token_ids = list(eos_token_ids)
-        self.num_slots = self.tp.min_int(self._num_slots(args))  # every rank's pool has the same slots
-        cfg = self.model_config
-        self.kv_pool = KVPool(self.num_slots, cfg.num_layers, self.model.num_kv_heads, cfg.head_dim,
-                              self.dtype, self.device)
-        self.req_to_token = ReqToTokenTable(args.max_running_requests, self.context_len, self.device)
         backend = resolve_attention_backend(args.attention_backend, self.device)
+        cfg = self.model_config
+        self.kv_dtype = kv_cache_dtype(args.kv_cache_dtype, self.dtype, self._kv_half_ok(backend))
+        self.num_slots = self.tp.min_int(self._num_slots(args))  # every rank's pool has the same slots
+        self.kv_pool = KVPool(self.num_slots, cfg.num_layers, self.model.num_kv_heads, cfg.head_dim,
+                              self.kv_dtype, self.device)
+        self.req_to_token = ReqToTokenTable(args.max_running_requests, self.context_len, self.device)
         self.ops = get_ops(backend)
         # cascade decode attention over a batch-wide shared prefix exists in the torch backend only
         self.detect_shared_prefix = backend == "torch"
@@ -170,16 +172,27 @@ class ModelRunner:
                 and gpu_feature_enabled(args.disable_cuda_graph, self.device, needs_cuda=True)):
             self.enable_decode_graphs(cuda_graph_factory(), min(args.cuda_graph_max_bs, args.max_running_requests))
 
+    def _kv_half_ok(self, backend: str) -> bool:
+        """Whether the active attention kernels read a float16 KV pool natively (``--kv-cache-dtype auto``)."""
+        if self.device.type == "cuda":
+            return backend == "triton"
+        cfg = self.model_config
+        return native_decode.kv_half_ok(self.device, self.dtype, backend, cfg.num_heads, cfg.num_kv_heads,
+                                        cfg.head_dim)
+
     def _num_slots(self, args: ServerArgs) -> int:
+        """Slots for ``max_total_tokens``, else for ``mem_fraction`` of free memory counted in bytes of the
+        KV dtype (a 16-bit pool: twice the slots); the CPU's default cap is in float32 slots' bytes too."""
         if args.max_total_tokens is not None:
             return args.max_total_tokens
         cfg = self.model_config
-        per_slot = KVPool.bytes_per_slot(cfg.num_layers, self.model.num_kv_heads, cfg.head_dim, self.dtype)
+        per_slot = KVPool.bytes_per_slot(cfg.num_layers, self.model.num_kv_heads, cfg.head_dim, self.kv_dtype)
         if self.device.type == "cuda":
             free, _ = torch.cuda.mem_get_info(self.device)
             return max(int(free * args.mem_fraction) // per_slot, 2)
         avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        return max(min(int(avail * args.mem_fraction) // per_slot, CPU_MAX_DEFAULT_SLOTS), 2)
+        cap = CPU_MAX_DEFAULT_SLOTS * 4 // self.kv_dtype.itemsize
+        return max(min(int(avail * args.mem_fraction) // per_slot, cap), 2)
 
     # ------------------------------------------------------------------ one step
 
@@ -222,7 +235,7 @@ class ModelRunner:
     def _embed_group(self, token_lists: list[list[int]]) -> list[list[float]]:
         lens = [len(ids) for ids in token_lists]
         total, cfg = sum(lens), self.model_config
-        pool = KVPool(total + 1, cfg.num_layers, self.model.num_kv_heads, cfg.head_dim, self.dtype, self.device)
+        pool = KVPool(total + 1, cfg.num_layers, self.model.num_kv_heads, cfg.head_dim, self.kv_dtype, self.device)
         spec = BatchSpec(is_decode=False, req_pool_indices=list(range(len(lens))),
                          input_ids=[t for ids in token_lists for t in ids], prefix_lens=[0] * len(lens),
                          extend_lens=lens, out_cache_loc=list(range(1, total + 1)),

@@ -1,6 +1,7 @@
 """The native CPU fast path of the Llama-family forward: the one module that asks ``kernels/cpu_native``.
 
-On the CPU in float32 (weights float32, int8, or GGUF block weights), a decode step of at most
+On the CPU in float32 (weights float32, int8, or GGUF block weights; the KV pool float32 or float16), a
+decode step of at most
 ``NATIVE_MAX_ROWS`` requests runs each decoder layer as one call into ``cpu_native.decode_layer``
 (norms, q/k/v GEMV, RoPE + KV store, paged attention, o GEMV + residual, gate/up GEMV + SiLU * up,
 down GEMV + residual). The model asks once per step (``NativeDecode.step``) and once per layer
@@ -33,6 +34,15 @@ def prepare(device: torch.device | str, dtype: torch.dtype) -> None:
         cpu_native.available()
 
 
+def kv_half_ok(device: torch.device | str, dtype: torch.dtype, backend: str, num_heads: int, num_kv_heads: int,
+               head_dim: int) -> bool:
+    """Whether the native kernels run this model's decode attention from a float16 KV pool (float32
+    compute on the CPU, the torch backend, kernels built, head shapes they take): ``--kv-cache-dtype
+    auto``'s 16-bit case on the CPU."""
+    return (torch.device(device).type == "cpu" and dtype == torch.float32 and backend == "torch"
+            and cpu_native.available() and cpu_native.decode_attention_ok(num_heads, num_kv_heads, head_dim))
+
+
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
     """RMSNorm of ``x [n, dim]`` by the native kernel, or None where it does not take the operands."""
     if x.dim() == 2 and cpu_native.usable(x, weight):
@@ -45,8 +55,8 @@ def rope_store_kv(layer: LlamaDecoderLayer, qkv: torch.Tensor, cos: torch.Tensor
     """Rotate the q and k parts of ``qkv`` in place and store k/v at ``batch.out_cache_loc``, natively;
     False (nothing done) for a layer with q/k norms or operands the kernel does not take."""
     k_pool, v_pool = kv_pool.k_buffers[layer.attn.layer_id], kv_pool.v_buffers[layer.attn.layer_id]
-    if not (layer.q_norm is None and layer.attn.native_ok and cpu_native.usable(qkv, cos, sin, k_pool, v_pool)
-            and cpu_native.usable_indices(batch.out_cache_loc)):
+    if not (layer.q_norm is None and layer.attn.native_ok and cpu_native.usable(qkv, cos, sin)
+            and cpu_native.usable_kv(k_pool, v_pool) and cpu_native.usable_indices(batch.out_cache_loc)):
         return False
     cpu_native.rope_store_kv(qkv, layer.num_heads, layer.num_kv_heads, layer.head_dim, cos, sin,
                              batch.out_cache_loc, k_pool, v_pool)
@@ -88,11 +98,12 @@ class NativeDecode:
         """The step's arguments for the fused layers, or None (a prefill, too many rows, tensor
         parallelism, or operands the kernels do not take: the torch path). Checked once per step."""
         if not (batch.is_decode and hidden.shape[0] <= NATIVE_MAX_ROWS and tp_size == 1
-                and cpu_native.usable(hidden, cos, sin, kv_pool.k_buffers[0], kv_pool.v_buffers[0])
+                and cpu_native.usable(hidden, cos, sin)
+                and cpu_native.usable_kv(kv_pool.k_buffers[0], kv_pool.v_buffers[0])
                 and cpu_native.usable_indices(batch.out_cache_loc, batch.kv_indptr, batch.kv_indices)):
             return None
         return cpu_native.decode_step(cos, sin, batch.out_cache_loc, batch.kv_indptr, batch.kv_indices,
-                                      batch.shared_prefix_len)
+                                      batch.shared_prefix_len, kv_dtype=kv_pool.dtype)
 
     def layer(self, layer: LlamaDecoderLayer, step: cpu_native.StepArgs, hidden: torch.Tensor,
               kv_pool: KVPool) -> torch.Tensor | None:

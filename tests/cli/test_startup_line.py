@@ -28,7 +28,7 @@ def test_the_start_up_line_says_what_was_loaded_and_where():
     _, err = _serve()
     line = next(ln for ln in err.splitlines() if "radixlm serving" in ln)
     for part in ("(LlamaForCausalLM, 7.1M parameters, float32 weights)", "on cpu with ",
-                 "KV cache 4,095 tokens", "up to 256 running requests", "grammar backend radixlm",
+                 "KV cache 4,095 tokens (float16)", "up to 256 running requests", "grammar backend radixlm",
                  "listening on http://127.0.0.1:", "RANDOM weights",
                  "sampling defaults temperature=1.0 top_p=1.0 top_k=-1 (built-in: generation_config.json sets none)"):
         assert part in line, (part, line)
@@ -46,4 +46,6 @@ def test_summary_line_and_counts():
     assert s.line() == ("Qwen/Qwen2.5-0.5B-Instruct (Qwen2ForCausalLM, 494M parameters, int8 (weight-only) "
                         "weights) on cpu with 1 thread; KV cache 100,000 tokens; up to 64 running requests; "
                         "grammar backend radixlm")
+    kv16 = EngineSummary("m", "LlamaForCausalLM", 1, "float32", "cpu", 2, 8_191, 8, "radixlm", kv_dtype="float16")
+    assert "; KV cache 8,191 tokens (float16); " in kv16.line()
     assert [count(n) for n in (999, 8_500, 7_100_000, 1_235_814_400)] == ["999", "8.5K", "7.1M", "1.24B"]

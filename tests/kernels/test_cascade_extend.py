@@ -47,15 +47,18 @@ def _check(args: tuple, shared: int, atol: float = 1e-5, **kw) -> torch.Tensor:
     return out
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16], ids=["kv32", "kv16"])
 @pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
 @pytest.mark.parametrize("group", [1, 2, 7])
 @pytest.mark.parametrize("kv_heads", [1, 2])
-def test_cascade_extend_matches_reference(group: int, kv_heads: int, native: bool) -> None:
+def test_cascade_extend_matches_reference(group: int, kv_heads: int, native: bool, kv_dtype: torch.dtype) -> None:
     """Both paths: the native cascade kernel (34 queries x 7 heads per KV head = 238 rows, more than
-    one phase-1 piece of 192) and torch's (flash for the prefix, padded suffixes)."""
+    one phase-1 piece of 192) and torch's (flash for the prefix, padded suffixes); float32 q over float32
+    or float16 pools (the 16-bit KV cache: the reference widens the same values)."""
     if native and not cpu_native.available():
         pytest.skip("the native CPU kernels are not available on this machine")
-    args = _batch(120, [0, 3, 0, 11, 1], [5, 1, 17, 9, 2], kv_heads, group, seed=group + kv_heads)
+    q, k, v, *rest = _batch(120, [0, 3, 0, 11, 1], [5, 1, 17, 9, 2], kv_heads, group, seed=group + kv_heads)
+    args = (q, k.to(kv_dtype), v.to(kv_dtype), *rest)
     with contextlib.nullcontext() if native else cpu_native.torch_only():
         for shared in (120, 60, 1, 0):  # the whole shared prefix, part of it (the rest is suffix), none
             _check(args, shared)
