@@ -32,6 +32,7 @@ import torch
 from radixlm.kernels import get_ops
 from radixlm.runtime import free_port
 from radixlm.runtime.gguf_path import gguf_file
+from radixlm.runtime.model import native_decode
 from radixlm.runtime.model.attention import resolve_attention_backend
 from radixlm.runtime.model.cuda_graph_runner import (
     DecodeGraphRunner,
@@ -48,7 +49,6 @@ from radixlm.runtime.model.memory_placement import (
     tune_malloc,
 )
 from radixlm.runtime.model.model_config import ModelConfig
-from radixlm.runtime.model import native_decode
 from radixlm.runtime.model.model_loader import load_model
 from radixlm.runtime.model.parallel.distributed import TPGroup, tp_device
 from radixlm.runtime.model.parallel.layers import check_tp_size

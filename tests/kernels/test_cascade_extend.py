@@ -125,9 +125,12 @@ def test_from_spec_detects_an_extend_batch_shared_prefix() -> None:
     assert ForwardBatch.from_spec(spec3, table, "cpu", detect_shared_prefix=True).shared_prefix_len == 35
 
 
-def test_engine_cached_equals_uncached_through_the_cascade(tiny_llama, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("kv_cache_dtype", ["float16", "float32"])
+def test_engine_cached_equals_uncached_through_the_cascade(tiny_llama, monkeypatch: pytest.MonkeyPatch,
+                                                           kv_cache_dtype: str) -> None:
     """Requests admitted together behind a cached shared prefix take the cascade extend; their greedy
-    outputs equal the engine's without the radix cache (every request computed from scratch)."""
+    outputs equal the engine's without the radix cache (every request computed from scratch), with a
+    16-bit and a float32 KV cache."""
     from radixlm.kernels import torch_ops
 
     calls: list[int] = []
@@ -143,7 +146,9 @@ def test_engine_cached_equals_uncached_through_the_cascade(tiny_llama, monkeypat
     params = {"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True}
     outs = {}
     for cache in (True, False):
-        with Engine(tiny_llama, max_total_tokens=4096, disable_radix_cache=not cache) as engine:
+        with Engine(tiny_llama, max_total_tokens=4096, disable_radix_cache=not cache,
+                    kv_cache_dtype=kv_cache_dtype) as engine:
+            assert engine.runner.kv_pool.dtype == getattr(torch, kv_cache_dtype)
             outs[cache] = [o["output_ids"] for o in engine.generate(prompts, params)]
             engine.check_no_leak()
         if cache:

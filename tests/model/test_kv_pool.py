@@ -8,9 +8,10 @@ import sys
 import pytest
 import torch
 from radixlm.runtime.model.forward_batch import ForwardBatch
-from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable
+from radixlm.runtime.model.kv_pool import KVPool, ReqToTokenTable, kv_cache_dtype
 from radixlm.runtime.scheduler.batch import BatchSpec
 from radixlm.runtime.scheduler.req_cache import ReqSlotAllocator, SlotAllocator
+from radixlm.runtime.server_args import ServerArgs
 
 pytestmark = pytest.mark.unit  # pure Python: no engine, no server, no model forward
 
@@ -170,3 +171,62 @@ def test_last_token_indices():
 def test_from_spec_rejects_inconsistent_specs(changes, field):
     with pytest.raises(ValueError, match=field):
         ForwardBatch.from_spec(_spec(**changes), ReqToTokenTable(4, 8, "cpu"), "cpu")
+
+
+# ---- the KV cache's dtype (--kv-cache-dtype)
+
+@pytest.mark.parametrize("name, compute, half_ok, expected", [
+    ("auto", torch.float32, True, torch.float16),      # float32 compute, kernels that read float16: 16-bit
+    ("auto", torch.float32, False, torch.float32),     # kernels that cannot: the compute dtype
+    ("auto", torch.bfloat16, True, torch.bfloat16),    # a 16-bit compute dtype is kept
+    ("auto", torch.float16, False, torch.float16),
+    ("float32", torch.float32, True, torch.float32),   # a named dtype is what is named
+    ("bfloat16", torch.float32, False, torch.bfloat16),
+    ("float16", torch.bfloat16, True, torch.float16),
+])
+def test_kv_cache_dtype_resolution(name, compute, half_ok, expected):
+    assert kv_cache_dtype(name, compute, half_ok) == expected
+
+
+def test_kv_cache_dtype_names_and_refusals():
+    assert [ServerArgs(kv_cache_dtype=v).kv_cache_dtype for v in ("fp16", "half", "bf16", "fp32", "float")] == [
+        "float16", "float16", "bfloat16", "float32", "float32"]
+    for fp8 in ("fp8", "fp8_e5m2", "fp8_e4m3"):
+        with pytest.raises(ValueError, match=f"kv_cache_dtype {fp8}: an FP8 KV cache has no meaning here"):
+            ServerArgs(kv_cache_dtype=fp8)
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of"):
+        ServerArgs(kv_cache_dtype="int4")
+    with pytest.raises(ValueError, match="kv_cache_dtype must be auto or one of"):
+        kv_cache_dtype("fp16", torch.float32, True)  # ServerArgs spells it first
+
+
+def test_a_16_bit_pool_holds_twice_the_tokens_in_the_same_bytes():
+    per_slot = {dt: KVPool.bytes_per_slot(24, 2, 64, dt) for dt in (torch.float32, torch.float16, torch.bfloat16)}
+    assert per_slot[torch.float32] == 2 * per_slot[torch.float16] == 2 * per_slot[torch.bfloat16] == 24 * 2 * 64 * 8
+    pool = KVPool(10, 2, 2, 8, torch.float16, "cpu")
+    assert pool.k_buffers[0].dtype == torch.float16 and pool.size_bytes() == 10 * 2 * 2 * 2 * 8 * 2
+
+
+def test_engine_kv_dtype_default_and_capacity(tiny_llama, monkeypatch):
+    """``auto`` is float16 where the native CPU kernels run (float32 otherwise), the start-up line names it,
+    and sizing by memory counts bytes: the 16-bit pool gets twice the float32 pool's slots (free memory
+    pinned at 4 GiB, so that other processes cannot move it between the two engines)."""
+    import os
+
+    from radixlm.kernels import cpu_native
+
+    from radixlm import Engine
+
+    real = os.sysconf
+    pinned = {"SC_AVPHYS_PAGES": (4 << 30) // 4096, "SC_PAGE_SIZE": 4096}
+    monkeypatch.setattr(os, "sysconf", lambda name: pinned.get(name) or real(name))
+    slots = {}
+    for name in ("auto", "float32"):
+        with Engine(tiny_llama, kv_cache_dtype=name, mem_fraction=0.001, log_level="warning") as engine:
+            runner = engine.runner
+            slots[name] = runner.num_slots
+            expected = torch.float16 if name == "auto" and cpu_native.available() else torch.float32
+            assert runner.kv_pool.dtype == runner.kv_dtype == expected
+            assert f"tokens ({str(expected).removeprefix('torch.')})" in engine.summary().line()
+    if cpu_native.available():  # both below the CPU cap: memory decides
+        assert slots["auto"] - 2 * slots["float32"] in (0, 1) and slots["auto"] < 32768, slots  # floors
