@@ -1,5 +1,5 @@
-"""The aarch64 build of the GGUF block kernels, checked here on x86: cross-compiled with
-``aarch64-linux-gnu-gcc`` (``$RADIXLM_AARCH64_CC`` overrides it) and run under ``qemu-aarch64`` through
+"""The aarch64 build of the GGUF block kernels (and of the float16 KV cache's store and attention),
+checked here on x86: cross-compiled with ``aarch64-linux-gnu-gcc`` (``$RADIXLM_AARCH64_CC`` overrides it) and run under ``qemu-aarch64`` through
 a small C driver (``aarch64/gguf_driver.c``), its outputs compared with the torch reference computed
 here, with ``test_gguf_blocks``'s tolerances: for every block type the engine takes, each aarch64 path
 (``scalar``: portable C; ``neon``: the AVX2 code through SIMDe's NEON lowering; ``neon-dotprod``: the
@@ -113,3 +113,35 @@ def test_the_run_time_choice_follows_the_cpu(driver: Path, cpu: str, best: str) 
     done = subprocess.run([QEMU, "-cpu", cpu, str(driver), "--best-isa"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == PATHS[best]
+
+
+@pytest.mark.parametrize("shared", [0, 40])  # 40: the cascade (a prefix every request shares)
+def test_aarch64_float16_kv_store_and_attention_match_the_reference(driver: Path, shared: int, tmp_path: Path) -> None:
+    """The 16-bit KV cache on aarch64 (SIMDe's NEON lowering of F16C's conversions): K/V stored into float16
+    pools bit for bit as ``.to(torch.float16)``, and decode attention over them (contexts around the
+    64-key chunks, head dim 24: P.V row by row) within float32 rounding of the reference."""
+    from radixlm.kernels.attention_ref import decode_attention_ref
+
+    gen = torch.Generator().manual_seed(shared)
+    slots, kv_heads, dim, heads = 300, 2, 24, 8
+    kv = torch.randn(slots, 2 * kv_heads * dim, generator=gen) * 3
+    prefix = torch.randperm(slots, generator=gen)[:40]
+    lens = [1, 64, 65, 130]
+    pieces = [torch.cat([prefix, torch.randint(0, slots, (n,), generator=gen)]) if shared
+              else torch.randint(0, slots, (n,), generator=gen) for n in lens]
+    indptr = torch.tensor([0, *torch.tensor([len(p) for p in pieces]).cumsum(0).tolist()], dtype=torch.int64)
+    indices, q = torch.cat(pieces).long(), torch.randn(len(lens), heads, dim, generator=gen)
+    blob = struct.pack("<iiiiiq", slots, kv_heads, dim, len(lens), heads, shared) + kv.numpy().tobytes()
+    blob += q.numpy().tobytes() + struct.pack("<f", dim ** -0.5) + indptr.numpy().tobytes() + indices.numpy().tobytes()
+    (tmp_path / "case").write_bytes(blob)
+    done = subprocess.run([QEMU, "-cpu", "max", str(driver), "--kv16", str(tmp_path / "case"), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    raw = bytearray((tmp_path / "out").read_bytes())
+    n = slots * kv_heads * dim
+    k_pool = torch.frombuffer(raw[:2 * n], dtype=torch.float16).view(slots, kv_heads, dim)
+    v_pool = torch.frombuffer(raw[2 * n:4 * n], dtype=torch.float16).view(slots, kv_heads, dim)
+    out = torch.frombuffer(raw[4 * n:], dtype=torch.float32).view(len(lens), heads, dim)
+    k_ref, v_ref = kv.view(slots, 2, kv_heads, dim).unbind(1)
+    assert torch.equal(k_pool, k_ref.half()) and torch.equal(v_pool, v_ref.half())
+    assert_rel_close(out, decode_attention_ref(q, k_ref.half(), v_ref.half(), indptr, indices, dim ** -0.5))
