@@ -45,11 +45,10 @@ def online_softmax_block(q, m_i, l_i, acc, K, V, kv_head, Slots, offs_n, mask_n,
     l_i = l_i * alpha + tl.sum(p, 1)
     v = tl.load(V + slots[:, None] * stride_vt + kv_head * stride_vh + offs_d[None, :],
                 mask=kv_mask, other=0.0)
-    p = p.to(V.dtype.element_ty)  # probabilities rounded like the values, as on the GPU
-    if DOT_F32:
-        p = p.to(tl.float32)
+    if DOT_F32:  # probabilities rounded like the values, as on the GPU, then the dot in float32
+        p = p.to(V.dtype.element_ty).to(tl.float32)
         v = v.to(tl.float32)
-    else:
+    else:  # the dot in q's dtype: 16-bit q rounds the probabilities as on the GPU; float32 q keeps them
         p = p.to(q.dtype)
         v = v.to(q.dtype)
     acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)

@@ -164,6 +164,48 @@ def test_torch_decode_matches_reference(group, dtype):
     _close(ops.extend_attention(*b.extend_args()), decode_attention_ref(*b.decode_args()), TOL[dtype])
 
 
+KV16 = pytest.mark.parametrize("kv_dtype", [torch.float16, torch.bfloat16])
+
+
+def _kv16_batch(kv_dtype: torch.dtype, extend: bool):
+    """float32 q over a 16-bit KV pool (the 16-bit KV cache): decode (extend=False) or a ragged extend."""
+    prefix, lens = _ragged(seed=7, bs=5, long_prefix=200) if extend else ([0, 63, 64, 150], [1] * 4)
+    b = random_paged_batch(prefix, lens, num_heads=8, num_kv_heads=2, head_dim=32, seed=3)
+    b.k_pool, b.v_pool = b.k_pool.to(kv_dtype), b.v_pool.to(kv_dtype)
+    return b
+
+
+@KV16
+@pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
+def test_torch_ops_over_a_16_bit_pool_match_reference(kv_dtype, native):
+    """The reference widens the same 16-bit values, so float32 tolerances hold (native: float16 pools only)."""
+    import contextlib
+
+    from radixlm.kernels import cpu_native
+
+    ops = get_ops("torch")
+    with contextlib.nullcontext() if native else cpu_native.torch_only():
+        for extend in (False, True):
+            b = _kv16_batch(kv_dtype, extend)
+            ref = extend_attention_ref(*b.extend_args())
+            assert ref.dtype == torch.float32
+            _close(ops.extend_attention(*b.extend_args()), ref, TOL[torch.float32])
+            if not extend:
+                _close(ops.decode_attention(*b.decode_args()), ref, TOL[torch.float32])
+
+
+@KV16
+@interpreted
+def test_triton_over_a_16_bit_pool_matches_reference(kv_dtype):
+    ops = get_ops("triton")
+    for extend in (False, True):
+        b = _kv16_batch(kv_dtype, extend)
+        ref = extend_attention_ref(*b.extend_args())
+        _close(ops.extend_attention(*b.extend_args()), ref, TRITON_TOL[torch.float32])
+        if not extend:
+            _close(ops.decode_attention(*b.decode_args()), ref, TRITON_TOL[torch.float32])
+
+
 def test_torch_ops_empty_batch_and_bf16_extend():
     ops = get_ops("torch")
     b = random_paged_batch([], [], num_heads=2, num_kv_heads=1, head_dim=16)
@@ -206,7 +248,7 @@ def _bad_calls():
     b = random_paged_batch([3, 0], [1, 1], num_heads=4, num_kv_heads=2, head_dim=16)
     q, kp, vp, kvi, kvx, s = b.decode_args()
     return [
-        ("decode", (q.half(), kp, vp, kvi, kvx, s), TypeError, "k_pool dtype"),
+        ("decode", (q, kp, vp.half(), kvi, kvx, s), TypeError, "v_pool dtype"),
         ("decode", (q.int(), kp, vp, kvi, kvx, s), TypeError, "q must have dtype"),
         ("decode", (q[:, :3], kp, vp, kvi, kvx, s), ValueError, "not a multiple of k_pool num_kv_heads"),
         ("decode", (q[..., :8], kp, vp, kvi, kvx, s), ValueError, "head_dim 8 differs"),
