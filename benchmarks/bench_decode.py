@@ -3,10 +3,13 @@
     python benchmarks/bench_decode.py --json out.json                       # CUDA, bfloat16, small + real shapes
     python benchmarks/bench_decode.py --device cpu --dtype float32 --models llama:tiny --batches 1,4 --quick
     python benchmarks/bench_decode.py --cpu-paths --models llama:small --batches 1,2,4,8 --prompt-len 32 --new-tokens 17
+    python benchmarks/bench_decode.py --kv-paths --model-path $GGUF --batches 1,16 --prompt-len 1500 --new-tokens 33
 
 ``--cpu-paths`` (CPU, float32) compares the native decode kernels (``kernels/cpu_native``) with the
 torch ops (``cpu_native.torch_only()``) in one engine instead, alternating them ``--reps`` times, and
-prints ms per decode step (the engine's step timers) with the greedy outputs compared.
+prints ms per decode step (the engine's step timers) with the greedy outputs compared. ``--kv-paths``
+(CPU) does the same for a float16 KV cache against a float32 one (``--kv-cache-dtype``), two engines
+alternating, speculative decoding off; ``--model-path`` (a GGUF file, say) replaces ``--models``.
 
 Per checkpoint, mode and batch size B: B distinct prompts of ``--prompt-len`` tokens; prefill
 tokens/s from a one-token run on an empty cache, decode tokens/s from the difference between a
@@ -109,6 +112,44 @@ def measure_cpu_paths(path: str, batches: list[int], args: argparse.Namespace) -
     return rows
 
 
+def measure_kv_paths(path: str, batches: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """ms per decode step (best of ``--reps``) with a float16 and a float32 KV cache, per batch size."""
+    from contextlib import ExitStack
+
+    from radixlm.runtime.engine import Engine
+
+    rows = []
+    with ExitStack() as stack:
+        engines = {kv: stack.enter_context(Engine(path, device="cpu", kv_cache_dtype=kv, speculative_algorithm=None,
+                                                  max_total_tokens=args.max_total_tokens, log_level="error",
+                                                  max_running_requests=max(batches)))
+                   for kv in ("float16", "float32")}
+        vocab = engines["float32"].tokenizer.vocab_size
+        params = {"temperature": 0.0, "max_new_tokens": args.new_tokens, "ignore_eos": True}
+
+        def step_ms(eng: Any, prompts: list[list[int]]) -> tuple[float, list[list[int]]]:
+            before = eng.get_stats()["timers"]
+            outs = eng.generate(input_ids=prompts, sampling_params=params)
+            after = eng.get_stats()["timers"]
+            eng.flush_cache()
+            steps = after["decode_steps"] - before["decode_steps"]
+            return 1e3 * (after["decode_step_s"] - before["decode_step_s"]) / steps, [o["output_ids"] for o in outs]
+
+        for bs in batches:
+            prompts = [[(7 + 13 * i + 31 * j) % (vocab - 10) + 5 for j in range(args.prompt_len)] for i in range(bs)]
+            best, ids = {kv: float("inf") for kv in engines}, {}
+            for _ in range(args.reps + 1):  # the first round warms up
+                for kv, eng in engines.items():
+                    ms, ids[kv] = step_ms(eng, prompts)
+                    best[kv] = min(best[kv], ms)
+            rows.append({"batch": bs, "context": args.prompt_len, "kv16_ms_per_step": round(best["float16"], 2),
+                         "kv32_ms_per_step": round(best["float32"], 2),
+                         "speedup": round(best["float32"] / best["float16"], 2),
+                         "greedy_same": f"{sum(a == b for a, b in zip(ids['float16'], ids['float32']))}/{bs}"})
+            print(rows[-1], flush=True)
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda")
@@ -121,11 +162,20 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="short prompts and outputs")
     p.add_argument("--json", default=None)
     p.add_argument("--cpu-paths", action="store_true", help="CPU float32: native decode kernels vs torch ops")
-    p.add_argument("--reps", type=int, default=3, help="--cpu-paths: alternations per batch size")
+    p.add_argument("--reps", type=int, default=3, help="--cpu-paths, --kv-paths: alternations per batch size")
+    p.add_argument("--kv-paths", action="store_true", help="CPU: a float16 KV cache vs a float32 one")
+    p.add_argument("--model-path", default=None, help="--kv-paths: this checkpoint instead of --models")
     args = p.parse_args()
     if args.quick:
         args.prompt_len, args.new_tokens = 32, 8
     batches = [int(b) for b in args.batches.split(",")]
+    if args.kv_paths:
+        paths = [args.model_path] if args.model_path else [checkpoint(spec) for spec in args.models.split(",")]
+        rows = [dict(r, model=path) for path in paths if path for r in measure_kv_paths(path, batches, args)]
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"rows": rows, "device": "cpu"}, f, indent=1)
+        return
     if args.cpu_paths:
         rows = [dict(r, model=spec) for spec in args.models.split(",") if (path := checkpoint(spec))
                 for r in measure_cpu_paths(path, batches, args)]

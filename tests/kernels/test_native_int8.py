@@ -133,7 +133,10 @@ def test_engine_int8_greedy_native_equals_torch_ops(tiny_llama, keep_log_level):
     outs = []
     for native in (True, False):
         with nullcontext() if native else cpu_native.torch_only():
-            engine = Engine(tiny_llama, quantization="int8", max_total_tokens=1024, log_level="error")
+            # float32 KV in both (auto would pick float16 for the native engine only): float32-order
+            # differences between the paths must not become float16 ulps of stored keys
+            engine = Engine(tiny_llama, quantization="int8", max_total_tokens=1024, log_level="error",
+                            kv_cache_dtype="float32")
             try:
                 outs.append([o["output_ids"] for o in engine.generate(prompts, sampling_params=GREEDY)])
             finally:

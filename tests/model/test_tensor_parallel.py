@@ -142,7 +142,10 @@ SYSTEM = ("You are a careful assistant. Answer the question in one short sentenc
           "document you used. ")
 PROMPTS = [SYSTEM + "Question: where is the capital of France?", SYSTEM + "Question: what is two plus two?"]
 GREEDY = {"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True}
-ENGINE_ARGS = {"device": "cpu", "max_total_tokens": 1024, "chunked_prefill_size": 16, "max_running_requests": 4}
+# a float32 KV cache: the ranks' sharded sums differ from the unsharded ones by float32 rounding, which a
+# 16-bit cache would turn into float16 ulps of a stored key (1e-3 in a logprob) beyond the 1e-4 asserted
+ENGINE_ARGS = {"device": "cpu", "max_total_tokens": 1024, "chunked_prefill_size": 16, "max_running_requests": 4,
+               "kv_cache_dtype": "float32"}
 
 
 @pytest.fixture(scope="module", params=["llama", "qwen2"])  # qwen2: q/k/v biases split across ranks
