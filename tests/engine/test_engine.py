@@ -208,7 +208,7 @@ def _full_forward_logprobs(engine, ids):
     from radixlm.runtime.scheduler.batch import BatchSpec
 
     cfg = engine.model_config
-    pool = KVPool(len(ids) + 1, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, torch.float32, "cpu")
+    pool = KVPool(len(ids) + 1, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, engine.runner.kv_dtype, "cpu")
     table = ReqToTokenTable(1, len(ids), "cpu")
     spec = BatchSpec(False, [0], ids, [0], [len(ids)], list(range(1, len(ids) + 1)), list(range(len(ids))))
     logits = engine.runner.model.forward(ForwardBatch.from_spec(spec, table, "cpu"), pool)

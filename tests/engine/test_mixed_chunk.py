@@ -249,7 +249,10 @@ def run_arrival(model: str, mixed: bool) -> dict:
     arrives once all of them streamed two chunks; returns everything the callers got, and the
     decode rows of every mixed step."""
     outs: dict = {}
-    with Engine(model, max_total_tokens=8192, chunked_prefill_size=64, enable_mixed_chunk=mixed) as engine:
+    # a float32 KV cache: a decode row in a mixed forward differs from one in a decode forward by float32
+    # rounding, which a 16-bit cache would turn into float16 ulps of its stored keys (3e-4 in a logprob)
+    with Engine(model, max_total_tokens=8192, chunked_prefill_size=64, enable_mixed_chunk=mixed,
+                kv_cache_dtype="float32") as engine:
         decode_rows: list[list[str]] = []  # per mixed step, the rids decoding in it
         run = engine.runner.run
 
