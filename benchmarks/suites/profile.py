@@ -141,8 +141,8 @@ class Probes:
         times = (ctypes.c_double * len(cpu_native.LAYER_PHASES))()
         inner_step, inner_layer = cpu_native.decode_step, cpu_native.decode_layer
 
-        def decode_step(*args: Any) -> Any:
-            return inner_step(*args, times=times)
+        def decode_step(*args: Any, **kwargs: Any) -> Any:
+            return inner_step(*args, times=times, **kwargs)
 
         def decode_layer(*args: Any) -> Any:
             ctypes.memset(times, 0, ctypes.sizeof(times))
