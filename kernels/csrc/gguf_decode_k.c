@@ -13,6 +13,7 @@
 #define VNNI RL_TARGET("avx2,fma,avx512vl,avx512vnni")
 #define MAXB 8  /* x rows met by each decoded weight block (1, 2, 4 or 8 per call) */
 #define PREFETCH_BYTES 512
+#define UNROLL _Pragma("GCC unroll 8")  /* whole: constant shifts, masks, t[] in registers */
 #define PREFETCH_I 1536  /* the AVX2 rows: further ahead, one thread streams alone at decode */
 
 INL __m256i dot(__m256i u, __m256i X, const int vnni) {  /* u unsigned <= 63: maddubs cannot saturate */
@@ -125,12 +126,17 @@ INL __m256i pick16(__m256i sc, int lo, int hi) {
                                                     _mm_set1_epi16((short)(((2 * lo + 1) << 8) | (2 * lo)))));
 }
 
-/* one 32-block (index blk of the row) with int16 scales s16: t[b] (+)= cvt(madd(maddubs(u, x), s16)) * dx */
-INL void meet_i(__m256i u, __m256i s16, int64_t blk, const gb_xrows *x, const int BT, const int first, __m256 *t) {
+/* two 32-blocks (blk, blk + 1 of the row) with int16 scales s0, s1: t[b] (+)= the pair's dots, reduced to 4
+ * lanes each by one hadd, times dx per lane (x->dxe holds each block's dx twice: [dx0 dx0 dx1 dx1] per lane) */
+INL void meet2(__m256i u0, __m256i s0, __m256i u1, __m256i s1, int64_t blk, const gb_xrows *x, const int BT,
+               const int first, __m256 *t) {
+    UNROLL
     for (int b = 0; b < BT; b++) {
-        __m256i X = _mm256_loadu_si256((const __m256i *)(x->q + b * x->ldq + 32 * blk));
-        __m256 dx = _mm256_broadcast_ss(x->dxe + b * x->ldh + 2 * blk);
-        __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, X), s16));
+        const int8_t *q = x->q + b * x->ldq + 32 * blk;
+        __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_loadu_si256((const __m256i *)q)), s0);
+        __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_loadu_si256((const __m256i *)(q + 32))), s1);
+        __m256 dx = _mm256_broadcast_ps((const __m128 *)(x->dxe + b * x->ldh + 2 * blk));
+        __m256 p = _mm256_cvtepi32_ps(_mm256_hadd_epi32(p0, p1));
         t[b] = first ? _mm256_mul_ps(p, dx) : _mm256_fmadd_ps(p, dx, t[b]);
     }
 }
@@ -149,6 +155,7 @@ INL void row_k45_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
     const __m256i blockorder = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);  /* _mm256_hadd_ps's lane order */
     const int size = five ? 176 : 144;
     __m256 acc[MAXB], mins[MAXB];
+    UNROLL
     for (int b = 0; b < BT; b++) acc[b] = mins[b] = _mm256_setzero_ps();
     for (int64_t s = 0; s < K / 256; s++) {
         const uint8_t *blk = w + s * size, *qs = blk + (five ? 48 : 16);
@@ -162,17 +169,18 @@ INL void row_k45_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
         __m256 d = _mm256_set1_ps(gb_fp16(blk));
         __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
         __m256 t[2][MAXB];
+        UNROLL
         for (int i = 0; i < 4; i++) {
             __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));
             __m256i u[2] = {_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
-            for (int h = 0; h < 2; h++) {
-                int j = 2 * i + h;
-                if (five)
-                    u[h] = _mm256_or_si256(u[h], _mm256_slli_epi16(
-                        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one), 4));
-                meet_i(u[h], pick16(sc, j, j), 8 * s + j, x, BT, (i & 1) == 0 && h == 0, t[i >> 1]);
-            }
+            UNROLL
+            for (int h = 0; h < 2 && five; h++)
+                u[h] = _mm256_or_si256(u[h], _mm256_slli_epi16(
+                    _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * i + h)), one), 4));
+            meet2(u[0], pick16(sc, 2 * i, 2 * i), u[1], pick16(sc, 2 * i + 1, 2 * i + 1), 8 * s + 2 * i, x, BT,
+                  (i & 1) == 0, t[i >> 1]);
         }
+        UNROLL
         for (int b = 0; b < BT; b++) {
             const float *xd = x->xd + b * x->ldh + 16 * s;
             __m256 xsum = _mm256_hadd_ps(_mm256_loadu_ps(xd), _mm256_loadu_ps(xd + 8));
@@ -180,12 +188,14 @@ INL void row_k45_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
             mins[b] = _mm256_fmadd_ps(mf, xsum, mins[b]);
         }
     }
+    UNROLL
     for (int b = 0; b < BT; b++) res[b] = hsum(_mm256_sub_ps(acc[b], mins[b]));
 }
 
 INL void row_q6k_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int BT) {
     const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
     __m256 acc[MAXB], offs[MAXB];
+    UNROLL
     for (int b = 0; b < BT; b++) acc[b] = offs[b] = _mm256_setzero_ps();
     for (int64_t s = 0; s < K / 256; s++) {
         const uint8_t *blk = w + 210 * s;
@@ -200,6 +210,7 @@ INL void row_q6k_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
         __m256 scf[2] = {_mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc8))),
                          _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc8, 8))))};
         __m256 t[2][MAXB];
+        UNROLL
         for (int n = 0; n < 2; n++) {
             const uint8_t *ql = blk + 64 * n;
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
@@ -207,13 +218,17 @@ INL void row_q6k_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
             __m256i parts[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
                                 _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
                                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
-            for (int tt = 0; tt < 4; tt++) {
-                __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * tt), m2);
-                __m256i u = _mm256_or_si256(parts[tt], _mm256_slli_epi16(hb, 4));
-                /* 32-block 4 n + tt: scales 2 tt and 2 tt + 1 of the n-th 8 */
-                meet_i(u, pick16(sc16[n], 2 * tt, 2 * tt + 1), 8 * s + 4 * n + tt, x, BT, tt == 0, t[n]);
-            }
+            __m256i u[4];
+            UNROLL
+            for (int tt = 0; tt < 4; tt++)
+                u[tt] = _mm256_or_si256(parts[tt], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * tt), m2), 4));
+            /* 32-block 4 n + tt: scales 2 tt and 2 tt + 1 of the n-th 8 */
+            UNROLL
+            for (int tt = 0; tt < 4; tt += 2)
+                meet2(u[tt], pick16(sc16[n], 2 * tt, 2 * tt + 1), u[tt + 1], pick16(sc16[n], 2 * tt + 2, 2 * tt + 3),
+                      8 * s + 4 * n + tt, x, BT, tt == 0, t[n]);
         }
+        UNROLL
         for (int b = 0; b < BT; b++) {
             const float *xd = x->xd + b * x->ldh + 16 * s;
             acc[b] = _mm256_fmadd_ps(_mm256_add_ps(t[0][b], t[1][b]), d, acc[b]);
@@ -221,6 +236,7 @@ INL void row_q6k_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
             offs[b] = _mm256_fmadd_ps(scf[1], _mm256_loadu_ps(xd + 8), offs[b]);
         }
     }
+    UNROLL
     for (int b = 0; b < BT; b++) res[b] = hsum(_mm256_fnmadd_ps(_mm256_set1_ps(32.0f), offs[b], acc[b]));
 }
 
