@@ -75,6 +75,17 @@ def measure(path: str, mode: str, batches: list[int], args: argparse.Namespace) 
     return rows
 
 
+def decode_step_ms(eng: Any, prompts: list[list[int]], params: dict) -> tuple[float, list[list[int]]]:
+    """Mean ms per decode step of one ``generate`` over ``prompts`` (the engine's own timers), and the
+    outputs; the prefix cache is flushed after, so every round prefills alike."""
+    before = eng.get_stats()["timers"]
+    outs = eng.generate(input_ids=prompts, sampling_params=params)
+    after = eng.get_stats()["timers"]
+    eng.flush_cache()
+    steps = after["decode_steps"] - before["decode_steps"]
+    return 1e3 * (after["decode_step_s"] - before["decode_step_s"]) / steps, [o["output_ids"] for o in outs]
+
+
 def measure_cpu_paths(path: str, batches: list[int], args: argparse.Namespace) -> list[dict[str, Any]]:
     """ms per decode step (best of ``--reps``) of the native kernels and of the torch ops, per batch size."""
     from contextlib import nullcontext
@@ -90,12 +101,7 @@ def measure_cpu_paths(path: str, batches: list[int], args: argparse.Namespace) -
 
         def step_ms(prompts: list[list[int]], mode: str) -> tuple[float, list[list[int]]]:
             with nullcontext() if mode == "native" else cpu_native.torch_only():
-                before = eng.get_stats()["timers"]
-                outs = eng.generate(input_ids=prompts, sampling_params=params)
-                after = eng.get_stats()["timers"]
-            eng.flush_cache()
-            steps = after["decode_steps"] - before["decode_steps"]
-            return 1e3 * (after["decode_step_s"] - before["decode_step_s"]) / steps, [o["output_ids"] for o in outs]
+                return decode_step_ms(eng, prompts, params)
 
         for bs in batches:
             prompts = [[(7 + 13 * i + 31 * j) % (vocab - 10) + 5 for j in range(args.prompt_len)] for i in range(bs)]
@@ -127,20 +133,12 @@ def measure_kv_paths(path: str, batches: list[int], args: argparse.Namespace) ->
         vocab = engines["float32"].tokenizer.vocab_size
         params = {"temperature": 0.0, "max_new_tokens": args.new_tokens, "ignore_eos": True}
 
-        def step_ms(eng: Any, prompts: list[list[int]]) -> tuple[float, list[list[int]]]:
-            before = eng.get_stats()["timers"]
-            outs = eng.generate(input_ids=prompts, sampling_params=params)
-            after = eng.get_stats()["timers"]
-            eng.flush_cache()
-            steps = after["decode_steps"] - before["decode_steps"]
-            return 1e3 * (after["decode_step_s"] - before["decode_step_s"]) / steps, [o["output_ids"] for o in outs]
-
         for bs in batches:
             prompts = [[(7 + 13 * i + 31 * j) % (vocab - 10) + 5 for j in range(args.prompt_len)] for i in range(bs)]
             best, ids = {kv: float("inf") for kv in engines}, {}
             for _ in range(args.reps + 1):  # the first round warms up
                 for kv, eng in engines.items():
-                    ms, ids[kv] = step_ms(eng, prompts)
+                    ms, ids[kv] = decode_step_ms(eng, prompts, params)
                     best[kv] = min(best[kv], ms)
             rows.append({"batch": bs, "context": args.prompt_len, "kv16_ms_per_step": round(best["float16"], 2),
                          "kv32_ms_per_step": round(best["float32"], 2),
