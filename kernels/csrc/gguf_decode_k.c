@@ -16,9 +16,26 @@
 #define UNROLL _Pragma("GCC unroll 8")  /* whole: constant shifts, masks, t[] in registers */
 #define PREFETCH_I 1536  /* the AVX2 rows: further ahead, one thread streams alone at decode */
 
-INL __m256i dot(__m256i u, __m256i X, const int vnni) {  /* u unsigned <= 63: maddubs cannot saturate */
-    if (vnni) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, X);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, X), _mm256_set1_epi16(1));
+INL __m256i dot(__m256i u, __m256i X) {  /* the VNNI rows' exact int32 dot, u unsigned */
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, X);
+}
+
+INL void prefetch(const uint8_t *p, const int lines) {  /* ``lines`` cache lines from p */
+    for (int i = 0; i < lines; i++) _mm_prefetch((const char *)(p + 64 * i), _MM_HINT_T0);
+}
+
+/* the n-th 128 weights of the Q6_K super-block at blk as four 32-byte vectors of unsigned 6-bit values */
+INL void q6k_half(const uint8_t *blk, const int n, __m256i u[4]) {
+    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+    const uint8_t *ql = blk + 64 * n;
+    __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
+    __m256i parts[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                        _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+    UNROLL
+    for (int t = 0; t < 4; t++)
+        u[t] = _mm256_or_si256(parts[t], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), m2), 4));
 }
 
 INL float hsum(__m256 v) {
@@ -39,16 +56,15 @@ INL void scale_min(int j, const uint8_t *q, int *sc, int *m) {  /* ggml's get_sc
 }
 
 /* one 32-block (index blk of the row) of u with one scale per 16: acc += cvt(u . x) * (s16 * dx) */
-INL void meet(__m256i u, __m256 s16, int64_t blk, const gb_xrows *x, const int BT, const int vnni, __m256 *acc) {
+INL void meet(__m256i u, __m256 s16, int64_t blk, const gb_xrows *x, const int BT, __m256 *acc) {
     for (int b = 0; b < BT; b++) {
         __m256i X = _mm256_loadu_si256((const __m256i *)(x->q + b * x->ldq + 32 * blk));
         __m256 dx = _mm256_broadcast_ss(x->dxe + b * x->ldh + 2 * blk);
-        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot(u, X, vnni)), _mm256_mul_ps(s16, dx), acc[b]);
+        acc[b] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot(u, X)), _mm256_mul_ps(s16, dx), acc[b]);
     }
 }
 
-INL void row_k45(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int five, const int BT,
-                 const int vnni) {
+INL void row_k45(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int five, const int BT) {
     const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
     const int size = five ? 176 : 144;
     __m256 acc[MAXB];
@@ -56,9 +72,7 @@ INL void row_k45(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, con
     for (int b = 0; b < BT; b++) acc[b] = _mm256_setzero_ps(), mins[b] = 0.0f;
     for (int64_t s = 0; s < K / 256; s++) {
         const uint8_t *blk = w + s * size, *qs = blk + (five ? 48 : 16);
-        _mm_prefetch((const char *)(blk + PREFETCH_BYTES), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 128), _MM_HINT_T0);
+        prefetch(blk + PREFETCH_BYTES, 3);
         float d = gb_fp16(blk), dmin = gb_fp16(blk + 2);
         __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
         for (int i = 0; i < 4; i++) {
@@ -71,7 +85,7 @@ INL void row_k45(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, con
                         _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(j)), one), 4));
                 scale_min(j, blk + 4, &sc, &m);
                 int64_t b32 = 8 * s + j;
-                meet(u[h], _mm256_set1_ps(d * (float)sc), b32, x, BT, vnni, acc);
+                meet(u[h], _mm256_set1_ps(d * (float)sc), b32, x, BT, acc);
                 for (int b = 0; b < BT; b++)
                     mins[b] += dmin * (float)m * x->dxe[b * x->ldh + 2 * b32] * (float)x->xs[b * x->lds + b32];
             }
@@ -80,32 +94,22 @@ INL void row_k45(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, con
     for (int b = 0; b < BT; b++) res[b] = hsum(acc[b]) - mins[b];
 }
 
-INL void row_q6k(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int BT, const int vnni) {
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+INL void row_q6k(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int BT) {
     __m256 acc[MAXB];
     float offs[MAXB];
     for (int b = 0; b < BT; b++) acc[b] = _mm256_setzero_ps(), offs[b] = 0.0f;
     for (int64_t s = 0; s < K / 256; s++) {
         const uint8_t *blk = w + 210 * s;
-        _mm_prefetch((const char *)(blk + PREFETCH_BYTES), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 128), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_BYTES + 192), _MM_HINT_T0);
+        prefetch(blk + PREFETCH_BYTES, 4);
         float d = gb_fp16(blk + 208);
         const int8_t *sc = (const int8_t *)(blk + 192);
         for (int n = 0; n < 2; n++) {
-            const uint8_t *ql = blk + 64 * n;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
-            __m256i parts[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
+            __m256i u[4];
+            q6k_half(blk, n, u);
             for (int t = 0; t < 4; t++) {
-                __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * t)), m2);
-                __m256i u = _mm256_or_si256(parts[t], _mm256_slli_epi16(hb, 4));
                 float sa = d * (float)sc[8 * n + 2 * t], sb = d * (float)sc[8 * n + 2 * t + 1];
                 int64_t b32 = 8 * s + 4 * n + t;  /* groups 2 b32 (scale sa) and 2 b32 + 1 (sb) */
-                meet(u, _mm256_set_m128(_mm_set1_ps(sb), _mm_set1_ps(sa)), b32, x, BT, vnni, acc);
+                meet(u[t], _mm256_set_m128(_mm_set1_ps(sb), _mm_set1_ps(sa)), b32, x, BT, acc);
                 for (int b = 0; b < BT; b++) {
                     const float *xd = x->xd + b * x->ldh + 2 * b32;
                     offs[b] += sa * xd[0] + sb * xd[1];
@@ -159,9 +163,7 @@ INL void row_k45_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
     for (int b = 0; b < BT; b++) acc[b] = mins[b] = _mm256_setzero_ps();
     for (int64_t s = 0; s < K / 256; s++) {
         const uint8_t *blk = w + s * size, *qs = blk + (five ? 48 : 16);
-        _mm_prefetch((const char *)(blk + PREFETCH_I), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_I + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_I + 128), _MM_HINT_T0);
+        prefetch(blk + PREFETCH_I, 3);
         __m128i sm = scales_mins(blk + 4);
         __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
         __m256 mf = _mm256_mul_ps(_mm256_set1_ps(gb_fp16(blk + 2)), _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(
@@ -193,16 +195,12 @@ INL void row_k45_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
 }
 
 INL void row_q6k_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, const int BT) {
-    const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
     __m256 acc[MAXB], offs[MAXB];
     UNROLL
     for (int b = 0; b < BT; b++) acc[b] = offs[b] = _mm256_setzero_ps();
     for (int64_t s = 0; s < K / 256; s++) {
         const uint8_t *blk = w + 210 * s;
-        _mm_prefetch((const char *)(blk + PREFETCH_I), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_I + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_I + 128), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + PREFETCH_I + 192), _MM_HINT_T0);
+        prefetch(blk + PREFETCH_I, 4);
         __m256 d = _mm256_set1_ps(gb_fp16(blk + 208));
         __m128i sc8 = _mm_loadu_si128((const __m128i *)(blk + 192));
         __m256i sc16[2] = {_mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc8)),
@@ -212,16 +210,8 @@ INL void row_q6k_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
         __m256 t[2][MAXB];
         UNROLL
         for (int n = 0; n < 2; n++) {
-            const uint8_t *ql = blk + 64 * n;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * n));
-            __m256i parts[4] = {_mm256_and_si256(l0, m4), _mm256_and_si256(l1, m4),
-                                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4)};
             __m256i u[4];
-            UNROLL
-            for (int tt = 0; tt < 4; tt++)
-                u[tt] = _mm256_or_si256(parts[tt], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * tt), m2), 4));
+            q6k_half(blk, n, u);
             /* 32-block 4 n + tt: scales 2 tt and 2 tt + 1 of the n-th 8 */
             UNROLL
             for (int tt = 0; tt < 4; tt += 2)
@@ -246,10 +236,10 @@ INL void row_q6k_i(const uint8_t *w, int64_t K, const gb_xrows *x, float *res, c
         else row_k45_i(w, K, x, res, (t) == GB_Q5_K, BT);                                \
     } while (0)
 
-#define KROW(t, BT, vnni)                                                                \
+#define KROW(t, BT)                                                                      \
     do {                                                                                 \
-        if ((t) == GB_Q6_K) row_q6k(w, K, x, res, BT, vnni);                             \
-        else row_k45(w, K, x, res, (t) == GB_Q5_K, BT, vnni);                            \
+        if ((t) == GB_Q6_K) row_q6k(w, K, x, res, BT);                                   \
+        else row_k45(w, K, x, res, (t) == GB_Q5_K, BT);                                  \
     } while (0)
 
 /* BT is 1, 2, 4 or 8 (gb_decode_rows_k splits larger counts): each x row's sums are the same
@@ -262,10 +252,10 @@ static void krow_avx2(int t, const uint8_t *w, int64_t K, const gb_xrows *x, flo
 }
 
 static VNNI void krow_vnni(int t, const uint8_t *w, int64_t K, const gb_xrows *x, float *res, int BT) {
-    if (BT == 1) KROW(t, 1, 1);
-    else if (BT == 2) KROW(t, 2, 1);
-    else if (BT == 4) KROW(t, 4, 1);
-    else KROW(t, 8, 1);
+    if (BT == 1) KROW(t, 1);
+    else if (BT == 2) KROW(t, 2);
+    else if (BT == 4) KROW(t, 4);
+    else KROW(t, 8);
 }
 
 void gb_decode_rows_k(int isa, int qtype, const uint8_t *w, int64_t wbytes, int R, int64_t K, const gb_xrows *x,
